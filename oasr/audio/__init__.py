@@ -1,0 +1,28 @@
+"""Audio front end: decoding any container or array to 16 kHz float32 mono
+(:mod:`oasr.audio.io`) and Whisper log-mel features in torch (:mod:`oasr.audio.features`)."""
+
+from oasr.audio.features import (
+    HOP_LENGTH,
+    N_FFT,
+    N_SAMPLES,
+    WhisperFrontend,
+    log_mel_batch,
+    log_mel_spectrogram,
+    mel_filters,
+)
+from oasr.audio.io import SAMPLE_RATE, AudioDecodeError, AudioSource, iter_audio, load_audio
+
+__all__ = [
+    "HOP_LENGTH",
+    "N_FFT",
+    "N_SAMPLES",
+    "SAMPLE_RATE",
+    "AudioDecodeError",
+    "AudioSource",
+    "WhisperFrontend",
+    "iter_audio",
+    "load_audio",
+    "log_mel_batch",
+    "log_mel_spectrogram",
+    "mel_filters",
+]

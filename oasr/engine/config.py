@@ -1,0 +1,157 @@
+"""Engine-wide and per-request settings."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """How the engine runs a model.
+
+    Attributes:
+        device: "cpu", "cuda", "cuda:1", ...
+        dtype: compute dtype ("float32", "float16", "bfloat16"); None keeps float32 on
+            CPU and float16 on CUDA.
+        num_threads: intra-op CPU threads (0 leaves torch's default).
+        max_batch_size: encoder windows per batch, and decode rows (times the beam)
+            per running batch.
+        decode_type: decode family to use; None is the model's default.
+        max_queue_size: requests admitted but not finished before ``add_request``
+            refuses with ``EngineOverloaded``.
+    """
+
+    device: str = "cpu"
+    dtype: str | None = None
+    num_threads: int = 0
+    max_batch_size: int = 8
+    decode_type: str | None = None
+    max_queue_size: int = 1024
+
+    def torch_dtype(self) -> torch.dtype:
+        if self.dtype is None:
+            return torch.float16 if self.device.startswith("cuda") else torch.float32
+        table = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+        if self.dtype not in table:
+            raise ValueError(f"EngineConfig.dtype={self.dtype!r} is not one of {sorted(table)}")
+        return table[self.dtype]
+
+    def __post_init__(self) -> None:
+        if self.max_batch_size < 1:
+            raise ValueError(f"EngineConfig.max_batch_size must be >= 1, got {self.max_batch_size}")
+        if self.num_threads < 0:
+            raise ValueError(f"EngineConfig.num_threads must be >= 0, got {self.num_threads}")
+
+
+@dataclass(frozen=True)
+class TranscribeOptions:
+    """Per-request decoding options (faster-whisper's names and defaults where they apply).
+
+    Attributes:
+        language: ISO code or name; None detects it (multilingual models).
+        task: "transcribe" or "translate".
+        beam_size: beams at temperature 0 (1 = greedy).
+        best_of: independent samples at temperature > 0.
+        patience: beam search patience factor.
+        length_penalty: exponential length penalty of beam scores.
+        repetition_penalty: > 1 penalises tokens already generated.
+        no_repeat_ngram_size: forbid repeating n-grams of this size (0 = off).
+        temperature: one temperature or the fallback sequence.
+        compression_ratio_threshold: gzip ratio above which a decode is retried hotter.
+        log_prob_threshold: average log-prob below which a decode is retried hotter.
+        no_speech_threshold: no-speech probability above which (with a low log-prob)
+            a window is treated as silence.
+        condition_on_previous_text: prompt each window with the previous text.
+        prompt_reset_on_temperature: stop conditioning after a decode hotter than this.
+        initial_prompt: text (or token ids) to prompt the first window with.
+        prefix: text the first window's transcript starts with.
+        suppress_blank: suppress a leading blank at the first step.
+        suppress_tokens: ids to suppress; -1 expands to the non-speech symbols.
+        without_timestamps: sample text tokens only (segments then span whole windows).
+        max_initial_timestamp: the first timestamp is at most this (seconds).
+        word_timestamps: time every word by cross-attention alignment.
+        prepend_punctuations / append_punctuations: punctuation merged into words.
+        max_new_tokens: tokens per window (None: up to the decoder context).
+        hotwords: hint phrases placed in the previous-text prompt.
+        language_detection_threshold / language_detection_segments: detection settings.
+        hallucination_silence_threshold: with word timestamps, skip silences longer
+            than this around likely hallucinations.
+        clip_timestamps: "start,end,..." seconds (or a list) of the clips to transcribe.
+        seed: RNG seed for sampling (fixed for reproducible fallbacks).
+    """
+
+    language: str | None = None
+    task: str = "transcribe"
+    beam_size: int = 5
+    best_of: int = 5
+    patience: float = 1.0
+    length_penalty: float = 1.0
+    repetition_penalty: float = 1.0
+    no_repeat_ngram_size: int = 0
+    temperature: float | tuple[float, ...] = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
+    compression_ratio_threshold: float | None = 2.4
+    log_prob_threshold: float | None = -1.0
+    no_speech_threshold: float | None = 0.6
+    condition_on_previous_text: bool = True
+    prompt_reset_on_temperature: float = 0.5
+    initial_prompt: str | tuple[int, ...] | None = None
+    prefix: str | None = None
+    suppress_blank: bool = True
+    suppress_tokens: tuple[int, ...] | None = (-1,)
+    without_timestamps: bool = False
+    max_initial_timestamp: float = 1.0
+    word_timestamps: bool = False
+    prepend_punctuations: str = "\"'“¿([{-"
+    append_punctuations: str = "\"'.。,，!！?？:：”)]}、"
+    max_new_tokens: int | None = None
+    hotwords: str | None = None
+    language_detection_threshold: float | None = 0.5
+    language_detection_segments: int = 1
+    hallucination_silence_threshold: float | None = None
+    clip_timestamps: str | tuple[float, ...] = "0"
+    seed: int = 0
+
+    @property
+    def temperatures(self) -> tuple[float, ...]:
+        t = self.temperature
+        return tuple(float(x) for x in t) if isinstance(t, (list, tuple)) else (float(t),)
+
+    def __post_init__(self) -> None:
+        if self.task not in ("transcribe", "translate"):
+            raise ValueError(f"task must be 'transcribe' or 'translate', got {self.task!r}")
+        if self.beam_size < 1:
+            raise ValueError(f"beam_size must be >= 1, got {self.beam_size}")
+        if self.best_of < 1:
+            raise ValueError(f"best_of must be >= 1, got {self.best_of}")
+        if self.patience <= 0:
+            raise ValueError(f"patience must be > 0, got {self.patience}")
+        if any(t < 0 for t in self.temperatures) or not self.temperatures:
+            raise ValueError(f"temperature must be >= 0 (a value or a non-empty sequence), got {self.temperature!r}")
+        if self.max_new_tokens is not None and self.max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        if self.language_detection_segments < 1:
+            raise ValueError("language_detection_segments must be >= 1")
+        if self.repetition_penalty <= 0:
+            raise ValueError(f"repetition_penalty must be > 0, got {self.repetition_penalty}")
+        if self.no_repeat_ngram_size < 0:
+            raise ValueError("no_repeat_ngram_size must be >= 0")
+
+    @classmethod
+    def from_kwargs(cls, **kwargs: Any) -> TranscribeOptions:
+        """Build from keyword options, refusing unknown names with the list of known ones."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(kwargs) - known)
+        if unknown:
+            raise TypeError(f"unknown transcribe option(s) {unknown}; known options: {sorted(known)}")
+        for key in ("suppress_tokens", "temperature", "clip_timestamps", "initial_prompt"):
+            if isinstance(kwargs.get(key), list):
+                kwargs[key] = tuple(kwargs[key])
+        return cls(**kwargs)
+
+    def replace(self, **changes: Any) -> TranscribeOptions:
+        return dataclasses.replace(self, **changes)
+

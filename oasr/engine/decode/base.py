@@ -1,0 +1,138 @@
+"""The decode-strategy interface the engine drives, and the factory that picks one.
+
+A strategy owns everything family-specific about turning audio into text for one
+decode family (windows and prompts for an AED, frames for CTC, ...). The engine
+only admits requests and calls ``step`` until nothing is left: each step does a
+bounded amount of batched work across all admitted requests (encode the windows
+that are ready, join new rows into the running decode, advance it one token) and
+returns what finished. Sync ``ASREngine`` and the async server drive the same
+strategies, so there is one implementation of decoding.
+"""
+
+from __future__ import annotations
+
+import abc
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from oasr.engine.config import EngineConfig, TranscribeOptions
+from oasr.engine.outputs import RequestOutput, Segment
+from oasr.models.base import DecodeType
+from oasr.models.interfaces import CapabilityError, require_capability
+from oasr.models.loaders import LoadedModel
+
+
+class EngineOverloaded(RuntimeError):
+    """The engine's queue is full; retry later."""
+
+
+@dataclass
+class Request:
+    """One transcription request.
+
+    Attributes:
+        request_id: unique within the engine.
+        audio: mono float32 samples at the model's sampling rate.
+        options: decoding options.
+        on_delta: optional callback receiving text as it is decoded.
+    """
+
+    request_id: str
+    audio: np.ndarray
+    options: TranscribeOptions
+    on_delta: Callable[[str], None] | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class StepEvent:
+    """Something a step produced for one request.
+
+    kind is "segment" (a finished segment), "finished" (the final output) or
+    "error" (the request failed; ``error`` holds the exception).
+    """
+
+    request_id: str
+    kind: str
+    output: RequestOutput | None = None
+    segment: Segment | None = None
+    error: BaseException | None = None
+
+
+class DecodeStrategy(abc.ABC):
+    """Batched decoding of one decode family over a loaded model."""
+
+    decode_type: DecodeType
+
+    def __init__(self, loaded: LoadedModel, config: EngineConfig) -> None:
+        self.loaded = loaded
+        self.model = loaded.model
+        self.config = config
+
+    @property
+    def word_timing_modes(self) -> tuple[str, ...]:
+        """How this strategy can time words ("attention", "ctc", ...); () if it cannot."""
+        return ()
+
+    def validate(self, options: TranscribeOptions) -> TranscribeOptions:
+        """Check (and normalise) a request's options before admission.
+
+        Raises:
+            ValueError: an option this strategy / checkpoint cannot honour.
+        """
+        if options.word_timestamps and not self.word_timing_modes:
+            raise ValueError(
+                f"word_timestamps=True is not available: {type(self.model).__name__} decoded by "
+                f"{self.decode_type.value!r} cannot time words"
+            )
+        return options
+
+    @abc.abstractmethod
+    def add_request(self, request: Request) -> None:
+        """Admit a request (its options already validated)."""
+
+    @abc.abstractmethod
+    def step(self) -> list[StepEvent]:
+        """Do one round of batched work; return what finished."""
+
+    @abc.abstractmethod
+    def abort(self, request_id: str) -> bool:
+        """Drop a request wherever it is; True if it was known."""
+
+    @abc.abstractmethod
+    def num_unfinished(self) -> int:
+        """Requests admitted and not yet finished."""
+
+    def stats(self) -> dict[str, float]:
+        """Counters for metrics (running batch size, joins, ...)."""
+        return {}
+
+
+_STRATEGIES: dict[DecodeType, str] = {
+    DecodeType.AED: "oasr.engine.decode.aed:AedDecodeStrategy",
+}
+
+
+def build_decode_strategy(loaded: LoadedModel, config: EngineConfig) -> DecodeStrategy:
+    """Pick and build the strategy for the configured (or default) decode type.
+
+    The model's capability is checked here, once, so a checkpoint that advertises
+    what it cannot serve fails at engine construction naming the missing members.
+
+    Raises:
+        CapabilityError: the model cannot serve the decode type, or oasr has no
+            strategy for it yet.
+    """
+    model = loaded.model
+    decode_type = DecodeType(config.decode_type) if config.decode_type else model.decode_type
+    require_capability(model, decode_type)
+    ref = _STRATEGIES.get(decode_type)
+    if ref is None:
+        raise CapabilityError(f"no decode strategy is available for {decode_type.value!r} yet")
+    module, _, name = ref.partition(":")
+    cls = getattr(importlib.import_module(module), name)
+    return cls(loaded, config)

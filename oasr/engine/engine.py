@@ -1,0 +1,131 @@
+"""The synchronous engine: many inputs in, typed transcripts out, batched.
+
+``ASREngine`` loads a model, builds the decode strategy its capabilities call for,
+and drives it: inputs are admitted a bounded number at a time (audio is decoded
+only when a request is admitted), each ``step`` does batched work across every
+admitted request, and results come back as they finish.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from oasr.audio import load_audio
+from oasr.engine.config import EngineConfig, TranscribeOptions
+from oasr.engine.decode.base import DecodeStrategy, EngineOverloaded, Request, build_decode_strategy
+from oasr.engine.outputs import RequestOutput
+from oasr.models.loaders import LoadedModel, load_pretrained
+
+AudioInput = str | os.PathLike | bytes | np.ndarray | torch.Tensor
+
+
+class ASREngine:
+    """Batched speech recognition over one model.
+
+    Args:
+        model: a model argument for ``oasr.load_pretrained`` (directory, bundled name,
+            Hub id; None for the default bundled model) or an already ``LoadedModel``.
+        config: an ``EngineConfig``; keyword arguments override its fields
+            (``device="cuda"``, ``max_batch_size=16``, ...).
+
+    Example:
+        >>> engine = ASREngine("whisper-base")
+        >>> out = engine.transcribe("speech.wav", language="en", beam_size=1)
+        >>> out.text, [(s.start, s.end, s.text) for s in out.segments]
+    """
+
+    def __init__(self, model: str | os.PathLike | LoadedModel | None = None,
+                 config: EngineConfig | None = None, **config_overrides: Any) -> None:
+        config = config or EngineConfig()
+        if config_overrides:
+            config = EngineConfig(**{**config.__dict__, **config_overrides})
+        self.config = config
+        if config.num_threads:
+            torch.set_num_threads(config.num_threads)
+        if isinstance(model, LoadedModel):
+            self.loaded = model
+        else:
+            self.loaded = load_pretrained(model, device=config.device, dtype=config.torch_dtype())
+        self.strategy: DecodeStrategy = build_decode_strategy(self.loaded, config)
+        self._ids = itertools.count()
+
+    @property
+    def model(self):
+        return self.loaded.model
+
+    @property
+    def sampling_rate(self) -> int:
+        spec = self.loaded.feature_spec
+        return spec.sampling_rate if spec is not None else 16000
+
+    def make_options(self, **options: Any) -> TranscribeOptions:
+        """Validated per-request options (unknown names raise ``TypeError``)."""
+        return self.strategy.validate(TranscribeOptions.from_kwargs(**options))
+
+    def transcribe(self, audio: AudioInput | Sequence[AudioInput], **options: Any) -> RequestOutput | list[RequestOutput]:
+        """Transcribe one input (returns a ``RequestOutput``) or a list (returns a list in order).
+
+        Args:
+            audio: a path, bytes, or a 16 kHz float waveform; or a list of them.
+            options: ``TranscribeOptions`` fields (language, task, beam_size,
+                word_timestamps, temperature, initial_prompt, ...).
+
+        Raises:
+            ValueError: bad audio (``oasr.audio.AudioDecodeError``) or a bad option value.
+            TypeError: an unknown option name.
+        """
+        single = not isinstance(audio, (list, tuple))
+        inputs = [audio] if single else list(audio)
+        results: list[RequestOutput | None] = [None] * len(inputs)
+        for index, output in self.transcribe_iter(inputs, **options):
+            results[index] = output
+        return results[0] if single else results  # type: ignore[return-value]
+
+    def transcribe_iter(self, inputs: Iterable[AudioInput], *, max_in_flight: int | None = None,
+                        **options: Any) -> Iterator[tuple[int, RequestOutput]]:
+        """Yield ``(input index, output)`` as each input finishes.
+
+        At most ``max_in_flight`` inputs (default 4 x max_batch_size) are decoded
+        from their containers and held at a time.
+        """
+        opts = self.make_options(**options)
+        limit = max_in_flight or 4 * self.config.max_batch_size
+        pending = enumerate(inputs)
+        in_flight: dict[str, int] = {}
+        exhausted = False
+        strategy = self.strategy
+        while True:
+            while not exhausted and len(in_flight) < limit:
+                nxt = next(pending, None)
+                if nxt is None:
+                    exhausted = True
+                    break
+                index, item = nxt
+                samples = load_audio(item, self.sampling_rate)
+                rid = f"req-{next(self._ids)}"
+                self.add_request(Request(rid, samples, opts))
+                in_flight[rid] = index
+            if not in_flight:
+                return
+            for event in strategy.step():
+                if event.request_id not in in_flight:
+                    continue
+                if event.kind == "error":
+                    in_flight.pop(event.request_id)
+                    raise event.error  # type: ignore[misc]
+                if event.kind == "finished":
+                    yield in_flight.pop(event.request_id), event.output  # type: ignore[misc]
+
+    def add_request(self, request: Request) -> None:
+        """Admit a request into the strategy (raises ``EngineOverloaded`` when full)."""
+        if self.strategy.num_unfinished() >= self.config.max_queue_size:
+            raise EngineOverloaded(
+                f"{self.strategy.num_unfinished()} requests in flight (max_queue_size={self.config.max_queue_size})"
+            )
+        self.strategy.add_request(request)

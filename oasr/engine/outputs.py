@@ -1,0 +1,80 @@
+"""Typed results of a transcription."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass
+class Word:
+    """A word with its time span (seconds from the start of the audio).
+
+    Attributes:
+        start, end: seconds.
+        word: the word's text, with its leading space if it has one.
+        probability: the mean probability of its tokens.
+    """
+
+    start: float
+    end: float
+    word: str
+    probability: float
+
+
+@dataclass
+class Segment:
+    """A stretch of transcript with its time span and decode statistics.
+
+    Attributes:
+        id: index in the request.
+        seek: the window start (in mel frames) the segment was decoded from.
+        start, end: seconds from the start of the audio.
+        text: the segment's text.
+        tokens: its token ids (text and timestamp tokens).
+        temperature: the sampling temperature of the accepted decode.
+        avg_logprob: the decode's mean token log-probability.
+        compression_ratio: gzip compression ratio of the window's text.
+        no_speech_prob: probability of the no-speech token at the window start.
+        words: word timings when requested.
+    """
+
+    id: int
+    seek: int
+    start: float
+    end: float
+    text: str
+    tokens: list[int] = field(default_factory=list)
+    temperature: float = 0.0
+    avg_logprob: float = 0.0
+    compression_ratio: float = 0.0
+    no_speech_prob: float = 0.0
+    words: list[Word] | None = None
+
+
+@dataclass
+class RequestOutput:
+    """The transcription of one input.
+
+    Attributes:
+        request_id: the caller's id (or the engine's).
+        text: the whole transcript.
+        language: the language decoded in (given or detected) and its probability.
+        language_probs: detection probabilities of the top languages, when detected.
+        duration: the input's duration in seconds.
+        segments: timed segments.
+        task: "transcribe" or "translate".
+    """
+
+    request_id: str
+    text: str
+    segments: list[Segment]
+    language: str | None = None
+    language_probability: float | None = None
+    language_probs: dict[str, float] | None = None
+    duration: float = 0.0
+    task: str = "transcribe"
+    timestamps: list[tuple[float, float]] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)

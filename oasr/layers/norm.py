@@ -1,0 +1,70 @@
+"""Normalisation layers with fused add+norm forms.
+
+Pre-norm residual streams call ``add_forward(x, residual)``, which returns both the
+normalised sum and the un-normalised sum: the sum is carried into the next sublayer
+as its residual without a separate elementwise pass.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class LayerNorm(nn.Module):
+    """LayerNorm over the last dimension, optionally without bias.
+
+    Shapes:
+        x: (..., D) -> (..., D)
+    """
+
+    def __init__(self, normalized_shape: int, eps: float = 1e-5, bias: bool = True,
+                 elementwise_affine: bool = True) -> None:
+        super().__init__()
+        self.normalized_shape = (normalized_shape,)
+        self.eps = eps
+        if elementwise_affine:
+            self.weight = nn.Parameter(torch.ones(normalized_shape))
+            self.bias = nn.Parameter(torch.zeros(normalized_shape)) if bias else None
+        else:
+            self.register_parameter("weight", None)
+            self.register_parameter("bias", None)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
+
+    def add_forward(self, x: torch.Tensor, residual: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Return ``(norm(x + residual), x + residual)``."""
+        s = x + residual
+        return self.forward(s), s
+
+    def extra_repr(self) -> str:
+        return f"{self.normalized_shape[0]}, eps={self.eps}, bias={self.bias is not None}"
+
+
+class RMSNorm(nn.Module):
+    """RMSNorm over the last dimension; the statistic accumulates in float32.
+
+    Shapes:
+        x: (..., D) -> (..., D)
+    """
+
+    def __init__(self, dim: int, eps: float = 1e-6) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        dtype = x.dtype
+        xf = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
+        y = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
+        return (self.weight * y.to(dtype)) if dtype != y.dtype else self.weight * y
+
+    def add_forward(self, x: torch.Tensor, residual: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Return ``(norm(x + residual), x + residual)``."""
+        s = x + residual
+        return self.forward(s), s
+
+    def extra_repr(self) -> str:
+        return f"{self.weight.shape[0]}, eps={self.eps}"

@@ -1,0 +1,646 @@
+"""The engine-facing model contract.
+
+The engine touches a model only through the members defined here. A family
+subclasses ``BaseAsrModel`` / ``BaseEncoder``, declares what its weights can do
+(``capabilities``, ``streaming_kind``, ``cache_spec``), and registers itself; the
+engine never imports a family package or branches on a model class.
+
+Optional members have "nothing declared" defaults. Members that only some
+families can serve (paged streaming, sequence packing, a fused CTC head) are
+declared here with a self-explaining refusal, marked with ``@unimplemented`` so
+``oasr.models.interfaces.require_capability`` can tell, without calling them,
+that a model does not provide them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import math
+import types
+import typing
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal, TypeVar
+
+import torch
+from torch import nn
+
+StreamingKind = Literal["paged", "slot", "stateful", "none"]
+STREAMING_KINDS: tuple[str, ...] = ("paged", "slot", "stateful", "none")
+
+
+class DecodeType(str, enum.Enum):
+    """The decode families a checkpoint can serve."""
+
+    CTC = "ctc"
+    CTC_AED_RESCORING = "ctc_aed_rescoring"
+    TRANSDUCER = "transducer"
+    AED = "aed"
+    PARAFORMER = "paraformer"
+    LLM = "llm"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class StreamingNotSupported(NotImplementedError):
+    """Raised by the streaming members of a model that cannot stream."""
+
+
+class LoadError(RuntimeError):
+    """A checkpoint could not be loaded into a model (missing or mis-shaped tensors)."""
+
+
+# ---------------------------------------------------------------------------
+# "Not implemented here" marker
+
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def unimplemented(fn: _F) -> _F:
+    """Mark a base-class member as a refusal: subclasses that serve it override it.
+
+    ``require_capability`` treats a member still bound to a marked function as
+    missing, so a model that does not override it fails at engine construction.
+    """
+    fn.__oasr_unimplemented__ = True  # type: ignore[attr-defined]
+    return fn
+
+
+def is_unimplemented(member: Any) -> bool:
+    """True when ``member`` is a method (or property getter) still marked ``@unimplemented``."""
+    fn = getattr(member, "__func__", member)
+    if isinstance(fn, property):
+        fn = fn.fget
+    return bool(getattr(fn, "__oasr_unimplemented__", False))
+
+
+# ---------------------------------------------------------------------------
+# Streaming / cache declarations
+
+
+@dataclass(frozen=True)
+class StreamStateSpec:
+    """One extra fixed-extent per-stream tensor an encoder keeps between chunks.
+
+    Attributes:
+        name: the state's name (unique within the encoder).
+        shape: the per-stream shape, without the slot axis.
+        dtype: storage dtype; ``None`` means the model's compute dtype.
+        slot_axis: where the engine inserts the slot (stream) axis.
+        init_value: value a fresh stream starts from.
+        persistent: kept across an endpoint reset (it describes the request, not the audio).
+    """
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: torch.dtype | None = None
+    slot_axis: int = 0
+    init_value: float = 0.0
+    persistent: bool = False
+
+
+@dataclass(frozen=True)
+class CacheSpec:
+    """What the streaming cache of an encoder holds (``None`` for offline-only models).
+
+    Attributes:
+        n_layers: attention layers with a K/V cache.
+        n_kv_heads, head_dim: K/V geometry per layer.
+        conv_cache: (channels, frames) of the per-layer convolution tail, if any.
+        stream_states: extra per-stream tensors (``BaseEncoder.streaming_state_specs``).
+        fixed_attention_window: a trained attention span that pre-fills the K/V window.
+    """
+
+    n_layers: int
+    n_kv_heads: int
+    head_dim: int
+    conv_cache: tuple[int, int] | None = None
+    stream_states: tuple[StreamStateSpec, ...] = ()
+    fixed_attention_window: int | None = None
+
+
+@dataclass(frozen=True)
+class StreamingGeometry:
+    """Feature frames a streaming encoder consumes per chunk.
+
+    Attributes:
+        window_frames: feature frames the encoder reads for one chunk of output.
+        stride_frames: feature frames the window advances per chunk.
+    """
+
+    window_frames: int
+    stride_frames: int
+
+
+# ---------------------------------------------------------------------------
+# Load accounting
+
+
+@dataclass(frozen=True)
+class LoadReport:
+    """Which checkpoint tensors went where.
+
+    Attributes:
+        mapped: model tensors that received a checkpoint tensor.
+        dropped: checkpoint tensors the model did not use (unexpected ones included).
+        missing: model tensors that received nothing.
+    """
+
+    mapped: frozenset[str]
+    dropped: frozenset[str]
+    missing: frozenset[str]
+
+    @classmethod
+    def build(
+        cls,
+        model_keys: Iterable[str],
+        mapped: Iterable[str],
+        dropped: Iterable[str] = (),
+        unexpected: Iterable[str] = (),
+    ) -> LoadReport:
+        """Build a report; ``unexpected`` is folded into ``dropped``."""
+        mapped_set = frozenset(mapped)
+        model_set = frozenset(model_keys)
+        return cls(
+            mapped=mapped_set,
+            dropped=frozenset(dropped) | frozenset(unexpected),
+            missing=frozenset(k for k in model_set if k not in mapped_set),
+        )
+
+    @property
+    def ok(self) -> bool:
+        return not self.missing
+
+    def summary(self) -> str:
+        return f"{len(self.mapped)} mapped, {len(self.dropped)} dropped, {len(self.missing)} missing"
+
+
+# ---------------------------------------------------------------------------
+# Specs a checkpoint carries besides its weights
+
+
+@dataclass(frozen=True)
+class TokenizerSpec:
+    """How to build the tokenizer of a checkpoint.
+
+    Attributes:
+        kind: "huggingface" (tokenizer.json), "sentencepiece", "table" (a units file)
+            or "none".
+        path: the file to load.
+        special_ids: ids the decoder emits that are not text (filtered before detokenising).
+    """
+
+    kind: str
+    path: str | None = None
+    special_ids: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class FeatureSpec:
+    """The acoustic front end a checkpoint expects.
+
+    Attributes:
+        kind: "whisper_mel", "kaldi_fbank", "lasr_mel", "nemo_mel", ...
+        sampling_rate: input rate in Hz.
+        params: front-end parameters (n_mels, n_fft, hop_length, chunk_length, ...).
+    """
+
+    kind: str
+    sampling_rate: int = 16000
+    params: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class DecodingSpec:
+    """Decoding defaults a checkpoint carries (e.g. a Hugging Face generation_config).
+
+    ``params`` holds family-specific ids and lists (suppress tokens, language ids,
+    alignment heads, ...) that the decode strategy of ``decode_type`` reads.
+    """
+
+    decode_type: DecodeType
+    params: Mapping[str, Any] = field(default_factory=dict)
+
+
+# ---------------------------------------------------------------------------
+# Config deserialisation
+
+
+def _unwrap_optional(tp: Any) -> tuple[Any, bool]:
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        if len(args) == 1:
+            return args[0], True
+    return tp, False
+
+
+def _coerce_value(tp: Any, value: Any, where: str) -> Any:
+    tp, optional = _unwrap_optional(tp)
+    if value is None:
+        if optional or tp is Any:
+            return None
+        raise TypeError(f"{where}: None is not allowed for a field of type {tp!r}")
+    if tp is Any:
+        return value
+    if dataclasses.is_dataclass(tp) and isinstance(tp, type):
+        if isinstance(value, tp):
+            return value
+        if not isinstance(value, Mapping):
+            raise TypeError(f"{where}: expected a mapping for {tp.__name__}, got {type(value).__name__}")
+        return coerce_config(tp, value)
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if origin is tuple:
+        if not isinstance(value, (list, tuple)):
+            raise TypeError(f"{where}: expected a sequence, got {type(value).__name__}")
+        if len(args) == 2 and args[1] is Ellipsis:
+            return tuple(_coerce_value(args[0], v, f"{where}[{i}]") for i, v in enumerate(value))
+        if args and len(args) != len(value):
+            raise TypeError(f"{where}: expected {len(args)} items, got {len(value)}")
+        if not args:
+            return tuple(value)
+        return tuple(_coerce_value(a, v, f"{where}[{i}]") for i, (a, v) in enumerate(zip(args, value)))
+    if origin is list:
+        return [_coerce_value(args[0] if args else Any, v, f"{where}[{i}]") for i, v in enumerate(value)]
+    if origin is dict:
+        kt, vt = args if args else (Any, Any)
+        return {_coerce_value(kt, k, where): _coerce_value(vt, v, f"{where}[{k!r}]") for k, v in value.items()}
+    if origin is Literal:
+        if value not in args:
+            raise ValueError(f"{where}: {value!r} is not one of {args}")
+        return value
+    if tp is float and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    if tp is int and isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(tp, type) and issubclass(tp, enum.Enum):
+        return tp(value)
+    if isinstance(tp, type) and not isinstance(value, tp):
+        if tp is bool or (tp is int and isinstance(value, bool)):
+            raise TypeError(f"{where}: expected {tp.__name__}, got {value!r}")
+        try:
+            return tp(value)
+        except (TypeError, ValueError) as e:
+            raise TypeError(f"{where}: expected {tp.__name__}, got {value!r}") from e
+    return value
+
+
+_C = TypeVar("_C")
+
+
+def coerce_config(cls: type[_C], data: Mapping[str, Any], *, strict: bool = True) -> _C:
+    """Build dataclass ``cls`` from a plain dict, driven by its type hints.
+
+    Restores Tuple fields from lists (``Tuple[int, ...]``, fixed tuples, nested),
+    recurses into nested dataclasses, unwraps ``Optional``, converts enums. A class
+    with ``_from_dict_overrides`` pre-processes ``data`` first (a flat dict to
+    nest, or a polymorphic field whose class depends on a sibling key).
+
+    Raises:
+        ValueError: an unknown key (with ``strict``) or a missing required field.
+        TypeError: a value that does not fit its field's type.
+    """
+    if not (dataclasses.is_dataclass(cls) and isinstance(cls, type)):
+        raise TypeError(f"coerce_config needs a dataclass type, got {cls!r}")
+    overrides = getattr(cls, "_from_dict_overrides", None)
+    data = dict(overrides(dict(data)) if overrides is not None else data)
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    unknown = sorted(set(data) - set(fields))
+    if unknown and strict:
+        raise ValueError(f"{cls.__name__}: unknown config key(s) {unknown}; known: {sorted(fields)}")
+    kwargs = {}
+    for name in fields:
+        if name in data:
+            kwargs[name] = _coerce_value(hints[name], data[name], f"{cls.__name__}.{name}")
+    missing = [
+        n for n, f in fields.items()
+        if n not in kwargs and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+    ]
+    if missing:
+        raise ValueError(f"{cls.__name__}: missing required config key(s) {missing}")
+    return cls(**kwargs)
+
+
+@dataclass
+class ModelConfig:
+    """Base for family configs: a type-driven ``from_dict`` and a plain ``to_dict``."""
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], *, strict: bool = True):
+        return coerce_config(cls, data, strict=strict)
+
+    def to_dict(self) -> dict[str, Any]:
+        def plain(v):
+            if isinstance(v, tuple):
+                return [plain(x) for x in v]
+            if isinstance(v, enum.Enum):
+                return v.value
+            return v
+
+        return {k: plain(v) for k, v in dataclasses.asdict(self).items()}
+
+
+# ---------------------------------------------------------------------------
+# Output-projection alignment
+
+
+GEMM_ALIGNMENT = 8
+PAD_LOGIT = -1.0e4  # finite (fp16-safe) and far below any real logit: padding never wins argmax
+
+
+def align_out_features(n: int, multiple: int = GEMM_ALIGNMENT) -> int:
+    """Round an output width up to the GEMM alignment."""
+    return int(math.ceil(n / multiple) * multiple)
+
+
+def pad_output_projection(
+    weight: torch.Tensor, bias: torch.Tensor | None, multiple: int = GEMM_ALIGNMENT
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Widen an output projection to an aligned width.
+
+    Padding rows get zero weights and a ``PAD_LOGIT`` bias, so they can never win
+    an argmax and contribute ~nothing to a softmax.
+
+    Shapes:
+        weight: (V, D), bias: (V,) or None -> (V', D), (V',) with V' = align(V)
+    """
+    v, d = weight.shape
+    v_pad = align_out_features(v, multiple)
+    if bias is None:
+        bias = torch.zeros(v, dtype=weight.dtype, device=weight.device)
+    if v_pad == v:
+        return weight, bias
+    w = torch.zeros(v_pad, d, dtype=weight.dtype, device=weight.device)
+    w[:v] = weight
+    b = torch.full((v_pad,), PAD_LOGIT, dtype=bias.dtype, device=bias.device)
+    b[:v] = bias
+    return w, b
+
+
+# ---------------------------------------------------------------------------
+# Encoder and model
+
+
+class BaseEncoder(nn.Module):
+    """An acoustic encoder: features -> hidden states, plus streaming geometry.
+
+    Subclasses implement ``forward(feats, feat_lens) -> (hidden, hidden_lens)`` and
+    ``subsampling_rate`` / ``output_size``. Streaming encoders additionally declare
+    ``streaming_kind`` and implement the paged or stateful members.
+    """
+
+    @property
+    def streaming_kind(self) -> StreamingKind:
+        """What this config's weights can do when streaming; "none" for offline-only."""
+        return "none"
+
+    @property
+    def subsampling_rate(self) -> int:
+        """Feature frames per output frame."""
+        raise NotImplementedError(f"{type(self).__name__} must declare subsampling_rate")
+
+    @property
+    def output_size(self) -> int:
+        """Width of the hidden states."""
+        raise NotImplementedError(f"{type(self).__name__} must declare output_size")
+
+    @property
+    def right_context(self) -> int:
+        """Feature frames of look-ahead the encoder needs past a chunk."""
+        return 0
+
+    @property
+    @unimplemented
+    def n_kv_head(self) -> int:
+        """K/V heads per layer of the paged streaming cache."""
+        raise StreamingNotSupported(
+            f"{type(self).__name__}.n_kv_head is a paged-streaming member; this encoder "
+            f"declares streaming_kind={self.streaming_kind!r} and keeps no paged K/V cache"
+        )
+
+    @property
+    @unimplemented
+    def head_dim(self) -> int:
+        """Per-head width of the paged streaming cache."""
+        raise StreamingNotSupported(
+            f"{type(self).__name__}.head_dim is a paged-streaming member; this encoder "
+            f"declares streaming_kind={self.streaming_kind!r} and keeps no paged K/V cache"
+        )
+
+    # Optional declarations: "nothing declared" defaults.
+
+    @property
+    def streaming_state_specs(self) -> tuple[StreamStateSpec, ...]:
+        """Extra fixed-extent per-stream tensors (become ``CacheSpec.stream_states``)."""
+        return ()
+
+    @property
+    def fixed_attention_window(self) -> int | None:
+        """A trained attention span the engine pre-fills, or ``None``."""
+        return None
+
+    def streaming_geometry(self, chunk_size: int) -> StreamingGeometry:
+        """Feature frames per chunk of ``chunk_size`` output frames.
+
+        The default is the generic ``(chunk_size - 1) * sub + right_context + 1``
+        window advancing ``chunk_size * sub`` frames; an encoder whose front end it
+        does not describe overrides this, and refuses chunk sizes it cannot serve.
+        """
+        if self.streaming_kind == "none":
+            raise StreamingNotSupported(
+                f"{type(self).__name__} declares streaming_kind='none': it has no streaming geometry"
+            )
+        if chunk_size <= 0:
+            raise ValueError(f"chunk_size must be positive, got {chunk_size}")
+        sub = self.subsampling_rate
+        return StreamingGeometry(
+            window_frames=(chunk_size - 1) * sub + self.right_context + 1,
+            stride_frames=chunk_size * sub,
+        )
+
+    @unimplemented
+    def forward_chunk_paged(self, *args: Any, **kwargs: Any) -> Any:
+        """One streaming chunk over the paged K/V pool (paged-streaming encoders)."""
+        raise StreamingNotSupported(
+            f"{type(self).__name__} declares streaming_kind={self.streaming_kind!r}: it has no "
+            f"paged chunk forward; serve it offline"
+        )
+
+    @unimplemented
+    def get_streaming_init_states(self, *args: Any, **kwargs: Any) -> Any:
+        """Fresh per-stream states (stateful-streaming encoders)."""
+        raise StreamingNotSupported(
+            f"{type(self).__name__} declares streaming_kind={self.streaming_kind!r}: it keeps "
+            f"no per-stream state; serve it offline"
+        )
+
+    @unimplemented
+    def streaming_forward(self, *args: Any, **kwargs: Any) -> Any:
+        """``(x, lens, states) -> (y, lens, new_states)`` (stateful-streaming encoders)."""
+        raise StreamingNotSupported(
+            f"{type(self).__name__} declares streaming_kind={self.streaming_kind!r}: it has no "
+            f"stateful streaming forward; serve it offline"
+        )
+
+
+class BaseAsrModel(nn.Module):
+    """What the engine may assume about a model.
+
+    Class attributes a family sets:
+        architecture: its registry key.
+        capabilities: the decode families its weights can serve.
+        default_decode_type: the one used when the engine is not told.
+    """
+
+    architecture: ClassVar[str] = ""
+    capabilities: ClassVar[frozenset[DecodeType]] = frozenset()
+    default_decode_type: ClassVar[DecodeType | None] = None
+
+    encoder: BaseEncoder
+
+    def __init__(self, config: Any) -> None:
+        super().__init__()
+        self.config = config
+
+    @classmethod
+    def from_config(cls, config: Any) -> BaseAsrModel:
+        """Build the model (randomly initialised) from its config."""
+        return cls(config)
+
+    # -- decode families -------------------------------------------------------
+
+    @property
+    def decode_type(self) -> DecodeType:
+        """The decode family the engine uses unless told otherwise."""
+        if self.default_decode_type is None:
+            raise NotImplementedError(f"{type(self).__name__} declares no default_decode_type")
+        return self.default_decode_type
+
+    @property
+    def encoder_options(self) -> frozenset[str]:
+        """Per-request encoder options this checkpoint accepts (e.g. "language")."""
+        return frozenset()
+
+    # -- offline forwards --------------------------------------------------------
+
+    def encode_offline(self, feats: torch.Tensor, feat_lens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Encoder only.
+
+        Shapes:
+            feats: (B, T, F) or the family's feature layout; feat_lens: (B,)
+            -> hidden (B, T', D), hidden_lens (B,)
+        """
+        return self.encoder(feats, feat_lens)
+
+    @unimplemented
+    def forward_offline(self, feats: torch.Tensor, feat_lens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Fused encoder + head -> log-probs (B, T', V), lens (B,) (CTC-style models)."""
+        raise NotImplementedError(
+            f"{type(self).__name__} has no fused encoder+head forward; it decodes through "
+            f"{self.decode_type.value!r}"
+        )
+
+    @unimplemented
+    def forward_offline_packed(self, feats: torch.Tensor, cu_seqlens: torch.Tensor) -> torch.Tensor:
+        """Gapless variable-length forward over packed rows (sequence packing)."""
+        raise NotImplementedError(
+            f"{type(self).__name__} does not support sequence packing; the engine pads batches instead"
+        )
+
+    # -- streaming ----------------------------------------------------------------
+
+    @property
+    def cache_spec(self) -> CacheSpec | None:
+        """The streaming cache, or ``None`` when ``encoder.streaming_kind == "none"``."""
+        if self.encoder.streaming_kind == "none":
+            return None
+        if self.encoder.streaming_kind != "paged":
+            return CacheSpec(0, 0, 0, stream_states=self.encoder.streaming_state_specs)
+        return CacheSpec(
+            n_layers=len(getattr(self.encoder, "layers", ())),
+            n_kv_heads=self.encoder.n_kv_head,
+            head_dim=self.encoder.head_dim,
+            stream_states=self.encoder.streaming_state_specs,
+            fixed_attention_window=self.encoder.fixed_attention_window,
+        )
+
+    def encode_chunk_paged(self, *args: Any, **kwargs: Any) -> Any:
+        """Encoder-only streaming chunk over the paged pool."""
+        return self.encoder.forward_chunk_paged(*args, **kwargs)
+
+    @unimplemented
+    def forward_chunk_paged(self, *args: Any, **kwargs: Any) -> Any:
+        """Fused encoder + head streaming chunk over the paged pool."""
+        raise StreamingNotSupported(
+            f"{type(self).__name__} declares streaming_kind={self.encoder.streaming_kind!r}: "
+            f"streaming service mode needs a paged-streaming encoder"
+        )
+
+    # -- weights and dtypes ---------------------------------------------------------
+
+    @property
+    def compute_dtype(self) -> torch.dtype:
+        """The dtype activations run in (not the storage dtype of quantized weights)."""
+        for p in self.parameters():
+            if p.is_floating_point():
+                return p.dtype
+        for b in self.buffers():
+            if b.is_floating_point():
+                return b.dtype
+        return torch.float32
+
+    @property
+    def device(self) -> torch.device:
+        for p in self.parameters():
+            return p.device
+        return torch.device("cpu")
+
+    def quantization_layout(self) -> Any:
+        """Which norms feed which GEMMs and which layers stay full precision.
+
+        The default declares nothing smoothable; round-to-nearest quantization
+        works without it.
+        """
+        return None
+
+    def load_weights(self, state_dict: Mapping[str, torch.Tensor]) -> LoadReport:
+        """Copy checkpoint tensors (already in this model's names) into the model.
+
+        Shapes are checked; tensors the model does not have are reported as dropped,
+        model tensors the checkpoint lacks as missing. Nothing is raised here: the
+        registry decides what a drop or a miss means for this converter.
+
+        Raises:
+            LoadError: a tensor whose shape does not match the model's.
+        """
+        own = dict(self.named_parameters())
+        own.update({k: v for k, v in self.named_buffers() if k not in own and self._is_persistent(k)})
+        mapped, unexpected = [], []
+        mismatched = []
+        with torch.no_grad():
+            for name, tensor in state_dict.items():
+                target = own.get(name)
+                if target is None:
+                    unexpected.append(name)
+                    continue
+                if tuple(target.shape) != tuple(tensor.shape):
+                    mismatched.append(f"{name}: checkpoint {tuple(tensor.shape)} vs model {tuple(target.shape)}")
+                    continue
+                target.copy_(tensor.to(dtype=target.dtype))
+                mapped.append(name)
+        if mismatched:
+            raise LoadError(
+                f"{type(self).__name__}: {len(mismatched)} tensor(s) have the wrong shape:\n  "
+                + "\n  ".join(mismatched[:20])
+            )
+        return LoadReport.build(own.keys(), mapped, unexpected=unexpected)
+
+    def _is_persistent(self, buffer_name: str) -> bool:
+        module_name, _, leaf = buffer_name.rpartition(".")
+        module = self.get_submodule(module_name) if module_name else self
+        return leaf not in module._non_persistent_buffers_set

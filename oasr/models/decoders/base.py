@@ -1,0 +1,210 @@
+"""Decoder contracts: the AED / LLM / transducer extension points.
+
+Two batched decoder shapes are driven from ``oasr.engine.decode``:
+
+* label-synchronous autoregressive (Whisper, speech-LLM): ``BaseDecoder`` with the
+  incremental surface ``prefill / step / select / merge`` over a ``KVPool``;
+* frame-synchronous (transducer): ``TransducerPredictor`` with an opaque state
+  (``init_state / predict / advance / stack_states / unstack_states``) and a ``Joiner``.
+
+``select(state, idx)`` is an index-select: row ``i`` of the result is row
+``idx[i]`` of ``state``. Repeated indices are legal, which is what lets beam
+search expand a prefilled batch into a B x k grid and reorder hypotheses onto
+their parents without a new model method; dropping indices is how finished rows
+leave a running batch. ``merge(a, b)`` joins two prefilled states into one batch
+(a request joining a running decode), guarded by ``can_merge``. Both work because
+K/V is indexed per row in a preallocated pool rather than off a shared
+generation offset.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+import torch
+from torch import nn
+
+from oasr.models.decoders.kv_pool import DecoderState, KVPool, PoolExhausted
+
+
+class BaseDecoder(nn.Module, abc.ABC):
+    """A label-synchronous autoregressive decoder over a per-row K/V pool.
+
+    Class-level declarations (answered by the decoder, not probed):
+        supports_paged_kv: ``prefill`` writes its K/V (and, for an AED, the
+            cross-attention K/V of the encoder window) into a preallocated pool.
+        supports_step_graphs: a ``step`` can be recorded into a CUDA graph: every
+            tensor it reads lives at a process-stable address (the pool) or is a
+            small per-step input copied into a static buffer.
+    """
+
+    supports_paged_kv: ClassVar[bool] = False
+    supports_step_graphs: ClassVar[bool] = False
+
+    @abc.abstractmethod
+    def new_pool(
+        self,
+        max_rows: int,
+        max_groups: int = 0,
+        *,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> KVPool:
+        """Allocate K/V storage for ``max_rows`` hypotheses and ``max_groups`` encoder windows."""
+
+    @abc.abstractmethod
+    def prefill(self, pool: KVPool, tokens: torch.Tensor, token_lens: torch.Tensor, *, row0: int = 0,
+                group0: int = 0, **inputs: Any) -> tuple[torch.Tensor, DecoderState]:
+        """Run the prompts, writing their K/V into rows ``row0..row0+B`` of ``pool``.
+
+        Args:
+            tokens: (B, P) right-padded prompt ids.
+            token_lens: (B,) prompt lengths.
+            inputs: family inputs (the encoder window for an AED, embeddings for an LLM).
+
+        Returns:
+            logits at each row's last prompt position (B, V), and the state.
+        """
+
+    @abc.abstractmethod
+    def step(self, state: DecoderState, tokens: torch.Tensor) -> torch.Tensor:
+        """Feed one token per row; returns next-token logits (n_rows, V). Updates ``state``."""
+
+    # -- generic batch surgery over the pool ------------------------------------------
+
+    def select(self, state: DecoderState, idx: Sequence[int] | torch.Tensor) -> DecoderState:
+        """Row ``i`` of the result is row ``idx[i]`` of ``state``.
+
+        Rows (and the groups they read) are moved within the pool so the result is
+        again contiguous from ``state.row0``; a row already in place is not copied.
+        """
+        idx_list = [int(i) for i in (idx.tolist() if isinstance(idx, torch.Tensor) else idx)]
+        pool = state.pool
+        n = len(idx_list)
+        if any(i < 0 or i >= state.n_rows for i in idx_list):
+            raise IndexError(f"select: index out of range for {state.n_rows} rows: {idx_list}")
+        if state.row0 + n > pool.max_rows:
+            raise PoolExhausted(f"select needs {n} rows from row {state.row0}; the pool has {pool.max_rows}")
+        moves = [(state.row0 + d, state.row0 + s) for d, s in enumerate(idx_list) if d != s]
+        if moves:
+            dst, src = zip(*moves)
+            pool.move_rows(list(dst), list(src), max(state.lengths[i] for i in idx_list))
+        # Groups are renumbered by first appearance, keeping their relative order.
+        remap: dict[int, int] = {}
+        for i in idx_list:
+            g = state.row_group[i]
+            if g not in remap:
+                remap[g] = len(remap)
+        gmoves = [(state.group0 + new, state.group0 + old) for old, new in remap.items() if old != new]
+        if gmoves:
+            gdst, gsrc = zip(*gmoves)
+            pool.move_groups(list(gdst), list(gsrc))
+        idx_t = torch.tensor(idx_list, device=pool.device, dtype=torch.long)
+        return DecoderState(
+            pool=pool,
+            row0=state.row0,
+            group0=state.group0,
+            n_groups=len(remap),
+            lengths=[state.lengths[i] for i in idx_list],
+            lengths_t=state.lengths_t.index_select(0, idx_t),
+            row_group=[remap[state.row_group[i]] for i in idx_list],
+            extras=self.select_extras(state.extras, idx_t),
+        )
+
+    def select_extras(self, extras: dict, idx: torch.Tensor) -> dict:
+        """Index family per-row extras (tensors with a leading row axis) with ``idx``."""
+        return {k: (v.index_select(0, idx) if isinstance(v, torch.Tensor) else v) for k, v in extras.items()}
+
+    def can_merge(self, a: DecoderState, b: DecoderState) -> bool:
+        """Whether ``b`` can join ``a``: same pool, room for its rows and groups, and
+        the same hypotheses-per-group (so the joined batch keeps the shared
+        cross-attention fast path)."""
+        if a.pool is not b.pool:
+            return False
+        if a.n_rows and b.n_rows and a.group_size != b.group_size:
+            return False
+        rows_ok = a.row0 + a.n_rows + b.n_rows <= a.pool.max_rows
+        groups_ok = a.pool.max_groups == 0 or a.group0 + a.n_groups + b.n_groups <= a.pool.max_groups
+        return rows_ok and groups_ok
+
+    def merge(self, a: DecoderState, b: DecoderState) -> DecoderState:
+        """Join ``b`` after ``a``; ``b``'s rows are moved next to ``a``'s if they are elsewhere."""
+        if not self.can_merge(a, b):
+            raise ValueError("merge: the two states cannot be merged (see can_merge)")
+        pool = a.pool
+        row_at, group_at = a.row0 + a.n_rows, a.group0 + a.n_groups
+        if b.row0 != row_at:
+            # move_rows gathers before it writes, so b may overlap its destination.
+            pool.move_rows(list(range(row_at, row_at + b.n_rows)), list(range(b.row0, b.row0 + b.n_rows)),
+                           b.max_length)
+        if b.n_groups and b.group0 != group_at:
+            pool.move_groups(list(range(group_at, group_at + b.n_groups)),
+                             list(range(b.group0, b.group0 + b.n_groups)))
+        extras = {}
+        for k in set(a.extras) | set(b.extras):
+            va, vb = a.extras.get(k), b.extras.get(k)
+            extras[k] = torch.cat([va, vb]) if isinstance(va, torch.Tensor) else va
+        return DecoderState(
+            pool=pool,
+            row0=a.row0,
+            group0=a.group0,
+            n_groups=a.n_groups + b.n_groups,
+            lengths=a.lengths + b.lengths,
+            lengths_t=torch.cat([a.lengths_t, b.lengths_t]),
+            row_group=a.row_group + [g + a.n_groups for g in b.row_group],
+            extras=extras,
+        )
+
+
+# ---------------------------------------------------------------------------
+# Transducer extension points (frame-synchronous decoding)
+
+
+class PredictionNetwork(nn.Module, abc.ABC):
+    """The label-side network of a transducer: labels so far -> a prediction vector."""
+
+    @abc.abstractmethod
+    def forward(self, labels: torch.Tensor) -> torch.Tensor:
+        """(B, U) label ids -> (B, U, D_pred)."""
+
+
+class Joiner(nn.Module, abc.ABC):
+    """Combines an encoder frame and a prediction vector into vocabulary logits."""
+
+    @abc.abstractmethod
+    def forward(self, enc: torch.Tensor, pred: torch.Tensor) -> torch.Tensor:
+        """(..., D_enc), (..., D_pred) -> (..., V) logits."""
+
+
+class TransducerPredictor(nn.Module, abc.ABC):
+    """A predictor with an opaque per-row state, so one greedy loop serves both a
+    stateless label-window predictor and a recurrent one.
+
+    Class attribute:
+        label_window_state: the state is a window of the last labels (beam search can
+            gather-reorder it); False for a recurrent predictor, which refuses beam > 1.
+    """
+
+    label_window_state: ClassVar[bool] = True
+
+    @abc.abstractmethod
+    def init_state(self, batch_size: int, device: torch.device) -> Any:
+        """The state before the first label (not necessarily zeros)."""
+
+    @abc.abstractmethod
+    def predict(self, state: Any) -> torch.Tensor:
+        """(B, D_pred) prediction vectors for the current states."""
+
+    @abc.abstractmethod
+    def advance(self, state: Any, tokens: torch.Tensor, emit: torch.Tensor) -> Any:
+        """New state after ``tokens`` (B,) where ``emit`` (B,) is True; unchanged elsewhere."""
+
+    @abc.abstractmethod
+    def stack_states(self, states: Sequence[Any]) -> Any:
+        """Batch per-stream states into one."""
+
+    @abc.abstractmethod
+    def unstack_states(self, state: Any) -> list[Any]:
+        """Split a batched state per stream."""

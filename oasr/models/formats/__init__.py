@@ -1,0 +1,1 @@
+"""Readers for native checkpoint container formats shared by several families."""

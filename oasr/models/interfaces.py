@@ -1,0 +1,139 @@
+"""What a model must implement to serve each decode family.
+
+``CAPABILITIES`` is declarative: for each decode family, the dotted model-attribute
+paths its decode strategy calls, with a one-line why. ``require_capability`` checks
+them once, when the engine builds its decode strategy, so a checkpoint that
+advertises a capability it cannot serve fails at construction naming the missing
+members, instead of on its first request.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+from typing import Any
+
+from oasr.models.base import DecodeType, is_unimplemented
+
+
+@dataclass(frozen=True)
+class Capability:
+    """Required members of one decode family."""
+
+    requires: tuple[str, ...]
+    why: str
+
+
+CAPABILITIES: dict[DecodeType, Capability] = {
+    DecodeType.CTC: Capability(
+        requires=("forward_offline", "blank_id", "encoder.subsampling_rate"),
+        why="CTC decoding reads log-probs from the fused encoder+head forward, collapses "
+        "them around the model's blank id, and times tokens by the subsampling rate",
+    ),
+    DecodeType.CTC_AED_RESCORING: Capability(
+        requires=("forward_offline", "encode_offline", "blank_id", "decoder.score_hypotheses"),
+        why="attention rescoring runs CTC prefix beam search, then scores the n-best "
+        "teacher-forced through the attention decoder over the encoder output",
+    ),
+    DecodeType.TRANSDUCER: Capability(
+        requires=("encode_offline", "predictor.init_state", "predictor.predict", "predictor.advance",
+                  "joiner"),
+        why="frame-synchronous search advances an opaque predictor state and joins it "
+        "with each encoder frame",
+    ),
+    DecodeType.AED: Capability(
+        requires=("encode_offline", "decoder.new_pool", "decoder.prefill", "decoder.step",
+                  "decoder.select", "decoder.merge", "decoder.can_merge"),
+        why="label-synchronous decoding prefills prompts over the encoder window into a "
+        "per-row K/V pool, steps one token per row, and selects / merges rows for beams "
+        "and continuous batching",
+    ),
+    DecodeType.PARAFORMER: Capability(
+        requires=("encode_offline", "predictor", "decoder"),
+        why="non-autoregressive decoding fires CIF token embeddings from the encoder and "
+        "decodes them in one parallel pass",
+    ),
+    DecodeType.LLM: Capability(
+        requires=("encode_offline", "embed_prompt", "decoder.new_pool", "decoder.prefill",
+                  "decoder.step", "decoder.select", "decoder.merge", "decoder.can_merge"),
+        why="a speech-LLM embeds the chat prompt with audio states spliced in, then samples "
+        "from the causal LM over a per-row K/V pool",
+    ),
+}
+
+
+class CapabilityError(ValueError):
+    """A model cannot serve the decode family it was asked for (or claims)."""
+
+
+_MISSING = object()
+
+
+def _resolve(obj: Any, path: str) -> Any:
+    """Follow ``a.b.c`` without calling the last member; ``_MISSING`` if absent or unimplemented."""
+    *parents, leaf = path.split(".")
+    for part in parents:
+        obj = getattr(obj, part, None)
+        if obj is None:
+            return _MISSING
+    try:
+        static = inspect.getattr_static(obj, leaf)
+    except AttributeError:
+        # nn.Module keeps submodules and parameters out of __dict__-based static lookup.
+        static = getattr(obj, leaf, _MISSING)
+    if static is _MISSING or static is None or is_unimplemented(static):
+        return _MISSING
+    if isinstance(static, (property, staticmethod, classmethod)) or inspect.isfunction(static):
+        return static
+    value = getattr(obj, leaf, _MISSING)
+    return _MISSING if value is None else value
+
+
+def missing_members(model: Any, decode_type: DecodeType | str) -> list[str]:
+    """The members of ``CAPABILITIES[decode_type]`` that ``model`` does not provide."""
+    cap = CAPABILITIES[DecodeType(decode_type)]
+    return [p for p in cap.requires if _resolve(model, p) is _MISSING]
+
+
+def require_capability(model: Any, decode_type: DecodeType | str) -> None:
+    """Check that ``model`` advertises and can serve ``decode_type``.
+
+    Raises:
+        CapabilityError: naming the decode type, the model, and the missing members
+            (or the capabilities it does advertise).
+    """
+    try:
+        dt = DecodeType(decode_type)
+    except ValueError:
+        raise CapabilityError(
+            f"unknown decode type {decode_type!r}; expected one of {[d.value for d in DecodeType]}"
+        ) from None
+    name = type(model).__name__
+    advertised = frozenset(getattr(model, "capabilities", ()))
+    if dt not in advertised:
+        raise CapabilityError(
+            f"{name} does not serve decode type {dt.value!r}; it serves "
+            f"{sorted(d.value for d in advertised) or 'nothing'}"
+        )
+    missing = missing_members(model, dt)
+    if missing:
+        raise CapabilityError(
+            f"{name} advertises {dt.value!r} but lacks {missing} "
+            f"({CAPABILITIES[dt].why})"
+        )
+
+
+def validate_capabilities(model: Any) -> None:
+    """``require_capability`` for every capability the model advertises, and a check
+    that its default decode type is one of them."""
+    caps = frozenset(getattr(model, "capabilities", ()))
+    if not caps:
+        raise CapabilityError(f"{type(model).__name__} advertises no decode type")
+    default = getattr(model, "default_decode_type", None)
+    if default not in caps:
+        raise CapabilityError(
+            f"{type(model).__name__}.default_decode_type={default!r} is not among its capabilities "
+            f"{sorted(d.value for d in caps)}"
+        )
+    for dt in caps:
+        require_capability(model, dt)

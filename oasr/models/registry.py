@@ -1,0 +1,342 @@
+"""The model registry: architecture names -> (model class, checkpoint converters).
+
+Built-in families come from one ``_BUILTIN_PACKAGES`` list; each family package
+calls ``register_model`` with lazy ``"module:Class"`` strings, so a family's
+modules are imported only when it is asked for. Out-of-tree architectures arrive
+through the ``oasr.models`` entry-point group (an entry point is a callable that
+registers, or a module whose import registers); a broken plugin warns and is
+skipped rather than taking the built-ins down.
+
+Loading a checkpoint goes: converter (sniffs the directory, reads the native
+format, returns a ``CheckpointBundle`` in the model's tensor names) -> model built
+from the config without random init -> ``load_weights`` -> ``LoadReport``
+accounting against the converter's declarations:
+
+* ``expected_unused_prefixes``: dropped silently (e.g. training-only heads);
+* ``capability_drop_hints``: dropped with a warning naming what is lost;
+* anything else dropped: a warning listing the tensors;
+* a model tensor left missing: ``LoadError``, carrying the hints that fired.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import importlib.metadata
+import threading
+import warnings
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+import torch
+
+from oasr.models.base import (
+    BaseAsrModel,
+    DecodingSpec,
+    FeatureSpec,
+    LoadError,
+    LoadReport,
+    TokenizerSpec,
+)
+
+ENTRY_POINT_GROUP = "oasr.models"
+
+# Each package exposes ``register()``, which calls ``register_model`` with lazy references.
+_BUILTIN_PACKAGES: tuple[str, ...] = ("oasr.models.whisper",)
+
+
+@dataclass
+class CheckpointBundle:
+    """A checkpoint read into oasr's terms, before any model is built.
+
+    Attributes:
+        architecture: registry key of the family that reads it.
+        config: the family config object.
+        state_dict: tensors in the model's own names (host memory).
+        tokenizer, features, decoding: the specs the checkpoint carries.
+        source: where it was read from; format: its native format.
+    """
+
+    architecture: str
+    config: Any
+    state_dict: dict[str, torch.Tensor]
+    tokenizer: TokenizerSpec | None = None
+    features: FeatureSpec | None = None
+    decoding: DecodingSpec | None = None
+    source: str = ""
+    format: str = ""
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+@runtime_checkable
+class CheckpointConverter(Protocol):
+    """Reads one native checkpoint format for one architecture.
+
+    Attributes:
+        architecture: the registry key it produces bundles for.
+        expected_unused_prefixes: checkpoint tensor prefixes dropped silently.
+        capability_drop_hints: prefix -> what is lost when tensors under it are dropped.
+        auto_detect: whether ``can_load`` takes part in architecture sniffing.
+    """
+
+    architecture: str
+    expected_unused_prefixes: tuple[str, ...]
+    capability_drop_hints: Mapping[str, str]
+    auto_detect: bool
+
+    def can_load(self, path: Path) -> bool:
+        """Whether ``path`` looks like this converter's format (cheap: read configs only)."""
+        ...
+
+    def load(self, path: Path) -> CheckpointBundle:
+        """Read the checkpoint into a bundle (tensors on the host)."""
+        ...
+
+
+def _import_object(ref: str | type | Any) -> Any:
+    if not isinstance(ref, str):
+        return ref
+    module, _, attr = ref.partition(":")
+    obj = importlib.import_module(module)
+    for part in attr.split(".") if attr else ():
+        obj = getattr(obj, part)
+    return obj
+
+
+@dataclass
+class ModelInfo:
+    """One registered architecture."""
+
+    name: str
+    model: str | type[BaseAsrModel]
+    converters: tuple[str | type, ...]
+    origin: str = "builtin"
+
+    def model_class(self) -> type[BaseAsrModel]:
+        cls = _import_object(self.model)
+        if not (isinstance(cls, type) and issubclass(cls, BaseAsrModel)):
+            raise TypeError(f"architecture {self.name!r}: {self.model!r} is not a BaseAsrModel subclass")
+        return cls
+
+    def converter_objects(self) -> list[CheckpointConverter]:
+        out = []
+        for ref in self.converters:
+            obj = _import_object(ref)
+            out.append(obj() if isinstance(obj, type) else obj)
+        return out
+
+
+_REGISTRY: dict[str, ModelInfo] = {}
+_LOCK = threading.RLock()
+_LOADED = False
+_CURRENT_ORIGIN = "builtin"
+
+
+def register_model(
+    name: str,
+    model: str | type[BaseAsrModel],
+    converters: str | type | tuple[str | type, ...] | list = (),
+    *,
+    overwrite: bool = False,
+) -> None:
+    """Register an architecture.
+
+    Args:
+        name: registry key (e.g. "whisper").
+        model: the ``BaseAsrModel`` subclass or a lazy ``"module:Class"`` string.
+        converters: ``CheckpointConverter`` classes / instances / lazy strings.
+        overwrite: replace an existing registration of ``name``.
+
+    Raises:
+        ValueError: ``name`` is already registered and ``overwrite`` is False.
+    """
+    if isinstance(converters, (str, type)) or not isinstance(converters, (tuple, list)):
+        converters = (converters,)
+    with _LOCK:
+        if name in _REGISTRY and not overwrite:
+            raise ValueError(f"architecture {name!r} is already registered ({_REGISTRY[name].origin})")
+        _REGISTRY[name] = ModelInfo(name, model, tuple(converters), origin=_CURRENT_ORIGIN)
+
+
+def _ensure_loaded() -> None:
+    global _LOADED, _CURRENT_ORIGIN
+    with _LOCK:
+        if _LOADED:
+            return
+        _LOADED = True
+        for pkg in _BUILTIN_PACKAGES:
+            importlib.import_module(pkg).register()
+        for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+            dist = getattr(ep, "dist", None)
+            _CURRENT_ORIGIN = f"plugin:{dist.name if dist is not None else ep.value}"
+            try:
+                obj = ep.load()
+                if callable(obj):
+                    obj()
+            except Exception as exc:  # a broken plugin must not take the built-ins down
+                warnings.warn(
+                    f"oasr: skipping model plugin {ep.name!r} ({ep.value}): {type(exc).__name__}: {exc}",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
+            finally:
+                _CURRENT_ORIGIN = "builtin"
+
+
+def reload_registry() -> None:
+    """Forget all registrations and re-discover built-ins and plugins (after installing one)."""
+    global _LOADED
+    with _LOCK:
+        _REGISTRY.clear()
+        _LOADED = False
+    _ensure_loaded()
+
+
+def list_models() -> list[str]:
+    """Registered architecture names, built-ins first, then plugins, in registration order."""
+    _ensure_loaded()
+    return list(_REGISTRY)
+
+
+def get_model_info(name: str) -> ModelInfo:
+    """The registration of ``name``.
+
+    Raises:
+        KeyError: naming the known architectures.
+    """
+    _ensure_loaded()
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise KeyError(f"unknown architecture {name!r}; registered: {list(_REGISTRY)}") from None
+
+
+def detect_architecture(path: str | Path) -> tuple[str, CheckpointConverter]:
+    """Find the (single) auto-detecting converter that can read ``path``.
+
+    Raises:
+        ValueError: nothing recognises it, or several architectures do.
+    """
+    path = Path(path)
+    _ensure_loaded()
+    hits: list[tuple[str, CheckpointConverter]] = []
+    for name, info in _REGISTRY.items():
+        for conv in info.converter_objects():
+            if getattr(conv, "auto_detect", True) and conv.can_load(path):
+                hits.append((name, conv))
+                break
+    if not hits:
+        raise ValueError(
+            f"no registered architecture recognises {path} (registered: {list(_REGISTRY)}); "
+            f"pass architecture=... if it is an explicit-only format"
+        )
+    if len({h[0] for h in hits}) > 1:
+        raise ValueError(
+            f"{path} is recognised by several architectures {[h[0] for h in hits]}; pass architecture=..."
+        )
+    return hits[0]
+
+
+def load_checkpoint_bundle(path: str | Path, architecture: str | None = None) -> tuple[CheckpointBundle, CheckpointConverter]:
+    """Read a checkpoint with its architecture's converter (detected when not given)."""
+    path = Path(path)
+    if architecture is None:
+        _, conv = detect_architecture(path)
+    else:
+        convs = get_model_info(architecture).converter_objects()
+        usable = [c for c in convs if c.can_load(path)]
+        if not usable:
+            raise ValueError(f"no {architecture!r} converter can read {path}")
+        conv = usable[0]
+    return conv.load(path), conv
+
+
+@contextlib.contextmanager
+def _skip_init() -> Iterator[None]:
+    """Build modules without random initialisation: every tensor is about to be loaded."""
+    names = ("kaiming_uniform_", "kaiming_normal_", "uniform_", "normal_", "xavier_uniform_",
+             "xavier_normal_", "trunc_normal_", "zeros_", "ones_", "constant_")
+    saved = {n: getattr(torch.nn.init, n) for n in names}
+    try:
+        for n in names:
+            setattr(torch.nn.init, n, lambda tensor, *a, **k: tensor)
+        yield
+    finally:
+        for n, fn in saved.items():
+            setattr(torch.nn.init, n, fn)
+
+
+def account_load(report: LoadReport, converter: Any, architecture: str) -> list[str]:
+    """Apply the converter's drop declarations to a report.
+
+    Returns:
+        the capability hints that fired.
+
+    Raises:
+        LoadError: a model tensor is missing (the message carries the hints that fired).
+    """
+    expected = tuple(getattr(converter, "expected_unused_prefixes", ()))
+    hints: Mapping[str, str] = getattr(converter, "capability_drop_hints", {}) or {}
+    fired: dict[str, list[str]] = {}
+    unexplained: list[str] = []
+    for name in sorted(report.dropped):
+        if expected and name.startswith(expected):
+            continue
+        for prefix, hint in hints.items():
+            if name.startswith(prefix):
+                fired.setdefault(hint, []).append(name)
+                break
+        else:
+            unexplained.append(name)
+    for hint, names in fired.items():
+        warnings.warn(f"{architecture}: dropped {len(names)} tensor(s) ({names[0]}, ...): {hint}",
+                      UserWarning, stacklevel=3)
+    if unexplained:
+        warnings.warn(
+            f"{architecture}: {len(unexplained)} checkpoint tensor(s) were not used by the model: "
+            f"{unexplained[:10]}{' ...' if len(unexplained) > 10 else ''}",
+            UserWarning,
+            stacklevel=3,
+        )
+    if report.missing:
+        missing = sorted(report.missing)
+        msg = (f"{architecture}: {len(missing)} model tensor(s) missing from the checkpoint: "
+               f"{missing[:20]}{' ...' if len(missing) > 20 else ''}")
+        if fired:
+            msg += "; drop hints that fired: " + "; ".join(fired)
+        raise LoadError(msg)
+    return list(fired)
+
+
+def build_model_from_checkpoint(
+    path: str | Path,
+    *,
+    architecture: str | None = None,
+    dtype: torch.dtype | None = None,
+    device: torch.device | str | None = None,
+) -> tuple[BaseAsrModel, CheckpointBundle, LoadReport]:
+    """Read a checkpoint and build its model.
+
+    The checkpoint is read and cast to ``dtype`` on the host, the model is built
+    without random init and filled, and only then moved to ``device`` (a large
+    checkpoint otherwise double-books device memory).
+
+    Returns:
+        (model in eval mode, the bundle with its specs, the LoadReport).
+    """
+    bundle, converter = load_checkpoint_bundle(path, architecture)
+    info = get_model_info(bundle.architecture)
+    cls = info.model_class()
+    with _skip_init():
+        model = cls.from_config(bundle.config)
+    if dtype is not None:
+        model.to(dtype=dtype)
+    report = model.load_weights(bundle.state_dict)
+    account_load(report, converter, bundle.architecture)
+    bundle.state_dict = {}  # the model owns the weights now; free the host copy
+    model.eval()
+    if device is not None:
+        model.to(device)
+    return model, bundle, report

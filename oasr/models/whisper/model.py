@@ -1,0 +1,351 @@
+"""Whisper: a transformer encoder over a 30-s log-mel window and an incremental
+decoder over a per-row K/V pool.
+
+Module names follow Hugging Face's layout (without its ``model.`` prefix), so a
+transformers checkpoint maps 1:1; the CTranslate2 and openai-whisper layouts are
+renamed onto it in ``convert.py``. The output projection is tied to the token
+embedding, as in every Whisper release.
+
+Reads top to bottom: attention, encoder layer, encoder, decoder layer, decoder
+(prefill / step over the pool, teacher-forced cross-attention for word timing),
+then the public model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from oasr.layers import (
+    Conv1d,
+    Embedding,
+    Gelu,
+    LayerNorm,
+    Linear,
+    LinearActivation,
+    attention,
+    attention_weights,
+)
+from oasr.models.base import BaseAsrModel, BaseEncoder, DecodeType
+from oasr.models.decoders import BaseDecoder, DecoderState, KVPool, PoolExhausted
+from oasr.models.whisper.config import WhisperConfig
+
+
+class WhisperAttention(nn.Module):
+    """Multi-head attention projections (the key projection has no bias)."""
+
+    def __init__(self, d_model: int, n_head: int) -> None:
+        super().__init__()
+        self.n_head = n_head
+        self.head_dim = d_model // n_head
+        self.q_proj = Linear(d_model, d_model)
+        self.k_proj = Linear(d_model, d_model, bias=False)
+        self.v_proj = Linear(d_model, d_model)
+        self.out_proj = Linear(d_model, d_model)
+
+    def heads(self, x: torch.Tensor) -> torch.Tensor:
+        """(B, T, D) -> (B, H, T, Dh)"""
+        b, t, _ = x.shape
+        return x.view(b, t, self.n_head, self.head_dim).transpose(1, 2)
+
+    def merge(self, x: torch.Tensor) -> torch.Tensor:
+        """(B, H, T, Dh) -> out_proj((B, T, D))"""
+        b, h, t, dh = x.shape
+        return self.out_proj(x.transpose(1, 2).reshape(b, t, h * dh))
+
+    def forward(self, x: torch.Tensor, *, is_causal: bool = False,
+                key_lengths: torch.Tensor | None = None) -> torch.Tensor:
+        """Dense self-attention. (B, T, D) -> (B, T, D)"""
+        q, k, v = self.heads(self.q_proj(x)), self.heads(self.k_proj(x)), self.heads(self.v_proj(x))
+        return self.merge(attention(q, k, v, is_causal=is_causal, key_lengths=key_lengths))
+
+
+class WhisperEncoderLayer(nn.Module):
+    def __init__(self, cfg: WhisperConfig) -> None:
+        super().__init__()
+        d = cfg.n_audio_state
+        self.self_attn = WhisperAttention(d, cfg.n_audio_head)
+        self.self_attn_layer_norm = LayerNorm(d, cfg.layer_norm_eps)
+        self.fc1 = LinearActivation(d, cfg.encoder_ffn_dim, "gelu")
+        self.fc2 = Linear(cfg.encoder_ffn_dim, d)
+        self.final_layer_norm = LayerNorm(d, cfg.layer_norm_eps)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        a = self.self_attn(self.self_attn_layer_norm(x))
+        h, x = self.final_layer_norm.add_forward(a, x)
+        return x + self.fc2(self.fc1(h))
+
+
+class WhisperEncoder(BaseEncoder):
+    """Two convolutions (the second strides by 2), learned positions, pre-norm layers.
+
+    Shapes:
+        feats: (B, n_mels, 2 * n_audio_ctx) -> (B, n_audio_ctx, n_audio_state)
+    """
+
+    def __init__(self, cfg: WhisperConfig) -> None:
+        super().__init__()
+        d = cfg.n_audio_state
+        self.cfg = cfg
+        self.conv1 = Conv1d(cfg.n_mels, d, 3, padding=1)
+        self.conv2 = Conv1d(d, d, 3, stride=2, padding=1)
+        self.gelu = Gelu()
+        self.embed_positions = Embedding(cfg.n_audio_ctx, d)
+        self.layers = nn.ModuleList(WhisperEncoderLayer(cfg) for _ in range(cfg.n_audio_layer))
+        self.layer_norm = LayerNorm(d, cfg.layer_norm_eps)
+
+    @property
+    def subsampling_rate(self) -> int:
+        return 2
+
+    @property
+    def output_size(self) -> int:
+        return self.cfg.n_audio_state
+
+    def forward(self, feats: torch.Tensor, feat_lens: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        expected = 2 * self.cfg.n_audio_ctx
+        if feats.dim() != 3 or feats.shape[1] != self.cfg.n_mels or feats.shape[2] != expected:
+            raise ValueError(
+                f"Whisper expects features of shape (B, {self.cfg.n_mels}, {expected}) "
+                f"(a 30-s window, padded); got {tuple(feats.shape)}"
+            )
+        x = self.gelu(self.conv1(feats))
+        x = self.gelu(self.conv2(x))
+        x = x.transpose(1, 2) + self.embed_positions.weight  # (B, T, D)
+        for layer in self.layers:
+            x = layer(x)
+        x = self.layer_norm(x)
+        lens = torch.full((x.shape[0],), x.shape[1], dtype=torch.long, device=x.device)
+        return x, lens
+
+
+class WhisperDecoderLayer(nn.Module):
+    def __init__(self, cfg: WhisperConfig) -> None:
+        super().__init__()
+        d = cfg.n_text_state
+        self.self_attn = WhisperAttention(d, cfg.n_text_head)
+        self.self_attn_layer_norm = LayerNorm(d, cfg.layer_norm_eps)
+        self.encoder_attn = WhisperAttention(d, cfg.n_text_head)
+        self.encoder_attn_layer_norm = LayerNorm(d, cfg.layer_norm_eps)
+        self.fc1 = LinearActivation(d, cfg.decoder_ffn_dim, "gelu")
+        self.fc2 = Linear(cfg.decoder_ffn_dim, d)
+        self.final_layer_norm = LayerNorm(d, cfg.layer_norm_eps)
+
+
+class WhisperDecoder(BaseDecoder):
+    """Token embedding + learned positions, pre-norm layers with cross-attention,
+    logits through the tied embedding.
+
+    K/V live in a ``KVPool``: self-attention K/V per hypothesis row, cross-attention
+    K/V per encoder window (group), shared by the rows of that group.
+    """
+
+    supports_paged_kv = True
+
+    def __init__(self, cfg: WhisperConfig) -> None:
+        super().__init__()
+        d = cfg.n_text_state
+        self.cfg = cfg
+        self.embed_tokens = Embedding(cfg.n_vocab, d)
+        self.embed_positions = Embedding(cfg.n_text_ctx, d)
+        self.layers = nn.ModuleList(WhisperDecoderLayer(cfg) for _ in range(cfg.n_text_layer))
+        self.layer_norm = LayerNorm(d, cfg.layer_norm_eps)
+
+    # -- pieces -------------------------------------------------------------------
+
+    def logits(self, x: torch.Tensor) -> torch.Tensor:
+        """(..., D) -> (..., V) through the tied embedding."""
+        return F.linear(x, self.embed_tokens.weight)
+
+    def new_pool(self, max_rows: int, max_groups: int = 0, *, device=None, dtype=None) -> KVPool:
+        p = self.embed_tokens.weight
+        return KVPool(
+            n_layers=self.cfg.n_text_layer,
+            n_heads=self.cfg.n_text_head,
+            head_dim=self.cfg.n_text_state // self.cfg.n_text_head,
+            max_rows=max_rows,
+            max_len=self.cfg.n_text_ctx,
+            max_groups=max_groups,
+            cross_len=self.cfg.n_audio_ctx,
+            device=device if device is not None else p.device,
+            dtype=dtype if dtype is not None else p.dtype,
+        )
+
+    def _cross(self, layer: WhisperDecoderLayer, h: torch.Tensor, state: DecoderState, li: int) -> torch.Tensor:
+        """Cross-attention of rows over their groups' K/V in the pool. (n, T, D) -> (n, T, D)"""
+        pool = state.pool
+        g0, g = state.group0, state.n_groups
+        ck, cv = pool.cross_k[li, g0 : g0 + g], pool.cross_v[li, g0 : g0 + g]  # (G, H, Tk, Dh)
+        q = layer.encoder_attn.heads(layer.encoder_attn.q_proj(h))  # (n, H, T, Dh)
+        k = state.group_size
+        if k == 1:
+            out = attention(q, ck, cv)
+        elif k is not None and q.shape[2] == 1:
+            # Hypotheses of one group become query positions over the shared K/V.
+            n, hh, _, dh = q.shape
+            qg = q.view(g, k, hh, dh).transpose(1, 2)  # (G, H, k, Dh)
+            out = attention(qg, ck, cv).transpose(1, 2).reshape(n, hh, 1, dh)
+        else:
+            idx = torch.tensor(state.row_group, device=q.device)
+            out = attention(q, ck.index_select(0, idx), cv.index_select(0, idx))
+        return layer.encoder_attn.merge(out)
+
+    # -- incremental surface -----------------------------------------------------------
+
+    def prefill(
+        self,
+        pool: KVPool,
+        tokens: torch.Tensor,
+        token_lens: torch.Tensor,
+        *,
+        row0: int = 0,
+        group0: int = 0,
+        memory: torch.Tensor | None = None,
+        row_group: Sequence[int] | None = None,
+        logits_at: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, DecoderState]:
+        """Run right-padded prompts over their encoder windows.
+
+        Args:
+            pool: where K/V go (rows ``row0..row0+B``, groups ``group0..group0+G``).
+            tokens: (B, P) prompt ids, right-padded; token_lens: (B,) lengths.
+            memory: (G, n_audio_ctx, D) encoder output; its cross-attention K/V are
+                written to the pool. ``None`` reuses groups already in the pool.
+            row_group: group of each row (default: row i reads group i).
+            logits_at: (B, m) prompt positions to return logits for (default: the
+                last position of each row).
+
+        Returns:
+            logits (B, V), or (B, m, V) with ``logits_at``; and the state.
+        """
+        b, p = tokens.shape
+        if p > self.cfg.n_text_ctx:
+            raise ValueError(f"prompt of {p} tokens exceeds the decoder context {self.cfg.n_text_ctx}")
+        row_group = list(range(b)) if row_group is None else [int(g) for g in row_group]
+        n_groups = (max(row_group) + 1) if row_group else 0
+        if row0 + b > pool.max_rows or group0 + n_groups > pool.max_groups:
+            raise PoolExhausted(
+                f"prefill of {b} rows / {n_groups} groups at ({row0}, {group0}) exceeds the pool "
+                f"({pool.max_rows} rows, {pool.max_groups} groups)"
+            )
+        if memory is not None:
+            if memory.shape[0] != n_groups:
+                raise ValueError(f"memory has {memory.shape[0]} windows for {n_groups} groups")
+            for li, layer in enumerate(self.layers):
+                att = layer.encoder_attn
+                pool.cross_k[li, group0 : group0 + n_groups] = att.heads(att.k_proj(memory))
+                pool.cross_v[li, group0 : group0 + n_groups] = att.heads(att.v_proj(memory))
+        token_lens = token_lens.to(device=tokens.device, dtype=torch.long)
+        lengths = [int(x) for x in token_lens.tolist()]
+        state = DecoderState(pool=pool, row0=row0, group0=group0, n_groups=n_groups, lengths=lengths,
+                             lengths_t=token_lens.clone(), row_group=row_group)
+        x = self.embed_tokens(tokens) + self.embed_positions.weight[:p]
+        for li, layer in enumerate(self.layers):
+            att = layer.self_attn
+            h = layer.self_attn_layer_norm(x)
+            q, k, v = att.heads(att.q_proj(h)), att.heads(att.k_proj(h)), att.heads(att.v_proj(h))
+            pool.k[li, row0 : row0 + b, :, :p] = k
+            pool.v[li, row0 : row0 + b, :, :p] = v
+            a = att.merge(attention(q, k, v, is_causal=True, key_lengths=token_lens))
+            h, x = layer.encoder_attn_layer_norm.add_forward(a, x)
+            c = self._cross(layer, h, state, li)
+            h, x = layer.final_layer_norm.add_forward(c, x)
+            x = x + layer.fc2(layer.fc1(h))
+        x = self.layer_norm(x)
+        if logits_at is None:
+            last = x[torch.arange(b, device=x.device), token_lens - 1]  # (B, D)
+            return self.logits(last), state
+        picked = torch.gather(x, 1, logits_at[..., None].expand(-1, -1, x.shape[-1]))  # (B, m, D)
+        return self.logits(picked), state
+
+    def step(self, state: DecoderState, tokens: torch.Tensor) -> torch.Tensor:
+        """Feed one token per row at each row's own position. (n,) -> logits (n, V)"""
+        n = state.n_rows
+        if n == 0:
+            return torch.empty(0, self.cfg.n_vocab, device=tokens.device)
+        if state.max_length >= self.cfg.n_text_ctx:
+            raise ValueError(f"decoder context of {self.cfg.n_text_ctx} tokens exhausted")
+        pool, r0 = state.pool, state.row0
+        pos = state.lengths_t  # (n,)
+        extent = state.max_length + 1
+        rows = torch.arange(n, device=tokens.device)
+        key_mask = (torch.arange(extent, device=tokens.device)[None, :] <= pos[:, None])[:, None, None, :]
+        x = (self.embed_tokens(tokens) + self.embed_positions(pos))[:, None, :]  # (n, 1, D)
+        for li, layer in enumerate(self.layers):
+            att = layer.self_attn
+            kc, vc = pool.k[li, r0 : r0 + n], pool.v[li, r0 : r0 + n]  # (n, H, S, Dh) views
+            h = layer.self_attn_layer_norm(x)
+            q, k, v = att.heads(att.q_proj(h)), att.heads(att.k_proj(h)), att.heads(att.v_proj(h))
+            kc[rows, :, pos] = k[:, :, 0]
+            vc[rows, :, pos] = v[:, :, 0]
+            a = att.merge(attention(q, kc[:, :, :extent], vc[:, :, :extent], mask=key_mask))
+            h, x = layer.encoder_attn_layer_norm.add_forward(a, x)
+            c = self._cross(layer, h, state, li)
+            h, x = layer.final_layer_norm.add_forward(c, x)
+            x = x + layer.fc2(layer.fc1(h))
+        state.lengths = [length + 1 for length in state.lengths]
+        state.lengths_t = state.lengths_t + 1
+        return self.logits(self.layer_norm(x[:, 0]))
+
+    # -- teacher-forced alignment ----------------------------------------------------
+
+    def cross_attention(
+        self,
+        memory: torch.Tensor,
+        tokens: torch.Tensor,
+        token_lens: torch.Tensor,
+        heads: Sequence[tuple[int, int]],
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Teacher-forced forward returning the cross-attention probabilities of
+        the declared (layer, head) pairs, for word timing.
+
+        Args:
+            memory: (B, Tk, D) encoder output; tokens: (B, L) right-padded ids;
+            token_lens: (B,) lengths; heads: (layer, head) pairs.
+
+        Returns:
+            weights (B, len(heads), L, Tk) float32, and logits (B, L, V).
+        """
+        b, length = tokens.shape
+        token_lens = token_lens.to(device=tokens.device, dtype=torch.long)
+        by_layer: dict[int, list[int]] = {}
+        for li, hi in heads:
+            by_layer.setdefault(int(li), []).append(int(hi))
+        collected: dict[tuple[int, int], torch.Tensor] = {}
+        x = self.embed_tokens(tokens) + self.embed_positions.weight[:length]
+        for li, layer in enumerate(self.layers):
+            a = layer.self_attn(layer.self_attn_layer_norm(x), is_causal=True, key_lengths=token_lens)
+            h, x = layer.encoder_attn_layer_norm.add_forward(a, x)
+            att = layer.encoder_attn
+            q, k, v = att.heads(att.q_proj(h)), att.heads(att.k_proj(memory)), att.heads(att.v_proj(memory))
+            if li in by_layer:
+                sel = by_layer[li]
+                w = attention_weights(q[:, sel], k[:, sel])  # (B, |sel|, L, Tk)
+                for j, hi in enumerate(sel):
+                    collected[(li, hi)] = w[:, j]
+            c = att.merge(attention(q, k, v))
+            h, x = layer.final_layer_norm.add_forward(c, x)
+            x = x + layer.fc2(layer.fc1(h))
+        logits = self.logits(self.layer_norm(x))
+        weights = torch.stack([collected[(int(li), int(hi))] for li, hi in heads], dim=1)
+        return weights, logits
+
+
+class WhisperModel(BaseAsrModel):
+    """Whisper (offline-only; decoded by the ``aed`` strategy)."""
+
+    architecture = "whisper"
+    capabilities = frozenset({DecodeType.AED})
+    default_decode_type = DecodeType.AED
+
+    def __init__(self, config: WhisperConfig) -> None:
+        super().__init__(config)
+        self.encoder = WhisperEncoder(config)
+        self.decoder = WhisperDecoder(config)
+
+    def encode_offline(self, feats: torch.Tensor, feat_lens: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """(B, n_mels, 3000) log-mel windows -> (B, 1500, D) states, (B,) lengths."""
+        return self.encoder(feats, feat_lens)

@@ -1,0 +1,6 @@
+"""One tokenizer interface over Hugging Face ``tokenizers`` files (and, per family,
+sentencepiece models and token tables)."""
+
+from oasr.tokenizers.base import HFTokenizer, Tokenizer, load_tokenizer
+
+__all__ = ["HFTokenizer", "Tokenizer", "load_tokenizer"]
