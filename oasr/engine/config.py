@@ -81,6 +81,7 @@ class TranscribeOptions:
         hallucination_silence_threshold: with word timestamps, skip silences longer
             than this around likely hallucinations.
         clip_timestamps: "start,end,..." seconds (or a list) of the clips to transcribe.
+        multilingual: detect the language again in every window.
         seed: RNG seed for sampling (fixed for reproducible fallbacks).
     """
 
@@ -113,6 +114,7 @@ class TranscribeOptions:
     language_detection_segments: int = 1
     hallucination_silence_threshold: float | None = None
     clip_timestamps: str | tuple[float, ...] = "0"
+    multilingual: bool = False
     seed: int = 0
 
     @property

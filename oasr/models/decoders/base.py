@@ -49,10 +49,12 @@ class BaseDecoder(nn.Module, abc.ABC):
         max_rows: int,
         max_groups: int = 0,
         *,
+        max_len: int | None = None,
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
     ) -> KVPool:
-        """Allocate K/V storage for ``max_rows`` hypotheses and ``max_groups`` encoder windows."""
+        """Allocate K/V storage for ``max_rows`` hypotheses of up to ``max_len`` tokens
+        (default: the decoder context) and ``max_groups`` encoder windows."""
 
     @abc.abstractmethod
     def prefill(self, pool: KVPool, tokens: torch.Tensor, token_lens: torch.Tensor, *, row0: int = 0,

@@ -160,14 +160,15 @@ class WhisperDecoder(BaseDecoder):
         """(..., D) -> (..., V) through the tied embedding."""
         return F.linear(x, self.embed_tokens.weight)
 
-    def new_pool(self, max_rows: int, max_groups: int = 0, *, device=None, dtype=None) -> KVPool:
+    def new_pool(self, max_rows: int, max_groups: int = 0, *, max_len: int | None = None, device=None,
+                 dtype=None) -> KVPool:
         p = self.embed_tokens.weight
         return KVPool(
             n_layers=self.cfg.n_text_layer,
             n_heads=self.cfg.n_text_head,
             head_dim=self.cfg.n_text_state // self.cfg.n_text_head,
             max_rows=max_rows,
-            max_len=self.cfg.n_text_ctx,
+            max_len=self.cfg.n_text_ctx if max_len is None else max_len,
             max_groups=max_groups,
             cross_len=self.cfg.n_audio_ctx,
             device=device if device is not None else p.device,
@@ -298,6 +299,7 @@ class WhisperDecoder(BaseDecoder):
         tokens: torch.Tensor,
         token_lens: torch.Tensor,
         heads: Sequence[tuple[int, int]],
+        max_frames: int | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Teacher-forced forward returning the cross-attention probabilities of
         the declared (layer, head) pairs, for word timing.
@@ -305,12 +307,15 @@ class WhisperDecoder(BaseDecoder):
         Args:
             memory: (B, Tk, D) encoder output; tokens: (B, L) right-padded ids;
             token_lens: (B,) lengths; heads: (layer, head) pairs.
+            max_frames: softmax over the first ``max_frames`` encoder frames only
+                (the window's real audio); default all.
 
         Returns:
-            weights (B, len(heads), L, Tk) float32, and logits (B, L, V).
+            probabilities (B, len(heads), L, max_frames) float32, and logits (B, L, V).
         """
         b, length = tokens.shape
         token_lens = token_lens.to(device=tokens.device, dtype=torch.long)
+        frames = memory.shape[1] if max_frames is None else int(max_frames)
         by_layer: dict[int, list[int]] = {}
         for li, hi in heads:
             by_layer.setdefault(int(li), []).append(int(hi))
@@ -323,7 +328,7 @@ class WhisperDecoder(BaseDecoder):
             q, k, v = att.heads(att.q_proj(h)), att.heads(att.k_proj(memory)), att.heads(att.v_proj(memory))
             if li in by_layer:
                 sel = by_layer[li]
-                w = attention_weights(q[:, sel], k[:, sel])  # (B, |sel|, L, Tk)
+                w = attention_weights(q[:, sel], k[:, sel, :frames])  # (B, |sel|, L, frames)
                 for j, hi in enumerate(sel):
                     collected[(li, hi)] = w[:, j]
             c = att.merge(attention(q, k, v))

@@ -87,7 +87,15 @@ class WhisperTokenizer:
         self.special = special
 
     @classmethod
-    def from_tokenizer(cls, tokenizer: Tokenizer) -> WhisperTokenizer:
+    def from_tokenizer(cls, tokenizer: Tokenizer, multilingual: bool = True) -> WhisperTokenizer:
+        """Derive the special ids from the vocabulary.
+
+        Args:
+            multilingual: whether the checkpoint is multilingual (vocabulary size >=
+                51865). English-only vocabularies contain language tokens too, but
+                their prompts never use them.
+        """
+
         def tid(tok: str) -> int | None:
             return tokenizer.token_to_id(tok)
 
@@ -97,8 +105,10 @@ class WhisperTokenizer:
                 "the tokenizer is not a Whisper vocabulary: it lacks <|endoftext|>, "
                 "<|startoftranscript|> or <|notimestamps|>"
             )
-        langs = tuple((code, i) for code in LANGUAGES if (i := tid(f"<|{code}|>")) is not None)
-        langs = tuple(sorted(langs, key=lambda x: x[1]))
+        langs: tuple[tuple[str, int], ...] = ()
+        if multilingual:
+            found = [(code, i) for code in LANGUAGES if (i := tid(f"<|{code}|>")) is not None]
+            langs = tuple(sorted(found, key=lambda x: x[1]))
         no_speech = tid("<|nospeech|>")
         if no_speech is None:
             no_speech = tid("<|nocaptions|>")

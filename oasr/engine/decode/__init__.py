@@ -1,0 +1,1 @@
+"""Decode strategies, one per decode family."""

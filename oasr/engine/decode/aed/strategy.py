@@ -1,0 +1,762 @@
+"""The ``aed`` decode strategy: Whisper-style long-form transcription with
+continuous batching.
+
+Each request walks its audio in 30-s windows (seeking by the timestamps it
+decodes, as faster-whisper does). The strategy batches across requests at every
+stage of a ``step``:
+
+1. encode: up to ``max_batch_size`` windows (language-detection or decode
+   windows of any request) in one encoder call;
+2. detect: one batched ``<|startoftranscript|>`` prefill for the windows whose
+   language is unknown;
+3. join: decode tasks (one window at one temperature) are prefilled into free
+   rows of a running batch ("cohort") and merged into it between steps;
+4. step: every cohort advances one token; finished tasks leave (their rows are
+   compacted by ``select``), which may requeue the window at the next fallback
+   temperature or move the request on to its next window.
+
+Cohorts are keyed by rows per task (1 for greedy, ``beam_size`` for beam search,
+``best_of`` for sampling), so every cohort keeps the shared cross-attention fast
+path of the K/V pool.
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from oasr.audio import log_mel_spectrogram
+from oasr.engine.config import EngineConfig, TranscribeOptions
+from oasr.engine.decode.aed.logits import FilterRules, TimestampIds, apply_filters
+from oasr.engine.decode.aed.prompt import MAX_LENGTH, PromptPlan, build_prompt, plan_prompt
+from oasr.engine.decode.aed.search import BeamSearch, GreedySearch, SamplingSearch, TaskSearch
+from oasr.engine.decode.aed.timing import add_word_timestamps, find_alignment
+from oasr.engine.decode.base import DecodeStrategy, Request, StepEvent
+from oasr.engine.outputs import RequestOutput, Segment, Word
+from oasr.models.base import DecodeType
+from oasr.models.decoders import DecoderState, KVPool
+from oasr.models.loaders import LoadedModel
+from oasr.models.whisper.tokenizer import WhisperTokenizer, normalize_language
+
+FRAMES_PER_SECOND = 100
+TIME_PER_FRAME = 0.01
+TIME_PRECISION = 0.02
+INPUT_STRIDE = 2
+PUNCTUATION = "\"'“¿([{-\"'.。,，!！?？:：”)]}、"
+
+
+def compression_ratio(text: str) -> float:
+    """gzip (zlib) compression ratio of the UTF-8 text; high values mean repetition."""
+    data = text.encode("utf-8")
+    return len(data) / len(zlib.compress(data))
+
+
+# ---------------------------------------------------------------------------
+# Per-request and per-task state
+
+
+@dataclass
+class _Window:
+    seek: int
+    segment_size: int
+    enc: torch.Tensor | None = None  # (Tk, D)
+    language: str | None = None
+
+
+@dataclass
+class _Req:
+    request: Request
+    opts: TranscribeOptions
+    mel: torch.Tensor  # (n_mels, frames), whole audio
+    duration: float
+    content_frames: int
+    seek_clips: list[tuple[int, int]]
+    clip_idx: int = 0
+    seek: int = 0
+    language: str | None = None
+    language_probability: float | None = None
+    language_probs: dict[str, float] | None = None
+    all_tokens: list[int] = field(default_factory=list)
+    prompt_reset_since: int = 0
+    segments: list[Segment] = field(default_factory=list)
+    last_speech_timestamp: float = 0.0
+    window: _Window | None = None
+    temp_index: int = 0
+    attempts: list[dict] = field(default_factory=list)
+    detect_windows: list[int] = field(default_factory=list)
+    detect_info: dict[str, list[float]] = field(default_factory=dict)
+    detect_seek: int = 0
+    done: bool = False
+
+    @property
+    def rid(self) -> str:
+        return self.request.request_id
+
+
+@dataclass
+class _Task:
+    req: _Req
+    plan: PromptPlan
+    rules: FilterRules
+    search: TaskSearch
+    temperature: float
+    prompt_len: int
+    no_speech_prob: float = 0.0
+
+
+@dataclass
+class _Cohort:
+    k: int
+    pool: KVPool
+    state: DecoderState | None = None
+    tasks: list[_Task] = field(default_factory=list)
+    next_tokens: list[int] = field(default_factory=list)
+    waiting: deque = field(default_factory=deque)
+
+
+# ---------------------------------------------------------------------------
+
+
+class AedDecodeStrategy(DecodeStrategy):
+    """Whisper decoding with faster-whisper's semantics over continuous batches."""
+
+    decode_type = DecodeType.AED
+
+    def __init__(self, loaded: LoadedModel, config: EngineConfig) -> None:
+        super().__init__(loaded, config)
+        if loaded.tokenizer is None:
+            raise ValueError("the aed strategy needs the checkpoint's tokenizer")
+        model = self.model
+        self.decoder = model.decoder
+        cfg = model.config
+        self.n_vocab = cfg.n_vocab
+        self.tok = WhisperTokenizer.from_tokenizer(loaded.tokenizer, multilingual=cfg.n_vocab >= 51865)
+        sp = self.tok.special
+        self.ts_ids = TimestampIds(eot=sp.eot, no_timestamps=sp.no_timestamps, timestamp_begin=sp.timestamp_begin)
+        params = dict(loaded.decoding_spec.params) if loaded.decoding_spec is not None else {}
+        heads = params.get("alignment_heads") or [
+            [li, h] for li in range(cfg.n_text_layer // 2, cfg.n_text_layer) for h in range(cfg.n_text_head)
+        ]
+        self.alignment_heads = [(int(a), int(b)) for a, b in heads]
+        begin = params.get("begin_suppress_tokens") or (self.tok.encode(" ")[:1] + [sp.eot])
+        self.begin_suppress = tuple(int(t) for t in begin)
+        lang_ids = params.get("lang_ids") or [i for _, i in sp.language_ids]
+        self.lang_ids = [int(i) for i in lang_ids if self.tok.id_to_language.get(int(i))]
+        fparams = dict(loaded.feature_spec.params) if loaded.feature_spec is not None else {}
+        self.n_mels = int(fparams.get("n_mels", cfg.n_mels))
+        self.n_frames = 2 * cfg.n_audio_ctx  # mel frames per window (3000)
+        self.device = model.device
+        self.dtype = model.compute_dtype
+        self.max_groups = config.max_batch_size
+        self.cohorts: dict[int, _Cohort] = {}
+        self.requests: dict[str, _Req] = {}
+        self.encode_queue: deque[tuple[_Req, str, int]] = deque()
+        self.counters = {"joins_running": 0, "windows_encoded": 0, "tasks_finished": 0, "fallbacks": 0}
+
+    # -- admission ---------------------------------------------------------------------
+
+    @property
+    def word_timing_modes(self) -> tuple[str, ...]:
+        return ("attention",) if hasattr(self.decoder, "cross_attention") else ()
+
+    def validate(self, options: TranscribeOptions) -> TranscribeOptions:
+        options = super().validate(options)
+        lang = normalize_language(options.language)
+        if not self.tok.special.is_multilingual:
+            if lang not in (None, "en"):
+                raise ValueError(f"language={options.language!r}: this model is English-only")
+            if options.task == "translate":
+                raise ValueError("task='translate' needs a multilingual model; this one is English-only")
+            lang = "en"
+        elif lang is not None and lang not in self.tok.language_to_id:
+            raise ValueError(f"language={options.language!r} is not supported by this model")
+        if options.multilingual and not self.tok.special.is_multilingual:
+            options = options.replace(multilingual=False)
+        return options.replace(language=lang) if lang != options.language else options
+
+    def add_request(self, request: Request) -> None:
+        if request.request_id in self.requests:
+            raise ValueError(f"duplicate request id {request.request_id!r}")
+        opts = request.options
+        audio = torch.from_numpy(np.ascontiguousarray(request.audio, dtype=np.float32))
+        mel = log_mel_spectrogram(audio, self.n_mels, padding=160)
+        content_frames = mel.shape[-1] - 1
+        clips = opts.clip_timestamps
+        if isinstance(clips, str):
+            clips = [float(x) for x in clips.split(",")] if clips else []
+        points = [round(t * FRAMES_PER_SECOND) for t in clips] or [0]
+        if len(points) % 2:
+            points.append(content_frames)
+        req = _Req(
+            request=request, opts=opts, mel=mel, duration=len(request.audio) / 16000.0,
+            content_frames=content_frames, seek_clips=list(zip(points[::2], points[1::2])),
+        )
+        req.seek = req.seek_clips[0][0]
+        if opts.initial_prompt is not None:
+            if isinstance(opts.initial_prompt, str):
+                req.all_tokens.extend(self.tok.encode(" " + opts.initial_prompt.strip()))
+            else:
+                req.all_tokens.extend(int(t) for t in opts.initial_prompt)
+        self.requests[req.rid] = req
+        if opts.language is not None:
+            req.language, req.language_probability = opts.language, 1.0
+        elif not self.tok.special.is_multilingual:
+            req.language, req.language_probability = "en", 1.0
+        else:
+            start = clips[0] if clips else 0.0
+            req.detect_seek = int(start * FRAMES_PER_SECOND) if start * FRAMES_PER_SECOND < content_frames else 0
+            total = mel.shape[-1] - req.detect_seek
+            n = min(opts.language_detection_segments, max(1, math.ceil(total / self.n_frames)))
+            req.detect_windows = [req.detect_seek + i * self.n_frames for i in range(n)]
+            self.encode_queue.append((req, "detect", req.detect_windows.pop(0)))
+            return
+        self._next_window(req, [])
+
+    def abort(self, request_id: str) -> bool:
+        req = self.requests.pop(request_id, None)
+        if req is None:
+            return False
+        req.done = True  # its queued work and running rows are dropped lazily
+        return True
+
+    def num_unfinished(self) -> int:
+        return len(self.requests)
+
+    def stats(self) -> dict[str, float]:
+        running = sum(c.state.n_rows for c in self.cohorts.values() if c.state is not None)
+        waiting = sum(len(c.waiting) for c in self.cohorts.values())
+        return {"running_rows": running, "waiting_tasks": waiting, "encode_queue": len(self.encode_queue),
+                **self.counters}
+
+    # -- the step ------------------------------------------------------------------------
+
+    def step(self) -> list[StepEvent]:
+        events: list[StepEvent] = []
+        with torch.inference_mode():
+            self._encode(events)
+            for cohort in list(self.cohorts.values()):
+                self._join(cohort, events)
+            for cohort in list(self.cohorts.values()):
+                self._advance(cohort, events)
+        return events
+
+    def _fail(self, req: _Req, exc: BaseException, events: list[StepEvent]) -> None:
+        if self.requests.pop(req.rid, None) is not None:
+            req.done = True
+            events.append(StepEvent(req.rid, "error", error=exc))
+
+    # -- 1. encoder ------------------------------------------------------------------------
+
+    def _window_features(self, req: _Req, start: int, size: int) -> torch.Tensor:
+        feats = req.mel[:, start : start + size]
+        if feats.shape[-1] < self.n_frames:  # zero-pad in feature space
+            feats = torch.nn.functional.pad(feats, (0, self.n_frames - feats.shape[-1]))
+        return feats
+
+    def _encode(self, events: list[StepEvent]) -> None:
+        backlog = sum(len(c.waiting) for c in self.cohorts.values())
+        if not self.encode_queue or backlog >= self.max_groups:
+            return
+        batch: list[tuple[_Req, str, int]] = []
+        while self.encode_queue and len(batch) < self.max_groups:
+            item = self.encode_queue.popleft()
+            if not item[0].done:
+                batch.append(item)
+        if not batch:
+            return
+        feats = []
+        for req, kind, start in batch:
+            size = self.n_frames if kind == "detect" else req.window.segment_size  # type: ignore[union-attr]
+            feats.append(self._window_features(req, start, size))
+        x = torch.stack(feats).to(device=self.device, dtype=self.dtype)
+        enc, _ = self.model.encode_offline(x)
+        self.counters["windows_encoded"] += len(batch)
+        detect = [(i, item) for i, item in enumerate(batch) if item[1] == "detect" or item[0].opts.multilingual]
+        probs = self._detect(enc[[i for i, _ in detect]]) if detect else []
+        for (i, (req, kind, start)), p in zip(detect, probs):
+            if kind == "detect":
+                self._after_detection(req, start, p, enc[i], events)
+            else:
+                req.window.language = max(p, key=p.get)  # type: ignore[union-attr]
+        for i, (req, kind, _) in enumerate(batch):
+            if kind == "decode":
+                req.window.enc = enc[i]  # type: ignore[union-attr]
+                self._submit(req, events)
+
+    def _detect(self, enc: torch.Tensor) -> list[dict[str, float]]:
+        """Language probabilities of encoded windows: softmax over the language logits
+        after a lone <|startoftranscript|>."""
+        g = enc.shape[0]
+        pool = self.decoder.new_pool(g, g, max_len=1)
+        tokens = torch.full((g, 1), self.tok.special.sot, dtype=torch.long, device=self.device)
+        logits, _ = self.decoder.prefill(pool, tokens, torch.ones(g, dtype=torch.long, device=self.device),
+                                         memory=enc)
+        ids = torch.tensor(self.lang_ids, device=logits.device)
+        p = torch.softmax(logits.float().index_select(1, ids), dim=-1).cpu().tolist()
+        codes = [self.tok.id_to_language[i] for i in self.lang_ids]
+        out = []
+        for row in p:
+            order = sorted(range(len(codes)), key=lambda j: -row[j])
+            out.append({codes[j]: row[j] for j in order})
+        return out
+
+    def _after_detection(self, req: _Req, start: int, probs: dict[str, float], enc: torch.Tensor,
+                         events: list[StepEvent]) -> None:
+        language, p = next(iter(probs.items()))
+        req.language_probs = probs
+        thr = req.opts.language_detection_threshold
+        decided = thr is not None and p > thr
+        if not decided:
+            req.detect_info.setdefault(language, []).append(p)
+            if req.detect_windows:
+                self.encode_queue.appendleft((req, "detect", req.detect_windows.pop(0)))
+                return
+            language = max(req.detect_info, key=lambda lang: len(req.detect_info[lang]))
+            p = max(req.detect_info[language])
+        req.language, req.language_probability = language, p
+        self._next_window(req, events, reusable=(start, enc))
+
+    # -- windows ---------------------------------------------------------------------------
+
+    def _next_window(self, req: _Req, events: list[StepEvent],
+                     reusable: tuple[int, torch.Tensor] | None = None) -> None:
+        """Find the next window to decode (or finish the request) and queue it."""
+        while req.clip_idx < len(req.seek_clips):
+            clip_start, clip_end = req.seek_clips[req.clip_idx]
+            clip_end = min(clip_end, req.content_frames)
+            if req.seek < clip_start:
+                req.seek = clip_start
+            if req.seek >= clip_end:
+                req.clip_idx += 1
+                if req.clip_idx < len(req.seek_clips):
+                    req.seek = req.seek_clips[req.clip_idx][0]
+                continue
+            size = min(self.n_frames, req.content_frames - req.seek, clip_end - req.seek)
+            req.window = _Window(seek=req.seek, segment_size=size)
+            req.temp_index = 0
+            req.attempts = []
+            # A detection window over exactly these frames already has the encoder output.
+            avail = req.mel.shape[-1] - req.seek
+            if (reusable is not None and reusable[0] == req.seek and size == min(self.n_frames, avail)
+                    and not req.opts.multilingual):
+                req.window.enc = reusable[1]
+                self._submit(req, events)
+            else:
+                self.encode_queue.append((req, "decode", req.seek))
+            return
+        self._finish(req, events)
+
+    def _finish(self, req: _Req, events: list[StepEvent]) -> None:
+        if self.requests.pop(req.rid, None) is None:
+            return
+        req.done = True
+        out = RequestOutput(
+            request_id=req.rid,
+            text="".join(s.text for s in req.segments).strip(),
+            segments=req.segments,
+            language=req.language,
+            language_probability=req.language_probability,
+            language_probs=req.language_probs,
+            duration=req.duration,
+            task=req.opts.task,
+        )
+        events.append(StepEvent(req.rid, "finished", output=out))
+
+    # -- 3. tasks: build and join ---------------------------------------------------------------
+
+    def _submit(self, req: _Req, events: list[StepEvent]) -> None:
+        """Queue a decode task for the request's current window at its current temperature."""
+        try:
+            task = self._make_task(req)
+        except ValueError as e:
+            self._fail(req, e, events)
+            return
+        k = task.search.k
+        cohort = self.cohorts.get(k)
+        if cohort is None:
+            pool = self.decoder.new_pool(self.max_groups * k, self.max_groups)
+            cohort = self.cohorts[k] = _Cohort(k=k, pool=pool)
+        cohort.waiting.append(task)
+
+    def _make_task(self, req: _Req) -> _Task:
+        opts, win = req.opts, req.window
+        assert win is not None
+        temperature = opts.temperatures[req.temp_index]
+        language = win.language or req.language
+        previous = req.all_tokens[req.prompt_reset_since:]
+        prompt = build_prompt(
+            self.tok, previous, language=language if self.tok.special.is_multilingual else None,
+            task=opts.task if self.tok.special.is_multilingual else None,
+            without_timestamps=opts.without_timestamps,
+            prefix=opts.prefix if win.seek == 0 else None, hotwords=opts.hotwords,
+        )
+        max_length = MAX_LENGTH if opts.max_new_tokens is None else len(prompt) + opts.max_new_tokens
+        if max_length > MAX_LENGTH:
+            raise ValueError(
+                f"the prompt ({len(prompt)} tokens) plus max_new_tokens={opts.max_new_tokens} exceeds "
+                f"Whisper's {MAX_LENGTH}-token context"
+            )
+        plan = plan_prompt(prompt, self.tok, max_length)
+        rules = FilterRules(
+            suppress=self._suppressed(opts),
+            begin_suppress=self.begin_suppress if opts.suppress_blank else (),
+            sample_begin=len(plan.prefix),
+            timestamp_rules=plan.timestamp_rules,
+            max_initial_id=self.tok.timestamp_begin + int(round(opts.max_initial_timestamp / TIME_PRECISION)),
+            repetition_penalty=opts.repetition_penalty,
+            no_repeat_ngram_size=opts.no_repeat_ngram_size,
+        )
+        args = (plan.prefix, plan.decode_max, self.tok.eot, opts.length_penalty)
+        search: TaskSearch
+        if temperature > 0:
+            gen = torch.Generator().manual_seed(
+                (opts.seed * 1_000_003 + win.seek * 101 + req.temp_index) % (2**63)
+            )
+            search = SamplingSearch(*args, best_of=opts.best_of, temperature=temperature, generator=gen)
+        elif opts.beam_size > 1:
+            search = BeamSearch(*args, beam_size=opts.beam_size, patience=opts.patience)
+        else:
+            search = GreedySearch(*args)
+        return _Task(req=req, plan=plan, rules=rules, search=search, temperature=temperature,
+                     prompt_len=len(prompt))
+
+    def _suppressed(self, opts: TranscribeOptions) -> tuple[int, ...]:
+        if not opts.suppress_tokens:
+            return ()
+        ids = [t for t in opts.suppress_tokens if t >= 0]
+        if -1 in opts.suppress_tokens:
+            ids.extend(self.tok.non_speech_tokens)
+        sp = self.tok.special
+        ids.extend(t for t in (sp.transcribe, sp.translate, sp.sot, sp.sot_prev, sp.sot_lm, sp.no_speech)
+                   if t is not None)
+        return tuple(sorted(set(ids)))
+
+    def _join(self, cohort: _Cohort, events: list[StepEvent]) -> None:
+        """Prefill waiting tasks into the free rows after the running batch and merge them in."""
+        while cohort.waiting and cohort.waiting[0].req.done:
+            cohort.waiting.popleft()
+        running_groups = cohort.state.n_groups if cohort.state is not None else 0
+        free = self.max_groups - running_groups
+        if not cohort.waiting or free <= 0:
+            return
+        tasks: list[_Task] = []
+        while cohort.waiting and len(tasks) < free:
+            t = cohort.waiting.popleft()
+            if not t.req.done:
+                tasks.append(t)
+        if not tasks:
+            return
+        dev = self.device
+        b = len(tasks)
+        lens = [len(t.plan.prefill) for t in tasks]
+        tokens = torch.zeros(b, max(lens), dtype=torch.long)
+        for i, t in enumerate(tasks):
+            tokens[i, : lens[i]] = torch.tensor(t.plan.prefill)
+        at = torch.tensor([[t.plan.sot_index, lens[i] - 1] for i, t in enumerate(tasks)])
+        memory = torch.stack([t.req.window.enc for t in tasks])  # type: ignore[union-attr]
+        state = cohort.state
+        row0 = (state.row0 + state.n_rows) if state is not None else 0
+        group0 = (state.group0 + state.n_groups) if state is not None else 0
+        logits, new = self.decoder.prefill(cohort.pool, tokens.to(dev), torch.tensor(lens, device=dev),
+                                           row0=row0, group0=group0, memory=memory, logits_at=at.to(dev))
+        ns = self.tok.special.no_speech
+        if ns is not None:
+            nsp = torch.softmax(logits[:, 0].float(), dim=-1)[:, ns].tolist()
+            for t, p in zip(tasks, nsp):
+                t.no_speech_prob = p
+        idx, nxt, alive = self._select_next(tasks, logits[:, 1], first=True, events=events)
+        if not alive:
+            return
+        new = self.decoder.select(new, idx)
+        if state is None or state.n_rows == 0:
+            cohort.state, cohort.tasks, cohort.next_tokens = new, alive, nxt
+        else:
+            cohort.state = self.decoder.merge(state, new)
+            cohort.tasks = cohort.tasks + alive
+            cohort.next_tokens = cohort.next_tokens + nxt
+            self.counters["joins_running"] += len(alive)
+
+    # -- 4. decode steps ----------------------------------------------------------------------------
+
+    def _advance(self, cohort: _Cohort, events: list[StepEvent]) -> None:
+        state = cohort.state
+        if state is None or state.n_rows == 0:
+            return
+        logits = self.decoder.step(state, torch.tensor(cohort.next_tokens, device=self.device))
+        idx, nxt, alive = self._select_next(cohort.tasks, logits, first=False, events=events)
+        cohort.state = self.decoder.select(state, idx)
+        cohort.tasks, cohort.next_tokens = alive, nxt
+
+    def _select_next(self, tasks: list[_Task], logits: torch.Tensor, *, first: bool,
+                     events: list[StepEvent]) -> tuple[list[int], list[int], list[_Task]]:
+        """Filter, score and select one step for ``tasks`` whose rows make up ``logits``.
+
+        Returns the rows to keep (for ``select``), their next input tokens, and the
+        tasks still running, in their new order.
+        """
+        rows_per_task = [1 if first else t.search.k for t in tasks]
+        ctx = []
+        for t, n in zip(tasks, rows_per_task):
+            toks = t.search.row_tokens()
+            ctx.extend((t.rules, toks[j]) for j in range(n))
+        apply_filters(logits, ctx, self.ts_ids)
+        logprobs = torch.log_softmax(logits.float(), dim=-1)
+        best_lp, best_id = logprobs.max(dim=-1)
+        argmax = list(zip(best_id.tolist(), best_lp.tolist()))
+        offsets = np.cumsum([0] + rows_per_task)
+        continuing: list[tuple[int, list[int], list[int]]] = []  # (task index, parent rows, next tokens)
+        finished: list[_Task] = []
+        for i, t in enumerate(tasks):
+            if t.req.done:
+                continue
+            lo, hi = int(offsets[i]), int(offsets[i + 1])
+            if t.search.done:
+                finished.append(t)
+                continue
+            parents, nxt = t.search.update(logprobs[lo:hi], argmax[lo:hi])
+            if t.search.done:
+                finished.append(t)
+            else:
+                continuing.append((i, [lo + p for p in parents], nxt))
+        order = _compaction_order([c[0] for c in continuing], len(tasks)) if not first else list(
+            range(len(continuing)))
+        idx: list[int] = []
+        nxt_tokens: list[int] = []
+        alive: list[_Task] = []
+        for j in order:
+            ti, parents, nxt = continuing[j]
+            idx.extend(parents)
+            nxt_tokens.extend(nxt)
+            alive.append(tasks[ti])
+        for t in finished:
+            self._task_done(t, events)
+        return idx, nxt_tokens, alive
+
+    # -- 5. results ----------------------------------------------------------------------------
+
+    def _task_done(self, task: _Task, events: list[StepEvent]) -> None:
+        req = task.req
+        if req.done:
+            return
+        self.counters["tasks_finished"] += 1
+        tokens, score = task.search.result()
+        opts = req.opts
+        seq_len = len(tokens)
+        avg_logprob = score * (seq_len ** opts.length_penalty) / (seq_len + 1)
+        text = self.tok.decode(tokens).strip()
+        attempt = dict(tokens=tokens, avg_logprob=avg_logprob, temperature=task.temperature,
+                       compression_ratio=compression_ratio(text), no_speech_prob=task.no_speech_prob)
+        req.attempts.append(attempt)
+        needs_fallback = False
+        if opts.compression_ratio_threshold is not None and attempt["compression_ratio"] > opts.compression_ratio_threshold:
+            needs_fallback = True
+        if opts.log_prob_threshold is not None and avg_logprob < opts.log_prob_threshold:
+            needs_fallback = True
+        if (opts.no_speech_threshold is not None and task.no_speech_prob > opts.no_speech_threshold
+                and opts.log_prob_threshold is not None and avg_logprob < opts.log_prob_threshold):
+            needs_fallback = False
+        if needs_fallback and req.temp_index + 1 < len(opts.temperatures):
+            req.temp_index += 1
+            self.counters["fallbacks"] += 1
+            self._submit(req, events)
+            return
+        if needs_fallback:
+            cr = opts.compression_ratio_threshold
+            below = [a for a in req.attempts if cr is None or a["compression_ratio"] <= cr]
+            best = max(below or req.attempts, key=lambda a: a["avg_logprob"])
+            attempt = dict(best, temperature=opts.temperatures[-1])
+        try:
+            self._accept_window(req, attempt, events)
+        except Exception as e:  # a bug in post-processing must not take other requests down
+            self._fail(req, e, events)
+
+    def _accept_window(self, req: _Req, attempt: dict, events: list[StepEvent]) -> None:
+        opts, win = req.opts, req.window
+        assert win is not None
+        seek = win.seek
+        if opts.no_speech_threshold is not None:
+            skip = attempt["no_speech_prob"] > opts.no_speech_threshold
+            if opts.log_prob_threshold is not None and attempt["avg_logprob"] > opts.log_prob_threshold:
+                skip = False
+            if skip:
+                req.seek = seek + win.segment_size
+                self._next_window(req, events)
+                return
+        tokens = attempt["tokens"]
+        time_offset = seek * TIME_PER_FRAME
+        window_end_time = float((seek + self.n_frames) * TIME_PER_FRAME)
+        segment_duration = win.segment_size * TIME_PER_FRAME
+        subs, new_seek, single_ending = self._split_by_timestamps(tokens, time_offset, win.segment_size,
+                                                                  segment_duration, seek)
+        if opts.word_timestamps:
+            self._time_words(req, subs, win, time_offset)
+            if not single_ending:
+                end = _get_end(subs)
+                if end is not None and end > time_offset:
+                    new_seek = round(end * FRAMES_PER_SECOND)
+            if opts.hallucination_silence_threshold is not None:
+                action = self._skip_hallucination(req, subs, seek, time_offset, window_end_time, segment_duration)
+                if action is not None:
+                    kind, new_seek = action
+                    if kind == "skip":
+                        req.seek = new_seek
+                        self._next_window(req, events)
+                        return
+            end = _get_end(subs)
+            if end is not None:
+                req.last_speech_timestamp = end
+        for sub in subs:
+            text = self.tok.decode(sub["tokens"])
+            if sub["start"] == sub["end"] or not text.strip():
+                continue
+            req.all_tokens.extend(sub["tokens"])
+            segment = Segment(
+                id=len(req.segments) + 1, seek=seek, start=sub["start"], end=sub["end"], text=text,
+                tokens=list(sub["tokens"]), temperature=attempt["temperature"],
+                avg_logprob=attempt["avg_logprob"], compression_ratio=attempt["compression_ratio"],
+                no_speech_prob=attempt["no_speech_prob"],
+                words=[Word(**w) for w in sub["words"]] if opts.word_timestamps else None,
+            )
+            req.segments.append(segment)
+            events.append(StepEvent(req.rid, "segment", segment=segment))
+            if req.request.on_delta is not None:
+                req.request.on_delta(text)
+        if not opts.condition_on_previous_text or attempt["temperature"] > opts.prompt_reset_on_temperature:
+            req.prompt_reset_since = len(req.all_tokens)
+        req.seek = new_seek
+        req.window = None
+        self._next_window(req, events)
+
+    def _split_by_timestamps(self, tokens: list[int], time_offset: float, segment_size: int,
+                             segment_duration: float, seek: int) -> tuple[list[dict], int, bool]:
+        tb = self.tok.timestamp_begin
+        single_ending = len(tokens) >= 2 and tokens[-2] < tb <= tokens[-1]
+        consecutive = [i for i in range(1, len(tokens)) if tokens[i] >= tb and tokens[i - 1] >= tb]
+        subs: list[dict] = []
+        if consecutive:
+            slices = consecutive + ([len(tokens)] if single_ending else [])
+            last = 0
+            for cur in slices:
+                part = tokens[last:cur]
+                subs.append(dict(seek=seek, tokens=part, start=time_offset + (part[0] - tb) * TIME_PRECISION,
+                                 end=time_offset + (part[-1] - tb) * TIME_PRECISION))
+                last = cur
+            if single_ending:
+                seek += segment_size
+            else:
+                seek += (tokens[last - 1] - tb) * INPUT_STRIDE
+        else:
+            duration = segment_duration
+            stamps = [t for t in tokens if t >= tb]
+            if stamps and stamps[-1] != tb:
+                duration = (stamps[-1] - tb) * TIME_PRECISION
+            subs.append(dict(seek=seek, start=time_offset, end=time_offset + duration, tokens=tokens))
+            seek += segment_size
+        return subs, seek, single_ending
+
+    def _time_words(self, req: _Req, subs: list[dict], win: _Window, time_offset: float) -> None:
+        eot = self.tok.eot
+        text_tokens = [t for sub in subs for t in sub["tokens"] if t < eot]
+        language = win.language or req.language
+        sot_seq = self.tok.sot_sequence(language if self.tok.special.is_multilingual else None,
+                                        req.opts.task if self.tok.special.is_multilingual else None)
+        alignment = find_alignment(self.decoder, self.tok, win.enc[None], sot_seq, text_tokens,
+                                   win.segment_size, self.alignment_heads, language)
+        req.last_speech_timestamp = add_word_timestamps(
+            subs, alignment, time_offset, req.opts.prepend_punctuations, req.opts.append_punctuations,
+            req.last_speech_timestamp, eot,
+        ) if alignment else req.last_speech_timestamp
+        for sub in subs:
+            sub.setdefault("words", [])
+
+    def _skip_hallucination(self, req: _Req, subs: list[dict], previous_seek: int, time_offset: float,
+                            window_end_time: float, segment_duration: float) -> tuple[str, int] | None:
+        """faster-whisper's hallucination_silence_threshold logic.
+
+        Returns:
+            ("skip", seek) to discard the whole window, ("truncate", seek) after
+            cutting ``subs`` at a hallucination surrounded by silence, or None.
+        """
+        thr = req.opts.hallucination_silence_threshold
+        content_duration = req.content_frames * TIME_PER_FRAME
+        first = next((s for s in subs if s["words"]), None)
+        if first is not None and _is_anomaly(first):
+            gap = first["start"] - time_offset
+            if gap > thr:
+                return "skip", previous_seek + round(gap * FRAMES_PER_SECOND)
+        hal_last_end = req.last_speech_timestamp
+        for si, seg in enumerate(subs):
+            if not seg["words"]:
+                continue
+            if _is_anomaly(seg):
+                nxt = next((s for s in subs[si + 1:] if s["words"]), None)
+                hal_next_start = nxt["words"][0]["start"] if nxt else time_offset + segment_duration
+                silence_before = (seg["start"] - hal_last_end > thr or seg["start"] < thr
+                                  or seg["start"] - time_offset < 2.0)
+                silence_after = (hal_next_start - seg["end"] > thr or _is_anomaly(nxt)
+                                 or window_end_time - seg["end"] < 2.0)
+                if silence_before and silence_after:
+                    seek = round(max(time_offset + 1, seg["start"]) * FRAMES_PER_SECOND)
+                    if content_duration - seg["end"] < thr:
+                        seek = req.content_frames
+                    del subs[si:]
+                    return "truncate", seek
+            hal_last_end = seg["end"]
+        return None
+
+
+def _compaction_order(alive_positions: list[int], n_before: int) -> list[int]:
+    """Order of the surviving tasks that moves as few as possible: each hole left by a
+    finished task is filled by the last survivor (swap-remove).
+
+    Args:
+        alive_positions: old positions of the survivors, ascending.
+        n_before: tasks before the step.
+
+    Returns:
+        indices into ``alive_positions`` in their new order.
+    """
+    m = len(alive_positions)
+    slot_of = {p: i for i, p in enumerate(alive_positions)}
+    order: list[int] = []
+    tail = [i for i, p in enumerate(alive_positions) if p >= m]
+    for pos in range(m):
+        if pos in slot_of:
+            order.append(slot_of[pos])
+        else:
+            order.append(tail.pop())
+    return order
+
+
+def _get_end(subs: list[dict]) -> float | None:
+    last_word = next((w["end"] for s in reversed(subs) for w in reversed(s.get("words") or [])), None)
+    if last_word is not None:
+        return last_word
+    return subs[-1]["end"] if subs else None
+
+
+def _word_anomaly(word: dict) -> float:
+    probability = word.get("probability", 0.0)
+    duration = word["end"] - word["start"]
+    score = 0.0
+    if probability < 0.15:
+        score += 1.0
+    if duration < 0.133:
+        score += (0.133 - duration) * 15
+    if duration > 2.0:
+        score += duration - 2.0
+    return score
+
+
+def _is_anomaly(segment: dict | None) -> bool:
+    if segment is None or not segment["words"]:
+        return False
+    words = [w for w in segment["words"] if w["word"] not in PUNCTUATION][:8]
+    score = sum(_word_anomaly(w) for w in words)
+    return score >= 3 or score + 0.01 >= len(words)
+
