@@ -120,9 +120,7 @@ def _hann_window(n_fft: int, device: torch.device, dtype: torch.dtype) -> torch.
 # Log-mel
 
 
-def _log_mel(
-    x: torch.Tensor, n_mels: int, n_fft: int, hop_length: int, sampling_rate: int
-) -> torch.Tensor:
+def _log_mel(x: torch.Tensor, n_mels: int, n_fft: int, hop_length: int, sampling_rate: int) -> torch.Tensor:
     """Whisper log-mel of ``(..., samples)`` -> ``(..., n_mels, samples // hop_length)``;
     the clamp-to-max-minus-8 is per leading index (per waveform)."""
     if x.shape[-1] <= n_fft // 2:
@@ -150,9 +148,7 @@ def _log_mel(
     return (log_spec + 4.0) / 4.0
 
 
-def _to_tensor(
-    audio: Waveform, device: torch.device | str | None, dtype: torch.dtype
-) -> torch.Tensor:
+def _to_tensor(audio: Waveform, device: torch.device | str | None, dtype: torch.dtype) -> torch.Tensor:
     t = torch.from_numpy(np.asarray(audio)) if not isinstance(audio, torch.Tensor) else audio
     if t.ndim != 1:
         raise ValueError(f"expected a 1-D waveform, got shape {tuple(t.shape)}")

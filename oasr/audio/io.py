@@ -57,9 +57,7 @@ logger = logging.getLogger(__name__)
 SAMPLE_RATE = 16000
 """The rate every model in oasr consumes, in Hz."""
 
-AudioSource = (
-    str | os.PathLike | bytes | bytearray | memoryview | BinaryIO | np.ndarray | torch.Tensor
-)
+AudioSource = str | os.PathLike | bytes | bytearray | memoryview | BinaryIO | np.ndarray | torch.Tensor
 
 RESAMPLE_QUALITY = "HQ"
 
@@ -286,9 +284,7 @@ def _resample_and_chunk(
             rate = piece_rate
             resampler = None
             if rate != out_rate:
-                resampler = soxr.ResampleStream(
-                    rate, out_rate, 1, dtype="float32", quality=RESAMPLE_QUALITY
-                )
+                resampler = soxr.ResampleStream(rate, out_rate, 1, dtype="float32", quality=RESAMPLE_QUALITY)
         yield from emit(x if resampler is None else resampler.resample_chunk(x, last=False))
     yield from emit(flush())
 
@@ -305,9 +301,7 @@ def _check_rate(what: str, rate: int) -> None:
 
 def _check_declared_length(declared_s: float, max_duration_s: float | None, name: str) -> None:
     if max_duration_s is not None and declared_s > max_duration_s:
-        raise AudioDecodeError(
-            f"audio is {declared_s:.1f} s, longer than max_duration_s={max_duration_s:g}: {name}"
-        )
+        raise AudioDecodeError(f"audio is {declared_s:.1f} s, longer than max_duration_s={max_duration_s:g}: {name}")
 
 
 # ---------------------------------------------------------------------------
@@ -338,9 +332,7 @@ def _array_to_mono(source: np.ndarray | torch.Tensor) -> np.ndarray:
     elif kind in _INT_SCALE:
         samples = arr.astype(np.float32) * np.float32(_INT_SCALE[kind])
     else:
-        raise AudioDecodeError(
-            f"unsupported sample dtype {kind}: arrays must be float, int16 or int32 PCM"
-        )
+        raise AudioDecodeError(f"unsupported sample dtype {kind}: arrays must be float, int16 or int32 PCM")
 
     if samples.ndim == 2:
         rows, cols = samples.shape
@@ -413,21 +405,15 @@ def _open_source(source: object, name: str) -> tuple[object, bytes | None]:
     return source, head
 
 
-def _container_pieces(
-    source: object, name: str, max_duration_s: float | None
-) -> Iterator[tuple[np.ndarray, int]]:
+def _container_pieces(source: object, name: str, max_duration_s: float | None) -> Iterator[tuple[np.ndarray, int]]:
     """Decode a container and yield ``(float32 mono, rate)`` groups of frames."""
     target, head = _open_source(source, name)
     try:
         container = av.open(target, mode="r", metadata_errors="ignore")
     except av.error.EOFError as e:
-        raise AudioDecodeError(
-            f"truncated or corrupt audio: {name}: data ends inside the header"
-        ) from e
+        raise AudioDecodeError(f"truncated or corrupt audio: {name}: data ends inside the header") from e
     except av.error.FFmpegError as e:
-        raise AudioDecodeError(
-            f"not an audio file (unrecognised or corrupt data): {name}: {e}"
-        ) from e
+        raise AudioDecodeError(f"not an audio file (unrecognised or corrupt data): {name}: {e}") from e
 
     with container:
         if not container.streams.audio:

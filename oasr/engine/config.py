@@ -156,4 +156,3 @@ class TranscribeOptions:
 
     def replace(self, **changes: Any) -> TranscribeOptions:
         return dataclasses.replace(self, **changes)
-

@@ -40,8 +40,12 @@ class ASREngine:
         >>> out.text, [(s.start, s.end, s.text) for s in out.segments]
     """
 
-    def __init__(self, model: str | os.PathLike | LoadedModel | None = None,
-                 config: EngineConfig | None = None, **config_overrides: Any) -> None:
+    def __init__(
+        self,
+        model: str | os.PathLike | LoadedModel | None = None,
+        config: EngineConfig | None = None,
+        **config_overrides: Any,
+    ) -> None:
         config = config or EngineConfig()
         if config_overrides:
             config = EngineConfig(**{**config.__dict__, **config_overrides})
@@ -68,7 +72,9 @@ class ASREngine:
         """Validated per-request options (unknown names raise ``TypeError``)."""
         return self.strategy.validate(TranscribeOptions.from_kwargs(**options))
 
-    def transcribe(self, audio: AudioInput | Sequence[AudioInput], **options: Any) -> RequestOutput | list[RequestOutput]:
+    def transcribe(
+        self, audio: AudioInput | Sequence[AudioInput], **options: Any
+    ) -> RequestOutput | list[RequestOutput]:
         """Transcribe one input (returns a ``RequestOutput``) or a list (returns a list in order).
 
         Args:
@@ -87,8 +93,9 @@ class ASREngine:
             results[index] = output
         return results[0] if single else results  # type: ignore[return-value]
 
-    def transcribe_iter(self, inputs: Iterable[AudioInput], *, max_in_flight: int | None = None,
-                        **options: Any) -> Iterator[tuple[int, RequestOutput]]:
+    def transcribe_iter(
+        self, inputs: Iterable[AudioInput], *, max_in_flight: int | None = None, **options: Any
+    ) -> Iterator[tuple[int, RequestOutput]]:
         """Yield ``(input index, output)`` as each input finishes.
 
         At most ``max_in_flight`` inputs (default 4 x max_batch_size) are decoded

@@ -51,8 +51,16 @@ class Conv1d(nn.Module):
         x: (B, C_in, T) -> (B, C_out, T_out)
     """
 
-    def __init__(self, in_channels: int, out_channels: int, kernel_size: int, stride: int = 1,
-                 padding: int = 0, groups: int = 1, bias: bool = True) -> None:
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size: int,
+        stride: int = 1,
+        padding: int = 0,
+        groups: int = 1,
+        bias: bool = True,
+    ) -> None:
         super().__init__()
         self.stride = stride
         self.padding = padding

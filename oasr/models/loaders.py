@@ -114,8 +114,15 @@ class LoadedModel:
 def _parse_dtype(dtype: torch.dtype | str | None) -> torch.dtype | None:
     if dtype is None or isinstance(dtype, torch.dtype):
         return dtype
-    table = {"float32": torch.float32, "fp32": torch.float32, "float16": torch.float16, "fp16": torch.float16,
-             "half": torch.float16, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16}
+    table = {
+        "float32": torch.float32,
+        "fp32": torch.float32,
+        "float16": torch.float16,
+        "fp16": torch.float16,
+        "half": torch.float16,
+        "bfloat16": torch.bfloat16,
+        "bf16": torch.bfloat16,
+    }
     if dtype not in table:
         raise ValueError(f"unknown dtype {dtype!r}; expected one of {sorted(table)}")
     return table[dtype]
@@ -163,5 +170,4 @@ def from_pretrained(
     revision: str | None = None,
 ) -> BaseAsrModel:
     """Load just the model (see ``load_pretrained`` for the arguments)."""
-    return load_pretrained(name_or_path, architecture=architecture, device=device, dtype=dtype,
-                           revision=revision).model
+    return load_pretrained(name_or_path, architecture=architecture, device=device, dtype=dtype, revision=revision).model

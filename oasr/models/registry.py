@@ -233,13 +233,13 @@ def detect_architecture(path: str | Path) -> tuple[str, CheckpointConverter]:
             f"pass architecture=... if it is an explicit-only format"
         )
     if len({h[0] for h in hits}) > 1:
-        raise ValueError(
-            f"{path} is recognised by several architectures {[h[0] for h in hits]}; pass architecture=..."
-        )
+        raise ValueError(f"{path} is recognised by several architectures {[h[0] for h in hits]}; pass architecture=...")
     return hits[0]
 
 
-def load_checkpoint_bundle(path: str | Path, architecture: str | None = None) -> tuple[CheckpointBundle, CheckpointConverter]:
+def load_checkpoint_bundle(
+    path: str | Path, architecture: str | None = None
+) -> tuple[CheckpointBundle, CheckpointConverter]:
     """Read a checkpoint with its architecture's converter (detected when not given)."""
     path = Path(path)
     if architecture is None:
@@ -256,8 +256,18 @@ def load_checkpoint_bundle(path: str | Path, architecture: str | None = None) ->
 @contextlib.contextmanager
 def _skip_init() -> Iterator[None]:
     """Build modules without random initialisation: every tensor is about to be loaded."""
-    names = ("kaiming_uniform_", "kaiming_normal_", "uniform_", "normal_", "xavier_uniform_",
-             "xavier_normal_", "trunc_normal_", "zeros_", "ones_", "constant_")
+    names = (
+        "kaiming_uniform_",
+        "kaiming_normal_",
+        "uniform_",
+        "normal_",
+        "xavier_uniform_",
+        "xavier_normal_",
+        "trunc_normal_",
+        "zeros_",
+        "ones_",
+        "constant_",
+    )
     saved = {n: getattr(torch.nn.init, n) for n in names}
     try:
         for n in names:
@@ -291,8 +301,9 @@ def account_load(report: LoadReport, converter: Any, architecture: str) -> list[
         else:
             unexplained.append(name)
     for hint, names in fired.items():
-        warnings.warn(f"{architecture}: dropped {len(names)} tensor(s) ({names[0]}, ...): {hint}",
-                      UserWarning, stacklevel=3)
+        warnings.warn(
+            f"{architecture}: dropped {len(names)} tensor(s) ({names[0]}, ...): {hint}", UserWarning, stacklevel=3
+        )
     if unexplained:
         warnings.warn(
             f"{architecture}: {len(unexplained)} checkpoint tensor(s) were not used by the model: "
@@ -302,8 +313,10 @@ def account_load(report: LoadReport, converter: Any, architecture: str) -> list[
         )
     if report.missing:
         missing = sorted(report.missing)
-        msg = (f"{architecture}: {len(missing)} model tensor(s) missing from the checkpoint: "
-               f"{missing[:20]}{' ...' if len(missing) > 20 else ''}")
+        msg = (
+            f"{architecture}: {len(missing)} model tensor(s) missing from the checkpoint: "
+            f"{missing[:20]}{' ...' if len(missing) > 20 else ''}"
+        )
         if fired:
             msg += "; drop hints that fired: " + "; ".join(fired)
         raise LoadError(msg)

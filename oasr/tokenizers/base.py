@@ -53,8 +53,9 @@ class HFTokenizer(Tokenizer):
         return cls(_Tok.from_file(str(path)))
 
     @classmethod
-    def from_vocab_merges(cls, vocab: str | Path, merges: str | Path,
-                          added_tokens: dict[int, str] | None = None) -> HFTokenizer:
+    def from_vocab_merges(
+        cls, vocab: str | Path, merges: str | Path, added_tokens: dict[int, str] | None = None
+    ) -> HFTokenizer:
         """A byte-level BPE from GPT-2 style ``vocab.json`` + ``merges.txt`` files."""
         from tokenizers import AddedToken, decoders, pre_tokenizers
         from tokenizers import Tokenizer as _Tok
@@ -102,8 +103,8 @@ class HFTokenizer(Tokenizer):
 
 def _gpt2_byte_decoder() -> dict[str, int]:
     """GPT-2's reversible byte <-> printable-unicode map, inverted."""
-    printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(
-        range(ord("®"), ord("ÿ") + 1)
+    printable = (
+        list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
     )
     chars = printable[:]
     n = 0

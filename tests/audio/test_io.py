@@ -160,9 +160,7 @@ def test_array_dtypes_and_layouts():
     np.testing.assert_array_equal(load_audio(pcm32), pcm[0] / np.float32(32768.0))
     floats = pcm[0] / np.float64(32768.0)
     np.testing.assert_allclose(load_audio(floats), floats, rtol=0, atol=1e-7)
-    np.testing.assert_allclose(
-        load_audio(torch.from_numpy(floats).to(torch.bfloat16)), floats, rtol=0, atol=4e-3
-    )
+    np.testing.assert_allclose(load_audio(torch.from_numpy(floats).to(torch.bfloat16)), floats, rtol=0, atol=4e-3)
     assert load_audio(floats[None, :]).shape == (8000,)  # (1, samples): mono
 
 
@@ -187,9 +185,7 @@ def test_iter_audio_chunks_concatenate_to_load_audio(manifest):
     tone = np.sin(np.arange(50000) * 0.01).astype(np.float32)
     chunks = list(iter_audio(tone, chunk_s=0.25, input_sampling_rate=22050))
     assert {c.size for c in chunks[:-1]} == {4000}
-    np.testing.assert_array_equal(
-        np.concatenate(chunks), load_audio(tone, input_sampling_rate=22050)
-    )
+    np.testing.assert_array_equal(np.concatenate(chunks), load_audio(tone, input_sampling_rate=22050))
 
 
 def test_wav_with_streaming_placeholder_size_is_not_called_truncated(tmp_path, manifest):
@@ -228,10 +224,7 @@ def test_concatenated_mp3s_load_whole(tmp_path, caplog):
     # the second part starts after the first's padding: find it within +-0.1 s
     tail = b[2000:-2000]
     start = both.size - b.size + 2000
-    best = max(
-        _correlation(both[start + lag : start + lag + tail.size], tail)
-        for lag in range(-1600, 1601, 4)
-    )
+    best = max(_correlation(both[start + lag : start + lag + tail.size], tail) for lag in range(-1600, 1601, 4))
     assert best > 0.99
 
 
@@ -399,9 +392,7 @@ def test_hour_long_file_streams_in_bounded_memory(tmp_path):
     # full decode at the source rate would be 3600 * 48000 * 2 * 4 B = 1.38 GB of float32.
     t = np.arange(rate) / rate
     rng = np.random.default_rng(3)
-    block = np.stack(
-        [np.sin(2 * np.pi * 440 * t) * 8000, rng.normal(0, 3000, rate)], axis=1
-    ).astype("<i2")
+    block = np.stack([np.sin(2 * np.pi * 440 * t) * 8000, rng.normal(0, 3000, rate)], axis=1).astype("<i2")
     path = tmp_path / "hour.wav"
     try:
         with wave.open(str(path), "wb") as w:

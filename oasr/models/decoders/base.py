@@ -57,8 +57,16 @@ class BaseDecoder(nn.Module, abc.ABC):
         (default: the decoder context) and ``max_groups`` encoder windows."""
 
     @abc.abstractmethod
-    def prefill(self, pool: KVPool, tokens: torch.Tensor, token_lens: torch.Tensor, *, row0: int = 0,
-                group0: int = 0, **inputs: Any) -> tuple[torch.Tensor, DecoderState]:
+    def prefill(
+        self,
+        pool: KVPool,
+        tokens: torch.Tensor,
+        token_lens: torch.Tensor,
+        *,
+        row0: int = 0,
+        group0: int = 0,
+        **inputs: Any,
+    ) -> tuple[torch.Tensor, DecoderState]:
         """Run the prompts, writing their K/V into rows ``row0..row0+B`` of ``pool``.
 
         Args:
@@ -139,11 +147,9 @@ class BaseDecoder(nn.Module, abc.ABC):
         row_at, group_at = a.row0 + a.n_rows, a.group0 + a.n_groups
         if b.row0 != row_at:
             # move_rows gathers before it writes, so b may overlap its destination.
-            pool.move_rows(list(range(row_at, row_at + b.n_rows)), list(range(b.row0, b.row0 + b.n_rows)),
-                           b.max_length)
+            pool.move_rows(list(range(row_at, row_at + b.n_rows)), list(range(b.row0, b.row0 + b.n_rows)), b.max_length)
         if b.n_groups and b.group0 != group_at:
-            pool.move_groups(list(range(group_at, group_at + b.n_groups)),
-                             list(range(b.group0, b.group0 + b.n_groups)))
+            pool.move_groups(list(range(group_at, group_at + b.n_groups)), list(range(b.group0, b.group0 + b.n_groups)))
         extras = {}
         for k in set(a.extras) | set(b.extras):
             va, vb = a.extras.get(k), b.extras.get(k)

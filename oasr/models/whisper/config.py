@@ -50,11 +50,17 @@ class WhisperConfig(ModelConfig):
         return self.n_audio_ctx * 2 * 160
 
 
-def _size(width: int, heads: int, layers: int, n_mels: int = 80, n_vocab: int = 51865,
-          text_layers: int | None = None) -> WhisperConfig:
+def _size(
+    width: int, heads: int, layers: int, n_mels: int = 80, n_vocab: int = 51865, text_layers: int | None = None
+) -> WhisperConfig:
     return WhisperConfig(
-        n_mels=n_mels, n_audio_state=width, n_audio_head=heads, n_audio_layer=layers,
-        n_vocab=n_vocab, n_text_state=width, n_text_head=heads,
+        n_mels=n_mels,
+        n_audio_state=width,
+        n_audio_head=heads,
+        n_audio_layer=layers,
+        n_vocab=n_vocab,
+        n_text_state=width,
+        n_text_head=heads,
         n_text_layer=layers if text_layers is None else text_layers,
     )
 

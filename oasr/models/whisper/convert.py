@@ -138,7 +138,7 @@ class HFWhisperConverter:
         raw = _load_hf_weights(path)
         state: dict[str, torch.Tensor] = {}
         for name, t in raw.items():
-            state[name[len("model."):] if name.startswith("model.") else name] = t
+            state[name[len("model.") :] if name.startswith("model.") else name] = t
         proj = state.get("proj_out.weight")
         emb = state.get("decoder.embed_tokens.weight")
         if proj is not None and emb is not None and not torch.equal(proj, emb):
@@ -154,9 +154,14 @@ class HFWhisperConverter:
             params["max_initial_timestamp_index"] = int(gen["max_initial_timestamp_index"])
         pre = _read_json(path / "preprocessor_config.json") if (path / "preprocessor_config.json").is_file() else None
         return CheckpointBundle(
-            architecture=ARCH, config=config, state_dict=state, tokenizer=_tokenizer_spec(path),
-            features=_feature_spec(config.n_mels, pre), decoding=_decoding_spec(params),
-            source=str(path), format="huggingface",
+            architecture=ARCH,
+            config=config,
+            state_dict=state,
+            tokenizer=_tokenizer_spec(path),
+            features=_feature_spec(config.n_mels, pre),
+            decoding=_decoding_spec(params),
+            source=str(path),
+            format="huggingface",
         )
 
 
@@ -266,8 +271,10 @@ class CT2WhisperConverter:
             nl = config.n_audio_layer if side == "encoder" else config.n_text_layer
             for i in range(nl):
                 s, o = f"{side}/layer_{i}", f"{side}.layers.{i}"
-                take_fused(f"{s}/self_attention/linear_0", (f"{o}.self_attn.q_proj", f"{o}.self_attn.k_proj",
-                                                             f"{o}.self_attn.v_proj"))
+                take_fused(
+                    f"{s}/self_attention/linear_0",
+                    (f"{o}.self_attn.q_proj", f"{o}.self_attn.k_proj", f"{o}.self_attn.v_proj"),
+                )
                 take_linear(f"{s}/self_attention/linear_1", f"{o}.self_attn.out_proj")
                 take_norm(f"{s}/self_attention/layer_norm", f"{o}.self_attn_layer_norm")
                 if side == "decoder":
@@ -297,9 +304,15 @@ class CT2WhisperConverter:
         }
         pre = _read_json(path / "preprocessor_config.json") if (path / "preprocessor_config.json").is_file() else None
         return CheckpointBundle(
-            architecture=ARCH, config=config, state_dict=state, tokenizer=_tokenizer_spec(path),
-            features=_feature_spec(config.n_mels, pre), decoding=_decoding_spec(params),
-            source=str(path), format="ctranslate2", metadata={"parts": [str(p) for p in parts]},
+            architecture=ARCH,
+            config=config,
+            state_dict=state,
+            tokenizer=_tokenizer_spec(path),
+            features=_feature_spec(config.n_mels, pre),
+            decoding=_decoding_spec(params),
+            source=str(path),
+            format="ctranslate2",
+            metadata={"parts": [str(p) for p in parts]},
         )
 
 
@@ -402,10 +415,14 @@ class OpenAIWhisperConverter:
         else:
             half = config.n_text_layer // 2
             heads = [[li, h] for li in range(half, config.n_text_layer) for h in range(config.n_text_head)]
-        params = {"suppress_tokens": [], "begin_suppress_tokens": [], "alignment_heads": _pairs(heads),
-                  "lang_ids": []}
+        params = {"suppress_tokens": [], "begin_suppress_tokens": [], "alignment_heads": _pairs(heads), "lang_ids": []}
         return CheckpointBundle(
-            architecture=ARCH, config=config, state_dict=state, tokenizer=tspec,
-            features=_feature_spec(config.n_mels), decoding=_decoding_spec(params),
-            source=str(file), format="openai-whisper",
+            architecture=ARCH,
+            config=config,
+            state_dict=state,
+            tokenizer=tspec,
+            features=_feature_spec(config.n_mels),
+            decoding=_decoding_spec(params),
+            source=str(file),
+            format="openai-whisper",
         )

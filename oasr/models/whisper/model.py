@@ -56,8 +56,9 @@ class WhisperAttention(nn.Module):
         b, h, t, dh = x.shape
         return self.out_proj(x.transpose(1, 2).reshape(b, t, h * dh))
 
-    def forward(self, x: torch.Tensor, *, is_causal: bool = False,
-                key_lengths: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, *, is_causal: bool = False, key_lengths: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """Dense self-attention. (B, T, D) -> (B, T, D)"""
         q, k, v = self.heads(self.q_proj(x)), self.heads(self.k_proj(x)), self.heads(self.v_proj(x))
         return self.merge(attention(q, k, v, is_causal=is_causal, key_lengths=key_lengths))
@@ -160,8 +161,9 @@ class WhisperDecoder(BaseDecoder):
         """(..., D) -> (..., V) through the tied embedding."""
         return F.linear(x, self.embed_tokens.weight)
 
-    def new_pool(self, max_rows: int, max_groups: int = 0, *, max_len: int | None = None, device=None,
-                 dtype=None) -> KVPool:
+    def new_pool(
+        self, max_rows: int, max_groups: int = 0, *, max_len: int | None = None, device=None, dtype=None
+    ) -> KVPool:
         p = self.embed_tokens.weight
         return KVPool(
             n_layers=self.cfg.n_text_layer,
@@ -241,8 +243,15 @@ class WhisperDecoder(BaseDecoder):
                 pool.cross_v[li, group0 : group0 + n_groups] = att.heads(att.v_proj(memory))
         token_lens = token_lens.to(device=tokens.device, dtype=torch.long)
         lengths = [int(x) for x in token_lens.tolist()]
-        state = DecoderState(pool=pool, row0=row0, group0=group0, n_groups=n_groups, lengths=lengths,
-                             lengths_t=token_lens.clone(), row_group=row_group)
+        state = DecoderState(
+            pool=pool,
+            row0=row0,
+            group0=group0,
+            n_groups=n_groups,
+            lengths=lengths,
+            lengths_t=token_lens.clone(),
+            row_group=row_group,
+        )
         x = self.embed_tokens(tokens) + self.embed_positions.weight[:p]
         for li, layer in enumerate(self.layers):
             att = layer.self_attn
@@ -351,6 +360,8 @@ class WhisperModel(BaseAsrModel):
         self.encoder = WhisperEncoder(config)
         self.decoder = WhisperDecoder(config)
 
-    def encode_offline(self, feats: torch.Tensor, feat_lens: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    def encode_offline(
+        self, feats: torch.Tensor, feat_lens: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """(B, n_mels, 3000) log-mel windows -> (B, 1500, D) states, (B,) lengths."""
         return self.encoder(feats, feat_lens)

@@ -44,7 +44,7 @@ def build_prompt(
             hw = tok.encode(" " + hotwords.strip())  # type: ignore[union-attr]
             prompt.extend(hw[: half - 1] if len(hw) >= half else hw)
         if previous_tokens:
-            prompt.extend(list(previous_tokens)[-(half - 1):])
+            prompt.extend(list(previous_tokens)[-(half - 1) :])
     prompt.extend(tok.sot_sequence(language, task))
     if without_timestamps:
         prompt.append(tok.special.no_timestamps)
@@ -102,9 +102,7 @@ def plan_prompt(prompt: Sequence[int], tok: WhisperTokenizer, max_length: int = 
     start_step = end - 1
     decode_max = min(max_length // 2, max_length - start_step)
     if decode_max <= 0:
-        raise ValueError(
-            f"the prompt leaves no room to decode ({start_step} prompt tokens, max_length={max_length})"
-        )
+        raise ValueError(f"the prompt leaves no room to decode ({start_step} prompt tokens, max_length={max_length})")
     prefix = tuple(prompt[end:])
     return PromptPlan(
         prefill=tuple(prompt[:end]) + prefix,

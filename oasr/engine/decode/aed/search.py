@@ -101,8 +101,9 @@ class SamplingSearch(TaskSearch):
     """``best_of`` independent samples at a temperature; rows that finish early keep
     their slot (fed end-of-text) until the whole task is done."""
 
-    def __init__(self, prefix, decode_max, eot, length_penalty, *, best_of: int, temperature: float,
-                 generator: torch.Generator) -> None:
+    def __init__(
+        self, prefix, decode_max, eot, length_penalty, *, best_of: int, temperature: float, generator: torch.Generator
+    ) -> None:
         super().__init__(prefix, decode_max, eot, length_penalty)
         self.k = best_of
         self.temperature = temperature

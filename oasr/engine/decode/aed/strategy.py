@@ -193,8 +193,12 @@ class AedDecodeStrategy(DecodeStrategy):
         if len(points) % 2:
             points.append(content_frames)
         req = _Req(
-            request=request, opts=opts, mel=mel, duration=len(request.audio) / 16000.0,
-            content_frames=content_frames, seek_clips=list(zip(points[::2], points[1::2])),
+            request=request,
+            opts=opts,
+            mel=mel,
+            duration=len(request.audio) / 16000.0,
+            content_frames=content_frames,
+            seek_clips=list(zip(points[::2], points[1::2])),
         )
         req.seek = req.seek_clips[0][0]
         if opts.initial_prompt is not None:
@@ -230,8 +234,12 @@ class AedDecodeStrategy(DecodeStrategy):
     def stats(self) -> dict[str, float]:
         running = sum(c.state.n_rows for c in self.cohorts.values() if c.state is not None)
         waiting = sum(len(c.waiting) for c in self.cohorts.values())
-        return {"running_rows": running, "waiting_tasks": waiting, "encode_queue": len(self.encode_queue),
-                **self.counters}
+        return {
+            "running_rows": running,
+            "waiting_tasks": waiting,
+            "encode_queue": len(self.encode_queue),
+            **self.counters,
+        }
 
     # -- the step ------------------------------------------------------------------------
 
@@ -294,8 +302,7 @@ class AedDecodeStrategy(DecodeStrategy):
         g = enc.shape[0]
         pool = self.decoder.new_pool(g, g, max_len=1)
         tokens = torch.full((g, 1), self.tok.special.sot, dtype=torch.long, device=self.device)
-        logits, _ = self.decoder.prefill(pool, tokens, torch.ones(g, dtype=torch.long, device=self.device),
-                                         memory=enc)
+        logits, _ = self.decoder.prefill(pool, tokens, torch.ones(g, dtype=torch.long, device=self.device), memory=enc)
         ids = torch.tensor(self.lang_ids, device=logits.device)
         p = torch.softmax(logits.float().index_select(1, ids), dim=-1).cpu().tolist()
         codes = [self.tok.id_to_language[i] for i in self.lang_ids]
@@ -305,8 +312,9 @@ class AedDecodeStrategy(DecodeStrategy):
             out.append({codes[j]: row[j] for j in order})
         return out
 
-    def _after_detection(self, req: _Req, start: int, probs: dict[str, float], enc: torch.Tensor,
-                         events: list[StepEvent]) -> None:
+    def _after_detection(
+        self, req: _Req, start: int, probs: dict[str, float], enc: torch.Tensor, events: list[StepEvent]
+    ) -> None:
         language, p = next(iter(probs.items()))
         req.language_probs = probs
         thr = req.opts.language_detection_threshold
@@ -323,8 +331,9 @@ class AedDecodeStrategy(DecodeStrategy):
 
     # -- windows ---------------------------------------------------------------------------
 
-    def _next_window(self, req: _Req, events: list[StepEvent],
-                     reusable: tuple[int, torch.Tensor] | None = None) -> None:
+    def _next_window(
+        self, req: _Req, events: list[StepEvent], reusable: tuple[int, torch.Tensor] | None = None
+    ) -> None:
         """Find the next window to decode (or finish the request) and queue it."""
         while req.clip_idx < len(req.seek_clips):
             clip_start, clip_end = req.seek_clips[req.clip_idx]
@@ -342,8 +351,12 @@ class AedDecodeStrategy(DecodeStrategy):
             req.attempts = []
             # A detection window over exactly these frames already has the encoder output.
             avail = req.mel.shape[-1] - req.seek
-            if (reusable is not None and reusable[0] == req.seek and size == min(self.n_frames, avail)
-                    and not req.opts.multilingual):
+            if (
+                reusable is not None
+                and reusable[0] == req.seek
+                and size == min(self.n_frames, avail)
+                and not req.opts.multilingual
+            ):
                 req.window.enc = reusable[1]
                 self._submit(req, events)
             else:
@@ -388,12 +401,15 @@ class AedDecodeStrategy(DecodeStrategy):
         assert win is not None
         temperature = opts.temperatures[req.temp_index]
         language = win.language or req.language
-        previous = req.all_tokens[req.prompt_reset_since:]
+        previous = req.all_tokens[req.prompt_reset_since :]
         prompt = build_prompt(
-            self.tok, previous, language=language if self.tok.special.is_multilingual else None,
+            self.tok,
+            previous,
+            language=language if self.tok.special.is_multilingual else None,
             task=opts.task if self.tok.special.is_multilingual else None,
             without_timestamps=opts.without_timestamps,
-            prefix=opts.prefix if win.seek == 0 else None, hotwords=opts.hotwords,
+            prefix=opts.prefix if win.seek == 0 else None,
+            hotwords=opts.hotwords,
         )
         max_length = MAX_LENGTH if opts.max_new_tokens is None else len(prompt) + opts.max_new_tokens
         if max_length > MAX_LENGTH:
@@ -414,16 +430,13 @@ class AedDecodeStrategy(DecodeStrategy):
         args = (plan.prefix, plan.decode_max, self.tok.eot, opts.length_penalty)
         search: TaskSearch
         if temperature > 0:
-            gen = torch.Generator().manual_seed(
-                (opts.seed * 1_000_003 + win.seek * 101 + req.temp_index) % (2**63)
-            )
+            gen = torch.Generator().manual_seed((opts.seed * 1_000_003 + win.seek * 101 + req.temp_index) % (2**63))
             search = SamplingSearch(*args, best_of=opts.best_of, temperature=temperature, generator=gen)
         elif opts.beam_size > 1:
             search = BeamSearch(*args, beam_size=opts.beam_size, patience=opts.patience)
         else:
             search = GreedySearch(*args)
-        return _Task(req=req, plan=plan, rules=rules, search=search, temperature=temperature,
-                     prompt_len=len(prompt))
+        return _Task(req=req, plan=plan, rules=rules, search=search, temperature=temperature, prompt_len=len(prompt))
 
     def _suppressed(self, opts: TranscribeOptions) -> tuple[int, ...]:
         if not opts.suppress_tokens:
@@ -432,8 +445,9 @@ class AedDecodeStrategy(DecodeStrategy):
         if -1 in opts.suppress_tokens:
             ids.extend(self.tok.non_speech_tokens)
         sp = self.tok.special
-        ids.extend(t for t in (sp.transcribe, sp.translate, sp.sot, sp.sot_prev, sp.sot_lm, sp.no_speech)
-                   if t is not None)
+        ids.extend(
+            t for t in (sp.transcribe, sp.translate, sp.sot, sp.sot_prev, sp.sot_lm, sp.no_speech) if t is not None
+        )
         return tuple(sorted(set(ids)))
 
     def _join(self, cohort: _Cohort, events: list[StepEvent]) -> None:
@@ -462,8 +476,15 @@ class AedDecodeStrategy(DecodeStrategy):
         state = cohort.state
         row0 = (state.row0 + state.n_rows) if state is not None else 0
         group0 = (state.group0 + state.n_groups) if state is not None else 0
-        logits, new = self.decoder.prefill(cohort.pool, tokens.to(dev), torch.tensor(lens, device=dev),
-                                           row0=row0, group0=group0, memory=memory, logits_at=at.to(dev))
+        logits, new = self.decoder.prefill(
+            cohort.pool,
+            tokens.to(dev),
+            torch.tensor(lens, device=dev),
+            row0=row0,
+            group0=group0,
+            memory=memory,
+            logits_at=at.to(dev),
+        )
         ns = self.tok.special.no_speech
         if ns is not None:
             nsp = torch.softmax(logits[:, 0].float(), dim=-1)[:, ns].tolist()
@@ -492,8 +513,9 @@ class AedDecodeStrategy(DecodeStrategy):
         cohort.state = self.decoder.select(state, idx)
         cohort.tasks, cohort.next_tokens = alive, nxt
 
-    def _select_next(self, tasks: list[_Task], logits: torch.Tensor, *, first: bool,
-                     events: list[StepEvent]) -> tuple[list[int], list[int], list[_Task]]:
+    def _select_next(
+        self, tasks: list[_Task], logits: torch.Tensor, *, first: bool, events: list[StepEvent]
+    ) -> tuple[list[int], list[int], list[_Task]]:
         """Filter, score and select one step for ``tasks`` whose rows make up ``logits``.
 
         Returns the rows to keep (for ``select``), their next input tokens, and the
@@ -523,8 +545,7 @@ class AedDecodeStrategy(DecodeStrategy):
                 finished.append(t)
             else:
                 continuing.append((i, [lo + p for p in parents], nxt))
-        order = _compaction_order([c[0] for c in continuing], len(tasks)) if not first else list(
-            range(len(continuing)))
+        order = _compaction_order([c[0] for c in continuing], len(tasks)) if not first else list(range(len(continuing)))
         idx: list[int] = []
         nxt_tokens: list[int] = []
         alive: list[_Task] = []
@@ -547,18 +568,30 @@ class AedDecodeStrategy(DecodeStrategy):
         tokens, score = task.search.result()
         opts = req.opts
         seq_len = len(tokens)
-        avg_logprob = score * (seq_len ** opts.length_penalty) / (seq_len + 1)
+        avg_logprob = score * (seq_len**opts.length_penalty) / (seq_len + 1)
         text = self.tok.decode(tokens).strip()
-        attempt = dict(tokens=tokens, avg_logprob=avg_logprob, temperature=task.temperature,
-                       compression_ratio=compression_ratio(text), no_speech_prob=task.no_speech_prob)
+        attempt = dict(
+            tokens=tokens,
+            avg_logprob=avg_logprob,
+            temperature=task.temperature,
+            compression_ratio=compression_ratio(text),
+            no_speech_prob=task.no_speech_prob,
+        )
         req.attempts.append(attempt)
         needs_fallback = False
-        if opts.compression_ratio_threshold is not None and attempt["compression_ratio"] > opts.compression_ratio_threshold:
+        if (
+            opts.compression_ratio_threshold is not None
+            and attempt["compression_ratio"] > opts.compression_ratio_threshold
+        ):
             needs_fallback = True
         if opts.log_prob_threshold is not None and avg_logprob < opts.log_prob_threshold:
             needs_fallback = True
-        if (opts.no_speech_threshold is not None and task.no_speech_prob > opts.no_speech_threshold
-                and opts.log_prob_threshold is not None and avg_logprob < opts.log_prob_threshold):
+        if (
+            opts.no_speech_threshold is not None
+            and task.no_speech_prob > opts.no_speech_threshold
+            and opts.log_prob_threshold is not None
+            and avg_logprob < opts.log_prob_threshold
+        ):
             needs_fallback = False
         if needs_fallback and req.temp_index + 1 < len(opts.temperatures):
             req.temp_index += 1
@@ -591,8 +624,9 @@ class AedDecodeStrategy(DecodeStrategy):
         time_offset = seek * TIME_PER_FRAME
         window_end_time = float((seek + self.n_frames) * TIME_PER_FRAME)
         segment_duration = win.segment_size * TIME_PER_FRAME
-        subs, new_seek, single_ending = self._split_by_timestamps(tokens, time_offset, win.segment_size,
-                                                                  segment_duration, seek)
+        subs, new_seek, single_ending = self._split_by_timestamps(
+            tokens, time_offset, win.segment_size, segment_duration, seek
+        )
         if opts.word_timestamps:
             self._time_words(req, subs, win, time_offset)
             if not single_ending:
@@ -616,9 +650,15 @@ class AedDecodeStrategy(DecodeStrategy):
                 continue
             req.all_tokens.extend(sub["tokens"])
             segment = Segment(
-                id=len(req.segments) + 1, seek=seek, start=sub["start"], end=sub["end"], text=text,
-                tokens=list(sub["tokens"]), temperature=attempt["temperature"],
-                avg_logprob=attempt["avg_logprob"], compression_ratio=attempt["compression_ratio"],
+                id=len(req.segments) + 1,
+                seek=seek,
+                start=sub["start"],
+                end=sub["end"],
+                text=text,
+                tokens=list(sub["tokens"]),
+                temperature=attempt["temperature"],
+                avg_logprob=attempt["avg_logprob"],
+                compression_ratio=attempt["compression_ratio"],
                 no_speech_prob=attempt["no_speech_prob"],
                 words=[Word(**w) for w in sub["words"]] if opts.word_timestamps else None,
             )
@@ -632,8 +672,9 @@ class AedDecodeStrategy(DecodeStrategy):
         req.window = None
         self._next_window(req, events)
 
-    def _split_by_timestamps(self, tokens: list[int], time_offset: float, segment_size: int,
-                             segment_duration: float, seek: int) -> tuple[list[dict], int, bool]:
+    def _split_by_timestamps(
+        self, tokens: list[int], time_offset: float, segment_size: int, segment_duration: float, seek: int
+    ) -> tuple[list[dict], int, bool]:
         tb = self.tok.timestamp_begin
         single_ending = len(tokens) >= 2 and tokens[-2] < tb <= tokens[-1]
         consecutive = [i for i in range(1, len(tokens)) if tokens[i] >= tb and tokens[i - 1] >= tb]
@@ -643,8 +684,14 @@ class AedDecodeStrategy(DecodeStrategy):
             last = 0
             for cur in slices:
                 part = tokens[last:cur]
-                subs.append(dict(seek=seek, tokens=part, start=time_offset + (part[0] - tb) * TIME_PRECISION,
-                                 end=time_offset + (part[-1] - tb) * TIME_PRECISION))
+                subs.append(
+                    dict(
+                        seek=seek,
+                        tokens=part,
+                        start=time_offset + (part[0] - tb) * TIME_PRECISION,
+                        end=time_offset + (part[-1] - tb) * TIME_PRECISION,
+                    )
+                )
                 last = cur
             if single_ending:
                 seek += segment_size
@@ -663,19 +710,45 @@ class AedDecodeStrategy(DecodeStrategy):
         eot = self.tok.eot
         text_tokens = [t for sub in subs for t in sub["tokens"] if t < eot]
         language = win.language or req.language
-        sot_seq = self.tok.sot_sequence(language if self.tok.special.is_multilingual else None,
-                                        req.opts.task if self.tok.special.is_multilingual else None)
-        alignment = find_alignment(self.decoder, self.tok, win.enc[None], sot_seq, text_tokens,
-                                   win.segment_size, self.alignment_heads, language)
-        req.last_speech_timestamp = add_word_timestamps(
-            subs, alignment, time_offset, req.opts.prepend_punctuations, req.opts.append_punctuations,
-            req.last_speech_timestamp, eot,
-        ) if alignment else req.last_speech_timestamp
+        sot_seq = self.tok.sot_sequence(
+            language if self.tok.special.is_multilingual else None,
+            req.opts.task if self.tok.special.is_multilingual else None,
+        )
+        alignment = find_alignment(
+            self.decoder,
+            self.tok,
+            win.enc[None],
+            sot_seq,
+            text_tokens,
+            win.segment_size,
+            self.alignment_heads,
+            language,
+        )
+        req.last_speech_timestamp = (
+            add_word_timestamps(
+                subs,
+                alignment,
+                time_offset,
+                req.opts.prepend_punctuations,
+                req.opts.append_punctuations,
+                req.last_speech_timestamp,
+                eot,
+            )
+            if alignment
+            else req.last_speech_timestamp
+        )
         for sub in subs:
             sub.setdefault("words", [])
 
-    def _skip_hallucination(self, req: _Req, subs: list[dict], previous_seek: int, time_offset: float,
-                            window_end_time: float, segment_duration: float) -> tuple[str, int] | None:
+    def _skip_hallucination(
+        self,
+        req: _Req,
+        subs: list[dict],
+        previous_seek: int,
+        time_offset: float,
+        window_end_time: float,
+        segment_duration: float,
+    ) -> tuple[str, int] | None:
         """faster-whisper's hallucination_silence_threshold logic.
 
         Returns:
@@ -694,12 +767,14 @@ class AedDecodeStrategy(DecodeStrategy):
             if not seg["words"]:
                 continue
             if _is_anomaly(seg):
-                nxt = next((s for s in subs[si + 1:] if s["words"]), None)
+                nxt = next((s for s in subs[si + 1 :] if s["words"]), None)
                 hal_next_start = nxt["words"][0]["start"] if nxt else time_offset + segment_duration
-                silence_before = (seg["start"] - hal_last_end > thr or seg["start"] < thr
-                                  or seg["start"] - time_offset < 2.0)
-                silence_after = (hal_next_start - seg["end"] > thr or _is_anomaly(nxt)
-                                 or window_end_time - seg["end"] < 2.0)
+                silence_before = (
+                    seg["start"] - hal_last_end > thr or seg["start"] < thr or seg["start"] - time_offset < 2.0
+                )
+                silence_after = (
+                    hal_next_start - seg["end"] > thr or _is_anomaly(nxt) or window_end_time - seg["end"] < 2.0
+                )
                 if silence_before and silence_after:
                     seek = round(max(time_offset + 1, seg["start"]) * FRAMES_PER_SECOND)
                     if content_duration - seg["end"] < thr:
@@ -759,4 +834,3 @@ def _is_anomaly(segment: dict | None) -> bool:
     words = [w for w in segment["words"] if w["word"] not in PUNCTUATION][:8]
     score = sum(_word_anomaly(w) for w in words)
     return score >= 3 or score + 0.01 >= len(words)
-

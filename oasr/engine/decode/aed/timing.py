@@ -226,8 +226,14 @@ def add_word_timestamps(
         while word_index < len(alignment) and saved < n_text:
             timing = alignment[word_index]
             if timing.word:
-                words.append(dict(word=timing.word, start=_round2(time_offset + timing.start),
-                                  end=_round2(time_offset + timing.end), probability=timing.probability))
+                words.append(
+                    dict(
+                        word=timing.word,
+                        start=_round2(time_offset + timing.start),
+                        end=_round2(time_offset + timing.end),
+                        probability=timing.probability,
+                    )
+                )
             saved += len(timing.tokens)
             word_index += 1
         if words:
@@ -250,4 +256,3 @@ def add_word_timestamps(
             last_speech_timestamp = sub["end"]
         sub["words"] = words
     return last_speech_timestamp
-
