@@ -401,11 +401,13 @@ class BaseEncoder(nn.Module):
         return "none"
 
     @property
+    @unimplemented
     def subsampling_rate(self) -> int:
         """Feature frames per output frame."""
         raise NotImplementedError(f"{type(self).__name__} must declare subsampling_rate")
 
     @property
+    @unimplemented
     def output_size(self) -> int:
         """Width of the hidden states."""
         raise NotImplementedError(f"{type(self).__name__} must declare output_size")

@@ -384,7 +384,14 @@ class OpenAIWhisperConverter:
         return None
 
     def can_load(self, path: Path) -> bool:
-        return self._file(path) is not None
+        file = self._file(path)
+        if file is None:
+            return False
+        try:  # memory-mapped: reads the pickle, not the tensor data
+            ckpt = torch.load(file, map_location="cpu", weights_only=True, mmap=True)
+        except Exception:
+            return False
+        return isinstance(ckpt, dict) and "dims" in ckpt and "model_state_dict" in ckpt
 
     def load(self, path: Path) -> CheckpointBundle:
         file = self._file(path)

@@ -1,0 +1,1 @@
+"""The ``oasr`` command line (``oasr.cli.main:main``); one module per subcommand."""

@@ -1,0 +1,291 @@
+"""Pieces the subcommands share: engine / decoding options, loading the engine, and
+running a batch of files so that one bad file does not stop the others."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from oasr.engine.outputs import RequestOutput
+
+
+class CliError(Exception):
+    """A failure reported as one line on stderr (no traceback) with an exit code."""
+
+    def __init__(self, message: str, exit_code: int = 1) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+# ---------------------------------------------------------------------------
+# argparse value types (their ArgumentTypeError becomes "argument --x: invalid ...")
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def nonnegative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    return value
+
+
+def temperatures(text: str) -> float | tuple[float, ...]:
+    """``0`` or a comma-separated fallback sequence ``0,0.2,0.4``."""
+    try:
+        values = [float(x) for x in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number or comma-separated numbers, got {text!r}") from None
+    if any(not (v >= 0) for v in values):
+        raise argparse.ArgumentTypeError(f"temperatures must be >= 0, got {text!r}")
+    return values[0] if len(values) == 1 else tuple(values)
+
+
+# ---------------------------------------------------------------------------
+# Option groups
+
+
+def add_engine_options(parser: argparse.ArgumentParser) -> None:
+    g = parser.add_argument_group("model and engine")
+    g.add_argument(
+        "-m",
+        "--model",
+        default=None,
+        help="model directory, bundled name (whisper-base, tiny.en) or Hub id; default: the bundled whisper-base",
+    )
+    g.add_argument("--device", default="auto", help="cpu, cuda, cuda:1, ... or auto (cuda when available; default)")
+    g.add_argument(
+        "--dtype",
+        choices=("float32", "float16", "bfloat16"),
+        default=None,
+        help="compute dtype (default: float32 on CPU, float16 on CUDA)",
+    )
+    g.add_argument("--threads", type=nonnegative_int, default=0, metavar="N", help="CPU threads (0: torch's default)")
+    g.add_argument(
+        "--batch-size",
+        type=positive_int,
+        default=8,
+        metavar="N",
+        help="encoder windows / decode rows per batch (default 8)",
+    )
+    g.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+
+
+def add_decode_options(parser: argparse.ArgumentParser, *, language: bool = True, task: bool = True) -> None:
+    g = parser.add_argument_group("decoding")
+    if language:
+        g.add_argument(
+            "-l", "--language", default=None, metavar="L", help="ISO code or English name; default: detect it"
+        )
+    if task:
+        g.add_argument("--task", choices=("transcribe", "translate"), default=None, help="default: transcribe")
+    g.add_argument(
+        "--beam-size",
+        type=positive_int,
+        default=None,
+        metavar="N",
+        help="beams at temperature 0 (1: greedy; default 5)",
+    )
+    g.add_argument(
+        "--best-of", type=positive_int, default=None, metavar="N", help="samples at temperature > 0 (default 5)"
+    )
+    g.add_argument(
+        "--patience", type=positive_float, default=None, metavar="P", help="beam search patience (default 1.0)"
+    )
+    g.add_argument(
+        "--temperature",
+        type=temperatures,
+        default=None,
+        metavar="T[,T...]",
+        help="temperature or fallback sequence (default 0,0.2,0.4,0.6,0.8,1.0)",
+    )
+    if task:
+        g.add_argument("--word-timestamps", action="store_true", help="time every word")
+    g.add_argument("--initial-prompt", default=None, metavar="TEXT", help="text to prompt the first window with")
+    g.add_argument(
+        "--no-condition-on-previous-text",
+        dest="condition_on_previous_text",
+        action="store_false",
+        default=True,
+        help="do not prompt each window with the previous window's text",
+    )
+    g.add_argument("--without-timestamps", action="store_true", help="decode text tokens only")
+
+
+_OPTION_NAMES = ("language", "task", "beam_size", "best_of", "patience", "temperature", "initial_prompt")
+
+
+def decode_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    """The ``TranscribeOptions`` the user set (everything else keeps the engine's default)."""
+    kwargs = {name: getattr(args, name) for name in _OPTION_NAMES if getattr(args, name, None) is not None}
+    if getattr(args, "word_timestamps", False):
+        kwargs["word_timestamps"] = True
+    if getattr(args, "without_timestamps", False):
+        kwargs["without_timestamps"] = True
+    if not getattr(args, "condition_on_previous_text", True):
+        kwargs["condition_on_previous_text"] = False
+    return kwargs
+
+
+def check_decode_kwargs(parser: argparse.ArgumentParser, kwargs: dict[str, Any]) -> None:
+    """Refuse bad option combinations before the model is loaded (argparse-style, exit 2)."""
+    from oasr.engine.config import TranscribeOptions
+
+    try:
+        TranscribeOptions.from_kwargs(**kwargs)
+    except (TypeError, ValueError) as e:
+        parser.error(str(e))
+
+
+# ---------------------------------------------------------------------------
+# Engine
+
+
+def resolve_device(device: str) -> str:
+    if device != "auto":
+        return device
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def load_engine(args: argparse.Namespace):
+    """Build the ``ASREngine`` the options ask for.
+
+    Raises:
+        CliError: (exit code 2) no model is available, or the model cannot be loaded.
+    """
+    from oasr.engine import ASREngine
+    from oasr.models.loaders import ModelNotFoundError
+
+    try:
+        return ASREngine(
+            args.model,
+            device=resolve_device(args.device),
+            dtype=args.dtype,
+            num_threads=args.threads,
+            max_batch_size=args.batch_size,
+        )
+    except ModelNotFoundError as e:
+        raise CliError(str(e), exit_code=2) from None
+    except (ValueError, OSError, RuntimeError) as e:
+        raise CliError(f"could not load model {args.model or '(default)'}: {e}", exit_code=2) from None
+
+
+def progress_bar(total: int, disable: bool, unit: str = "file"):
+    """A tqdm bar on stderr, off when asked or when stderr is not a terminal."""
+    from tqdm.auto import tqdm
+
+    return tqdm(
+        total=total,
+        unit=unit,
+        file=sys.stderr,
+        disable=disable or not sys.stderr.isatty(),
+        dynamic_ncols=True,
+        leave=False,
+    )
+
+
+def describe_error(exc: BaseException) -> str:
+    """A one-line description of why an input failed."""
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    if isinstance(exc, ValueError):  # AudioDecodeError and bad values say what is wrong
+        return str(exc)
+    return f"{type(exc).__name__}: {exc}"
+
+
+# ---------------------------------------------------------------------------
+# Running a batch
+
+
+@dataclass
+class Source:
+    """One input: a label for messages and what ``load_audio`` reads (a path or bytes)."""
+
+    label: str
+    data: str | os.PathLike | bytes
+
+
+def decode_source(source: Source, sampling_rate: int):
+    from oasr.audio import load_audio
+
+    return load_audio(source.data, sampling_rate)
+
+
+def run_batch(
+    engine,
+    sources: Sequence[Source],
+    options: dict[str, Any],
+    on_result: Callable[[int, RequestOutput], None],
+    on_error: Callable[[int, BaseException], None],
+) -> None:
+    """Transcribe ``sources`` in one batched pass, reporting each by its index.
+
+    Audio is decoded here, one input at a time as the engine admits it, so a file
+    that does not decode is reported through ``on_error`` and skipped while the rest
+    carry on. Should the batched pass stop on a decoding failure inside the engine,
+    the inputs it left unfinished are retried one at a time, so only the culprit is
+    reported as failed. Every index gets exactly one ``on_result`` or ``on_error``.
+    """
+    settled: set[int] = set()
+    admitted: list[int] = []
+    sampling_rate = engine.sampling_rate
+
+    def audio_stream():
+        for index, source in enumerate(sources):
+            try:
+                audio = decode_source(source, sampling_rate)
+            except Exception as e:  # any failure to read one input must not stop the others
+                settled.add(index)
+                on_error(index, e)
+                continue
+            admitted.append(index)
+            yield audio
+
+    results = engine.transcribe_iter(audio_stream(), **options)
+    while True:
+        try:
+            k, output = next(results)
+        except StopIteration:
+            return
+        except Exception:  # one request failed inside the engine: find it by going one at a time
+            break
+        index = admitted[k]
+        settled.add(index)
+        on_result(index, output)
+    for index, source in enumerate(sources):
+        if index in settled:
+            continue
+        settled.add(index)
+        try:
+            output = engine.transcribe(decode_source(source, sampling_rate), **options)
+        except Exception as e:
+            on_error(index, e)
+        else:
+            on_result(index, output)

@@ -1,0 +1,74 @@
+"""The ``oasr`` command line.
+
+Each subcommand lives in its own module under ``oasr.cli`` and exposes
+``register(subparsers)``, which adds its parser and sets ``func`` (called with the
+parsed namespace, returning the exit code) and ``parser`` (for argparse-style
+errors found after parsing). Adding one (``serve``, ``bench``, ...) is one module
+and one entry in ``SUBCOMMANDS``.
+
+Exit codes: 0 success; 1 some input failed (its message on stderr); 2 usage
+errors (argparse's message) and no usable model; 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import platform
+import sys
+from collections.abc import Sequence
+
+from oasr.cli.common import CliError
+
+# module under oasr.cli -> its register(subparsers); in the order `oasr --help` lists them
+SUBCOMMANDS: tuple[str, ...] = ("transcribe", "evaluate", "models")
+
+
+def _version() -> str:
+    from oasr import __version__
+
+    try:
+        import torch
+
+        torch_version = torch.__version__
+    except ImportError:  # pragma: no cover - a declared dependency
+        torch_version = "not installed"
+    return f"oasr {__version__} (torch {torch_version}, Python {platform.python_version()})"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="oasr",
+        description="oasr: speech recognition inference on PyTorch.",
+    )
+    parser.add_argument("--version", action="version", version=_version())
+    subparsers = parser.add_subparsers(title="commands", dest="command", metavar="COMMAND")
+    subparsers.required = True
+    for name in SUBCOMMANDS:
+        importlib.import_module(f"oasr.cli.{name}").register(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit code (argparse errors raise ``SystemExit(2)``)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except CliError as e:
+        print(f"oasr {args.command}: error: {e}", file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:
+        print(f"oasr {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:  # `oasr transcribe ... | head`: stop quietly
+        try:  # keep the interpreter's final flush of stdout from failing again
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError, AttributeError):
+            pass
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

