@@ -125,7 +125,7 @@ def run(args: argparse.Namespace) -> int:
         while next_to_print in pending:
             doc = pending.pop(next_to_print)
             if doc:
-                sys.stdout.write(doc)
+                bar.write(doc, file=sys.stdout, end="")  # clears and redraws the bar around it
                 sys.stdout.flush()
             next_to_print += 1
 

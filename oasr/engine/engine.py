@@ -114,7 +114,12 @@ class ASREngine:
                     exhausted = True
                     break
                 index, item = nxt
-                samples = load_audio(item, self.sampling_rate)
+                try:
+                    samples = load_audio(item, self.sampling_rate)
+                except Exception:
+                    for rid in in_flight:
+                        strategy.abort(rid)
+                    raise
                 rid = f"req-{next(self._ids)}"
                 self.add_request(Request(rid, samples, opts))
                 in_flight[rid] = index
@@ -125,6 +130,8 @@ class ASREngine:
                     continue
                 if event.kind == "error":
                     in_flight.pop(event.request_id)
+                    for rid in in_flight:  # the call fails as a whole: free what it admitted
+                        strategy.abort(rid)
                     raise event.error  # type: ignore[misc]
                 if event.kind == "finished":
                     yield in_flight.pop(event.request_id), event.output  # type: ignore[misc]

@@ -1,0 +1,73 @@
+"""Bad input gets a clear ValueError naming the problem, and the engine keeps working."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import oasr
+from oasr.audio import AudioDecodeError
+
+pytestmark = pytest.mark.real_weights
+
+
+@pytest.fixture(scope="module")
+def engine():
+    if oasr.models.bundled.bundled_path("whisper-tiny.en") is None:
+        pytest.skip("tiny.en weights not installed")
+    return oasr.ASREngine("whisper-tiny.en", max_batch_size=2)
+
+
+@pytest.fixture(scope="module")
+def good(audio_dir):
+    return oasr.audio.load_audio(audio_dir / "jfk.wav")[: 16000 * 3]
+
+
+def _expect(engine, good, source, phrase):
+    with pytest.raises(ValueError, match=phrase) as info:
+        engine.transcribe(source, beam_size=1)
+    assert isinstance(info.value, AudioDecodeError)
+    # The engine still serves the next request.
+    assert "fellow americans" in engine.transcribe(good, beam_size=1).text.lower()
+
+
+def test_empty_file(engine, good, tmp_path):
+    p = tmp_path / "empty.wav"
+    p.write_bytes(b"")
+    _expect(engine, good, str(p), "empty")
+
+
+def test_truncated_file(engine, good, tmp_path, audio_dir):
+    data = (audio_dir / "1272-141231-0002.flac").read_bytes()
+    p = tmp_path / "cut.flac"
+    p.write_bytes(data[: len(data) * 6 // 10])
+    _expect(engine, good, str(p), "truncated")
+
+
+def test_text_file_named_wav(engine, good, tmp_path):
+    p = tmp_path / "notes.wav"
+    p.write_text("this is not audio at all\n" * 20)
+    _expect(engine, good, str(p), "not an audio file")
+
+
+def test_zero_length_array(engine, good):
+    _expect(engine, good, np.zeros(0, dtype=np.float32), "empty audio")
+
+
+def test_nan_samples(engine, good):
+    x = good.copy()
+    x[100] = np.nan
+    _expect(engine, good, x, "NaN")
+
+
+def test_unknown_option_and_bad_values(engine, good):
+    with pytest.raises(TypeError, match="unknown transcribe option.*beam_sise"):
+        engine.transcribe(good, beam_sise=2)
+    with pytest.raises(ValueError, match="temperature must be >= 0"):
+        engine.transcribe(good, temperature=-0.5)
+    with pytest.raises(ValueError, match="English-only"):
+        engine.transcribe(good, language="fr")
+    with pytest.raises(ValueError, match="unknown language 'klingon'"):
+        engine.transcribe(good, language="klingon")
+    with pytest.raises(ValueError, match="beam_size must be >= 1"):
+        engine.transcribe(good, beam_size=0)
