@@ -167,11 +167,29 @@ def check_decode_kwargs(parser: argparse.ArgumentParser, kwargs: dict[str, Any])
 
 
 def resolve_device(device: str) -> str:
-    if device != "auto":
-        return device
+    """``auto`` -> cuda when available, else cpu; other names are checked.
+
+    Raises:
+        CliError: (exit code 2) an unknown device, or CUDA asked for and not available.
+    """
     import torch
 
-    return "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        parsed = torch.device(device)
+    except (RuntimeError, ValueError) as e:
+        raise CliError(f"--device {device} is not a device: {e}", exit_code=2) from None
+    if parsed.type == "cuda":
+        if not torch.cuda.is_available():
+            raise CliError(
+                f"--device {device}: CUDA is not available (torch {torch.__version__}, "
+                f"{'built without CUDA' if torch.version.cuda is None else 'no usable GPU'})",
+                exit_code=2,
+            )
+        if parsed.index is not None and parsed.index >= torch.cuda.device_count():
+            raise CliError(f"--device {device}: only {torch.cuda.device_count()} CUDA device(s)", exit_code=2)
+    return device
 
 
 def load_engine(args: argparse.Namespace):
@@ -183,10 +201,11 @@ def load_engine(args: argparse.Namespace):
     from oasr.engine import ASREngine
     from oasr.models.loaders import ModelNotFoundError
 
+    device = resolve_device(args.device)
     try:
         return ASREngine(
             args.model,
-            device=resolve_device(args.device),
+            device=device,
             dtype=args.dtype,
             num_threads=args.threads,
             max_batch_size=args.batch_size,

@@ -107,34 +107,32 @@ class ASREngine:
         in_flight: dict[str, int] = {}
         exhausted = False
         strategy = self.strategy
-        while True:
-            while not exhausted and len(in_flight) < limit:
-                nxt = next(pending, None)
-                if nxt is None:
-                    exhausted = True
-                    break
-                index, item = nxt
-                try:
+        try:
+            while True:
+                while not exhausted and len(in_flight) < limit:
+                    nxt = next(pending, None)
+                    if nxt is None:
+                        exhausted = True
+                        break
+                    index, item = nxt
                     samples = load_audio(item, self.sampling_rate)
-                except Exception:
-                    for rid in in_flight:
-                        strategy.abort(rid)
-                    raise
-                rid = f"req-{next(self._ids)}"
-                self.add_request(Request(rid, samples, opts))
-                in_flight[rid] = index
-            if not in_flight:
-                return
-            for event in strategy.step():
-                if event.request_id not in in_flight:
-                    continue
-                if event.kind == "error":
-                    in_flight.pop(event.request_id)
-                    for rid in in_flight:  # the call fails as a whole: free what it admitted
-                        strategy.abort(rid)
-                    raise event.error  # type: ignore[misc]
-                if event.kind == "finished":
-                    yield in_flight.pop(event.request_id), event.output  # type: ignore[misc]
+                    rid = f"req-{next(self._ids)}"
+                    self.add_request(Request(rid, samples, opts))
+                    in_flight[rid] = index
+                if not in_flight:
+                    return
+                for event in strategy.step():
+                    if event.request_id not in in_flight:
+                        continue
+                    if event.kind == "error":
+                        in_flight.pop(event.request_id)
+                        raise event.error  # type: ignore[misc]
+                    if event.kind == "finished":
+                        yield in_flight.pop(event.request_id), event.output  # type: ignore[misc]
+        finally:
+            # However the call ends (error, a caller that stops iterating), free what it admitted.
+            for rid in in_flight:
+                strategy.abort(rid)
 
     def add_request(self, request: Request) -> None:
         """Admit a request into the strategy (raises ``EngineOverloaded`` when full)."""

@@ -74,7 +74,6 @@ class RequestOutput:
     language_probs: dict[str, float] | None = None
     duration: float = 0.0
     task: str = "transcribe"
-    timestamps: list[tuple[float, float]] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

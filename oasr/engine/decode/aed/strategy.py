@@ -149,6 +149,7 @@ class AedDecodeStrategy(DecodeStrategy):
         self.lang_ids = [int(i) for i in lang_ids if self.tok.id_to_language.get(int(i))]
         fparams = dict(loaded.feature_spec.params) if loaded.feature_spec is not None else {}
         self.n_mels = int(fparams.get("n_mels", cfg.n_mels))
+        self.sampling_rate = loaded.feature_spec.sampling_rate if loaded.feature_spec is not None else 16000
         self.n_frames = 2 * cfg.n_audio_ctx  # mel frames per window (3000)
         self.device = model.device
         self.dtype = model.compute_dtype
@@ -196,7 +197,7 @@ class AedDecodeStrategy(DecodeStrategy):
             request=request,
             opts=opts,
             mel=mel,
-            duration=len(request.audio) / 16000.0,
+            duration=len(request.audio) / self.sampling_rate,
             content_frames=content_frames,
             seek_clips=list(zip(points[::2], points[1::2])),
         )
