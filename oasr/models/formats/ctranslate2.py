@@ -43,6 +43,14 @@ class CT2FormatError(ValueError):
     """A file is not a readable CTranslate2 model."""
 
 
+class CT2Truncated(CT2FormatError):
+    """The bytes end inside the model's data."""
+
+
+class CT2MissingPart(FileNotFoundError, CT2FormatError):
+    """A split model.bin whose pieces end inside its data: a later part is missing."""
+
+
 @dataclass
 class CT2Model:
     """The contents of a ``model.bin``.
@@ -115,7 +123,8 @@ def find_model_parts(directory: str | Path, extra_dirs: Iterable[str | Path] = (
     missing = [i for i in range(1, n + 1) if i not in found]
     if missing or n < 2:
         raise FileNotFoundError(
-            f"{directory} holds a split model.bin but part(s) {missing or [n + 1]} were not found "
+            f"{directory} holds a split model.bin but "
+            f"{', '.join(f'model.bin.part{i}' for i in (missing or [n + 1]))} was not found "
             f"(looked in {[str(d) for d in search]})"
         )
     return [found[i] for i in range(1, n + 1)]
@@ -132,7 +141,7 @@ class _Reader:
 
     def take(self, n: int) -> memoryview:
         if self.pos + n > len(self.buf):
-            raise CT2FormatError(f"unexpected end of file at byte {self.pos} (needed {n} more)")
+            raise CT2Truncated(f"unexpected end of data at byte {self.pos} (needed {n} more)")
         out = self.buf[self.pos : self.pos + n]
         self.pos += n
         return out
@@ -174,7 +183,19 @@ def read_ct2_model(parts: Sequence[str | Path] | str | Path) -> CT2Model:
     if isinstance(parts, (str, Path)):
         parts = [Path(parts)]
     parts = [Path(p) for p in parts]
-    r = _Reader(_read_bytes(parts))
+    try:
+        return _parse(_Reader(_read_bytes(parts)), parts)
+    except CT2Truncated as e:
+        names = ", ".join(p.name for p in parts)
+        if len(parts) > 1:
+            raise CT2MissingPart(
+                f"{parts[0].parent}: the split model ({names}) ends inside its data: "
+                f"model.bin.part{len(parts) + 1} (or a later part) is missing"
+            ) from e
+        raise CT2FormatError(f"{parts[0]}: truncated CTranslate2 model ({e})") from e
+
+
+def _parse(r: _Reader, parts: list[Path]) -> CT2Model:
     (version,) = r.unpack("<I")
     if version < 1 or version > 6:
         raise CT2FormatError(f"{parts[0]}: unsupported CTranslate2 binary version {version} (expected 1-6)")
