@@ -70,6 +70,14 @@ class KVPool:
         self.device = torch.device(device)
         self.dtype = dtype
 
+    def copy_from(self, other: KVPool, n_rows: int, n_groups: int, n_tokens: int) -> None:
+        """Copy the first rows / groups of a smaller pool (growing a pool between steps)."""
+        self.k[:, :n_rows, :, :n_tokens] = other.k[:, :n_rows, :, :n_tokens]
+        self.v[:, :n_rows, :, :n_tokens] = other.v[:, :n_rows, :, :n_tokens]
+        if n_groups and self.cross_k is not None and other.cross_k is not None:
+            self.cross_k[:, :n_groups] = other.cross_k[:, :n_groups]
+            self.cross_v[:, :n_groups] = other.cross_v[:, :n_groups]
+
     def nbytes(self) -> int:
         total = self.k.numel() * self.k.element_size() * 2
         if self.cross_k is not None:

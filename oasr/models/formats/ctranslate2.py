@@ -17,7 +17,6 @@ locates them.
 
 from __future__ import annotations
 
-import io
 import mmap
 import re
 import struct
@@ -157,25 +156,29 @@ class _Reader:
 
 
 def _read_bytes(parts: Sequence[Path]) -> memoryview:
+    """The model bytes, writable (tensors are views into them, not copies)."""
     if len(parts) == 1:
         with open(parts[0], "rb") as f:
-            try:
-                return memoryview(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ))
+            try:  # copy-on-write map: pages are read lazily and never written back
+                return memoryview(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY))
             except ValueError:  # empty file
-                return memoryview(b"")
-    buf = io.BytesIO()
+                return memoryview(bytearray())
+    buf = bytearray(sum(p.stat().st_size for p in parts))
+    view = memoryview(buf)
+    pos = 0
     for p in parts:
         with open(p, "rb") as f:
-            buf.write(f.read())
-    return buf.getbuffer()
+            while n := f.readinto(view[pos:]):
+                pos += n
+    return view[:pos]
 
 
 def read_ct2_model(parts: Sequence[str | Path] | str | Path) -> CT2Model:
     """Read a ``model.bin`` (or the ordered list of its parts).
 
     Returns:
-        the model's variables as CPU tensors in their stored dtype (copies, so the
-        file can be closed).
+        the model's variables as CPU tensors in their stored dtype: views into the
+        file's bytes (mapped copy-on-write, or read once for a split model).
 
     Raises:
         CT2FormatError: the bytes are not a CTranslate2 model this reader understands.
@@ -226,7 +229,7 @@ def _parse(r: _Reader, parts: list[Path]) -> CT2Model:
         expected = int(np.prod(dims, dtype=np.int64)) * torch.empty((), dtype=dtype).element_size()
         if n_bytes != expected:
             raise CT2FormatError(f"{name}: {n_bytes} bytes for shape {tuple(dims)} of {_DTYPES[type_id][0]}")
-        t = torch.frombuffer(bytearray(data), dtype=dtype) if n_bytes else torch.empty(0, dtype=dtype)
+        t = torch.frombuffer(data, dtype=dtype) if n_bytes else torch.empty(0, dtype=dtype)
         variables[name] = t.reshape(dims)
     aliases: dict[str, str] = {}
     if version >= 3:

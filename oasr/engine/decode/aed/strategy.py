@@ -393,9 +393,24 @@ class AedDecodeStrategy(DecodeStrategy):
         k = task.search.k
         cohort = self.cohorts.get(k)
         if cohort is None:
-            pool = self.decoder.new_pool(self.max_groups * k, self.max_groups)
-            cohort = self.cohorts[k] = _Cohort(k=k, pool=pool)
+            # Start small (a lone request needs one group) and grow on demand up to max_batch_size.
+            groups = min(self.max_groups, max(1, len(self.requests)))
+            cohort = self.cohorts[k] = _Cohort(k=k, pool=self.decoder.new_pool(groups * k, groups))
         cohort.waiting.append(task)
+
+    def _reserve(self, cohort: _Cohort, groups: int) -> None:
+        """Grow the cohort's pool (between steps) so it holds ``groups`` groups."""
+        pool = cohort.pool
+        if groups <= pool.max_groups:
+            return
+        cap = min(self.max_groups, max(groups, 2 * pool.max_groups))
+        new = self.decoder.new_pool(cap * cohort.k, cap)
+        state = cohort.state
+        if state is not None and state.n_rows:
+            new.copy_from(pool, state.row0 + state.n_rows, state.group0 + state.n_groups, state.max_length)
+        if state is not None:
+            state.pool = new
+        cohort.pool = new
 
     def _make_task(self, req: _Req) -> _Task:
         opts, win = req.opts, req.window
@@ -466,6 +481,7 @@ class AedDecodeStrategy(DecodeStrategy):
                 tasks.append(t)
         if not tasks:
             return
+        self._reserve(cohort, running_groups + len(tasks))
         dev = self.device
         b = len(tasks)
         lens = [len(t.plan.prefill) for t in tasks]
