@@ -63,6 +63,23 @@ def _decoding_spec(params: dict[str, Any]) -> DecodingSpec:
     return DecodingSpec(decode_type=DecodeType.AED, params=params)
 
 
+def _directory_bundle(path: Path, config: WhisperConfig, state: dict[str, torch.Tensor], params: dict[str, Any],
+                      fmt: str, **metadata: Any) -> CheckpointBundle:
+    """A bundle for a checkpoint directory: its tokenizer and (optional) preprocessor config beside the weights."""
+    pre_file = path / "preprocessor_config.json"
+    return CheckpointBundle(
+        architecture=ARCH,
+        config=config,
+        state_dict=state,
+        tokenizer=_tokenizer_spec(path),
+        features=_feature_spec(config.n_mels, _read_json(pre_file) if pre_file.is_file() else None),
+        decoding=_decoding_spec(params),
+        source=str(path),
+        format=fmt,
+        metadata=metadata,
+    )
+
+
 def _pairs(heads: Any) -> list[list[int]]:
     return [[int(a), int(b)] for a, b in heads] if heads else []
 
@@ -152,17 +169,7 @@ class HFWhisperConverter:
         }
         if "max_initial_timestamp_index" in gen:
             params["max_initial_timestamp_index"] = int(gen["max_initial_timestamp_index"])
-        pre = _read_json(path / "preprocessor_config.json") if (path / "preprocessor_config.json").is_file() else None
-        return CheckpointBundle(
-            architecture=ARCH,
-            config=config,
-            state_dict=state,
-            tokenizer=_tokenizer_spec(path),
-            features=_feature_spec(config.n_mels, pre),
-            decoding=_decoding_spec(params),
-            source=str(path),
-            format="huggingface",
-        )
+        return _directory_bundle(path, config, state, params, "huggingface")
 
 
 # ---------------------------------------------------------------------------
@@ -302,18 +309,7 @@ class CT2WhisperConverter:
             "alignment_heads": _pairs(cfg.get("alignment_heads")),
             "lang_ids": list(cfg.get("lang_ids") or []),
         }
-        pre = _read_json(path / "preprocessor_config.json") if (path / "preprocessor_config.json").is_file() else None
-        return CheckpointBundle(
-            architecture=ARCH,
-            config=config,
-            state_dict=state,
-            tokenizer=_tokenizer_spec(path),
-            features=_feature_spec(config.n_mels, pre),
-            decoding=_decoding_spec(params),
-            source=str(path),
-            format="ctranslate2",
-            metadata={"parts": [str(p) for p in parts]},
-        )
+        return _directory_bundle(path, config, state, params, "ctranslate2", parts=[str(p) for p in parts])
 
 
 # ---------------------------------------------------------------------------
