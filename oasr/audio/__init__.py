@@ -11,6 +11,7 @@ from oasr.audio.features import (
     mel_filters,
 )
 from oasr.audio.io import SAMPLE_RATE, AudioDecodeError, AudioSource, iter_audio, load_audio
+from oasr.audio.stream import FeatureSource, InMemoryMel, SpooledMel, features_from
 
 __all__ = [
     "HOP_LENGTH",
@@ -19,7 +20,11 @@ __all__ = [
     "SAMPLE_RATE",
     "AudioDecodeError",
     "AudioSource",
+    "FeatureSource",
+    "InMemoryMel",
+    "SpooledMel",
     "WhisperFrontend",
+    "features_from",
     "iter_audio",
     "load_audio",
     "log_mel_batch",

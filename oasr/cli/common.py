@@ -251,12 +251,6 @@ class Source:
     data: str | os.PathLike | bytes
 
 
-def decode_source(source: Source, sampling_rate: int):
-    from oasr.audio import load_audio
-
-    return load_audio(source.data, sampling_rate)
-
-
 def run_batch(
     engine,
     sources: Sequence[Source],
@@ -266,45 +260,12 @@ def run_batch(
 ) -> None:
     """Transcribe ``sources`` in one batched pass, reporting each by its index.
 
-    Audio is decoded here, one input at a time as the engine admits it, so a file
-    that does not decode is reported through ``on_error`` and skipped while the rest
-    carry on. Should the batched pass stop on a decoding failure inside the engine,
-    the inputs it left unfinished are retried one at a time, so only the culprit is
-    reported as failed. Every index gets exactly one ``on_result`` or ``on_error``.
+    The engine decodes each input as it admits it (long files in pieces); an input
+    that fails is reported through ``on_error`` while the rest carry on. Every
+    index gets exactly one ``on_result`` or ``on_error``.
     """
-    settled: set[int] = set()
-    admitted: list[int] = []
-    sampling_rate = engine.sampling_rate
-
-    def audio_stream():
-        for index, source in enumerate(sources):
-            try:
-                audio = decode_source(source, sampling_rate)
-            except Exception as e:  # any failure to read one input must not stop the others
-                settled.add(index)
-                on_error(index, e)
-                continue
-            admitted.append(index)
-            yield audio
-
-    results = engine.transcribe_iter(audio_stream(), **options)
-    while True:
-        try:
-            k, output = next(results)
-        except StopIteration:
-            return
-        except Exception:  # one request failed inside the engine: find it by going one at a time
-            break
-        index = admitted[k]
-        settled.add(index)
-        on_result(index, output)
-    for index, source in enumerate(sources):
-        if index in settled:
-            continue
-        settled.add(index)
-        try:
-            output = engine.transcribe(decode_source(source, sampling_rate), **options)
-        except Exception as e:
-            on_error(index, e)
+    for index, result in engine.transcribe_iter((s.data for s in sources), return_exceptions=True, **options):
+        if isinstance(result, Exception):
+            on_error(index, result)
         else:
-            on_result(index, output)
+            on_result(index, result)

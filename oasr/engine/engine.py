@@ -3,7 +3,9 @@
 ``ASREngine`` loads a model, builds the decode strategy its capabilities call for,
 and drives it: inputs are admitted a bounded number at a time (audio is decoded
 only when a request is admitted), each ``step`` does batched work across every
-admitted request, and results come back as they finish.
+admitted request, and results come back as they finish. ``AsyncEngine``
+(``oasr.engine.async_engine``) drives the same strategy from a background thread
+for the server.
 """
 
 from __future__ import annotations
@@ -16,7 +18,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from oasr.audio import load_audio
 from oasr.engine.config import EngineConfig, TranscribeOptions
 from oasr.engine.decode.base import DecodeStrategy, EngineOverloaded, Request, build_decode_strategy
 from oasr.engine.outputs import RequestOutput
@@ -25,19 +26,13 @@ from oasr.models.loaders import LoadedModel, load_pretrained
 AudioInput = str | os.PathLike | bytes | np.ndarray | torch.Tensor
 
 
-class ASREngine:
-    """Batched speech recognition over one model.
+class EngineCore:
+    """A loaded model and its decode strategy (shared by the sync and async engines).
 
     Args:
         model: a model argument for ``oasr.load_pretrained`` (directory, bundled name,
             Hub id; None for the default bundled model) or an already ``LoadedModel``.
-        config: an ``EngineConfig``; keyword arguments override its fields
-            (``device="cuda"``, ``max_batch_size=16``, ...).
-
-    Example:
-        >>> engine = ASREngine("whisper-base")
-        >>> out = engine.transcribe("speech.wav", language="en", beam_size=1)
-        >>> out.text, [(s.start, s.end, s.text) for s in out.segments]
+        config: an ``EngineConfig``; keyword arguments override its fields.
     """
 
     def __init__(
@@ -69,8 +64,21 @@ class ASREngine:
         return spec.sampling_rate if spec is not None else 16000
 
     def make_options(self, **options: Any) -> TranscribeOptions:
-        """Validated per-request options (unknown names raise ``TypeError``)."""
+        """Validated per-request options (unknown names raise ``TypeError``, bad values ``ValueError``)."""
         return self.strategy.validate(TranscribeOptions.from_kwargs(**options))
+
+    def new_request_id(self) -> str:
+        return f"req-{next(self._ids)}"
+
+
+class ASREngine(EngineCore):
+    """Batched speech recognition over one model.
+
+    Example:
+        >>> engine = ASREngine("whisper-base")
+        >>> out = engine.transcribe("speech.wav", language="en", beam_size=1)
+        >>> out.text, [(s.start, s.end, s.text) for s in out.segments]
+    """
 
     def transcribe(
         self, audio: AudioInput | Sequence[AudioInput], **options: Any
@@ -94,12 +102,22 @@ class ASREngine:
         return results[0] if single else results  # type: ignore[return-value]
 
     def transcribe_iter(
-        self, inputs: Iterable[AudioInput], *, max_in_flight: int | None = None, **options: Any
-    ) -> Iterator[tuple[int, RequestOutput]]:
+        self,
+        inputs: Iterable[AudioInput],
+        *,
+        max_in_flight: int | None = None,
+        return_exceptions: bool = False,
+        **options: Any,
+    ) -> Iterator[tuple[int, RequestOutput | Exception]]:
         """Yield ``(input index, output)`` as each input finishes.
 
         At most ``max_in_flight`` inputs (default 4 x max_batch_size) are decoded
         from their containers and held at a time.
+
+        Args:
+            return_exceptions: yield ``(index, exception)`` for an input that fails
+                (bad audio, a refused request) and carry on with the others, instead
+                of raising.
         """
         opts = self.make_options(**options)
         limit = max_in_flight or 4 * self.config.max_batch_size
@@ -115,18 +133,25 @@ class ASREngine:
                         exhausted = True
                         break
                     index, item = nxt
-                    samples = load_audio(item, self.sampling_rate)
-                    rid = f"req-{next(self._ids)}"
-                    self.add_request(Request(rid, samples, opts))
-                    in_flight[rid] = index
+                    try:
+                        request = strategy.prepare(Request(self.new_request_id(), item, opts))
+                        self.add_request(request)
+                    except Exception as e:
+                        if not return_exceptions:
+                            raise
+                        yield index, e
+                        continue
+                    in_flight[request.request_id] = index
                 if not in_flight:
                     return
                 for event in strategy.step():
                     if event.request_id not in in_flight:
                         continue
                     if event.kind == "error":
-                        in_flight.pop(event.request_id)
-                        raise event.error  # type: ignore[misc]
+                        index = in_flight.pop(event.request_id)
+                        if not return_exceptions:
+                            raise event.error  # type: ignore[misc]
+                        yield index, event.error  # type: ignore[misc]
                     if event.kind == "finished":
                         yield in_flight.pop(event.request_id), event.output  # type: ignore[misc]
         finally:
@@ -135,7 +160,7 @@ class ASREngine:
                 strategy.abort(rid)
 
     def add_request(self, request: Request) -> None:
-        """Admit a request into the strategy (raises ``EngineOverloaded`` when full)."""
+        """Admit a prepared request into the strategy (raises ``EngineOverloaded`` when full)."""
         if self.strategy.num_unfinished() >= self.config.max_queue_size:
             raise EngineOverloaded(
                 f"{self.strategy.num_unfinished()} requests in flight (max_queue_size={self.config.max_queue_size})"

@@ -326,63 +326,26 @@ def test_default_model_not_installed_exits_2_with_install_hint(tmp_path, monkeyp
     assert "Traceback" not in err
 
 
-class _FlakyEngine:
-    """Stands in for ASREngine: the batched pass dies when it reaches input ``bad``."""
+class _FakeEngine:
+    """Yields what the real engine yields with return_exceptions=True: outputs and exceptions by index."""
 
-    sampling_rate = 16000
-
-    def __init__(self, bad: int | None):
-        self.bad = bad
-        self.single_calls = []
-
-    def transcribe_iter(self, inputs, **options):
-        for k, audio in enumerate(inputs):
-            if k == self.bad:
-                raise RuntimeError("decode blew up")
-            yield k, RequestOutput(f"req-{k}", f"text {int(audio[0])}", [])
-
-    def transcribe(self, audio, **options):
-        self.single_calls.append(int(audio[0]))
-        if int(audio[0]) == 2:
-            raise RuntimeError("decode blew up")
-        return RequestOutput("req-x", f"text {int(audio[0])}", [])
+    def transcribe_iter(self, inputs, *, return_exceptions=False, **options):
+        assert return_exceptions
+        for k, data in enumerate(inputs):
+            if data == "broken":
+                yield k, ValueError("not audio")
+            else:
+                yield k, RequestOutput(f"req-{k}", f"text {data}", [])
 
 
-@pytest.fixture
-def fake_decode(monkeypatch):
-    """Inputs are numbers as text (decoded to a constant array); "broken" does not decode."""
-    import numpy as np
-
-    import oasr.cli.common as common
-
-    def decode(source, rate):
-        if source.data == "broken":
-            raise ValueError("not audio")
-        return np.full(10, float(source.data), np.float32)
-
-    monkeypatch.setattr(common, "decode_source", decode)
-
-
-def test_run_batch_skips_undecodable_input_in_the_batched_pass(fake_decode):
+def test_run_batch_reports_each_input_once():
     sources = [Source(str(i), d) for i, d in enumerate(["0", "broken", "2"])]
-    engine = _FlakyEngine(bad=None)
     results, errors = {}, {}
-    run_batch(engine, sources, {}, lambda i, o: results.__setitem__(i, o.text), lambda i, e: errors.__setitem__(i, e))
+    run_batch(
+        _FakeEngine(), sources, {}, lambda i, o: results.__setitem__(i, o.text), lambda i, e: errors.__setitem__(i, e)
+    )
     assert results == {0: "text 0", 2: "text 2"}
     assert list(errors) == [1] and str(errors[1]) == "not audio"
-    assert engine.single_calls == []  # no fallback to one-at-a-time
-
-
-def test_run_batch_isolates_a_request_that_fails_in_the_engine(fake_decode):
-    # inputs 0..4: input 1 does not decode; input 2 makes the engine fail (the 2nd admitted)
-    sources = [Source(str(i), d) for i, d in enumerate(["0", "broken", "2", "3", "4"])]
-    engine = _FlakyEngine(bad=1)
-    results, errors = {}, {}
-    run_batch(engine, sources, {}, lambda i, o: results.__setitem__(i, o.text), lambda i, e: errors.__setitem__(i, e))
-    assert results == {0: "text 0", 3: "text 3", 4: "text 4"}
-    assert sorted(errors) == [1, 2]
-    assert str(errors[1]) == "not audio" and str(errors[2]) == "decode blew up"
-    assert engine.single_calls == [2, 3, 4]  # only the unfinished inputs are retried
 
 
 # ---------------------------------------------------------------------------

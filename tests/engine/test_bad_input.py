@@ -71,3 +71,16 @@ def test_unknown_option_and_bad_values(engine, good):
         engine.transcribe(good, language="klingon")
     with pytest.raises(ValueError, match="beam_size must be >= 1"):
         engine.transcribe(good, beam_size=0)
+
+
+def test_one_bad_input_does_not_sink_a_batch(engine, good, tmp_path):
+    bad = tmp_path / "bad.wav"
+    bad.write_text("not audio")
+    results = dict(engine.transcribe_iter([good, str(bad), good], return_exceptions=True, beam_size=1))
+    assert sorted(results) == [0, 1, 2]
+    assert isinstance(results[1], AudioDecodeError) and "not an audio file" in str(results[1])
+    assert results[0].text == results[2].text and "fellow americans" in results[0].text.lower()
+    # Without return_exceptions the call raises, and nothing is left running.
+    with pytest.raises(AudioDecodeError):
+        engine.transcribe([good, str(bad)], beam_size=1)
+    assert engine.strategy.num_unfinished() == 0

@@ -13,11 +13,8 @@ from __future__ import annotations
 
 import abc
 import importlib
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
-
-import numpy as np
 
 from oasr.engine.config import EngineConfig, TranscribeOptions
 from oasr.engine.outputs import RequestOutput, Segment
@@ -36,15 +33,18 @@ class Request:
 
     Attributes:
         request_id: unique within the engine.
-        audio: mono float32 samples at the model's sampling rate.
-        options: decoding options.
-        on_delta: optional callback receiving text as it is decoded.
+        source: the audio: a path, bytes, a binary file object, or a waveform at the
+            model's sampling rate.
+        options: decoding options (validated).
+        features: what ``DecodeStrategy.prepare`` made of ``source`` (set by it).
+        duration: seconds of audio (set by ``prepare``).
     """
 
     request_id: str
-    audio: np.ndarray
+    source: Any
     options: TranscribeOptions
-    on_delta: Callable[[str], None] | None = None
+    features: Any = None
+    duration: float = 0.0
     metadata: dict[str, Any] = field(default_factory=dict)
 
 
@@ -91,9 +91,21 @@ class DecodeStrategy(abc.ABC):
             )
         return options
 
+    def prepare(self, request: Request) -> Request:
+        """Decode and featurise the request's audio.
+
+        Runs outside the engine loop (any thread, concurrently with ``step``), so
+        a long upload's decoding never stalls the running batch. Must not touch
+        the strategy's mutable state.
+
+        Raises:
+            ValueError: bad audio (``oasr.audio.AudioDecodeError``).
+        """
+        return request
+
     @abc.abstractmethod
     def add_request(self, request: Request) -> None:
-        """Admit a request (its options already validated)."""
+        """Admit a prepared request (its options already validated)."""
 
     @abc.abstractmethod
     def step(self) -> list[StepEvent]:

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from oasr.audio import log_mel_spectrogram
+from oasr.audio.stream import FeatureSource, features_from
 from oasr.engine.config import EngineConfig, TranscribeOptions
 from oasr.engine.decode.aed.logits import FilterRules, TimestampIds, apply_filters
 from oasr.engine.decode.aed.prompt import MAX_LENGTH, PromptPlan, build_prompt, plan_prompt
@@ -72,7 +72,7 @@ class _Window:
 class _Req:
     request: Request
     opts: TranscribeOptions
-    mel: torch.Tensor  # (n_mels, frames), whole audio
+    features: FeatureSource  # log-mel of the whole audio, read a window at a time
     duration: float
     content_frames: int
     seek_clips: list[tuple[int, int]]
@@ -180,13 +180,20 @@ class AedDecodeStrategy(DecodeStrategy):
             options = options.replace(multilingual=False)
         return options.replace(language=lang) if lang != options.language else options
 
+    def prepare(self, request: Request) -> Request:
+        if request.features is None:
+            request.features = features_from(request.source, self.n_mels, sampling_rate=self.sampling_rate)
+            request.duration = request.features.duration
+        return request
+
     def add_request(self, request: Request) -> None:
         if request.request_id in self.requests:
             raise ValueError(f"duplicate request id {request.request_id!r}")
+        if request.features is None:
+            self.prepare(request)
         opts = request.options
-        audio = torch.from_numpy(np.ascontiguousarray(request.audio, dtype=np.float32))
-        mel = log_mel_spectrogram(audio, self.n_mels, padding=160)
-        content_frames = mel.shape[-1] - 1
+        features = request.features
+        content_frames = features.n_frames - 1
         clips = opts.clip_timestamps
         if isinstance(clips, str):
             clips = [float(x) for x in clips.split(",")] if clips else []
@@ -196,8 +203,8 @@ class AedDecodeStrategy(DecodeStrategy):
         req = _Req(
             request=request,
             opts=opts,
-            mel=mel,
-            duration=len(request.audio) / self.sampling_rate,
+            features=features,
+            duration=request.duration,
             content_frames=content_frames,
             seek_clips=list(zip(points[::2], points[1::2])),
         )
@@ -215,7 +222,7 @@ class AedDecodeStrategy(DecodeStrategy):
         else:
             start = clips[0] if clips else 0.0
             req.detect_seek = int(start * FRAMES_PER_SECOND) if start * FRAMES_PER_SECOND < content_frames else 0
-            total = mel.shape[-1] - req.detect_seek
+            total = features.n_frames - req.detect_seek
             n = min(opts.language_detection_segments, max(1, math.ceil(total / self.n_frames)))
             req.detect_windows = [req.detect_seek + i * self.n_frames for i in range(n)]
             self.encode_queue.append((req, "detect", req.detect_windows.pop(0)))
@@ -226,8 +233,28 @@ class AedDecodeStrategy(DecodeStrategy):
         req = self.requests.pop(request_id, None)
         if req is None:
             return False
-        req.done = True  # its queued work and running rows are dropped lazily
+        self._retire(req)
+        for cohort in self.cohorts.values():  # free its rows now, not at the next step
+            cohort.waiting = deque(t for t in cohort.waiting if t.req is not req)
+            if cohort.state is not None and any(t.req is req for t in cohort.tasks):
+                keep_idx, keep_tasks, keep_tokens = [], [], []
+                row = 0
+                for t in cohort.tasks:
+                    n = t.search.k
+                    if t.req is not req:
+                        keep_idx.extend(range(row, row + n))
+                        keep_tasks.append(t)
+                        keep_tokens.extend(cohort.next_tokens[row : row + n])
+                    row += n
+                cohort.state = self.decoder.select(cohort.state, keep_idx)
+                cohort.tasks, cohort.next_tokens = keep_tasks, keep_tokens
+        self.encode_queue = deque(item for item in self.encode_queue if item[0] is not req)
         return True
+
+    def _retire(self, req: _Req) -> None:
+        req.done = True
+        req.window = None
+        req.features.close()
 
     def num_unfinished(self) -> int:
         return len(self.requests)
@@ -256,13 +283,13 @@ class AedDecodeStrategy(DecodeStrategy):
 
     def _fail(self, req: _Req, exc: BaseException, events: list[StepEvent]) -> None:
         if self.requests.pop(req.rid, None) is not None:
-            req.done = True
+            self._retire(req)
             events.append(StepEvent(req.rid, "error", error=exc))
 
     # -- 1. encoder ------------------------------------------------------------------------
 
     def _window_features(self, req: _Req, start: int, size: int) -> torch.Tensor:
-        feats = req.mel[:, start : start + size]
+        feats = req.features.window(start, size)
         if feats.shape[-1] < self.n_frames:  # zero-pad in feature space
             feats = torch.nn.functional.pad(feats, (0, self.n_frames - feats.shape[-1]))
         return feats
@@ -351,7 +378,7 @@ class AedDecodeStrategy(DecodeStrategy):
             req.temp_index = 0
             req.attempts = []
             # A detection window over exactly these frames already has the encoder output.
-            avail = req.mel.shape[-1] - req.seek
+            avail = req.features.n_frames - req.seek
             if (
                 reusable is not None
                 and reusable[0] == req.seek
@@ -368,7 +395,7 @@ class AedDecodeStrategy(DecodeStrategy):
     def _finish(self, req: _Req, events: list[StepEvent]) -> None:
         if self.requests.pop(req.rid, None) is None:
             return
-        req.done = True
+        self._retire(req)
         out = RequestOutput(
             request_id=req.rid,
             text="".join(s.text for s in req.segments).strip(),
@@ -681,8 +708,6 @@ class AedDecodeStrategy(DecodeStrategy):
             )
             req.segments.append(segment)
             events.append(StepEvent(req.rid, "segment", segment=segment))
-            if req.request.on_delta is not None:
-                req.request.on_delta(text)
         if not opts.condition_on_previous_text or attempt["temperature"] > opts.prompt_reset_on_temperature:
             req.prompt_reset_since = len(req.all_tokens)
         req.seek = new_seek
