@@ -63,8 +63,9 @@ def _decoding_spec(params: dict[str, Any]) -> DecodingSpec:
     return DecodingSpec(decode_type=DecodeType.AED, params=params)
 
 
-def _directory_bundle(path: Path, config: WhisperConfig, state: dict[str, torch.Tensor], params: dict[str, Any],
-                      fmt: str, **metadata: Any) -> CheckpointBundle:
+def _directory_bundle(
+    path: Path, config: WhisperConfig, state: dict[str, torch.Tensor], params: dict[str, Any], fmt: str, **metadata: Any
+) -> CheckpointBundle:
     """A bundle for a checkpoint directory: its tokenizer and (optional) preprocessor config beside the weights."""
     pre_file = path / "preprocessor_config.json"
     return CheckpointBundle(
