@@ -50,8 +50,7 @@ def main() -> int:
     args = ap.parse_args()
     from faster_whisper import BatchedInferencePipeline, WhisperModel
 
-    model = WhisperModel(ct2_dir(args.model), device="cpu", compute_type=args.compute_type,
-                         cpu_threads=args.threads)
+    model = WhisperModel(ct2_dir(args.model), device="cpu", compute_type=args.compute_type, cpu_threads=args.threads)
     runner = BatchedInferencePipeline(model) if args.batched else model
     kw = dict(beam_size=args.beam_size, language=args.language)
     if args.batched:

@@ -100,6 +100,11 @@ class AsyncEngine(EngineCore):
 
     # -- public -----------------------------------------------------------------------
 
+    @property
+    def is_running(self) -> bool:
+        """Whether the decode thread is alive and accepting requests."""
+        return self._thread.is_alive() and not self._stop.is_set()
+
     def stats(self) -> EngineStats:
         """The latest snapshot (cheap; safe from any thread)."""
         s = self._stats
@@ -289,7 +294,8 @@ def _fail_handle(handle: _Handle, exc: BaseException) -> None:
 def _too_short(duration: float, minimum: float) -> ValueError:
     from oasr.audio import AudioDecodeError
 
-    return AudioDecodeError(f"audio is {duration:.3f} s long; the minimum is {minimum:g} s")
+    # Enough digits that a clip one sample short never reads as equal to the minimum.
+    return AudioDecodeError(f"audio is {duration:.6f} s long; the minimum is {minimum:g} s")
 
 
 __all__ = ["AsyncEngine", "EngineOverloaded", "EngineStats", "RequestTimeout", "Segment"]

@@ -1,0 +1,211 @@
+"""``oasr serve``: the OpenAI-compatible HTTP API (``/v1/audio/transcriptions``,
+``/v1/audio/translations``, ``/v1/models``, ``/health``, ``/metrics``) over one model
+with continuous batching.
+
+The model is loaded before the server binds its port, so a model that does not load
+exits with code 2 and its message (as the other subcommands). Stop with Ctrl-C or
+SIGTERM: the server stops accepting, lets running requests finish for up to
+``--graceful-shutdown`` seconds, then shuts the engine down.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import os
+import sys
+
+from oasr.cli.common import CliError, nonnegative_int, positive_float, positive_int, resolve_device
+
+NAME = "serve"
+
+
+def _nonnegative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
+    return value
+
+
+def _port(text: str) -> int:
+    value = nonnegative_int(text)
+    if value > 65535:
+        raise argparse.ArgumentTypeError(f"must be <= 65535, got {value}")
+    return value
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    from oasr.server.settings import DEFAULT_MAX_QUEUE, DEFAULT_MAX_UPLOAD_MB
+
+    p = subparsers.add_parser(
+        NAME,
+        help="serve the OpenAI-compatible speech-to-text HTTP API",
+        description="Serve OpenAI's /v1/audio/transcriptions and /v1/audio/translations (plus /v1/models, "
+        "/health and /metrics) over one model, batching concurrent requests continuously.",
+    )
+    g = p.add_argument_group("model and engine")
+    g.add_argument(
+        "-m",
+        "--model",
+        default=None,
+        help="model directory, bundled name (whisper-base, tiny.en) or Hub id; default: the bundled whisper-base",
+    )
+    g.add_argument(
+        "--served-model-name",
+        nargs="+",
+        action="extend",
+        default=None,
+        metavar="NAME",
+        help="name(s) the 'model' form field must match and /v1/models lists (default: --model as given)",
+    )
+    g.add_argument("--device", default="auto", help="cpu, cuda, cuda:1, ... or auto (cuda when available; default)")
+    g.add_argument("--dtype", choices=("float32", "float16", "bfloat16"), default=None, help="compute dtype")
+    g.add_argument("--threads", type=nonnegative_int, default=0, metavar="N", help="CPU threads (0: torch's default)")
+    g.add_argument(
+        "--max-batch-size",
+        "--batch-size",
+        dest="max_batch_size",
+        type=positive_int,
+        default=8,
+        metavar="N",
+        help="encoder windows / decode rows per batch (default 8)",
+    )
+    g.add_argument(
+        "--beam-size", type=positive_int, default=1, metavar="N", help="beams at temperature 0 (default 1: greedy)"
+    )
+    g.add_argument(
+        "--best-of", type=positive_int, default=5, metavar="N", help="samples per fallback temperature (default 5)"
+    )
+
+    s = p.add_argument_group("server")
+    s.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    s.add_argument("--port", type=_port, default=8000, help="port to bind (default 8000; 0 picks a free one)")
+    s.add_argument(
+        "--api-key",
+        default=os.environ.get("OASR_API_KEY") or None,
+        metavar="KEY",
+        help="require 'Authorization: Bearer KEY' on /v1/* (default: $OASR_API_KEY; none: open)",
+    )
+    s.add_argument(
+        "--max-upload-mb",
+        type=positive_float,
+        default=DEFAULT_MAX_UPLOAD_MB,
+        metavar="MB",
+        help=f"largest request body in MiB; larger ones get 413 (default {DEFAULT_MAX_UPLOAD_MB:g})",
+    )
+    s.add_argument(
+        "--max-queue",
+        type=positive_int,
+        default=DEFAULT_MAX_QUEUE,
+        metavar="N",
+        help=f"requests in the engine at once; more get 429 (default {DEFAULT_MAX_QUEUE})",
+    )
+    s.add_argument(
+        "--request-timeout",
+        type=positive_float,
+        default=None,
+        metavar="S",
+        help="seconds a request may spend decoding audio and transcribing before it gets 504 (default: no limit)",
+    )
+    s.add_argument(
+        "--min-duration",
+        type=_nonnegative_float,
+        default=0.1,
+        metavar="S",
+        help="shorter audio gets 400 (default 0.1)",
+    )
+    s.add_argument(
+        "--graceful-shutdown",
+        type=_nonnegative_float,
+        default=10.0,
+        metavar="S",
+        help="seconds running requests may take to finish on shutdown (default 10)",
+    )
+    s.add_argument(
+        "--log-level",
+        choices=("critical", "error", "warning", "info", "debug"),
+        default="info",
+        help="uvicorn's log level (default info)",
+    )
+    p.set_defaults(func=run, parser=p)
+
+
+def fix_malloc_mmap_threshold(threshold: int = 128 * 1024) -> bool:
+    """Fix glibc's mmap threshold (Linux; unless ``MALLOC_MMAP_THRESHOLD_`` is set).
+
+    glibc raises the threshold (up to 32 MiB) each time a large mmapped block is
+    freed, after which the large transient buffers of audio decoding, features and
+    activations come from the heap, fragment it and keep the peak RSS high. Fixed at
+    128 KiB they are mmapped and go back to the OS when freed: a 200 MiB upload then
+    raises the server's peak RSS by ~35 MB instead of ~100 MB, at no measurable speed
+    cost. Returns whether it was applied.
+    """
+    if not sys.platform.startswith("linux") or "MALLOC_MMAP_THRESHOLD_" in os.environ:
+        return False
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        return bool(libc.mallopt(-3, threshold))  # -3: M_MMAP_THRESHOLD
+    except (OSError, AttributeError):  # not glibc (musl has no mallopt)
+        return False
+
+
+def settings_from_args(args: argparse.Namespace):
+    from oasr.server.settings import ServerSettings
+
+    return ServerSettings(
+        model=args.model,
+        served_model_names=tuple(args.served_model_name or ()),
+        host=args.host,
+        port=args.port,
+        api_key=args.api_key,
+        max_upload_mb=args.max_upload_mb,
+        max_queue=args.max_queue,
+        request_timeout_s=args.request_timeout,
+        min_duration_s=args.min_duration,
+        beam_size=args.beam_size,
+        best_of=args.best_of,
+        device=resolve_device(args.device),
+        dtype=args.dtype,
+        num_threads=args.threads,
+        max_batch_size=args.max_batch_size,
+        log_level=args.log_level,
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        import uvicorn
+
+        from oasr.server.app import build_engine, create_app
+    except ImportError as e:
+        raise CliError(f"the server needs its extra: pip install 'oasr[server]' ({e})", exit_code=2) from None
+    from oasr.models.loaders import ModelNotFoundError
+
+    settings = settings_from_args(args)
+    fix_malloc_mmap_threshold()
+    try:
+        engine = build_engine(settings)
+    except ModelNotFoundError as e:
+        raise CliError(str(e), exit_code=2) from None
+    except (ValueError, OSError, RuntimeError) as e:
+        raise CliError(f"could not load model {args.model or '(default)'}: {e}", exit_code=2) from None
+    try:
+        app = create_app(settings, engine)
+        config = uvicorn.Config(
+            app,
+            host=settings.host,
+            port=settings.port,
+            log_level=settings.log_level,
+            timeout_graceful_shutdown=args.graceful_shutdown,
+        )
+        server = uvicorn.Server(config)
+        server.run()
+        if not server.started:
+            print(f"oasr {NAME}: the server did not start (see the messages above)", file=sys.stderr)
+            return 1
+        return 0
+    finally:
+        engine.shutdown()

@@ -1,0 +1,26 @@
+"""``oasr serve``: an OpenAI-compatible speech-to-text HTTP server over ``AsyncEngine``.
+
+Modules: ``settings`` (``ServerSettings``), ``protocol`` (request / response schemas
+and the form-field policy), ``serving`` (options mapping, engine calls, formatting,
+SSE), ``routes`` (the HTTP routes), ``metrics`` (Prometheus), ``errors`` (OpenAI's
+error shape and the status codes), ``app`` (``create_app``: middleware, auth,
+upload limit, error handlers).
+
+Endpoints: ``POST /v1/audio/transcriptions``, ``POST /v1/audio/translations``,
+``GET /v1/models`` (and ``/v1/models/{id}``), ``GET /health``, ``GET /metrics``.
+
+FastAPI, uvicorn, python-multipart and prometheus-client are the ``server`` extra
+(``pip install 'oasr[server]'``); importing this package without them fails.
+"""
+
+from oasr.server.settings import ServerSettings
+
+__all__ = ["ServerSettings", "create_app"]
+
+
+def __getattr__(name: str):
+    if name == "create_app":
+        from oasr.server.app import create_app
+
+        return create_app
+    raise AttributeError(name)

@@ -1,0 +1,80 @@
+"""Prometheus metrics of one server, in a registry of its own (``GET /metrics``).
+
+Request-side metrics (labels: ``endpoint`` = transcriptions / translations):
+
+* ``oasr_requests_total{endpoint,status}``: audio requests answered, by HTTP status
+  (401 / 413 refused before the route are counted too; 499 = the client went away).
+* ``oasr_request_latency_seconds{endpoint}``: from the first byte of the request to
+  the last byte of the response (for streams: the end of the stream).
+* ``oasr_requests_in_flight``: audio requests being handled now.
+* ``oasr_requests_cancelled_total``: requests whose client disconnected before the
+  answer; their engine work was aborted.
+
+Engine-side metrics, read from ``AsyncEngine.stats()`` at scrape time:
+
+* ``oasr_queue_depth``: requests admitted to the engine and not finished (decoding
+  audio, waiting or running); ``--max-queue`` bounds it.
+* ``oasr_engine_preparing`` / ``oasr_engine_running_requests``: parts of the above.
+* ``oasr_running_batch_rows``: decode rows in the running batches now.
+* ``oasr_engine_waiting_tasks``: decode tasks waiting to join a running batch.
+* ``oasr_decode_joins_running_total``: decode tasks that joined a decode batch
+  already running (continuous batching at work).
+* ``oasr_audio_seconds_total``: seconds of audio admitted to the engine.
+* ``oasr_engine_steps_total``; ``oasr_engine_requests_total{outcome}`` (finished,
+  failed, aborted).
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+LATENCY_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 40.0, 80.0, 160.0, 320.0, 640.0)
+
+
+class _EngineCollector:
+    def __init__(self, engine_ref) -> None:
+        self._engine_ref = engine_ref  # a callable returning the engine (or None before startup)
+
+    def collect(self):
+        engine = self._engine_ref()
+        if engine is None:
+            return
+        s = engine.stats()
+        yield GaugeMetricFamily("oasr_queue_depth", "Requests admitted to the engine and not finished", s.admitted)
+        yield GaugeMetricFamily("oasr_engine_preparing", "Requests whose audio is being decoded", s.preparing)
+        yield GaugeMetricFamily("oasr_engine_running_requests", "Requests in the decode loop", s.running_requests)
+        yield GaugeMetricFamily("oasr_running_batch_rows", "Decode rows in the running batches", s.running_rows)
+        yield GaugeMetricFamily("oasr_engine_waiting_tasks", "Decode tasks waiting to join a batch", s.waiting_tasks)
+        yield CounterMetricFamily(
+            "oasr_decode_joins_running", "Decode tasks that joined an already running decode batch", s.joins_running
+        )
+        yield CounterMetricFamily("oasr_audio_seconds", "Seconds of audio admitted to the engine", s.audio_seconds)
+        yield CounterMetricFamily("oasr_engine_steps", "Engine steps", s.steps)
+        outcomes = CounterMetricFamily("oasr_engine_requests", "Engine requests by outcome", labels=["outcome"])
+        outcomes.add_metric(["finished"], s.finished)
+        outcomes.add_metric(["failed"], s.failed)
+        outcomes.add_metric(["aborted"], s.aborted)
+        yield outcomes
+
+
+class ServerMetrics:
+    """The server's metrics and their registry."""
+
+    def __init__(self, engine_ref) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.requests = Counter(
+            "oasr_requests", "Audio requests answered, by HTTP status", ["endpoint", "status"], registry=self.registry
+        )
+        self.latency = Histogram(
+            "oasr_request_latency_seconds",
+            "Audio request latency (request start to response end)",
+            ["endpoint"],
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.in_flight = Gauge("oasr_requests_in_flight", "Audio requests being handled", registry=self.registry)
+        self.cancelled = Counter(
+            "oasr_requests_cancelled", "Requests aborted because the client disconnected", registry=self.registry
+        )
+        self.registry.register(_EngineCollector(engine_ref))

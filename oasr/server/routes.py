@@ -1,0 +1,106 @@
+"""The HTTP routes: each parses its input and hands it to the serving object in
+``app.state`` (the logic lives in ``oasr.server.serving``)."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.datastructures import FormData, UploadFile
+from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect
+
+from oasr.server.errors import CLIENT_CLOSED_REQUEST, APIError, UploadTooLarge, bad_request
+from oasr.server.protocol import (
+    ErrorResponse,
+    FormError,
+    Health,
+    ModelCard,
+    ModelList,
+    TranscriptionRequest,
+    TranslationRequest,
+    parse_form,
+)
+from oasr.server.serving import CLIENT_GONE, engine_alive
+
+router = APIRouter()
+
+_ERRORS = {status: {"model": ErrorResponse} for status in (400, 401, 404, 413, 429, 504)}
+_MAX_FORM_FIELDS = 64
+
+
+async def read_form(request: Request, request_cls: type[TranslationRequest]):
+    """Receive the multipart form (file parts are spooled to disk past 1 MiB) and validate it."""
+    content_type = request.headers.get("content-type", "")
+    if not content_type.lower().startswith("multipart/form-data"):
+        raise bad_request(
+            f"expected a multipart/form-data body, got {content_type or 'no content type'!r}",
+            code="invalid_content_type",
+        )
+    try:
+        form: FormData = await request.form(max_files=4, max_fields=_MAX_FORM_FIELDS)
+    except UploadTooLarge as e:
+        raise e.api_error() from None
+    except HTTPException as e:  # malformed multipart, too many parts
+        raise bad_request(f"malformed multipart body: {e.detail}", code="invalid_body") from None
+    try:
+        return parse_form(form, request_cls)
+    except FormError as e:
+        await form.close()
+        raise bad_request(e.message, param=e.param, code=e.code) from None
+
+
+async def _audio(request: Request, request_cls: type[TranslationRequest], serving) -> Response:
+    try:
+        req, upload = await read_form(request, request_cls)
+    except ClientDisconnect:
+        request.scope[CLIENT_GONE] = True
+        return Response(status_code=CLIENT_CLOSED_REQUEST)
+    try:
+        return await serving.create(req, upload, request)
+    finally:
+        await _close(upload)
+
+
+async def _close(upload: UploadFile) -> None:
+    try:
+        await upload.close()
+    except Exception:  # noqa: BLE001 - a temp file that will not close is not the client's problem
+        pass
+
+
+@router.post("/v1/audio/transcriptions", responses=_ERRORS)
+async def create_transcription(request: Request) -> Response:
+    """OpenAI's ``audio.transcriptions.create`` (multipart form; see ``oasr.server.protocol``)."""
+    return await _audio(request, TranscriptionRequest, request.app.state.transcription)
+
+
+@router.post("/v1/audio/translations", responses=_ERRORS)
+async def create_translation(request: Request) -> Response:
+    """OpenAI's ``audio.translations.create``: speech in any language to English text."""
+    return await _audio(request, TranslationRequest, request.app.state.translation)
+
+
+@router.get("/v1/models", response_model=ModelList)
+async def list_models(request: Request) -> ModelList:
+    return request.app.state.model_list
+
+
+@router.get("/v1/models/{model_id:path}", response_model=ModelCard, responses={404: {"model": ErrorResponse}})
+async def retrieve_model(model_id: str, request: Request) -> ModelCard:
+    for card in request.app.state.model_list.data:
+        if card.id == model_id:
+            return card
+    raise APIError(404, f"the model {model_id!r} does not exist", param="model", code="model_not_found")
+
+
+@router.get("/health", response_model=Health, responses={503: {"model": ErrorResponse}})
+async def health(request: Request):
+    if not engine_alive(request.app.state.engine):
+        return JSONResponse(APIError(503, "the engine is not running", code="engine_stopped").body(), status_code=503)
+    return Health()
+
+
+@router.get("/metrics")
+async def metrics(request: Request) -> Response:
+    return Response(generate_latest(request.app.state.metrics.registry), media_type=CONTENT_TYPE_LATEST)

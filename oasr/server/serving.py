@@ -1,0 +1,341 @@
+"""The logic behind the audio routes: map OpenAI's fields to ``TranscribeOptions``,
+run the request through the ``AsyncEngine``, render the response, stream SSE.
+
+Decoding policy:
+
+* greedy at temperature 0 (``beam_size`` = ``--beam-size``, default 1) with the
+  temperature fallback on: OpenAI's ``temperature=0`` (the default) means
+  "increase the temperature on failure", i.e. oasr's fallback sequence
+  (0.0, 0.2, ..., 1.0, ``best_of`` = ``--best-of`` samples each); ``0 < t <= 1``
+  decodes at that one temperature (``best_of`` samples).
+* ``prompt`` is the ``initial_prompt``; ``language`` (transcriptions only) an ISO
+  code (English names are accepted too); the translations route sets
+  ``task="translate"`` (a model that cannot translate, e.g. an English-only one,
+  answers 400 with ``param="model"``, ``code="unsupported_task"``).
+* ``timestamp_granularities[]`` needs ``response_format=verbose_json`` (as OpenAI;
+  anything else is 400). None given: segments only. ``word`` turns on word timing;
+  ``verbose_json`` then has ``words``, plus ``segments`` when ``segment`` is also given.
+* ``stream=true`` needs ``response_format`` json or text (else 400): the answer is
+  ``text/event-stream`` with one ``transcript.text.delta`` event per decoded segment
+  (leading / trailing whitespace held back so that the deltas concatenate exactly to
+  the final text), then ``transcript.text.done`` with the whole text, then
+  ``data: [DONE]``. Errors found before the first event (bad audio, a full queue)
+  are ordinary 4xx answers; later ones are sent as a ``data: {"error": {...}}``
+  event before ``[DONE]``.
+
+Every request runs while the client is watched: a client that disconnects has its
+request cancelled (the engine aborts it and frees its rows), counted in
+``oasr_requests_cancelled_total`` and logged with status 499.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import Request
+from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from starlette.datastructures import UploadFile
+from starlette.types import Receive, Scope, Send
+
+from oasr.audio import AudioDecodeError
+from oasr.engine.async_engine import EngineStopped, RequestTimeout
+from oasr.engine.config import TranscribeOptions
+from oasr.engine.decode.base import EngineOverloaded, StepEvent
+from oasr.engine.outputs import RequestOutput
+from oasr.formatting import format_output, json_dict, verbose_json_dict
+from oasr.server.errors import CLIENT_CLOSED_REQUEST, APIError, bad_request
+from oasr.server.metrics import ServerMetrics
+from oasr.server.protocol import (
+    TranscriptionResponse,
+    TranscriptionVerboseResponse,
+    TranscriptTextDelta,
+    TranscriptTextDone,
+    TranslationRequest,
+    TranslationResponse,
+    UsageDuration,
+)
+from oasr.server.settings import ServerSettings
+
+log = logging.getLogger("oasr.server")
+
+CLIENT_GONE = "oasr.client_gone"  # scope key set when the client disconnected mid-request
+_TEXT_MEDIA = {"text": "text/plain", "srt": "text/plain", "vtt": "text/vtt"}
+
+
+class ClientGone(Exception):
+    """The client disconnected before the answer; the request was cancelled."""
+
+
+class OpenAIServingSpeechToText:
+    """One audio route (``task`` = transcribe or translate) over a shared engine."""
+
+    task = "transcribe"
+    endpoint = "transcriptions"
+
+    def __init__(self, engine, settings: ServerSettings, metrics: ServerMetrics) -> None:
+        self.engine = engine
+        self.settings = settings
+        self.metrics = metrics
+        # The engine measures n_samples / rate (a correctly rounded division), so a clip of
+        # exactly min_duration_s (1600 samples for 0.1 s at 16 kHz) compares equal and passes.
+        self.min_duration_s = settings.min_duration_s
+
+    # -- entry point -----------------------------------------------------------------------
+
+    async def create(self, req: TranslationRequest, upload: UploadFile, raw_request: Request) -> Response:
+        self.check_model(req.model)
+        self.check_format(req)
+        options = self.build_options(req)
+        source = upload.file
+        source.seek(0)
+        name = upload.filename or "file"
+        try:
+            if req.streaming:
+                return await self._create_stream(req, source, options, raw_request, name)
+            output = await self._until_disconnect(self._transcribe(source, options), raw_request)
+        except ClientGone:
+            raw_request.scope[CLIENT_GONE] = True
+            return Response(status_code=CLIENT_CLOSED_REQUEST)
+        except Exception as e:
+            raise self.engine_error(e, name) from None
+        return self.render(output, req)
+
+    # -- validation and options ----------------------------------------------------------------
+
+    def check_model(self, model: str) -> None:
+        if model not in self.settings.model_names:
+            raise APIError(
+                404,
+                f"the model {model!r} does not exist; this server serves {list(self.settings.model_names)}",
+                param="model",
+                code="model_not_found",
+            )
+
+    def check_format(self, req: TranslationRequest) -> None:
+        if req.granularities and req.response_format != "verbose_json":
+            raise bad_request(
+                "timestamp_granularities requires response_format=verbose_json", param="timestamp_granularities"
+            )
+        if req.streaming and req.response_format not in ("json", "text"):
+            raise bad_request(
+                f"stream=true is available with response_format json or text, not {req.response_format!r}",
+                param="stream",
+            )
+
+    def build_options(self, req: TranslationRequest) -> TranscribeOptions:
+        """The engine options for ``req``; a value the engine refuses is a 400 naming its field."""
+        steps: list[tuple[str, dict[str, Any]]] = [
+            ("model", {"task": self.task, "beam_size": self.settings.beam_size, "best_of": self.settings.best_of})
+        ]
+        language = getattr(req, "language", None)
+        if language:
+            steps.append(("language", {"language": language}))
+        if req.temperature > 0:
+            steps.append(("temperature", {"temperature": req.temperature}))
+        if req.prompt:
+            steps.append(("prompt", {"initial_prompt": req.prompt}))
+        if "word" in req.granularities:
+            steps.append(("timestamp_granularities", {"word_timestamps": True}))
+        kwargs: dict[str, Any] = {}
+        options = None
+        for param, extra in steps:
+            kwargs.update(extra)
+            try:
+                options = self.engine.make_options(**kwargs)
+            except (TypeError, ValueError) as e:
+                code = "unsupported_task" if param == "model" and self.task == "translate" else "invalid_value"
+                raise bad_request(str(e), param=param, code=code) from None
+        assert options is not None
+        return options
+
+    # -- running ---------------------------------------------------------------------------------
+
+    def _transcribe(self, source, options: TranscribeOptions):
+        return self.engine.transcribe(
+            source, options, timeout=self.settings.request_timeout_s, min_duration_s=self.min_duration_s
+        )
+
+    async def _until_disconnect(self, awaitable, raw_request: Request):
+        """Await ``awaitable`` while watching the client; cancel it (raising ``ClientGone``)
+        if the client disconnects first."""
+        work = asyncio.ensure_future(awaitable)
+        watch = asyncio.ensure_future(_wait_for_disconnect(raw_request.receive))
+        try:
+            await asyncio.wait({work, watch}, return_when=asyncio.FIRST_COMPLETED)
+            if not work.done():
+                work.cancel()
+                with contextlib.suppress(BaseException):
+                    await work
+                self.metrics.cancelled.inc()
+                raise ClientGone()
+            return work.result()
+        finally:
+            for task in (work, watch):
+                if not task.done():
+                    task.cancel()
+            with contextlib.suppress(BaseException):
+                await watch
+
+    def engine_error(self, exc: BaseException, filename: str) -> APIError:
+        """The HTTP answer for an exception from the engine."""
+        if isinstance(exc, APIError):
+            return exc
+        if isinstance(exc, AudioDecodeError):
+            message = str(exc).replace("<SpooledTemporaryFile>", repr(filename))
+            return bad_request(message, param="file", code="invalid_audio")
+        if isinstance(exc, EngineOverloaded):
+            return APIError(429, str(exc), code="engine_overloaded", headers={"Retry-After": "1"})
+        if isinstance(exc, RequestTimeout):
+            limit = self.settings.request_timeout_s
+            return APIError(504, f"the request did not finish within --request-timeout {limit:g} s", code="timeout")
+        if isinstance(exc, EngineStopped):
+            return APIError(503, str(exc), code="engine_stopped")
+        if isinstance(exc, ValueError):
+            return bad_request(str(exc))
+        log.error("request failed", exc_info=(type(exc), exc, exc.__traceback__))
+        return APIError(500, f"internal error: {type(exc).__name__}: {exc}", code="internal_error")
+
+    # -- rendering -------------------------------------------------------------------------------
+
+    def render(self, out: RequestOutput, req: TranslationRequest) -> Response:
+        fmt = req.response_format
+        if fmt == "json":
+            return JSONResponse(self._json(out).model_dump(exclude_none=True))
+        if fmt == "verbose_json":
+            granularities = req.granularities
+            doc = verbose_json_dict(out, words="word" in granularities)
+            if granularities and "segment" not in granularities:
+                doc.pop("segments")
+            if self.task == "transcribe":
+                doc["usage"] = UsageDuration(seconds=round(out.duration, 3)).model_dump()
+            body = TranscriptionVerboseResponse.model_validate(doc).model_dump(exclude_none=True)
+            body.setdefault("language", None)
+            return JSONResponse(body)
+        return PlainTextResponse(format_output(out, fmt), media_type=_TEXT_MEDIA[fmt])
+
+    def _json(self, out: RequestOutput):
+        doc = json_dict(out)
+        if self.task == "transcribe":
+            return TranscriptionResponse(**doc, usage=UsageDuration(seconds=round(out.duration, 3)))
+        return TranslationResponse(**doc)
+
+    # -- streaming -------------------------------------------------------------------------------
+
+    async def _create_stream(self, req, source, options, raw_request: Request, filename: str) -> Response:
+        events = self.engine.stream(
+            source, options, timeout=self.settings.request_timeout_s, min_duration_s=self.min_duration_s
+        )
+        try:
+            # Audio problems and a full queue surface before the first event: answer them as 4xx.
+            first = await self._until_disconnect(_first_event(events), raw_request)
+        except BaseException:
+            await events.aclose()
+            raise
+        stream = _TranscriptStream(self, first, events, filename)
+        return _SSEResponse(stream, raw_request)
+
+
+def engine_alive(engine) -> bool:
+    """Whether the engine is there and its decode thread is running."""
+    return engine is not None and engine.is_running
+
+
+async def _wait_for_disconnect(receive: Receive) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return
+
+
+async def _first_event(events: AsyncIterator[StepEvent]) -> StepEvent:
+    return await events.__anext__()
+
+
+def _sse(payload: dict | str) -> bytes:
+    data = payload if isinstance(payload, str) else json.dumps(payload, ensure_ascii=False, separators=(",", ":"))
+    return f"data: {data}\n\n".encode()
+
+
+class _TranscriptStream:
+    """The SSE events of one streamed transcription, closed exactly once."""
+
+    def __init__(self, serving: OpenAIServingSpeechToText, first: StepEvent, events, filename: str) -> None:
+        self.serving = serving
+        self.first = first
+        self.events = events
+        self.filename = filename
+        self.completed = False
+        self.closed = False
+
+    async def body(self) -> AsyncIterator[bytes]:
+        held = ""  # whitespace not sent yet: sent only if more text follows
+        started = False
+        event: StepEvent | None = self.first
+        try:
+            while event is not None:
+                if event.kind == "segment" and event.segment is not None:
+                    text = event.segment.text
+                    if not started:
+                        text = text.lstrip()
+                        started = bool(text)
+                    text = held + text
+                    delta = text.rstrip()
+                    held = text[len(delta) :]
+                    if delta:
+                        yield _sse(TranscriptTextDelta(delta=delta).model_dump())
+                elif event.kind == "finished" and event.output is not None:
+                    yield _sse(TranscriptTextDone(text=json_dict(event.output)["text"]).model_dump())
+                    self.completed = True
+                    break
+                event = await self.events.__anext__()
+        except StopAsyncIteration:
+            pass
+        except Exception as e:  # after the headers: report in the stream
+            self.completed = True
+            yield _sse(self.serving.engine_error(e, self.filename).body())
+        yield _sse("[DONE]")
+
+    async def close(self, scope: Scope) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        await self.events.aclose()
+        if not self.completed:
+            scope[CLIENT_GONE] = True
+            self.serving.metrics.cancelled.inc()
+
+
+class _SSEResponse(StreamingResponse):
+    """``text/event-stream`` whose engine request is aborted however the response ends
+    (finished, client gone, server shutting down)."""
+
+    def __init__(self, stream: _TranscriptStream, raw_request: Request) -> None:
+        super().__init__(
+            stream.body(),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        )
+        self._stream = stream
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            with contextlib.suppress(BaseException):
+                await self.body_iterator.aclose()  # type: ignore[attr-defined]
+            await self._stream.close(scope)
+
+
+class OpenAIServingTranscription(OpenAIServingSpeechToText):
+    task = "transcribe"
+    endpoint = "transcriptions"
+
+
+class OpenAIServingTranslation(OpenAIServingSpeechToText):
+    task = "translate"
+    endpoint = "translations"

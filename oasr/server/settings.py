@@ -1,0 +1,96 @@
+"""What ``oasr serve`` is configured with (the command line fills one ``ServerSettings``)."""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+DEFAULT_MAX_UPLOAD_MB = 25.0  # OpenAI's limit for /v1/audio uploads
+DEFAULT_MAX_QUEUE = 256
+
+
+@dataclass(frozen=True)
+class ServerSettings:
+    """Settings of one server.
+
+    Attributes:
+        model: what ``AsyncEngine`` loads: a directory, a bundled name ("whisper-base",
+            "tiny.en"), a Hub id, or None for the default bundled model.
+        served_model_names: the names the ``model`` form field must be one of (and that
+            ``/v1/models`` lists); empty means the ``model`` argument as given (or the
+            default model's name).
+        host, port: where uvicorn listens.
+        api_key: when set, every ``/v1/...`` request needs ``Authorization: Bearer <key>``.
+        max_upload_mb: request bodies over this many MiB are refused with 413.
+        max_queue: requests admitted (decoding audio, queued or running) before new
+            ones are refused with 429 (``EngineConfig.max_queue_size``).
+        request_timeout_s: seconds a request may spend in the engine (audio decoding
+            plus transcription; not the upload) before it is aborted with 504; None: no limit.
+        min_duration_s: shorter audio is refused with 400.
+        beam_size: beams at temperature 0 (1: greedy, the server default).
+        best_of: samples per fallback temperature > 0.
+        device, dtype, num_threads, max_batch_size: ``EngineConfig`` fields.
+        prepare_workers: threads decoding audio / computing features.
+        log_level: uvicorn's log level.
+    """
+
+    model: str | None = None
+    served_model_names: tuple[str, ...] = ()
+    host: str = "127.0.0.1"
+    port: int = 8000
+    api_key: str | None = None
+    max_upload_mb: float = DEFAULT_MAX_UPLOAD_MB
+    max_queue: int = DEFAULT_MAX_QUEUE
+    request_timeout_s: float | None = None
+    min_duration_s: float = 0.1
+    beam_size: int = 1
+    best_of: int = 5
+    device: str = "cpu"
+    dtype: str | None = None
+    num_threads: int = 0
+    max_batch_size: int = 8
+    prepare_workers: int = 2
+    log_level: str = "info"
+    extra_engine_config: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not (self.max_upload_mb > 0 and math.isfinite(self.max_upload_mb)):
+            raise ValueError(f"max_upload_mb must be > 0, got {self.max_upload_mb}")
+        if self.max_queue < 1:
+            raise ValueError(f"max_queue must be >= 1, got {self.max_queue}")
+        if self.request_timeout_s is not None and not self.request_timeout_s > 0:
+            raise ValueError(f"request_timeout_s must be > 0 or None, got {self.request_timeout_s}")
+        if self.min_duration_s < 0:
+            raise ValueError(f"min_duration_s must be >= 0, got {self.min_duration_s}")
+        if self.beam_size < 1 or self.best_of < 1:
+            raise ValueError("beam_size and best_of must be >= 1")
+        if any(not name for name in self.served_model_names):
+            raise ValueError("served model names must not be empty")
+
+    @property
+    def max_upload_bytes(self) -> int:
+        return int(self.max_upload_mb * 1024 * 1024)
+
+    @property
+    def model_names(self) -> tuple[str, ...]:
+        """The served names, in order (the first is the primary one)."""
+        if self.served_model_names:
+            return self.served_model_names
+        if self.model is None:
+            from oasr.models.bundled import DEFAULT_MODEL
+
+            return (DEFAULT_MODEL,)
+        return (os.fspath(self.model),)
+
+    def engine_kwargs(self) -> dict[str, Any]:
+        """``EngineConfig`` overrides for ``AsyncEngine``."""
+        return {
+            "device": self.device,
+            "dtype": self.dtype,
+            "num_threads": self.num_threads,
+            "max_batch_size": self.max_batch_size,
+            "max_queue_size": self.max_queue,
+            **self.extra_engine_config,
+        }
