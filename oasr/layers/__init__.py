@@ -4,19 +4,28 @@ plain-PyTorch path that runs anywhere."""
 
 from oasr.layers.activation import ACTIVATIONS, Activation, Gelu, Relu, Silu, Tanh, apply_activation
 from oasr.layers.attention import attention, attention_weights, key_padding_mask
-from oasr.layers.embedding import Conv1d, Embedding, sinusoids
+from oasr.layers.conformer import ConformerConvolution, FeedForward
+from oasr.layers.ctc import CtcProjection
+from oasr.layers.embedding import Conv1d, Conv2d, Embedding, sinusoids
 from oasr.layers.linear import Linear, LinearActivation
-from oasr.layers.norm import LayerNorm, RMSNorm
+from oasr.layers.norm import BatchNorm1d, LayerNorm, RMSNorm
+from oasr.layers.rotary import NeoxRotaryEmbedding
 
 __all__ = [
     "ACTIVATIONS",
     "Activation",
+    "BatchNorm1d",
+    "ConformerConvolution",
     "Conv1d",
+    "Conv2d",
+    "CtcProjection",
     "Embedding",
+    "FeedForward",
     "Gelu",
     "LayerNorm",
     "Linear",
     "LinearActivation",
+    "NeoxRotaryEmbedding",
     "RMSNorm",
     "Relu",
     "Silu",

@@ -78,3 +78,40 @@ class Conv1d(nn.Module):
     def extra_repr(self) -> str:
         o, i, k = self.weight.shape
         return f"{i * self.groups}, {o}, kernel={k}, stride={self.stride}, padding={self.padding}"
+
+
+class Conv2d(nn.Module):
+    """2-D convolution over (B, C, H, W) with ``nn.Conv2d``'s parameter names (subsampling front ends).
+
+    Shapes:
+        x: (B, C_in, H, W) -> (B, C_out, H_out, W_out)
+    """
+
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size: int | tuple[int, int],
+        stride: int | tuple[int, int] = 1,
+        padding: int | tuple[int, int] = 0,
+        groups: int = 1,
+        bias: bool = True,
+    ) -> None:
+        super().__init__()
+        kh, kw = (kernel_size, kernel_size) if isinstance(kernel_size, int) else kernel_size
+        self.stride = stride
+        self.padding = padding
+        self.groups = groups
+        self.weight = nn.Parameter(torch.empty(out_channels, in_channels // groups, kh, kw))
+        self.bias = nn.Parameter(torch.empty(out_channels)) if bias else None
+        nn.init.kaiming_uniform_(self.weight, a=math.sqrt(5))
+        if self.bias is not None:
+            fan_in = (in_channels // groups) * kh * kw
+            nn.init.uniform_(self.bias, -1 / math.sqrt(fan_in), 1 / math.sqrt(fan_in))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.conv2d(x, self.weight, self.bias, self.stride, self.padding, 1, self.groups)
+
+    def extra_repr(self) -> str:
+        o, i, kh, kw = self.weight.shape
+        return f"{i * self.groups}, {o}, kernel=({kh}, {kw}), stride={self.stride}, padding={self.padding}"

@@ -1,6 +1,6 @@
 """One tokenizer interface over Hugging Face ``tokenizers`` files (and, per family,
 sentencepiece models and token tables)."""
 
-from oasr.tokenizers.base import HFTokenizer, Tokenizer, load_tokenizer
+from oasr.tokenizers.base import HFTokenizer, SentencePieceTokenizer, TableTokenizer, Tokenizer, load_tokenizer
 
-__all__ = ["HFTokenizer", "Tokenizer", "load_tokenizer"]
+__all__ = ["HFTokenizer", "SentencePieceTokenizer", "TableTokenizer", "Tokenizer", "load_tokenizer"]

@@ -116,6 +116,109 @@ def _gpt2_byte_decoder() -> dict[str, int]:
     return {chr(c): b for b, c in zip(printable, chars)}
 
 
+class SentencePieceTokenizer(Tokenizer):
+    """A ``sentencepiece`` model file (``.model``)."""
+
+    def __init__(self, processor) -> None:
+        self._sp = processor
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> SentencePieceTokenizer:
+        try:
+            import sentencepiece
+        except ImportError as e:  # pragma: no cover - a declared dependency
+            raise ImportError("sentencepiece tokenizers need the `sentencepiece` package") from e
+        if not Path(path).is_file():
+            raise FileNotFoundError(f"no sentencepiece model at {path}")
+        return cls(sentencepiece.SentencePieceProcessor(model_file=str(path)))
+
+    @property
+    def vocab_size(self) -> int:
+        return self._sp.get_piece_size()
+
+    def encode(self, text: str) -> list[int]:
+        return list(self._sp.encode(text))
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return self._sp.decode([int(i) for i in ids])
+
+    def token_to_id(self, token: str) -> int | None:
+        i = self._sp.piece_to_id(token)
+        return None if i == self._sp.unk_id() and token != self._sp.id_to_piece(i) else int(i)
+
+    def id_to_token(self, token_id: int) -> str | None:
+        return self._sp.id_to_piece(int(token_id)) if 0 <= int(token_id) < self.vocab_size else None
+
+
+class TableTokenizer(Tokenizer):
+    """A units table: one ``<unit> <id>`` per line (WeNet's ``units.txt``, k2 ``tokens.txt``).
+
+    Decoding joins the units; the SentencePiece word marker ``▁`` becomes a space and
+    the leading space is dropped, so BPE and character units both read naturally.
+    Encoding is greedy longest-match over the units (word-initial pieces take the
+    marker), enough for hotwords and prompts on a units-only checkpoint.
+    """
+
+    WORD_MARK = "\u2581"
+
+    def __init__(self, units: dict[int, str]) -> None:
+        self._id_to_unit = dict(units)
+        self._unit_to_id = {u: i for i, u in units.items()}
+        self._max_len = max((len(u) for u in self._unit_to_id), default=1)
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> TableTokenizer:
+        path = Path(path)
+        if not path.is_file():
+            raise FileNotFoundError(f"no units table at {path}")
+        units: dict[int, str] = {}
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if not line.strip():
+                continue
+            parts = line.split()
+            if len(parts) != 2 or not parts[1].lstrip("-").isdigit():
+                raise ValueError(f"{path}:{n}: expected '<unit> <id>', got {line!r}")
+            units[int(parts[1])] = parts[0]
+        return cls(units)
+
+    @property
+    def vocab_size(self) -> int:
+        return max(self._id_to_unit, default=-1) + 1
+
+    def encode(self, text: str) -> list[int]:
+        ids: list[int] = []
+        for word in text.split():
+            piece_text = self.WORD_MARK + word if (self.WORD_MARK + word[:1]) in self._prefixes() else word
+            i = 0
+            while i < len(piece_text):
+                for j in range(min(len(piece_text), i + self._max_len), i, -1):
+                    unit = self._unit_to_id.get(piece_text[i:j])
+                    if unit is not None:
+                        ids.append(unit)
+                        i = j
+                        break
+                else:
+                    unk = self._unit_to_id.get("<unk>")
+                    if unk is None:
+                        raise ValueError(f"{piece_text[i]!r} is not in the units table and it has no <unk>")
+                    ids.append(unk)
+                    i += 1
+        return ids
+
+    def _prefixes(self) -> set[str]:
+        return {u[:2] for u in self._unit_to_id if u.startswith(self.WORD_MARK)}
+
+    def decode(self, ids: Sequence[int]) -> str:
+        text = "".join(self._id_to_unit.get(int(i), "") for i in ids)
+        return text.replace(self.WORD_MARK, " ").lstrip(" ")
+
+    def token_to_id(self, token: str) -> int | None:
+        return self._unit_to_id.get(token)
+
+    def id_to_token(self, token_id: int) -> str | None:
+        return self._id_to_unit.get(int(token_id))
+
+
 def load_tokenizer(spec: TokenizerSpec | None) -> Tokenizer | None:
     """Build the tokenizer a checkpoint declares (``None`` for kind "none").
 
@@ -137,4 +240,8 @@ def load_tokenizer(spec: TokenizerSpec | None) -> Tokenizer | None:
                     added[int(k)] = v["content"]
             return HFTokenizer.from_vocab_merges(vocab, merges, added)
         raise FileNotFoundError(f"no tokenizer.json (or vocab.json + merges.txt) at {path}")
+    if spec.kind == "sentencepiece":
+        return SentencePieceTokenizer.from_file(spec.path or "")
+    if spec.kind == "table":
+        return TableTokenizer.from_file(spec.path or "")
     raise ValueError(f"unknown tokenizer kind {spec.kind!r}")

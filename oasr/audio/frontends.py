@@ -1,0 +1,91 @@
+"""Acoustic front ends by ``FeatureSpec.kind``: a waveform in, (frames, features) out.
+
+Each family's front end lives with the family (or in ``oasr.audio`` when several
+share it) and is named here lazily, so a checkpoint's ``FeatureSpec`` picks its
+front end without importing every family.
+"""
+
+from __future__ import annotations
+
+import abc
+import importlib
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+from oasr.models.base import FeatureSpec
+
+_FRONTENDS: dict[str, str] = {
+    "kaldi_fbank": "oasr.audio.fbank:KaldiFbank",
+    "lasr_mel": "oasr.models.lasr.features:LasrFrontend",
+    "parakeet_mel": "oasr.models.parakeet.features:ParakeetFrontend",
+}
+
+
+class Frontend(abc.ABC):
+    """Waveform -> features for one checkpoint.
+
+    Attributes a subclass sets:
+        sampling_rate: input rate in Hz.
+        frame_shift_s: seconds between consecutive feature frames.
+        n_features: features per frame.
+    """
+
+    sampling_rate: int = 16000
+    frame_shift_s: float = 0.01
+    n_features: int = 80
+
+    @classmethod
+    @abc.abstractmethod
+    def from_spec(cls, spec: FeatureSpec) -> Frontend:
+        """Build from a checkpoint's ``FeatureSpec`` (unknown or bad params raise ``ValueError``)."""
+
+    @abc.abstractmethod
+    def __call__(self, waveform: np.ndarray) -> torch.Tensor:
+        """Features of one utterance.
+
+        Shapes:
+            waveform: (samples,) float32 mono at ``sampling_rate`` -> (T, n_features) float32
+        """
+
+    def compute_batch(self, waveforms: Sequence[np.ndarray]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Zero-padded features of several utterances.
+
+        Shapes:
+            -> feats (B, T_max, n_features), lens (B,) int64
+        """
+        return pad_features([self(w) for w in waveforms])
+
+
+def pad_features(feats: Sequence[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Stack (T_i, F) tensors into a zero-padded (B, T_max, F) batch with their lengths."""
+    if not feats:
+        raise ValueError("pad_features needs at least one utterance")
+    lens = torch.tensor([f.shape[0] for f in feats], dtype=torch.long)
+    out = feats[0].new_zeros(len(feats), int(lens.max()), feats[0].shape[1])
+    for i, f in enumerate(feats):
+        out[i, : f.shape[0]] = f
+    return out, lens
+
+
+def register_frontend(kind: str, ref: str) -> None:
+    """Name the front end (``"module:Class"``) of a feature kind (for out-of-tree families)."""
+    _FRONTENDS[kind] = ref
+
+
+def build_frontend(spec: FeatureSpec) -> Frontend:
+    """The front end ``spec`` declares.
+
+    Raises:
+        ValueError: an unknown ``spec.kind`` (naming the known ones) or bad params.
+    """
+    ref = _FRONTENDS.get(spec.kind)
+    if ref is None:
+        raise ValueError(f"unknown feature kind {spec.kind!r}; known kinds: {sorted(_FRONTENDS)}")
+    module, _, name = ref.partition(":")
+    cls = getattr(importlib.import_module(module), name)
+    return cls.from_spec(spec)
+
+
+__all__ = ["Frontend", "build_frontend", "pad_features", "register_frontend"]

@@ -1,0 +1,70 @@
+"""The CTC output projection: ``log_softmax(x @ W.T + b)`` in one module.
+
+The weight is allocated at a GEMM-aligned width (``align_out_features``); the
+padding rows carry a ``PAD_LOGIT`` bias so they never win an argmax, and are cut
+off before the log-softmax, so the log-probs are over the real vocabulary exactly.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from oasr.layers.linear import Linear
+
+
+def _aligned(n: int) -> int:
+    from oasr.models.base import align_out_features
+
+    return align_out_features(n)
+
+
+class CtcProjection(Linear):
+    """Linear head + log-softmax over the vocabulary (computed in float32).
+
+    Args:
+        d_model: encoder width.
+        vocab_size: real vocabulary size V (blank included).
+        bias: whether the projection has a bias.
+
+    Shapes:
+        x: (..., d_model) -> log-probs (..., V) float32
+    """
+
+    def __init__(self, d_model: int, vocab_size: int, bias: bool = True) -> None:
+        # A padded head always has a bias: it is what keeps the padding rows from winning.
+        super().__init__(d_model, _aligned(vocab_size), bias=bias or _aligned(vocab_size) != vocab_size)
+        self.vocab_size = vocab_size
+        self.padded_size = self.out_features
+        if self.padded_size != vocab_size:
+            from oasr.models.base import PAD_LOGIT
+
+            with torch.no_grad():
+                self.weight[vocab_size:].zero_()
+                if self.bias is not None:
+                    self.bias[vocab_size:].fill_(PAD_LOGIT)
+
+    def pad_checkpoint(
+        self, weight: torch.Tensor, bias: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Widen a checkpoint's (V, D) weight / (V,) bias (or None) to the allocated width.
+
+        A bias-free head that needed padding gets a zero bias for the real rows.
+        """
+        if weight.shape[0] != self.vocab_size:
+            raise ValueError(f"CTC head has {weight.shape[0]} rows; the model's vocabulary is {self.vocab_size}")
+        if self.padded_size == self.vocab_size:
+            return weight, bias
+        from oasr.models.base import pad_output_projection
+
+        return pad_output_projection(weight, bias)
+
+    def logits(self, x: torch.Tensor) -> torch.Tensor:
+        """Raw scores over the real vocabulary (no log-softmax)."""
+        return F.linear(x, self.weight, self.bias)[..., : self.vocab_size]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.logits(x).float().log_softmax(dim=-1)
+
+    def extra_repr(self) -> str:
+        return super().extra_repr() + f", vocab={self.vocab_size}"
