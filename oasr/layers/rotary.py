@@ -24,8 +24,9 @@ class NeoxRotaryEmbedding(nn.Module):
             raise ValueError(f"rotary embedding needs an even head_dim, got {head_dim}")
         self.head_dim = head_dim
         self.base = float(base)
-        inv_freq = 1.0 / (self.base ** (torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim))
-        self.register_buffer("inv_freq", inv_freq, persistent=False)
+        # Not a buffer: ``model.to(bfloat16)`` must not round the frequencies (long inputs
+        # would get wrong angles). Kept in float32 and moved to the positions' device on use.
+        self.inv_freq = 1.0 / (self.base ** (torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim))
 
     def cos_sin(self, positions: torch.Tensor, dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, torch.Tensor]:
         """Angles for integer ``positions``.
@@ -33,7 +34,9 @@ class NeoxRotaryEmbedding(nn.Module):
         Shapes:
             positions: (T,) or (B, T) -> cos, sin: (T, head_dim) or (B, T, head_dim)
         """
-        freqs = positions.to(torch.float32)[..., None] * self.inv_freq.to(device=positions.device)
+        if self.inv_freq.device != positions.device:
+            self.inv_freq = self.inv_freq.to(positions.device)
+        freqs = positions.to(torch.float32)[..., None] * self.inv_freq
         emb = torch.cat([freqs, freqs], dim=-1)
         return emb.cos().to(dtype), emb.sin().to(dtype)
 

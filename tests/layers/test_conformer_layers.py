@@ -131,3 +131,13 @@ def test_ctc_projection_aligned_vocab_is_unpadded():
     head = CtcProjection(16, 24)
     w, b = torch.randn(24, 16), torch.randn(24)
     assert head.pad_checkpoint(w, b) == (w, b)
+
+
+def test_rotary_frequencies_stay_float32_under_a_half_model():
+    rope = NeoxRotaryEmbedding(16)
+    holder = torch.nn.ModuleDict({"rope": rope}).to(torch.bfloat16)
+    assert holder["rope"].inv_freq.dtype == torch.float32
+    cos, _ = rope.cos_sin(torch.arange(5000), dtype=torch.bfloat16)
+    ref, _ = NeoxRotaryEmbedding(16).cos_sin(torch.arange(5000))
+    assert cos.dtype == torch.bfloat16
+    assert (cos.float() - ref).abs().max() < 1e-2
