@@ -1,0 +1,372 @@
+"""WeNet U2 / U2++ conformer: global CMVN, conv2d subsampling, rel-pos conformer
+blocks, a CTC head and (optionally) the attention decoder used for rescoring.
+
+Module names follow WeNet's state dict (``encoder.global_cmvn.*``,
+``encoder.embed.conv.N.*``, ``encoder.encoders.N.self_attn.*``,
+``encoder.encoders.N.feed_forward_macaron.w_1.*``, ``encoder.encoders.N.conv_module.*``,
+``encoder.after_norm.*``, ``decoder.left_decoder.*``), so a WeNet checkpoint maps 1:1
+apart from the CTC head (``ctc.ctc_lo.*`` -> ``ctc.*``, widened to the aligned width).
+
+Attention follows WeNet's chunk masks: a model trained with dynamic chunks decodes
+with the chunk the caller asks for (``decoding_chunk_size``, -1 or 0 = full context),
+one trained with a static chunk always applies it, any other ignores the argument.
+
+Reads top to bottom: CMVN, subsampling, the causal convolution path, the block,
+the encoder, then the public model.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from oasr.layers import (
+    ConformerConvolution,
+    Conv2d,
+    CtcProjection,
+    FeedForward,
+    LayerNorm,
+    Linear,
+    Relu,
+    apply_activation,
+)
+from oasr.layers.relpos import RelPositionalEncoding, RelPositionMultiHeadedAttention
+from oasr.models.base import BaseAsrModel, BaseEncoder, DecodeType
+from oasr.models.conformer.config import ConformerEncoderConfig, ConformerModelConfig
+from oasr.models.decoders.transformer_decoder import BiTransformerDecoder
+
+
+class GlobalCMVN(nn.Module):
+    """``(x - mean) * istd`` with WeNet's stored statistics (buffers ``mean``, ``istd``).
+
+    Shapes:
+        x: (B, T, F) -> (B, T, F)
+    """
+
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        self.register_buffer("mean", torch.zeros(dim))
+        self.register_buffer("istd", torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return (x - self.mean) * self.istd
+
+
+# ---------------------------------------------------------------------------
+# Subsampling
+
+# input_layer -> the (kernel, stride) of each Conv2d
+_CONVS: dict[str, tuple[tuple[int, int], ...]] = {
+    "conv2d": ((3, 2), (3, 2)),
+    "conv2d6": ((3, 2), (5, 3)),
+    "conv2d8": ((3, 2), (3, 2), (3, 2)),
+}
+
+
+def _conv_len(n: torch.Tensor | int, convs: tuple[tuple[int, int], ...]) -> Any:
+    """Output length of unpadded valid convolutions: ``(n - k) // s + 1`` each, floored at 0."""
+    for k, s in convs:
+        n = (n - k) // s + 1
+        n = n.clamp(min=0) if isinstance(n, torch.Tensor) else max(n, 0)
+    return n
+
+
+class Conv2dSubsampling(nn.Module):
+    """WeNet's ``Conv2dSubsampling4/6/8``: ReLU convolutions over (time, frequency), a
+    linear projection of the flattened (channel, frequency) plane, then ``x * sqrt(D)``
+    and the position rows (``pos_enc``).
+
+    Checkpoint names: ``conv.{0,2,4}``, then ``out.0`` (1/4) or ``linear`` (1/6, 1/8).
+
+    Shapes:
+        x: (B, T, F), lens: (B,) -> x (B, T', D), pos_emb (1, T', D), lens (B,)
+    """
+
+    def __init__(self, input_dim: int, d_model: int, input_layer: str) -> None:
+        super().__init__()
+        self.convs = _CONVS[input_layer]
+        layers: list[nn.Module] = []
+        for i, (k, s) in enumerate(self.convs):
+            layers += [Conv2d(1 if i == 0 else d_model, d_model, k, s), Relu()]
+        self.conv = nn.Sequential(*layers)
+        proj = Linear(d_model * _conv_len(input_dim, self.convs), d_model)
+        if input_layer == "conv2d":
+            self.out = nn.Sequential(proj)
+        else:
+            self.linear = proj
+        self.pos_enc = RelPositionalEncoding(d_model)
+
+    def forward(self, x: torch.Tensor, lens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        x = self.conv(x[:, None])  # (B, D, T', F')
+        b, c, t, f = x.shape
+        x = x.transpose(1, 2).reshape(b, t, c * f)  # (B, T', D * F')
+        x = self.out(x) if hasattr(self, "out") else self.linear(x)
+        x, pos_emb = self.pos_enc(x)
+        return x, pos_emb, _conv_len(lens, self.convs)
+
+
+# ---------------------------------------------------------------------------
+# Blocks
+
+
+def chunk_attention_mask(
+    size: int, chunk_size: int, num_left_chunks: int = -1, device: torch.device | None = None
+) -> torch.Tensor:
+    """WeNet's ``subsequent_chunk_mask``: frame i sees its own chunk, all earlier ones
+    (or ``num_left_chunks`` of them when >= 0) and nothing later.
+
+    Shapes:
+        -> (size, size) bool, True where query i may attend key j
+    """
+    i = torch.arange(size, device=device)
+    chunk = i // chunk_size
+    end = ((chunk + 1) * chunk_size).clamp(max=size)
+    if num_left_chunks < 0:
+        start = torch.zeros_like(chunk)
+    else:
+        start = ((chunk - num_left_chunks) * chunk_size).clamp(min=0)
+    j = i[None, :]
+    return (j >= start[:, None]) & (j < end[:, None])
+
+
+def _wenet_causal_conv(conv: ConformerConvolution, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """A causal convolution module the way WeNet computes it: the module's *input* is
+    left-padded with k - 1 zero frames, so the first frames see ``glu(pointwise bias)``
+    to their left rather than zeros (which is what the shared module's post-GLU padding
+    would give). Causal frames never read the right-hand padding, so a padded batch
+    still equals one row at a time.
+
+    Shapes:
+        x: (B, T, C), mask: (B, T) bool or None -> (B, T, C)
+    """
+    y = F.pad(x.transpose(1, 2), (conv.kernel_size - 1, 0))  # (B, C, k - 1 + T)
+    y = F.glu(conv.pointwise_conv1(y), dim=1)
+    y = conv.depthwise_conv(y)  # (B, C, T): no padding left to add
+    if conv.norm_kind == "batch_norm":
+        y = conv.norm(y)
+    else:
+        y = conv.norm(y.transpose(1, 2)).transpose(1, 2)
+    y = conv.pointwise_conv2(apply_activation(y, conv.activation))
+    if mask is not None:
+        y = y * mask[:, None, :].to(y.dtype)
+    return y.transpose(1, 2)
+
+
+class ConformerEncoderLayer(nn.Module):
+    """WeNet's ``ConformerEncoderLayer``: half-step macaron feed-forward, rel-pos
+    self-attention, convolution module, half-step feed-forward, ``norm_final``
+    (pre-norm residuals, or post-norm with ``normalize_before=False``).
+
+    Shapes:
+        x: (B, T, D), pos_emb: (1, T, D), lens: (B,), chunk_mask: (T, T) bool or None,
+        valid: (B, T) bool -> (B, T, D)
+    """
+
+    def __init__(self, cfg: ConformerEncoderConfig) -> None:
+        super().__init__()
+        d = cfg.output_size
+        self.normalize_before = cfg.normalize_before
+        self.causal = cfg.causal
+        self.self_attn = RelPositionMultiHeadedAttention(
+            cfg.attention_heads, d, query_bias=cfg.query_bias, key_bias=cfg.key_bias, value_bias=cfg.value_bias
+        )
+        self.feed_forward = FeedForward(d, cfg.linear_units, cfg.activation, bias=cfg.mlp_bias, names=("w_1", "w_2"))
+        self.norm_ff = LayerNorm(d, eps=cfg.norm_eps)
+        self.norm_mha = LayerNorm(d, eps=cfg.norm_eps)
+        self.feed_forward_macaron = None
+        self.ff_scale = 1.0
+        if cfg.macaron_style:
+            self.feed_forward_macaron = FeedForward(
+                d, cfg.linear_units, cfg.activation, bias=cfg.mlp_bias, names=("w_1", "w_2")
+            )
+            self.norm_ff_macaron = LayerNorm(d, eps=cfg.norm_eps)
+            self.ff_scale = 0.5
+        self.conv_module = None
+        if cfg.use_cnn_module:
+            k = cfg.cnn_module_kernel
+            self.conv_module = ConformerConvolution(
+                d,
+                k,
+                bias=cfg.conv_bias,
+                norm=cfg.cnn_module_norm,
+                norm_eps=cfg.conv_norm_eps,
+                activation=cfg.activation,
+                padding=(k - 1, 0) if cfg.causal else None,
+            )
+            self.norm_conv = LayerNorm(d, eps=cfg.norm_eps)
+            self.norm_final = LayerNorm(d, eps=cfg.norm_eps)
+
+    def _residual(self, x: torch.Tensor, norm: LayerNorm, fn, scale: float = 1.0) -> torch.Tensor:
+        if self.normalize_before:
+            return x + scale * fn(norm(x))
+        return norm(x + scale * fn(x))
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        pos_emb: torch.Tensor,
+        lens: torch.Tensor,
+        chunk_mask: torch.Tensor | None,
+        valid: torch.Tensor,
+    ) -> torch.Tensor:
+        if self.feed_forward_macaron is not None:
+            x = self._residual(x, self.norm_ff_macaron, self.feed_forward_macaron, self.ff_scale)
+        x = self._residual(
+            x, self.norm_mha, lambda h: self.self_attn(h, pos_emb, key_lengths=lens, chunk_mask=chunk_mask)
+        )
+        if self.conv_module is not None:
+            conv = self.conv_module
+            if self.causal:
+                x = self._residual(x, self.norm_conv, lambda h: _wenet_causal_conv(conv, h, valid))
+            else:
+                x = self._residual(x, self.norm_conv, lambda h: conv(h, valid))
+        x = self._residual(x, self.norm_ff, self.feed_forward, self.ff_scale)
+        if self.conv_module is not None:
+            x = self.norm_final(x)
+        return x
+
+
+class ConformerEncoder(BaseEncoder):
+    """CMVN -> conv2d subsampling -> rel-pos conformer blocks -> ``after_norm``.
+
+    Shapes:
+        feats: (B, T, F) fbank (before CMVN), feat_lens: (B,) -> (B, T', D), lens (B,)
+    """
+
+    def __init__(self, cfg: ConformerEncoderConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        if cfg.global_cmvn:
+            self.global_cmvn = GlobalCMVN(cfg.input_dim)
+        self.embed = Conv2dSubsampling(cfg.input_dim, cfg.output_size, cfg.input_layer)
+        self.encoders = nn.ModuleList(ConformerEncoderLayer(cfg) for _ in range(cfg.num_blocks))
+        self.after_norm = LayerNorm(cfg.output_size, eps=cfg.norm_eps)
+
+    @property
+    def subsampling_rate(self) -> int:
+        return self.cfg.subsampling_rate
+
+    @property
+    def right_context(self) -> int:
+        return self.cfg.right_context
+
+    @property
+    def output_size(self) -> int:
+        return self.cfg.output_size
+
+    def attention_chunk_mask(
+        self, size: int, decoding_chunk_size: int = -1, num_decoding_left_chunks: int = -1, device=None
+    ) -> torch.Tensor | None:
+        """The chunk mask WeNet applies to ``size`` frames (None = full context).
+
+        A dynamic-chunk model uses ``decoding_chunk_size`` (> 0; -1 or 0 is full
+        context); a static-chunk model always uses its trained chunk; any other model
+        ignores the argument, as WeNet does.
+        """
+        if self.cfg.use_dynamic_chunk:
+            if decoding_chunk_size <= 0:
+                return None
+            return chunk_attention_mask(size, decoding_chunk_size, num_decoding_left_chunks, device)
+        if self.cfg.static_chunk_size > 0:
+            return chunk_attention_mask(size, self.cfg.static_chunk_size, num_decoding_left_chunks, device)
+        return None
+
+    def forward(
+        self,
+        feats: torch.Tensor,
+        feat_lens: torch.Tensor,
+        decoding_chunk_size: int = -1,
+        num_decoding_left_chunks: int = -1,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Encode a padded batch.
+
+        Args:
+            feats: (B, T, input_dim) features before CMVN.
+            feat_lens: (B,) valid frames per row.
+            decoding_chunk_size: attention chunk in output frames for a dynamic-chunk
+                model (-1 or 0: full context).
+            num_decoding_left_chunks: chunks of left context (-1: all).
+
+        Returns:
+            hidden (B, T', D) (padded frames hold unspecified values), lens (B,)
+        """
+        if feats.dim() != 3 or feats.shape[-1] != self.cfg.input_dim:
+            raise ValueError(
+                f"ConformerEncoder expects features (B, T, {self.cfg.input_dim}), got {tuple(feats.shape)}"
+            )
+        feat_lens = feat_lens.to(device=feats.device, dtype=torch.long)
+        x = feats.to(self.after_norm.weight.dtype)
+        shortest = self.cfg.right_context + 1  # frames the subsampling needs for one output frame
+        if x.shape[1] < shortest:
+            # Too short to subsample: pad so the convolutions run; such rows get length 0.
+            x = F.pad(x, (0, 0, 0, shortest - x.shape[1]))
+        if self.cfg.global_cmvn:
+            x = self.global_cmvn(x)
+        x, pos_emb, lens = self.embed(x, feat_lens)
+        t = x.shape[1]
+        valid = torch.arange(t, device=x.device)[None, :] < lens[:, None]  # (B, T')
+        chunk_mask = self.attention_chunk_mask(t, decoding_chunk_size, num_decoding_left_chunks, x.device)
+        for layer in self.encoders:
+            x = layer(x, pos_emb, lens, chunk_mask, valid)
+        if self.cfg.normalize_before and self.cfg.final_norm:
+            x = self.after_norm(x)
+        return x, lens
+
+
+class ConformerModel(BaseAsrModel):
+    """A WeNet U2 / U2++ model served through its CTC head, with attention rescoring
+    when the checkpoint's decoder was built.
+
+    ``capabilities`` is ``{ctc}``, plus ``ctc_aed_rescoring`` when ``self.decoder`` exists;
+    the default decode type is CTC. Offline only for now (``streaming_kind="none"``).
+    """
+
+    architecture = "conformer"
+    default_decode_type = DecodeType.CTC
+
+    def __init__(self, config: ConformerModelConfig | dict) -> None:
+        if not isinstance(config, ConformerModelConfig):
+            config = ConformerModelConfig.from_dict(config)
+        super().__init__(config)
+        self.encoder = ConformerEncoder(config.encoder)
+        self.ctc = CtcProjection(config.encoder.output_size, config.vocab_size)
+        self.decoder = BiTransformerDecoder(config.decoder) if config.decoder is not None else None
+        self.blank_id = config.blank_id
+
+    @property
+    def capabilities(self) -> frozenset[DecodeType]:  # type: ignore[override]
+        if self.decoder is None:
+            return frozenset({DecodeType.CTC})
+        return frozenset({DecodeType.CTC, DecodeType.CTC_AED_RESCORING})
+
+    @property
+    def vocab_size(self) -> int:
+        return self.config.vocab_size
+
+    def encode_offline(
+        self,
+        feats: torch.Tensor,
+        feat_lens: torch.Tensor,
+        decoding_chunk_size: int = -1,
+        num_decoding_left_chunks: int = -1,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Encoder only (see ``ConformerEncoder.forward``). -> (B, T', D), (B,)"""
+        return self.encoder(feats, feat_lens, decoding_chunk_size, num_decoding_left_chunks)
+
+    def ctc_log_probs(self, encoder_out: torch.Tensor) -> torch.Tensor:
+        """CTC log-probabilities over the vocabulary. (B, T', D) -> (B, T', V) float32"""
+        return self.ctc(encoder_out)
+
+    def forward_offline(
+        self,
+        feats: torch.Tensor,
+        feat_lens: torch.Tensor,
+        decoding_chunk_size: int = -1,
+        num_decoding_left_chunks: int = -1,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Encoder + CTC head. (B, T, F), (B,) -> log-probs (B, T', V) float32, lens (B,)"""
+        enc, lens = self.encode_offline(feats, feat_lens, decoding_chunk_size, num_decoding_left_chunks)
+        return self.ctc_log_probs(enc), lens
