@@ -1,0 +1,98 @@
+"""Parakeet CTC configuration (NVIDIA FastConformer, Hugging Face ``parakeet_ctc`` layout).
+
+Field names follow the Hugging Face ``ParakeetEncoderConfig`` / ``ParakeetCTCConfig``
+so a ``config.json`` maps onto them one to one; training-only fields (dropouts,
+layerdrop, initializer range, loss reduction) are not kept.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from oasr.layers.activation import ACTIVATIONS
+from oasr.models.base import ModelConfig
+
+
+@dataclass
+class ParakeetEncoderConfig(ModelConfig):
+    """The FastConformer encoder.
+
+    Attributes:
+        hidden_size: model width D.
+        num_hidden_layers: conformer blocks.
+        num_attention_heads: attention heads.
+        intermediate_size: feed-forward hidden width.
+        hidden_act: feed-forward and convolution-module activation.
+        attention_bias: biases on the attention and feed-forward projections.
+        convolution_bias: biases on the convolution-module convolutions.
+        conv_kernel_size: depthwise kernel of the convolution module (odd).
+        subsampling_factor: time reduction of the front end (a power of the stride).
+        subsampling_conv_channels: channels of the subsampling convolutions.
+        num_mel_bins: input features per frame.
+        subsampling_conv_kernel_size / subsampling_conv_stride: the subsampling convolutions' geometry.
+        scale_input: multiply the subsampled input by sqrt(hidden_size) (NeMo's ``xscaling``).
+    """
+
+    hidden_size: int = 1024
+    num_hidden_layers: int = 24
+    num_attention_heads: int = 8
+    intermediate_size: int = 4096
+    hidden_act: str = "silu"
+    attention_bias: bool = True
+    convolution_bias: bool = True
+    conv_kernel_size: int = 9
+    subsampling_factor: int = 8
+    subsampling_conv_channels: int = 256
+    num_mel_bins: int = 80
+    subsampling_conv_kernel_size: int = 3
+    subsampling_conv_stride: int = 2
+    scale_input: bool = True
+
+    def __post_init__(self) -> None:
+        if self.hidden_act == "swish":
+            self.hidden_act = "silu"
+        if self.hidden_act not in ACTIVATIONS:
+            raise ValueError(f"hidden_act={self.hidden_act!r} is not supported; expected one of {sorted(ACTIVATIONS)}")
+        if self.hidden_size % self.num_attention_heads or self.hidden_size % 2:
+            raise ValueError(
+                f"hidden_size={self.hidden_size} must be even and divisible by num_attention_heads="
+                f"{self.num_attention_heads}"
+            )
+        if self.conv_kernel_size % 2 == 0:
+            raise ValueError(f"conv_kernel_size={self.conv_kernel_size} must be odd ('same' depthwise padding)")
+        n = self.num_subsampling_layers
+        if n < 1 or self.subsampling_conv_stride**n != self.subsampling_factor:
+            raise ValueError(
+                f"subsampling_factor={self.subsampling_factor} is not a power of "
+                f"subsampling_conv_stride={self.subsampling_conv_stride}"
+            )
+
+    @property
+    def num_subsampling_layers(self) -> int:
+        """Strided convolutions in the front end (log2 of the factor for stride 2)."""
+        n, f = 0, self.subsampling_factor
+        while f > 1 and f % self.subsampling_conv_stride == 0:
+            f //= self.subsampling_conv_stride
+            n += 1
+        return n
+
+
+@dataclass
+class ParakeetConfig(ModelConfig):
+    """A FastConformer encoder with a CTC head.
+
+    Attributes:
+        encoder: the encoder.
+        vocab_size: CTC output width, blank included.
+        blank_id: the CTC blank (Hugging Face's ``pad_token_id``: the last id).
+    """
+
+    encoder: ParakeetEncoderConfig = field(default_factory=ParakeetEncoderConfig)
+    vocab_size: int = 1025
+    blank_id: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.blank_id is None:
+            self.blank_id = self.vocab_size - 1
+        if not 0 <= self.blank_id < self.vocab_size:
+            raise ValueError(f"blank_id={self.blank_id} is outside the vocabulary (size {self.vocab_size})")

@@ -1,0 +1,230 @@
+"""Hugging Face Parakeet CTC checkpoints (``ParakeetForCTC.save_pretrained`` directories).
+
+A directory holds ``config.json`` (``model_type: parakeet_ctc`` with a nested
+``encoder_config``), ``model.safetensors`` (or ``.bin`` / sharded), ``tokenizer.json``
+and ``preprocessor_config.json``. Tensor names are kept except the attention
+projections (``q_proj`` / ``k_proj`` / ``v_proj`` / ``o_proj`` / ``relative_k_proj``
+-> ``linear_q`` / ``linear_k`` / ``linear_v`` / ``linear_out`` / ``linear_pos``) and the
+CTC head, a kernel-1 Conv1d (V, D, 1) stored here as a (V, D) projection.
+
+The transducer Parakeet layouts (``parakeet_rnnt``, ``parakeet_tdt``) and the bare
+encoder (``parakeet_encoder``) are recognised and refused by name: they carry no CTC head.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from oasr.models.base import DecodeType, DecodingSpec, FeatureSpec, LoadError, TokenizerSpec
+from oasr.models.parakeet.config import ParakeetConfig, ParakeetEncoderConfig
+from oasr.models.parakeet.features import PARAM_KEYS
+from oasr.models.registry import CheckpointBundle
+
+ARCH = "parakeet"
+CTC_MODEL_TYPE = "parakeet_ctc"
+
+# Parakeet layouts that are not a CTC model, and what they are.
+_NOT_CTC = {
+    "parakeet_rnnt": "a Parakeet RNN-T (transducer) checkpoint",
+    "parakeet_tdt": "a Parakeet TDT (token-and-duration transducer) checkpoint",
+    "parakeet_encoder": "a bare Parakeet encoder without a decoding head",
+}
+
+# encoder_config keys that become ParakeetEncoderConfig fields (same names).
+_ENCODER_FIELDS = (
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "intermediate_size",
+    "hidden_act",
+    "attention_bias",
+    "convolution_bias",
+    "conv_kernel_size",
+    "subsampling_factor",
+    "subsampling_conv_channels",
+    "num_mel_bins",
+    "subsampling_conv_kernel_size",
+    "subsampling_conv_stride",
+    "scale_input",
+)
+
+_RENAMES = (
+    (re.compile(r"\.self_attn\.q_proj\."), ".self_attn.linear_q."),
+    (re.compile(r"\.self_attn\.k_proj\."), ".self_attn.linear_k."),
+    (re.compile(r"\.self_attn\.v_proj\."), ".self_attn.linear_v."),
+    (re.compile(r"\.self_attn\.o_proj\."), ".self_attn.linear_out."),
+    (re.compile(r"\.self_attn\.relative_k_proj\."), ".self_attn.linear_pos."),
+)
+
+# Hugging Face ParakeetFeatureExtractor defaults, for keys a preprocessor_config.json omits.
+_FEATURE_DEFAULTS: dict[str, Any] = {
+    "feature_size": 80,
+    "hop_length": 160,
+    "n_fft": 512,
+    "win_length": 400,
+    "preemphasis": 0.97,
+}
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise LoadError(f"{path} is not valid JSON: {e}") from e
+
+
+def _model_type(path: Path) -> str | None:
+    cfg = path / "config.json"
+    if not (path.is_dir() and cfg.is_file()):
+        return None
+    try:
+        data = json.loads(cfg.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return None
+    return data.get("model_type") if isinstance(data, dict) else None
+
+
+def _load_weights(directory: Path) -> dict[str, torch.Tensor]:
+    """Every tensor of a Hugging Face weights directory (safetensors or .bin, single or sharded)."""
+    from safetensors.torch import load_file
+
+    if (directory / "model.safetensors").is_file():
+        return load_file(str(directory / "model.safetensors"), device="cpu")
+    for index_name, read in (
+        ("model.safetensors.index.json", lambda f: load_file(str(f), device="cpu")),
+        ("pytorch_model.bin.index.json", lambda f: torch.load(f, map_location="cpu", weights_only=True)),
+    ):
+        index = directory / index_name
+        if index.is_file():
+            out: dict[str, torch.Tensor] = {}
+            for shard in sorted(set(_read_json(index)["weight_map"].values())):
+                out.update(read(directory / shard))
+            return out
+    if (directory / "pytorch_model.bin").is_file():
+        return torch.load(directory / "pytorch_model.bin", map_location="cpu", weights_only=True)
+    raise LoadError(f"{directory}: no model.safetensors, pytorch_model.bin or sharded index")
+
+
+def encoder_config_from_hf(enc: Mapping[str, Any], where: str) -> ParakeetEncoderConfig:
+    """A ``ParakeetEncoderConfig`` from a Hugging Face ``encoder_config`` dict.
+
+    Raises:
+        LoadError: a value this encoder does not implement.
+    """
+    heads = enc.get("num_attention_heads", ParakeetEncoderConfig.num_attention_heads)
+    kv_heads = enc.get("num_key_value_heads", heads)
+    if kv_heads != heads:
+        raise LoadError(f"{where}: num_key_value_heads={kv_heads} != num_attention_heads={heads} is not supported")
+    hidden = enc.get("hidden_size", ParakeetEncoderConfig.hidden_size)
+    head_dim = enc.get("head_dim")
+    if head_dim is not None and head_dim * heads != hidden:
+        raise LoadError(f"{where}: head_dim={head_dim} x {heads} heads != hidden_size={hidden} is not supported")
+    try:
+        return ParakeetEncoderConfig.from_dict({k: enc[k] for k in _ENCODER_FIELDS if k in enc})
+    except (TypeError, ValueError) as e:
+        raise LoadError(f"{where}: {e}") from e
+
+
+def _feature_extractor_config(path: Path) -> tuple[dict[str, Any], Path | None]:
+    """The ParakeetFeatureExtractor settings: ``preprocessor_config.json`` (hub releases), else
+    the ``feature_extractor`` entry of ``processor_config.json`` (what transformers 5 writes)."""
+    pre_file = path / "preprocessor_config.json"
+    if pre_file.is_file():
+        return _read_json(pre_file), pre_file
+    proc_file = path / "processor_config.json"
+    if proc_file.is_file():
+        fe = _read_json(proc_file).get("feature_extractor")
+        if isinstance(fe, dict):
+            return fe, proc_file
+    return {}, None
+
+
+def _feature_spec(path: Path, num_mel_bins: int) -> FeatureSpec:
+    pre, source = _feature_extractor_config(path)
+    params = {k: pre.get(k, _FEATURE_DEFAULTS[k]) for k in PARAM_KEYS}
+    if int(params["feature_size"]) != num_mel_bins:
+        raise LoadError(
+            f"{source or path}: feature_size={params['feature_size']} but the encoder expects "
+            f"num_mel_bins={num_mel_bins}"
+        )
+    return FeatureSpec(kind="parakeet_mel", sampling_rate=int(pre.get("sampling_rate", 16000)), params=params)
+
+
+def _tokenizer_spec(path: Path, blank_id: int, vocab_size: int) -> TokenizerSpec:
+    tok = path / "tokenizer.json"
+    if not tok.is_file():
+        raise LoadError(f"{path}: no tokenizer.json beside the weights (a Parakeet directory carries one)")
+    added = _read_json(tok).get("added_tokens") or []
+    special = {int(t["id"]) for t in added if t.get("special", False)}
+    special.add(blank_id)
+    return TokenizerSpec(
+        kind="huggingface", path=str(tok), special_ids=tuple(sorted(i for i in special if 0 <= i < vocab_size))
+    )
+
+
+class HFParakeetConverter:
+    """A transformers ``ParakeetForCTC`` directory (config.json ``model_type: parakeet_ctc``)."""
+
+    architecture = ARCH
+    auto_detect = True
+    # The position table is computed, never loaded (non-persistent upstream; dropped if a file has it).
+    expected_unused_prefixes: tuple[str, ...] = ("encoder.encode_positions.",)
+    capability_drop_hints: Mapping[str, str] = {}
+
+    def can_load(self, path: Path) -> bool:
+        """Any Parakeet layout: the CTC one loads, the others are refused by name in ``load``."""
+        return _model_type(Path(path)) in (CTC_MODEL_TYPE, *_NOT_CTC)
+
+    def load(self, path: Path) -> CheckpointBundle:
+        path = Path(path)
+        hf = _read_json(path / "config.json")
+        model_type = hf.get("model_type")
+        if model_type in _NOT_CTC:
+            raise LoadError(
+                f"{path} is {_NOT_CTC[model_type]} (config.json model_type={model_type!r}); oasr's 'parakeet' "
+                f"architecture serves only the CTC layout ({CTC_MODEL_TYPE!r})"
+            )
+        if model_type != CTC_MODEL_TYPE:
+            raise LoadError(f"{path}: config.json model_type={model_type!r} is not {CTC_MODEL_TYPE!r}")
+        encoder = encoder_config_from_hf(hf.get("encoder_config") or {}, str(path / "config.json"))
+        vocab_size = int(hf.get("vocab_size", 1025))
+        blank = hf.get("pad_token_id")
+        try:
+            config = ParakeetConfig(
+                encoder=encoder, vocab_size=vocab_size, blank_id=None if blank is None else int(blank)
+            )
+        except ValueError as e:
+            raise LoadError(f"{path / 'config.json'}: {e}") from e
+
+        state: dict[str, torch.Tensor] = {}
+        for name, tensor in _load_weights(path).items():
+            for pattern, repl in _RENAMES:
+                name = pattern.sub(repl, name)
+            state[name] = tensor
+        head = state.get("ctc_head.weight")
+        if head is None:
+            raise LoadError(f"{path}: no ctc_head.weight in the checkpoint")
+        if head.dim() == 3:
+            if head.shape[-1] != 1:
+                raise LoadError(f"{path}: ctc_head.weight {tuple(head.shape)} is not a kernel-1 convolution")
+            state["ctc_head.weight"] = head[..., 0]
+        if state["ctc_head.weight"].shape[0] != vocab_size:
+            raise LoadError(
+                f"{path}: ctc_head has {state['ctc_head.weight'].shape[0]} outputs but vocab_size={vocab_size}"
+            )
+        return CheckpointBundle(
+            architecture=ARCH,
+            config=config,
+            state_dict=state,
+            tokenizer=_tokenizer_spec(path, int(config.blank_id), vocab_size),
+            features=_feature_spec(path, encoder.num_mel_bins),
+            decoding=DecodingSpec(DecodeType.CTC),
+            source=str(path),
+            format="huggingface",
+        )

@@ -1,0 +1,217 @@
+"""Parakeet CTC: NVIDIA's FastConformer encoder with a CTC head (Hugging Face ``parakeet_ctc``).
+
+    feats (B, T, F) -> 8x depthwise-striding Conv2d subsampling -> x sqrt(D)
+    -> N x [ x + 0.5 FF(LN x); x + RelPosXL-MHSA(LN x); x + Conv(LN x); x + 0.5 FF(LN x); LN ]
+    -> CTC head -> log-probs (B, T / 8, V)
+
+Module and tensor names follow the Hugging Face checkpoint, except the attention
+projections, which use the layer's ``linear_q`` / ``linear_k`` / ``linear_v`` /
+``linear_out`` / ``linear_pos`` (the converter renames them) and the CTC head, a
+(V, D) ``CtcProjection`` where Hugging Face stores a kernel-1 Conv1d.
+
+Every mask is per utterance: the subsampling zeroes each row's frames past its
+length after every convolution, attention takes key lengths, and the convolution
+module zeroes padded frames before its depthwise kernel, so a padded batch gives
+each row what it gets alone. Offline only.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from torch import nn
+
+from oasr.layers import ConformerConvolution, Conv2d, CtcProjection, FeedForward, LayerNorm, Linear, Relu
+from oasr.layers.relpos_xl import RelPositionMultiHeadAttentionXL, xl_relative_positions
+from oasr.models.base import BaseAsrModel, BaseEncoder, DecodeType, LoadError, LoadReport
+from oasr.models.parakeet.config import ParakeetConfig, ParakeetEncoderConfig
+
+
+def _valid(lengths: torch.Tensor, n: int) -> torch.Tensor:
+    """(B,) lengths -> (B, n) bool, True at frames inside each row."""
+    return torch.arange(n, device=lengths.device)[None, :] < lengths[:, None]
+
+
+class ParakeetSubsampling(nn.Module):
+    """The depthwise-striding Conv2d front end over (time, mel).
+
+    A full 1 -> C strided conv, then (log2(factor) - 1) x [depthwise strided conv,
+    pointwise conv], each stage followed by ReLU; the (C, F') map of every output
+    frame is flattened channel-major and projected to D. ``layers`` keeps the
+    checkpoint's indices (the ReLUs hold no weights: 0, 2, 3, 5, 6 for a factor of 8).
+
+    Shapes:
+        feats: (B, T, F), lengths: (B,) -> (B, T', D), (B,) with T' from ``output_lengths``
+    """
+
+    def __init__(self, cfg: ParakeetEncoderConfig) -> None:
+        super().__init__()
+        k, s, c = cfg.subsampling_conv_kernel_size, cfg.subsampling_conv_stride, cfg.subsampling_conv_channels
+        self.kernel_size, self.stride, self.padding = k, s, (k - 1) // 2
+        layers: list[nn.Module] = [Conv2d(1, c, k, stride=s, padding=self.padding), Relu()]
+        for _ in range(cfg.num_subsampling_layers - 1):
+            layers += [
+                Conv2d(c, c, k, stride=s, padding=self.padding, groups=c),
+                Conv2d(c, c, 1),
+                Relu(),
+            ]
+        self.layers = nn.ModuleList(layers)
+        freq = cfg.num_mel_bins
+        for _ in range(cfg.num_subsampling_layers):
+            freq = self._reduce(freq)
+        self.linear = Linear(c * freq, cfg.hidden_size)
+
+    def _reduce(self, n: Any) -> Any:
+        """Length after one strided convolution."""
+        return (n + 2 * self.padding - self.kernel_size) // self.stride + 1
+
+    def output_lengths(self, lengths: torch.Tensor) -> torch.Tensor:
+        """Frames out of the front end for ``lengths`` frames in."""
+        for layer in self.layers:
+            if isinstance(layer, Conv2d) and layer.stride != 1:
+                lengths = self._reduce(lengths)
+        return lengths
+
+    def forward(self, feats: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        x = (feats * _valid(lengths, feats.shape[1])[..., None].to(feats.dtype))[:, None]  # (B, 1, T, F)
+        for layer in self.layers:
+            x = layer(x)
+            if isinstance(layer, Conv2d):
+                if layer.stride != 1:
+                    lengths = self._reduce(lengths)
+                # Frames past a row's end are zero, as the next kernel would see them alone.
+                x = x * _valid(lengths, x.shape[2])[:, None, :, None].to(x.dtype)
+        b, c, t, f = x.shape
+        x = x.transpose(1, 2).reshape(b, t, c * f)  # (B, T', C * F'), channel-major
+        return self.linear(x), lengths
+
+
+class ParakeetBlock(nn.Module):
+    """One macaron conformer block with half-step feed-forwards and a final LayerNorm.
+
+    Shapes:
+        x: (B, T, D), pos_emb: (2T - 1, D), lengths: (B,), valid: (B, T) bool -> (B, T, D)
+    """
+
+    def __init__(self, cfg: ParakeetEncoderConfig) -> None:
+        super().__init__()
+        d, act = cfg.hidden_size, cfg.hidden_act
+        ff = dict(activation=act, bias=cfg.attention_bias, names=("linear1", "linear2"))
+        self.norm_feed_forward1 = LayerNorm(d)
+        self.feed_forward1 = FeedForward(d, cfg.intermediate_size, **ff)
+        self.norm_self_att = LayerNorm(d)
+        self.self_attn = RelPositionMultiHeadAttentionXL(d, cfg.num_attention_heads, bias=cfg.attention_bias)
+        self.norm_conv = LayerNorm(d)
+        self.conv = ConformerConvolution(
+            d, cfg.conv_kernel_size, bias=cfg.convolution_bias, norm="batch_norm", activation=act
+        )
+        self.norm_feed_forward2 = LayerNorm(d)
+        self.feed_forward2 = FeedForward(d, cfg.intermediate_size, **ff)
+        self.norm_out = LayerNorm(d)
+
+    def forward(
+        self, x: torch.Tensor, pos_emb: torch.Tensor, lengths: torch.Tensor, valid: torch.Tensor
+    ) -> torch.Tensor:
+        h = self.feed_forward1(self.norm_feed_forward1(x))
+        y, x = self.norm_self_att.add_forward(0.5 * h, x)
+        h = self.self_attn(y, pos_emb, lengths)
+        y, x = self.norm_conv.add_forward(h, x)
+        h = self.conv(y, valid)
+        y, x = self.norm_feed_forward2.add_forward(h, x)
+        h = self.feed_forward2(y)
+        return self.norm_out(x + 0.5 * h)
+
+
+class ParakeetEncoder(BaseEncoder):
+    """FastConformer encoder.
+
+    Shapes:
+        feats: (B, T, num_mel_bins), feat_lens: (B,) -> hidden (B, T', D), hidden_lens (B,)
+    """
+
+    def __init__(self, cfg: ParakeetEncoderConfig) -> None:
+        super().__init__()
+        self.config = cfg
+        self.subsampling = ParakeetSubsampling(cfg)
+        self.layers = nn.ModuleList(ParakeetBlock(cfg) for _ in range(cfg.num_hidden_layers))
+        self.input_scale = math.sqrt(cfg.hidden_size) if cfg.scale_input else 1.0
+
+    @property
+    def subsampling_rate(self) -> int:
+        return self.config.subsampling_factor
+
+    @property
+    def output_size(self) -> int:
+        return self.config.hidden_size
+
+    def output_lengths(self, feat_lens: torch.Tensor) -> torch.Tensor:
+        """Encoder frames for ``feat_lens`` feature frames."""
+        return self.subsampling.output_lengths(feat_lens)
+
+    def forward(self, feats: torch.Tensor, feat_lens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        x, lengths = self.subsampling(feats, feat_lens.to(device=feats.device, dtype=torch.long))
+        if self.input_scale != 1.0:
+            x = x * self.input_scale
+        t = x.shape[1]
+        pos_emb = xl_relative_positions(t, self.config.hidden_size, device=x.device, dtype=x.dtype)  # (2T'-1, D)
+        valid = _valid(lengths, t)
+        for layer in self.layers:
+            x = layer(x, pos_emb, lengths, valid)
+        return x, lengths
+
+
+class ParakeetCtcModel(BaseAsrModel):
+    """FastConformer + CTC head; the blank is the last id."""
+
+    architecture = "parakeet"
+    capabilities = frozenset({DecodeType.CTC})
+    default_decode_type = DecodeType.CTC
+
+    def __init__(self, config: ParakeetConfig | Mapping[str, Any]) -> None:
+        if not isinstance(config, ParakeetConfig):
+            config = ParakeetConfig.from_dict(config)
+        super().__init__(config)
+        self.encoder = ParakeetEncoder(config.encoder)
+        self.ctc_head = CtcProjection(config.encoder.hidden_size, config.vocab_size)
+
+    @property
+    def blank_id(self) -> int:
+        return int(self.config.blank_id)
+
+    @property
+    def vocab_size(self) -> int:
+        return self.config.vocab_size
+
+    def ctc_log_probs(self, hidden: torch.Tensor) -> torch.Tensor:
+        """CTC log-probs of encoder states.
+
+        Shapes:
+            hidden: (B, T', D) -> (B, T', V) float32
+        """
+        return self.ctc_head(hidden)
+
+    def forward_offline(self, feats: torch.Tensor, feat_lens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Encoder + CTC head.
+
+        Shapes:
+            feats: (B, T, F), feat_lens: (B,) -> log_probs (B, T', V) float32, lens (B,)
+        """
+        hidden, lens = self.encoder(feats, feat_lens)
+        return self.ctc_head(hidden), lens
+
+    def load_weights(self, state_dict: Mapping[str, torch.Tensor]) -> LoadReport:
+        """Load tensors in this model's names; a (V, D) CTC head is widened to the aligned width."""
+        state = dict(state_dict)
+        if "ctc_head.weight" in state:
+            try:
+                state["ctc_head.weight"], bias = self.ctc_head.pad_checkpoint(
+                    state["ctc_head.weight"], state.get("ctc_head.bias")
+                )
+            except ValueError as e:
+                raise LoadError(f"{type(self).__name__}: {e}") from e
+            if bias is not None:
+                state["ctc_head.bias"] = bias
+        return super().load_weights(state)
