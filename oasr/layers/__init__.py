@@ -9,6 +9,8 @@ from oasr.layers.ctc import CtcProjection
 from oasr.layers.embedding import Conv1d, Conv2d, Embedding, sinusoids
 from oasr.layers.linear import Linear, LinearActivation
 from oasr.layers.norm import BatchNorm1d, LayerNorm, RMSNorm
+from oasr.layers.relpos import PositionalEncoding, RelPositionalEncoding, RelPositionMultiHeadedAttention
+from oasr.layers.relpos_xl import RelPositionMultiHeadAttentionXL, rel_shift, xl_relative_positions
 from oasr.layers.rotary import NeoxRotaryEmbedding
 
 __all__ = [
@@ -26,6 +28,10 @@ __all__ = [
     "Linear",
     "LinearActivation",
     "NeoxRotaryEmbedding",
+    "PositionalEncoding",
+    "RelPositionMultiHeadAttentionXL",
+    "RelPositionMultiHeadedAttention",
+    "RelPositionalEncoding",
     "RMSNorm",
     "Relu",
     "Silu",
@@ -34,5 +40,7 @@ __all__ = [
     "attention",
     "attention_weights",
     "key_padding_mask",
+    "rel_shift",
     "sinusoids",
+    "xl_relative_positions",
 ]

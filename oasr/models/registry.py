@@ -44,7 +44,12 @@ from oasr.models.base import (
 ENTRY_POINT_GROUP = "oasr.models"
 
 # Each package exposes ``register()``, which calls ``register_model`` with lazy references.
-_BUILTIN_PACKAGES: tuple[str, ...] = ("oasr.models.whisper",)
+_BUILTIN_PACKAGES: tuple[str, ...] = (
+    "oasr.models.whisper",
+    "oasr.models.conformer",
+    "oasr.models.lasr",
+    "oasr.models.parakeet",
+)
 
 
 @dataclass

@@ -27,6 +27,50 @@ def _whisper() -> Any:
     )
 
 
+def _lasr() -> Any:
+    from oasr.models.lasr import LasrConfig
+
+    # Even depthwise kernel, as MedASR's 32 (padded one frame more on the right).
+    return LasrConfig(
+        vocab_size=45,
+        hidden_size=16,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=32,
+        conv_kernel_size=8,
+        subsampling_conv_channels=16,
+    )
+
+
+def _parakeet() -> Any:
+    from oasr.models.parakeet import ParakeetConfig, ParakeetEncoderConfig
+
+    encoder = ParakeetEncoderConfig(
+        hidden_size=16,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=32,
+        subsampling_conv_channels=8,
+    )
+    return ParakeetConfig(encoder=encoder, vocab_size=45)
+
+
+def _conformer() -> Any:
+    from oasr.models.conformer import ConformerEncoderConfig, ConformerModelConfig
+    from oasr.models.decoders.transformer_decoder import TransformerDecoderConfig
+
+    encoder = ConformerEncoderConfig(
+        input_dim=80, output_size=16, attention_heads=2, linear_units=32, num_blocks=2, cnn_module_kernel=7
+    )
+    decoder = TransformerDecoderConfig(
+        vocab_size=45, d_model=16, attention_heads=2, linear_units=32, num_blocks=1, bidirectional=True, r_num_blocks=1
+    )
+    return ConformerModelConfig(encoder=encoder, vocab_size=45, decoder=decoder)
+
+
 TINY_CONFIGS: dict[str, Callable[[], Any]] = {
+    "conformer": _conformer,
+    "lasr": _lasr,
+    "parakeet": _parakeet,
     "whisper": _whisper,
 }
