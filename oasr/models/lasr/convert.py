@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from oasr.models.base import DecodeType, DecodingSpec, FeatureSpec, LoadError, TokenizerSpec
+from oasr.models.formats.hf import load_hf_weights as _load_weights
 from oasr.models.lasr.config import LasrConfig
 from oasr.models.registry import CheckpointBundle
 
@@ -56,28 +57,6 @@ def _read_json(path: Path) -> dict[str, Any]:
         return json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise LoadError(f"{path} is not valid JSON: {e}") from e
-
-
-def _load_weights(directory: Path) -> dict[str, torch.Tensor]:
-    from safetensors.torch import load_file
-
-    single, index = directory / "model.safetensors", directory / "model.safetensors.index.json"
-    if single.is_file():
-        return load_file(str(single), device="cpu")
-    if index.is_file():
-        out: dict[str, torch.Tensor] = {}
-        for shard in sorted(set(_read_json(index)["weight_map"].values())):
-            out.update(load_file(str(directory / shard), device="cpu"))
-        return out
-    single, index = directory / "pytorch_model.bin", directory / "pytorch_model.bin.index.json"
-    if single.is_file():
-        return torch.load(single, map_location="cpu", weights_only=True)
-    if index.is_file():
-        out = {}
-        for shard in sorted(set(_read_json(index)["weight_map"].values())):
-            out.update(torch.load(directory / shard, map_location="cpu", weights_only=True))
-        return out
-    raise LoadError(f"{directory}: no model.safetensors, pytorch_model.bin or sharded index")
 
 
 def config_from_hf(hf: Mapping[str, Any], where: str = "config.json") -> LasrConfig:
@@ -230,7 +209,10 @@ class HFLasrConverter:
             state_dict=state,
             tokenizer=_tokenizer_spec(path, config.blank_id),
             features=_feature_spec(path, config),
-            decoding=DecodingSpec(decode_type=DecodeType.CTC, params={"blank_id": config.blank_id}),
+            # MedASR / LASR releases are English-only: language="en" is accepted, others refused.
+            decoding=DecodingSpec(
+                decode_type=DecodeType.CTC, params={"blank_id": config.blank_id, "languages": ("en",)}
+            ),
             source=str(path),
             format="huggingface",
         )

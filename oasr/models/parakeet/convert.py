@@ -22,6 +22,7 @@ from typing import Any
 import torch
 
 from oasr.models.base import DecodeType, DecodingSpec, FeatureSpec, LoadError, TokenizerSpec
+from oasr.models.formats.hf import load_hf_weights as _load_weights
 from oasr.models.parakeet.config import ParakeetConfig, ParakeetEncoderConfig
 from oasr.models.parakeet.features import PARAM_KEYS
 from oasr.models.registry import CheckpointBundle
@@ -88,27 +89,6 @@ def _model_type(path: Path) -> str | None:
     except (json.JSONDecodeError, UnicodeDecodeError):
         return None
     return data.get("model_type") if isinstance(data, dict) else None
-
-
-def _load_weights(directory: Path) -> dict[str, torch.Tensor]:
-    """Every tensor of a Hugging Face weights directory (safetensors or .bin, single or sharded)."""
-    from safetensors.torch import load_file
-
-    if (directory / "model.safetensors").is_file():
-        return load_file(str(directory / "model.safetensors"), device="cpu")
-    for index_name, read in (
-        ("model.safetensors.index.json", lambda f: load_file(str(f), device="cpu")),
-        ("pytorch_model.bin.index.json", lambda f: torch.load(f, map_location="cpu", weights_only=True)),
-    ):
-        index = directory / index_name
-        if index.is_file():
-            out: dict[str, torch.Tensor] = {}
-            for shard in sorted(set(_read_json(index)["weight_map"].values())):
-                out.update(read(directory / shard))
-            return out
-    if (directory / "pytorch_model.bin").is_file():
-        return torch.load(directory / "pytorch_model.bin", map_location="cpu", weights_only=True)
-    raise LoadError(f"{directory}: no model.safetensors, pytorch_model.bin or sharded index")
 
 
 def encoder_config_from_hf(enc: Mapping[str, Any], where: str) -> ParakeetEncoderConfig:
@@ -224,7 +204,8 @@ class HFParakeetConverter:
             state_dict=state,
             tokenizer=_tokenizer_spec(path, int(config.blank_id), vocab_size),
             features=_feature_spec(path, encoder.num_mel_bins),
-            decoding=DecodingSpec(DecodeType.CTC),
+            # The parakeet-ctc releases (0.6b, 1.1b) are English-only.
+            decoding=DecodingSpec(DecodeType.CTC, params={"languages": ("en",)}),
             source=str(path),
             format="huggingface",
         )

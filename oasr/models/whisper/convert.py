@@ -20,6 +20,7 @@ import torch
 
 from oasr.models.base import DecodeType, DecodingSpec, FeatureSpec, LoadError, TokenizerSpec
 from oasr.models.formats.ctranslate2 import find_model_parts, read_ct2_model
+from oasr.models.formats.hf import load_hf_weights as _load_hf_weights
 from oasr.models.registry import CheckpointBundle
 from oasr.models.whisper.config import WhisperConfig
 
@@ -87,29 +88,6 @@ def _pairs(heads: Any) -> list[list[int]]:
 
 # ---------------------------------------------------------------------------
 # Hugging Face
-
-
-def _load_hf_weights(directory: Path) -> dict[str, torch.Tensor]:
-    from safetensors.torch import load_file
-
-    if (directory / "model.safetensors").is_file():
-        return load_file(str(directory / "model.safetensors"), device="cpu")
-    index = directory / "model.safetensors.index.json"
-    if index.is_file():
-        out: dict[str, torch.Tensor] = {}
-        for shard in sorted(set(_read_json(index)["weight_map"].values())):
-            out.update(load_file(str(directory / shard), device="cpu"))
-        return out
-    for name in ("pytorch_model.bin",):
-        if (directory / name).is_file():
-            return torch.load(directory / name, map_location="cpu", weights_only=True)
-    index = directory / "pytorch_model.bin.index.json"
-    if index.is_file():
-        out = {}
-        for shard in sorted(set(_read_json(index)["weight_map"].values())):
-            out.update(torch.load(directory / shard, map_location="cpu", weights_only=True))
-        return out
-    raise LoadError(f"{directory}: no model.safetensors, pytorch_model.bin or sharded index")
 
 
 class HFWhisperConverter:

@@ -1,0 +1,79 @@
+"""Reading Hugging Face checkpoint directories: JSON configs and weights in every
+layout ``save_pretrained`` writes (safetensors or ``.bin``, single file or sharded)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from oasr.models.base import LoadError
+
+
+def read_json(path: Path) -> dict[str, Any]:
+    """A JSON file's object, or a ``LoadError`` naming the file."""
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise LoadError(f"{path}: cannot read JSON ({e})") from None
+
+
+def model_type(directory: Path) -> str | None:
+    """``config.json``'s ``model_type`` (None when there is no readable config): a cheap sniff."""
+    cfg = Path(directory) / "config.json"
+    if not cfg.is_file():
+        return None
+    try:
+        data = json.loads(cfg.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return None
+    return data.get("model_type") if isinstance(data, dict) else None
+
+
+def load_hf_weights(directory: Path) -> dict[str, torch.Tensor]:
+    """Every tensor of a Hugging Face weights directory, on the host.
+
+    Raises:
+        LoadError: no ``model.safetensors``, ``pytorch_model.bin`` or sharded index.
+    """
+    from safetensors.torch import load_file
+
+    directory = Path(directory)
+    if (directory / "model.safetensors").is_file():
+        return load_file(str(directory / "model.safetensors"), device="cpu")
+    for index_name, read in (
+        ("model.safetensors.index.json", lambda f: load_file(str(f), device="cpu")),
+        ("pytorch_model.bin.index.json", lambda f: torch.load(f, map_location="cpu", weights_only=True)),
+    ):
+        index = directory / index_name
+        if index.is_file():
+            out: dict[str, torch.Tensor] = {}
+            for shard in sorted(set(read_json(index)["weight_map"].values())):
+                out.update(read(directory / shard))
+            return out
+    if (directory / "pytorch_model.bin").is_file():
+        return torch.load(directory / "pytorch_model.bin", map_location="cpu", weights_only=True)
+    raise LoadError(f"{directory}: no model.safetensors, pytorch_model.bin or sharded index")
+
+
+def llm_decoding_spec(gen: dict[str, Any]):
+    """A speech-LLM's decoding defaults from its ``generation_config.json`` dict.
+
+    transformers samples only with ``do_sample``; without it ``generate`` is greedy and
+    the temperature, top-k and top-p are ignored, so greedy is what is declared.
+    """
+    from oasr.models.base import DecodeType, DecodingSpec
+
+    params: dict[str, Any] = {}
+    sample = bool(gen.get("do_sample", False))
+    params["temperature"] = float(gen.get("temperature", 1.0)) if sample else 0.0
+    if sample:
+        params["top_k"] = int(gen.get("top_k", 50) or 0)
+        params["top_p"] = float(gen.get("top_p", 1.0))
+    if gen.get("repetition_penalty") is not None:
+        params["repetition_penalty"] = float(gen["repetition_penalty"])
+    if gen.get("max_new_tokens") is not None:
+        params["max_new_tokens"] = int(gen["max_new_tokens"])
+    return DecodingSpec(decode_type=DecodeType.LLM, params=params)
