@@ -94,6 +94,17 @@ def add_engine_options(parser: argparse.ArgumentParser) -> None:
         help="encoder windows / decode rows per batch (default 8)",
     )
     g.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    g.add_argument(
+        "--decode-type",
+        default=None,
+        metavar="TYPE",
+        help="decode family when the model serves several: ctc, ctc_aed_rescoring, aed, ... (default: the model's)",
+    )
+    g.add_argument(
+        "--lm", default=None, metavar="PATH", help="CTC: n-gram LM (ARPA or KenLM binary) fused into beam search"
+    )
+    g.add_argument("--lm-alpha", type=float, default=None, metavar="A", help="CTC: LM weight (default 0.5)")
+    g.add_argument("--lm-beta", type=float, default=None, metavar="B", help="CTC: word insertion bonus (default 1.0)")
 
 
 def add_decode_options(parser: argparse.ArgumentParser, *, language: bool = True, task: bool = True) -> None:
@@ -135,9 +146,56 @@ def add_decode_options(parser: argparse.ArgumentParser, *, language: bool = True
         help="do not prompt each window with the previous window's text",
     )
     g.add_argument("--without-timestamps", action="store_true", help="decode text tokens only")
+    g.add_argument(
+        "--hotwords",
+        default=None,
+        metavar="TEXT",
+        help="phrases to favour (Whisper: prompt hint; CTC: beam-search boost, comma-separated)",
+    )
+    g.add_argument(
+        "--hotword-weight", type=float, default=None, metavar="W", help="CTC: bonus per hotword token (default 1.5)"
+    )
+    g.add_argument(
+        "--ctc-weight", type=float, default=None, metavar="W", help="attention rescoring: weight of the CTC score"
+    )
+    g.add_argument(
+        "--reverse-weight",
+        type=float,
+        default=None,
+        metavar="W",
+        help="attention rescoring: weight of the right-to-left decoder",
+    )
+    g.add_argument(
+        "--context", default=None, metavar="TEXT", help="speech-LLM: text for the prompt's system turn (biasing)"
+    )
+    g.add_argument(
+        "--seed", type=int, default=None, metavar="N", help="sampling seed (default 0; negative: a random one)"
+    )
+    g.add_argument(
+        "--top-k", type=nonnegative_int, default=None, metavar="K", help="speech-LLM sampling: top-k (0: off)"
+    )
+    g.add_argument(
+        "--top-p", type=positive_float, default=None, metavar="P", help="speech-LLM sampling: top-p (1.0: off)"
+    )
 
 
-_OPTION_NAMES = ("language", "task", "beam_size", "best_of", "patience", "temperature", "initial_prompt")
+_OPTION_NAMES = (
+    "language",
+    "task",
+    "beam_size",
+    "best_of",
+    "patience",
+    "temperature",
+    "initial_prompt",
+    "hotwords",
+    "hotword_weight",
+    "ctc_weight",
+    "reverse_weight",
+    "context",
+    "seed",
+    "top_k",
+    "top_p",
+)
 
 
 def decode_kwargs(args: argparse.Namespace) -> dict[str, Any]:
@@ -192,6 +250,21 @@ def resolve_device(device: str) -> str:
     return device
 
 
+def engine_extras(args: argparse.Namespace) -> dict[str, Any]:
+    """``EngineConfig`` fields beyond the basics that the user set (decode type, CTC LM)."""
+    extras: dict[str, Any] = {}
+    for arg, field_name in (
+        ("decode_type", "decode_type"),
+        ("lm", "lm_path"),
+        ("lm_alpha", "lm_alpha"),
+        ("lm_beta", "lm_beta"),
+    ):
+        value = getattr(args, arg, None)
+        if value is not None:
+            extras[field_name] = value
+    return extras
+
+
 def load_engine(args: argparse.Namespace):
     """Build the ``ASREngine`` the options ask for.
 
@@ -209,6 +282,7 @@ def load_engine(args: argparse.Namespace):
             dtype=args.dtype,
             num_threads=args.threads,
             max_batch_size=args.batch_size,
+            **engine_extras(args),
         )
     except ModelNotFoundError as e:
         raise CliError(str(e), exit_code=2) from None

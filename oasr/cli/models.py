@@ -57,7 +57,9 @@ def run(args: argparse.Namespace) -> int:
         rows.append((label, ", ".join(aliases.get(name, [])) or "-", status, where))
     out.write("Bundled models (--model NAME):\n" + _table(rows) + "\n")
     out.write(
-        "\nAny local Whisper directory (Hugging Face, CTranslate2 / faster-whisper, openai-whisper .pt) "
-        "or Hugging Face Hub id also works as --model.\n"
+        "\nAny local checkpoint directory an architecture above reads also works as --model: Whisper "
+        "(Hugging Face, CTranslate2 / faster-whisper, openai-whisper .pt), WeNet U2/U2++ experiment "
+        "directories (train.yaml + .pt), Hugging Face lasr_ctc / parakeet_ctc / qwen3_asr (and the original "
+        "Qwen3-ASR release) / qwen2_audio directories; or a Hub id.\n"
     )
     return 0

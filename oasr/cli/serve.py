@@ -15,7 +15,7 @@ import ctypes
 import os
 import sys
 
-from oasr.cli.common import CliError, nonnegative_int, positive_float, positive_int, resolve_device
+from oasr.cli.common import CliError, engine_extras, nonnegative_int, positive_float, positive_int, resolve_device
 
 NAME = "serve"
 
@@ -79,6 +79,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     g.add_argument(
         "--best-of", type=positive_int, default=5, metavar="N", help="samples per fallback temperature (default 5)"
     )
+
+    g.add_argument(
+        "--decode-type",
+        default=None,
+        metavar="TYPE",
+        help="decode family when the model serves several: ctc, ctc_aed_rescoring, ... (default: the model's)",
+    )
+    g.add_argument("--lm", default=None, metavar="PATH", help="CTC: n-gram LM (ARPA or KenLM binary) for beam search")
+    g.add_argument("--lm-alpha", type=float, default=None, metavar="A", help="CTC: LM weight (default 0.5)")
+    g.add_argument("--lm-beta", type=float, default=None, metavar="B", help="CTC: word insertion bonus (default 1.0)")
 
     s = p.add_argument_group("server")
     s.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
@@ -172,6 +182,7 @@ def settings_from_args(args: argparse.Namespace):
         num_threads=args.threads,
         max_batch_size=args.max_batch_size,
         log_level=args.log_level,
+        extra_engine_config=engine_extras(args),
     )
 
 

@@ -23,6 +23,15 @@ class EngineConfig:
         decode_type: decode family to use; None is the model's default.
         max_queue_size: requests admitted but not finished before ``add_request``
             refuses with ``EngineOverloaded``.
+        ctc_window_s: CTC decoding: the longest stretch of audio encoded in one pass
+            (bounds attention memory); longer inputs are cut at the quietest 100 ms of
+            the last third of each window and the windows decoded independently.
+        ctc_max_audio_s: CTC decoding: longer inputs are refused (None: no limit).
+        lm_path: CTC decoding: an n-gram LM (ARPA or KenLM binary) fused into prefix
+            beam search at word boundaries (needs the ``kenlm`` package, the ``lm``
+            extra); None for no LM.
+        lm_alpha: weight of the LM's natural-log word probabilities.
+        lm_beta: bonus per word (word insertion bonus) under the LM.
     """
 
     device: str = "cpu"
@@ -31,6 +40,11 @@ class EngineConfig:
     max_batch_size: int = 8
     decode_type: str | None = None
     max_queue_size: int = 1024
+    ctc_window_s: float = 30.0
+    ctc_max_audio_s: float | None = 4 * 3600.0
+    lm_path: str | None = None
+    lm_alpha: float = 0.5
+    lm_beta: float = 1.0
 
     def torch_dtype(self) -> torch.dtype:
         if self.dtype is None:
@@ -45,6 +59,10 @@ class EngineConfig:
             raise ValueError(f"EngineConfig.max_batch_size must be >= 1, got {self.max_batch_size}")
         if self.num_threads < 0:
             raise ValueError(f"EngineConfig.num_threads must be >= 0, got {self.num_threads}")
+        if not self.ctc_window_s >= 1.0:
+            raise ValueError(f"EngineConfig.ctc_window_s must be >= 1 s, got {self.ctc_window_s}")
+        if self.ctc_max_audio_s is not None and not self.ctc_max_audio_s > 0:
+            raise ValueError(f"EngineConfig.ctc_max_audio_s must be > 0 or None, got {self.ctc_max_audio_s}")
 
 
 @dataclass(frozen=True)
@@ -76,13 +94,27 @@ class TranscribeOptions:
         word_timestamps: time every word by cross-attention alignment.
         prepend_punctuations / append_punctuations: punctuation merged into words.
         max_new_tokens: tokens per window (None: up to the decoder context).
-        hotwords: hint phrases placed in the previous-text prompt.
+        hotwords: hint phrases: Whisper places them in the previous-text prompt; CTC
+            beam search boosts them (phrases separated by commas, semicolons or newlines).
         language_detection_threshold / language_detection_segments: detection settings.
         hallucination_silence_threshold: with word timestamps, skip silences longer
             than this around likely hallucinations.
         clip_timestamps: "start,end,..." seconds (or a list) of the clips to transcribe.
         multilingual: detect the language again in every window.
         seed: RNG seed for sampling (fixed for reproducible fallbacks).
+        ctc_weight: CTC + attention rescoring: weight of the CTC score in the
+            combined score; None takes the checkpoint's default
+            (``DecodingSpec.params["ctc_weight"]``, else 0.5).
+        reverse_weight: CTC + attention rescoring: weight of the right-to-left
+            decoder's score (0..1); None takes the checkpoint's default
+            (``DecodingSpec.params["reverse_weight"]``, else 0.0).
+        hotword_weight: CTC decoding with ``hotwords``: bonus (natural log) per token
+            of a matched hotword phrase.
+        top_k: speech-LLM sampling: keep the k most likely tokens (0 = off).
+        top_p: speech-LLM sampling: keep the smallest set of tokens whose probability
+            reaches top_p (1.0 = off); must be in (0, 1].
+        context: speech-LLM decoding: text placed in the system turn of the prompt to
+            bias the transcript (names, terms, the topic).
     """
 
     language: str | None = None
@@ -116,6 +148,12 @@ class TranscribeOptions:
     clip_timestamps: str | tuple[float, ...] = "0"
     multilingual: bool = False
     seed: int = 0
+    ctc_weight: float | None = None
+    reverse_weight: float | None = None
+    hotword_weight: float = 1.5
+    top_k: int = 0
+    top_p: float = 1.0
+    context: str | None = None
 
     @property
     def temperatures(self) -> tuple[float, ...]:
@@ -141,6 +179,16 @@ class TranscribeOptions:
             raise ValueError(f"repetition_penalty must be > 0, got {self.repetition_penalty}")
         if self.no_repeat_ngram_size < 0:
             raise ValueError("no_repeat_ngram_size must be >= 0")
+        if self.ctc_weight is not None and not self.ctc_weight >= 0:
+            raise ValueError(f"ctc_weight must be >= 0, got {self.ctc_weight}")
+        if self.reverse_weight is not None and not 0 <= self.reverse_weight <= 1:
+            raise ValueError(f"reverse_weight must be in [0, 1], got {self.reverse_weight}")
+        if not self.hotword_weight >= 0:
+            raise ValueError(f"hotword_weight must be >= 0, got {self.hotword_weight}")
+        if self.top_k < 0:
+            raise ValueError(f"top_k must be >= 0 (0 = off), got {self.top_k}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1] (1.0 = off), got {self.top_p}")
 
     @classmethod
     def from_kwargs(cls, **kwargs: Any) -> TranscribeOptions:

@@ -27,6 +27,18 @@ class EngineOverloaded(RuntimeError):
     """The engine's queue is full; retry later."""
 
 
+class RequestCancelled(RuntimeError):
+    """The caller cancelled a request (an ``on_token`` callback returned False).
+
+    Attributes:
+        partial_text: the transcript text delivered before the cancellation.
+    """
+
+    def __init__(self, message: str, partial_text: str = "") -> None:
+        super().__init__(message)
+        self.partial_text = partial_text
+
+
 @dataclass
 class Request:
     """One transcription request.
@@ -52,8 +64,10 @@ class Request:
 class StepEvent:
     """Something a step produced for one request.
 
-    kind is "segment" (a finished segment), "finished" (the final output) or
-    "error" (the request failed; ``error`` holds the exception).
+    kind is "segment" (a finished segment), "delta" (new transcript text, for
+    strategies that stream tokens: ``delta`` holds it; the deltas of a request
+    concatenate exactly to its final ``output.text``), "finished" (the final output)
+    or "error" (the request failed; ``error`` holds the exception).
     """
 
     request_id: str
@@ -61,12 +75,19 @@ class StepEvent:
     output: RequestOutput | None = None
     segment: Segment | None = None
     error: BaseException | None = None
+    delta: str = ""
 
 
 class DecodeStrategy(abc.ABC):
-    """Batched decoding of one decode family over a loaded model."""
+    """Batched decoding of one decode family over a loaded model.
+
+    Class attribute:
+        streams_text: ``step`` reports transcript text as it is decoded ("delta"
+            events), which is what ``on_token`` callbacks need.
+    """
 
     decode_type: DecodeType
+    streams_text: bool = False
 
     def __init__(self, loaded: LoadedModel, config: EngineConfig) -> None:
         self.loaded = loaded
@@ -126,6 +147,9 @@ class DecodeStrategy(abc.ABC):
 
 _STRATEGIES: dict[DecodeType, str] = {
     DecodeType.AED: "oasr.engine.decode.aed:AedDecodeStrategy",
+    DecodeType.LLM: "oasr.engine.decode.llm:LlmDecodeStrategy",
+    DecodeType.CTC: "oasr.engine.decode.ctc:CtcDecodeStrategy",
+    DecodeType.CTC_AED_RESCORING: "oasr.engine.decode.ctc:CtcRescoringStrategy",
 }
 
 

@@ -1,0 +1,479 @@
+"""The ``ctc`` and ``ctc_aed_rescoring`` decode strategies.
+
+Life of a request:
+
+1. ``prepare`` (off the engine loop): decode the audio at the front end's rate
+   (``load_audio``; inputs longer than ``EngineConfig.ctc_max_audio_s`` are refused),
+   cut it into windows of at most ``EngineConfig.ctc_window_s`` and featurise each
+   with the checkpoint's front end (``build_frontend(feature_spec)``). Windows are
+   plain cuts at the quietest 100 ms (lowest mean energy) of the last third of each
+   window: no overlap and no stitching, so attention memory is bounded by the window
+   and a cut almost always falls in a pause between words. Each window is decoded
+   independently and its token times shifted by its start.
+2. ``step``: up to ``max_batch_size`` windows, of any requests, go through one
+   ``model.forward_offline`` (inference mode, the model's dtype and device). The
+   batch is the oldest waiting window plus the waiting windows closest to it in
+   length (from a bounded look-ahead), so padding stays small and nobody starves.
+   Each row is then searched on the CPU: greedy for ``beam_size == 1``, else prefix
+   beam search with the engine's n-gram LM (``EngineConfig.lm_path``) and the
+   request's hotwords fused; hotwords need ``beam_size > 1``, and an LM applies
+   to beam search only.
+3. Results: every window yields segments, split at pauses of more than
+   ``SEGMENT_GAP_S`` between words; ``segment`` events go out in time order as soon
+   as all earlier windows are done, then ``finished`` with the ``RequestOutput``.
+   Text comes from the token pieces (``oasr.engine.decode.ctc.words``): word
+   pieces joined, a space before each word that starts with the word marker, none
+   before CJK characters; blank and the checkpoint's special ids never appear.
+   ``word_timestamps`` times each word from its tokens' CTC spikes
+   (``token_times``); a word's probability is the mean posterior of its tokens at
+   their spikes. ``avg_logprob`` is the window's CTC log-probability per encoder
+   frame; ``temperature`` is 0 and ``no_speech_prob`` 0.
+
+Options: CTC transcribes, so ``task="translate"``, ``initial_prompt``, ``prefix``,
+``context``, sampling (temperatures other than 0 or the default fallback sequence,
+``top_k``, ``top_p``), ``multilingual`` and ``clip_timestamps`` are refused with a
+ValueError naming the option, as is a ``language`` the checkpoint does not declare
+(``DecodingSpec.params["languages"]``, or its single ``"language"``; with neither,
+only None). The other Whisper-specific options (thresholds, suppression, penalties,
+patience, ``best_of``, ...) have no effect.
+
+``CtcRescoringStrategy`` encodes once (``encode_offline``, then the CTC head), runs
+prefix beam search for a ``beam_size``-best and picks the winner with
+``attention_rescoring`` (``ctc_weight`` / ``reverse_weight`` from the options, else
+the checkpoint's ``DecodingSpec.params``, else 0.5 / 0.0).
+"""
+
+from __future__ import annotations
+
+import itertools
+import zlib
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from oasr.audio.frontends import build_frontend, pad_features
+from oasr.audio.io import load_audio
+from oasr.engine.config import EngineConfig, TranscribeOptions
+from oasr.engine.decode.base import DecodeStrategy, Request, StepEvent
+from oasr.engine.decode.ctc.lm import ContextGraph, LmFusion, NgramLanguageModel
+from oasr.engine.decode.ctc.rescoring import attention_rescoring
+from oasr.engine.decode.ctc.search import CtcHypothesis, ctc_greedy_search, ctc_prefix_beam_search
+from oasr.engine.decode.ctc.words import TokenPieces, group_words, token_times
+from oasr.engine.outputs import RequestOutput, Segment, Word
+from oasr.models.base import DecodeType
+from oasr.models.loaders import LoadedModel
+
+SEGMENT_GAP_S = 1.5  # a longer silence between two words' spikes starts a new segment
+CUT_SEARCH_FRACTION = 1 / 3  # windows are cut in their last third ...
+CUT_SPAN_S = 0.1  # ... at the quietest stretch of this length
+LOOKAHEAD_BATCHES = 8  # waiting windows considered when filling a batch, in batches
+_SAMPLING_FREE = (TranscribeOptions().temperatures, (0.0,))
+
+
+def plan_windows(audio: np.ndarray, sampling_rate: int, window_s: float) -> list[tuple[int, int]]:
+    """Cut points of ``audio`` into windows of at most ``window_s`` seconds.
+
+    Each window longer than the limit is cut at the centre of the quietest
+    ``CUT_SPAN_S`` (lowest mean square over 10 ms hops) in its last third.
+
+    Returns:
+        (start, end) sample indices covering the audio, in order.
+    """
+    n = len(audio)
+    max_n = max(1, int(window_s * sampling_rate))
+    hop = max(1, sampling_rate // 100)
+    span = max(1, round(CUT_SPAN_S * sampling_rate / hop))
+    windows = []
+    start = 0
+    while n - start > max_n:
+        lo = start + int(max_n * (1 - CUT_SEARCH_FRACTION))
+        k = (start + max_n - lo) // hop
+        if k >= span:
+            power = np.square(audio[lo : lo + k * hop], dtype=np.float64).reshape(k, hop).mean(axis=1)
+            smooth = np.convolve(power, np.ones(span), mode="valid")
+            cut = lo + (int(np.argmin(smooth)) * hop) + (span * hop) // 2
+        else:
+            cut = start + max_n
+        windows.append((start, cut))
+        start = cut
+    windows.append((start, n))
+    return windows
+
+
+def compression_ratio(text: str) -> float:
+    data = text.encode("utf-8")
+    return len(data) / len(zlib.compress(data)) if data else 0.0
+
+
+@dataclass
+class CtcWindow:
+    """One window of a request: where it is and its features.
+
+    Shapes:
+        feats: (T, F) front-end features.
+    """
+
+    start_s: float
+    end_s: float
+    feats: torch.Tensor
+
+
+class CtcFeatures:
+    """What ``prepare`` made of a request: its windows' features."""
+
+    def __init__(self, windows: list[CtcWindow], duration: float) -> None:
+        self.windows = windows
+        self.duration = duration
+
+    def close(self) -> None:
+        self.windows = []
+
+
+@dataclass
+class _Req:
+    request: Request
+    opts: TranscribeOptions
+    windows: list[CtcWindow]
+    results: list[list[dict] | None]
+    beam: int
+    hotwords: ContextGraph | None
+    emitted: int = 0
+    segments: list[Segment] = field(default_factory=list)
+    done: bool = False
+
+    @property
+    def rid(self) -> str:
+        return self.request.request_id
+
+
+class CtcDecodeStrategy(DecodeStrategy):
+    """Offline CTC decoding (greedy / prefix beam, LM and hotword fusion) over batched windows."""
+
+    decode_type = DecodeType.CTC
+
+    def __init__(self, loaded: LoadedModel, config: EngineConfig) -> None:
+        super().__init__(loaded, config)
+        if loaded.tokenizer is None:
+            raise ValueError(f"the {self.decode_type.value} strategy needs the checkpoint's tokenizer")
+        if loaded.feature_spec is None:
+            raise ValueError(f"the {self.decode_type.value} strategy needs the checkpoint's FeatureSpec")
+        self.tokenizer = loaded.tokenizer
+        self.frontend = build_frontend(loaded.feature_spec)
+        self.sampling_rate = int(self.frontend.sampling_rate)
+        self.blank_id = int(self.model.blank_id)
+        special = loaded.tokenizer_spec.special_ids if loaded.tokenizer_spec is not None else ()
+        self.skip_ids = frozenset(int(i) for i in special) - {self.blank_id}
+        self.subsampling = int(self.model.encoder.subsampling_rate)
+        self.frame_s = self.subsampling * float(self.frontend.frame_shift_s)
+        self.params = dict(loaded.decoding_spec.params) if loaded.decoding_spec is not None else {}
+        declared = self.params.get("languages") or ([self.params["language"]] if self.params.get("language") else [])
+        self.languages = tuple(str(x).lower() for x in declared)
+        self.pieces = TokenPieces(self.tokenizer, self.skip_ids | {self.blank_id})
+        self.lm = (
+            LmFusion(NgramLanguageModel(config.lm_path), self.pieces, config.lm_alpha, config.lm_beta)
+            if config.lm_path
+            else None
+        )
+        self.device = self.model.device
+        self.dtype = self.model.compute_dtype
+        self.requests: dict[str, _Req] = {}
+        self.pending: deque[tuple[_Req, int]] = deque()
+        self._touched: dict[str, _Req] = {}
+        self._last_batch = 0
+        self.counters = {"windows_encoded": 0, "batches": 0, "requests_finished": 0}
+
+    # -- admission ---------------------------------------------------------------------
+
+    @property
+    def word_timing_modes(self) -> tuple[str, ...]:
+        return ("ctc",)
+
+    def validate(self, options: TranscribeOptions) -> TranscribeOptions:
+        options = super().validate(options)
+        what = f"{type(self.model).__name__} decoded by {self.decode_type.value!r}"
+        if options.task != "transcribe":
+            raise ValueError(f"task={options.task!r}: {what} can only transcribe")
+        if options.initial_prompt is not None:
+            raise ValueError(f"initial_prompt: {what} takes no prompt")
+        if options.prefix is not None:
+            raise ValueError(f"prefix: {what} cannot be forced to start with a text")
+        if options.temperatures not in _SAMPLING_FREE:
+            raise ValueError(
+                f"temperature={options.temperature!r}: {what} does not sample; use 0 (or leave the default)"
+            )
+        if options.multilingual:
+            raise ValueError(f"multilingual=True: {what} does not detect languages")
+        for name, default, why in (
+            ("top_k", 0, "does not sample"),
+            ("top_p", 1.0, "does not sample"),
+            ("context", None, "takes no prompt (hotwords boost phrases)"),
+        ):
+            value = getattr(options, name, default)
+            if value != default:
+                raise ValueError(f"{name}={value!r}: {what} {why}")
+        clips = options.clip_timestamps
+        if isinstance(clips, str):
+            clips = [float(x) for x in clips.split(",")] if clips.strip() else []
+        if list(clips) not in ([], [0.0]):
+            raise ValueError(f"clip_timestamps={options.clip_timestamps!r}: {what} transcribes whole inputs")
+        if self.decode_type is DecodeType.CTC:
+            for name in ("ctc_weight", "reverse_weight"):
+                if getattr(options, name) is not None:
+                    raise ValueError(f"{name}: applies to decode_type 'ctc_aed_rescoring', not 'ctc'")
+        if options.hotwords:
+            if options.beam_size < 2:
+                raise ValueError("hotwords need beam_size > 1 (greedy CTC decoding cannot boost phrases)")
+            ContextGraph.from_text(options.hotwords, self.tokenizer, options.hotword_weight)
+        if options.language is not None:
+            lang = str(options.language).lower()
+            if lang not in self.languages:
+                # An English name ("English") names its ISO code, as for Whisper.
+                from oasr.models.whisper.tokenizer import LANGUAGES
+
+                lang = {name: code for code, name in LANGUAGES.items()}.get(lang, lang)
+            if lang not in self.languages:
+                declared = list(self.languages) or "no language (leave language unset)"
+                raise ValueError(f"language={options.language!r}: this checkpoint declares {declared}")
+            if lang != options.language:
+                options = options.replace(language=lang)
+        return options
+
+    def prepare(self, request: Request) -> Request:
+        if request.features is None:
+            audio = load_audio(request.source, self.sampling_rate, max_duration_s=self.config.ctc_max_audio_s)
+            sr = self.sampling_rate
+            windows = [
+                CtcWindow(a / sr, b / sr, self.frontend(audio[a:b]))
+                for a, b in plan_windows(audio, sr, self.config.ctc_window_s)
+            ]
+            request.duration = len(audio) / sr
+            request.features = CtcFeatures(windows, request.duration)
+        return request
+
+    def add_request(self, request: Request) -> None:
+        if request.request_id in self.requests:
+            raise ValueError(f"duplicate request id {request.request_id!r}")
+        if request.features is None:
+            self.prepare(request)
+        opts = request.options
+        hotwords = ContextGraph.from_text(opts.hotwords, self.tokenizer, opts.hotword_weight) if opts.hotwords else None
+        windows = list(request.features.windows)
+        req = _Req(request, opts, windows, [None] * len(windows), opts.beam_size, hotwords)
+        self.requests[req.rid] = req
+        for i, w in enumerate(windows):
+            if w.feats.shape[0] == 0:
+                req.results[i] = []
+            else:
+                self.pending.append((req, i))
+        self._touched[req.rid] = req
+
+    def abort(self, request_id: str) -> bool:
+        req = self.requests.pop(request_id, None)
+        if req is None:
+            return False
+        self._retire(req)
+        return True
+
+    def _retire(self, req: _Req) -> None:
+        req.done = True
+        req.windows = []
+        self._touched.pop(req.rid, None)
+        if any(r is req for r, _ in self.pending):
+            self.pending = deque(item for item in self.pending if item[0] is not req)
+        features = req.request.features
+        if features is not None:
+            features.close()
+
+    def num_unfinished(self) -> int:
+        return len(self.requests)
+
+    def stats(self) -> dict[str, float]:
+        return {
+            "running_rows": self._last_batch if self.requests else 0,
+            "waiting_tasks": len(self.pending),
+            **self.counters,
+        }
+
+    # -- the step ------------------------------------------------------------------------
+
+    def step(self) -> list[StepEvent]:
+        events: list[StepEvent] = []
+        batch = self._take_batch()
+        if batch:
+            with torch.inference_mode():
+                self._run_batch(batch, events)
+        self._flush(events)
+        return events
+
+    def _take_batch(self) -> list[tuple[_Req, int]]:
+        n = self.config.max_batch_size
+        if len(self.pending) <= n:
+            batch = list(self.pending)
+            self.pending.clear()
+        else:
+            anchor = self.pending[0]
+            length = anchor[0].windows[anchor[1]].feats.shape[0]
+            ahead = list(itertools.islice(self.pending, 1, 1 + LOOKAHEAD_BATCHES * n))
+            dist = [abs(r.windows[i].feats.shape[0] - length) for r, i in ahead]
+            chosen = sorted(sorted(range(len(ahead)), key=lambda j: (dist[j], j))[: n - 1])
+            batch = [anchor] + [ahead[j] for j in chosen]
+            taken = {(id(r), i) for r, i in batch}
+            self.pending = deque(item for item in self.pending if (id(item[0]), item[1]) not in taken)
+        self._last_batch = len(batch)
+        return batch
+
+    def _forward(self, feats: torch.Tensor, lens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, object]:
+        """Log-probs (B, T', V) float32, lengths (B,), and what the row search needs besides."""
+        log_probs, out_lens = self.model.forward_offline(feats, lens)
+        return log_probs, out_lens, None
+
+    def _search(self, req: _Req, log_probs: torch.Tensor, row: int, extra: object) -> CtcHypothesis:
+        """The hypothesis of one row (``log_probs``: (T', V) on the CPU, valid frames)."""
+        if req.beam == 1 and req.hotwords is None:
+            return ctc_greedy_search(log_probs, self.blank_id, self.skip_ids)
+        return ctc_prefix_beam_search(
+            log_probs, req.beam, self.blank_id, self.skip_ids, lm=self.lm, hotwords=req.hotwords
+        )[0]
+
+    def _run_batch(self, batch: list[tuple[_Req, int]], events: list[StepEvent]) -> None:
+        feats, lens = pad_features([r.windows[i].feats for r, i in batch])
+        min_frames = 4 * self.subsampling  # room for the subsampling convolutions; rows keep their lengths
+        if feats.shape[1] < min_frames:
+            feats = torch.nn.functional.pad(feats, (0, 0, 0, min_frames - feats.shape[1]))
+        feats = feats.to(device=self.device, dtype=self.dtype)
+        log_probs, out_lens, extra = self._forward(feats, lens.to(self.device))
+        self.counters["windows_encoded"] += len(batch)
+        self.counters["batches"] += 1
+        log_probs = log_probs.detach().to(device="cpu", dtype=torch.float32)
+        n_out = [min(int(x), log_probs.shape[1]) for x in out_lens.tolist()]
+        for row, (req, index) in enumerate(batch):
+            if req.done:
+                continue
+            try:
+                lp = log_probs[row, : n_out[row]]
+                hyp = self._search(req, lp, row, extra)
+                req.results[index] = self._window_segments(req, index, hyp, lp)
+            except Exception as e:  # a failure in one row's search fails that request alone
+                self._fail(req, e, events)
+                continue
+            self._touched[req.rid] = req
+
+    def _fail(self, req: _Req, exc: BaseException, events: list[StepEvent]) -> None:
+        if self.requests.pop(req.rid, None) is not None:
+            self._retire(req)
+            events.append(StepEvent(req.rid, "error", error=exc))
+
+    # -- results ------------------------------------------------------------------------
+
+    def _window_segments(self, req: _Req, index: int, hyp: CtcHypothesis, log_probs: torch.Tensor) -> list[dict]:
+        """The segments of one decoded window (dicts; ids are given when emitted)."""
+        tokens = list(hyp.tokens)
+        if not tokens:
+            return []
+        win = req.windows[index]
+        frames = list(hyp.frames)
+        probs = log_probs[frames, tokens].exp().tolist()
+        spans = token_times(frames, self.frame_s, win.start_s, win.end_s)
+        peaks = [win.start_s + f * self.frame_s for f in frames]
+        avg_logprob = float(hyp.ctc_score) / max(1, log_probs.shape[0])
+        seek = round(win.start_s / self.frontend.frame_shift_s)
+        groups: list[list] = []
+        for w in group_words(tokens, self.pieces):
+            if groups and peaks[w.start] - peaks[w.start - 1] <= SEGMENT_GAP_S:
+                groups[-1].append(w)
+            else:
+                groups.append([w])
+        segments = []
+        for words in groups:
+            lo, hi = words[0].start, words[-1].end
+            timed = []
+            for w in words:
+                text = self.tokenizer.decode(tokens[w.start : w.end]).strip()
+                if not text:
+                    continue
+                timed.append(
+                    Word(
+                        start=round(spans[w.start][0], 3),
+                        end=round(spans[w.end - 1][1], 3),
+                        word=(" " if w.spaced else "") + text,
+                        probability=float(np.mean(probs[w.start : w.end])),
+                    )
+                )
+            text = "".join(w.word for w in timed)
+            if not text.strip():
+                continue
+            segments.append(
+                dict(
+                    seek=seek,
+                    start=round(spans[lo][0], 3),
+                    end=round(spans[hi - 1][1], 3),
+                    text=text,
+                    tokens=tokens[lo:hi],
+                    avg_logprob=avg_logprob,
+                    compression_ratio=compression_ratio(text),
+                    words=timed if req.opts.word_timestamps else None,
+                )
+            )
+        return segments
+
+    def _flush(self, events: list[StepEvent]) -> None:
+        """Emit the segments of windows done in order, and finish complete requests."""
+        touched, self._touched = self._touched, {}
+        for req in touched.values():
+            if req.done:
+                continue
+            while req.emitted < len(req.results) and req.results[req.emitted] is not None:
+                for seg in req.results[req.emitted]:  # type: ignore[union-attr]
+                    segment = Segment(id=len(req.segments) + 1, **seg)
+                    req.segments.append(segment)
+                    events.append(StepEvent(req.rid, "segment", segment=segment))
+                req.emitted += 1
+            if req.emitted == len(req.results):
+                self.requests.pop(req.rid, None)
+                self._retire(req)
+                self.counters["requests_finished"] += 1
+                language = req.opts.language or (self.languages[0] if len(self.languages) == 1 else None)
+                output = RequestOutput(
+                    request_id=req.rid,
+                    text="".join(s.text for s in req.segments).strip(),
+                    segments=req.segments,
+                    language=language,
+                    language_probability=1.0 if language is not None else None,
+                    duration=req.request.duration,
+                    task="transcribe",
+                )
+                events.append(StepEvent(req.rid, "finished", output=output))
+
+
+class CtcRescoringStrategy(CtcDecodeStrategy):
+    """CTC prefix beam search n-best, re-ranked by the attention decoder (WeNet's attention rescoring)."""
+
+    decode_type = DecodeType.CTC_AED_RESCORING
+
+    def _forward(self, feats: torch.Tensor, lens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, object]:
+        enc, enc_lens = self.model.encode_offline(feats, lens)
+        head = getattr(self.model, "ctc_log_probs", None)
+        if head is not None:
+            log_probs = head(enc)
+        else:  # no separate CTC head: run the fused forward (encodes again)
+            log_probs, _ = self.model.forward_offline(feats, lens)
+        return log_probs, enc_lens, (enc, enc_lens.tolist())
+
+    def _weights(self, opts: TranscribeOptions) -> tuple[float, float]:
+        cw = opts.ctc_weight if opts.ctc_weight is not None else float(self.params.get("ctc_weight", 0.5))
+        rw = opts.reverse_weight if opts.reverse_weight is not None else float(self.params.get("reverse_weight", 0.0))
+        return float(cw), float(rw)
+
+    def _search(self, req: _Req, log_probs: torch.Tensor, row: int, extra: object) -> CtcHypothesis:
+        enc, enc_lens = extra  # type: ignore[misc]
+        nbest = ctc_prefix_beam_search(
+            log_probs, req.beam, self.blank_id, self.skip_ids, lm=self.lm, hotwords=req.hotwords
+        )
+        n = min(int(enc_lens[row]), enc.shape[1])
+        ctc_weight, reverse_weight = self._weights(req.opts)
+        return attention_rescoring(self.model.decoder, enc[row : row + 1, :n], n, nbest, ctc_weight, reverse_weight)
+
+
+__all__ = ["CtcDecodeStrategy", "CtcFeatures", "CtcRescoringStrategy", "CtcWindow", "plan_windows"]

@@ -1,0 +1,161 @@
+"""Words from CTC tokens: which pieces start a word, grouping, and times from spikes.
+
+A piece (``tokenizer.id_to_token``) that starts with the SentencePiece marker ``▁``
+(or byte-level BPE's ``Ġ``) begins a word; a piece made only of characters of a
+script written without spaces (Han, kana, CJK punctuation and full-width forms) is
+a word by itself; any other piece continues the current word. These rules serve
+word timestamps, segment text and the word-level LM fusion alike.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from oasr.tokenizers import Tokenizer
+
+WORD_MARKERS = ("\u2581", "\u0120")  # SentencePiece "▁", byte-level BPE "Ġ"
+
+# Scripts written without spaces between words: each character is a word.
+_NO_SPACE_RANGES = (
+    (0x3000, 0x303F),  # CJK symbols and punctuation
+    (0x3040, 0x30FF),  # hiragana, katakana
+    (0x3400, 0x4DBF),  # CJK extension A
+    (0x4E00, 0x9FFF),  # CJK unified ideographs
+    (0xF900, 0xFAFF),  # CJK compatibility ideographs
+    (0xFF00, 0xFFEF),  # half- and full-width forms
+    (0x20000, 0x2FA1F),  # CJK extensions B.. and compatibility supplement
+)
+
+
+def is_no_space_char(ch: str) -> bool:
+    """Whether ``ch`` belongs to a script written without spaces (CJK)."""
+    cp = ord(ch)
+    return any(lo <= cp <= hi for lo, hi in _NO_SPACE_RANGES)
+
+
+class PieceKind(enum.Enum):
+    WORD_START = "word_start"  # begins a word (after a space)
+    STANDALONE = "standalone"  # a word of its own, no space before it (CJK)
+    CONTINUE = "continue"  # continues the current word
+    SKIP = "skip"  # not text (blank, special ids)
+
+
+@dataclass(frozen=True)
+class PieceInfo:
+    kind: PieceKind
+    text: str  # the piece without its word marker
+
+
+class TokenPieces:
+    """Per-id piece classification of a tokenizer, cached.
+
+    Args:
+        tokenizer: the checkpoint's tokenizer.
+        skip_ids: ids that are not text (blank and special ids).
+    """
+
+    def __init__(self, tokenizer: Tokenizer, skip_ids: Iterable[int] = ()) -> None:
+        self.tokenizer = tokenizer
+        self.skip_ids = frozenset(int(i) for i in skip_ids)
+        self._cache: dict[int, PieceInfo] = {}
+
+    def info(self, token_id: int) -> PieceInfo:
+        info = self._cache.get(token_id)
+        if info is None:
+            info = self._cache[token_id] = self._classify(token_id)
+        return info
+
+    def _classify(self, token_id: int) -> PieceInfo:
+        if token_id in self.skip_ids:
+            return PieceInfo(PieceKind.SKIP, "")
+        piece = self.tokenizer.id_to_token(token_id) or ""
+        if piece[:1] in WORD_MARKERS:
+            return PieceInfo(PieceKind.WORD_START, piece[1:])
+        if piece and all(is_no_space_char(c) for c in piece):
+            return PieceInfo(PieceKind.STANDALONE, piece)
+        return PieceInfo(PieceKind.CONTINUE, piece)
+
+
+@dataclass(frozen=True)
+class WordSpan:
+    """A word as a run of a hypothesis' tokens.
+
+    Attributes:
+        start, end: token positions [start, end) in the hypothesis.
+        spaced: written with a space before it (False for CJK characters).
+    """
+
+    start: int
+    end: int
+    spaced: bool
+
+
+def group_words(tokens: Sequence[int], pieces: TokenPieces) -> list[WordSpan]:
+    """Split a token sequence into words (every token lands in exactly one word).
+
+    A skipped id joins the word it is in, so positions stay aligned with ``tokens``.
+    """
+    words: list[WordSpan] = []
+    start: int | None = None
+    spaced = True
+    for i, tok in enumerate(tokens):
+        kind = pieces.info(int(tok)).kind
+        if kind is PieceKind.STANDALONE:
+            if start is not None:
+                words.append(WordSpan(start, i, spaced))
+            words.append(WordSpan(i, i + 1, False))
+            start = None
+        elif kind is PieceKind.WORD_START or start is None:
+            if start is not None:
+                words.append(WordSpan(start, i, spaced))
+            # A continuation right after a CJK word starts a word without a space.
+            spaced = kind is PieceKind.WORD_START or not words or words[-1].spaced
+            start = i
+    if start is not None:
+        words.append(WordSpan(start, len(tokens), spaced))
+    return words
+
+
+def token_times(
+    frames: Sequence[int],
+    frame_s: float,
+    offset_s: float = 0.0,
+    end_s: float | None = None,
+    max_token_s: float = 1.0,
+) -> list[tuple[float, float]]:
+    """(start, end) seconds of each token from its spike frame.
+
+    A token spans from the midpoint to the previous spike to the midpoint to the
+    next one, but at most ``max_token_s / 2`` on either side of its own spike and
+    within ``[offset_s, end_s]``.
+
+    Args:
+        frames: spike frame per token (ascending).
+        frame_s: seconds per encoder frame (subsampling rate x feature frame shift).
+        offset_s: time of frame 0.
+        end_s: end of the audio the frames cover (None: unbounded).
+        max_token_s: longest time given to one token.
+    """
+    half = max_token_s / 2
+    peaks = [offset_s + f * frame_s for f in frames]
+    spans = []
+    for i, p in enumerate(peaks):
+        start = max(offset_s, p - half) if i == 0 else max((peaks[i - 1] + p) / 2, p - half)
+        end = p + half if i == len(peaks) - 1 else min((p + peaks[i + 1]) / 2, p + half)
+        if end_s is not None:
+            end = min(end, end_s)
+        spans.append((start, max(start, end)))
+    return spans
+
+
+__all__ = [
+    "PieceInfo",
+    "PieceKind",
+    "TokenPieces",
+    "WordSpan",
+    "group_words",
+    "is_no_space_char",
+    "token_times",
+]
