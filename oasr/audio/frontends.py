@@ -20,6 +20,7 @@ _FRONTENDS: dict[str, str] = {
     "kaldi_fbank": "oasr.audio.fbank:KaldiFbank",
     "lasr_mel": "oasr.models.lasr.features:LasrFrontend",
     "parakeet_mel": "oasr.models.parakeet.features:ParakeetFrontend",
+    "whisper_mel": "oasr.audio.whisper_frontend:WhisperMelFrontend",
 }
 
 

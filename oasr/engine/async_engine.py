@@ -152,9 +152,9 @@ class AsyncEngine(EngineCore):
         timeout: float | None = None,
         min_duration_s: float = 0.0,
     ) -> AsyncIterator[StepEvent]:
-        """Like ``transcribe``, but yield each ``segment`` event as it is decoded, then
-        the ``finished`` event with the whole output. Closing the iterator early
-        aborts the request."""
+        """Like ``transcribe``, but yield each ``segment`` event as it is decoded (or,
+        for a strategy that streams text, each ``delta`` event), then the ``finished``
+        event with the whole output. Closing the iterator early aborts the request."""
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
         rid, handle = await self._admit(source, options, request_id, deadline, min_duration_s, stream=True)

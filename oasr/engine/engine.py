@@ -12,14 +12,20 @@ from __future__ import annotations
 
 import itertools
 import os
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
 import torch
 
 from oasr.engine.config import EngineConfig, TranscribeOptions
-from oasr.engine.decode.base import DecodeStrategy, EngineOverloaded, Request, build_decode_strategy
+from oasr.engine.decode.base import (
+    DecodeStrategy,
+    EngineOverloaded,
+    Request,
+    RequestCancelled,
+    build_decode_strategy,
+)
 from oasr.engine.outputs import RequestOutput
 from oasr.models.loaders import LoadedModel, load_pretrained
 
@@ -81,23 +87,39 @@ class ASREngine(EngineCore):
     """
 
     def transcribe(
-        self, audio: AudioInput | Sequence[AudioInput], **options: Any
+        self,
+        audio: AudioInput | Sequence[AudioInput],
+        *,
+        on_token: Callable[[str], bool | None] | None = None,
+        **options: Any,
     ) -> RequestOutput | list[RequestOutput]:
         """Transcribe one input (returns a ``RequestOutput``) or a list (returns a list in order).
 
         Args:
             audio: a path, bytes, or a 16 kHz float waveform; or a list of them.
+            on_token: for one input, called with each new piece of transcript text as
+                it is decoded (never half a character; the pieces concatenate exactly
+                to the final ``text``). Returning False cancels the request
+                (``RequestCancelled`` is raised). Needs a strategy that streams text
+                (the ``llm`` one); for several inputs use ``transcribe_iter``.
             options: ``TranscribeOptions`` fields (language, task, beam_size,
                 word_timestamps, temperature, initial_prompt, ...).
 
         Raises:
             ValueError: bad audio (``oasr.audio.AudioDecodeError``) or a bad option value.
             TypeError: an unknown option name.
+            RequestCancelled: ``on_token`` returned False.
         """
         single = not isinstance(audio, (list, tuple))
+        if on_token is not None and not single:
+            raise ValueError(
+                "on_token streams one input; for several use transcribe_iter(on_token=...), whose "
+                "callback also receives the input's index"
+            )
         inputs = [audio] if single else list(audio)
         results: list[RequestOutput | None] = [None] * len(inputs)
-        for index, output in self.transcribe_iter(inputs, **options):
+        per_input = None if on_token is None else (lambda _index, delta: on_token(delta))
+        for index, output in self.transcribe_iter(inputs, on_token=per_input, **options):
             results[index] = output
         return results[0] if single else results  # type: ignore[return-value]
 
@@ -107,6 +129,7 @@ class ASREngine(EngineCore):
         *,
         max_in_flight: int | None = None,
         return_exceptions: bool = False,
+        on_token: Callable[[int, str], bool | None] | None = None,
         **options: Any,
     ) -> Iterator[tuple[int, RequestOutput | Exception]]:
         """Yield ``(input index, output)`` as each input finishes.
@@ -118,11 +141,24 @@ class ASREngine(EngineCore):
             return_exceptions: yield ``(index, exception)`` for an input that fails
                 (bad audio, a refused request) and carry on with the others, instead
                 of raising.
+            on_token: ``on_token(index, text)`` with each new piece of an input's
+                transcript as it is decoded (UTF-8 safe; an input's pieces concatenate
+                to its final ``text``). Returning False cancels that input: its rows are
+                freed at once and it ends with ``RequestCancelled``.
+
+        Raises:
+            ValueError: ``on_token`` with a decode strategy that does not stream text.
         """
+        if on_token is not None and not self.strategy.streams_text:
+            raise ValueError(
+                f"on_token needs a decode strategy that streams text; {self.strategy.decode_type.value!r} "
+                f"reports whole segments"
+            )
         opts = self.make_options(**options)
         limit = max_in_flight or 4 * self.config.max_batch_size
         pending = enumerate(inputs)
         in_flight: dict[str, int] = {}
+        streamed: dict[str, str] = {}  # text delivered to on_token, per request
         exhausted = False
         strategy = self.strategy
         try:
@@ -147,6 +183,16 @@ class ASREngine(EngineCore):
                 for event in strategy.step():
                     if event.request_id not in in_flight:
                         continue
+                    if event.kind == "delta" and on_token is not None:
+                        rid = event.request_id
+                        streamed[rid] = streamed.get(rid, "") + event.delta
+                        if on_token(in_flight[rid], event.delta) is False:
+                            strategy.abort(rid)
+                            index = in_flight.pop(rid)
+                            cancelled = RequestCancelled(f"input {index} was cancelled by on_token", streamed[rid])
+                            if not return_exceptions:
+                                raise cancelled
+                            yield index, cancelled
                     if event.kind == "error":
                         index = in_flight.pop(event.request_id)
                         if not return_exceptions:

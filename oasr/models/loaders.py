@@ -148,9 +148,13 @@ def load_pretrained(
     model, bundle, report = build_model_from_checkpoint(
         path, architecture=architecture, dtype=_parse_dtype(dtype), device=device
     )
+    tokenizer = load_tokenizer(bundle.tokenizer)
+    if tokenizer is not None and hasattr(model, "attach_tokenizer"):
+        # Models that build their own prompts (speech-LLMs) share the one loaded tokenizer.
+        model.attach_tokenizer(tokenizer)
     return LoadedModel(
         model=model,
-        tokenizer=load_tokenizer(bundle.tokenizer),
+        tokenizer=tokenizer,
         tokenizer_spec=bundle.tokenizer,
         feature_spec=bundle.features,
         decoding_spec=bundle.decoding,

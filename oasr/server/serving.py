@@ -17,11 +17,11 @@ Decoding policy:
   ``verbose_json`` then has ``words``, plus ``segments`` when ``segment`` is also given.
 * ``stream=true`` needs ``response_format`` json or text (else 400): the answer is
   ``text/event-stream`` with one ``transcript.text.delta`` event per decoded segment
-  (leading / trailing whitespace held back so that the deltas concatenate exactly to
-  the final text), then ``transcript.text.done`` with the whole text, then
-  ``data: [DONE]``. Errors found before the first event (bad audio, a full queue)
-  are ordinary 4xx answers; later ones are sent as a ``data: {"error": {...}}``
-  event before ``[DONE]``.
+  (per piece of text for a model decoded token by token, e.g. a speech-LLM; leading /
+  trailing whitespace held back so that the deltas concatenate exactly to the final
+  text), then ``transcript.text.done`` with the whole text, then ``data: [DONE]``.
+  Errors found before the first event (bad audio, a full queue) are ordinary 4xx
+  answers; later ones are sent as a ``data: {"error": {...}}`` event before ``[DONE]``.
 
 Every request runs while the client is watched: a client that disconnects has its
 request cancelled (the engine aborts it and frees its rows), counted in
@@ -278,8 +278,9 @@ class _TranscriptStream:
         event: StepEvent | None = self.first
         try:
             while event is not None:
-                if event.kind == "segment" and event.segment is not None:
-                    text = event.segment.text
+                if (event.kind == "segment" and event.segment is not None) or event.kind == "delta":
+                    # A decoded segment, or a piece of text from a strategy that streams tokens.
+                    text = event.segment.text if event.kind == "segment" else event.delta
                     if not started:
                         text = text.lstrip()
                         started = bool(text)

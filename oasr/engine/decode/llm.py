@@ -1,0 +1,639 @@
+"""The ``llm`` decode strategy: speech-LLMs (an audio tower feeding a causal LM that
+writes the transcript), shared by Qwen3-ASR and Qwen2-Audio, with continuous batching.
+
+A step does, across every admitted request:
+
+1. join: while the running batch has free rows, the waiting requests' features go
+   through ``model.encode_offline`` in one batch, their chat prompts
+   (``model.prompt_ids``) are embedded with the audio states spliced in
+   (``model.embed_prompt``), left-padded and prefilled in one call into the rows
+   after the running batch, and merged into it;
+2. step: every running row feeds its last token (``decoder.step``) and chooses the
+   next; rows that stop (a stop id of the model, or ``max_new_tokens``) leave through
+   ``select``, which fills their holes from the tail.
+
+Choosing a token (per row, on float32 logits) follows transformers' ``generate``
+chain: repetition penalty (over the prompt and the generated ids, as transformers
+does) -> temperature -> top-k -> top-p -> softmax -> one draw. The draw is an
+inverse-CDF lookup of a uniform number from the request's own ``torch.Generator``
+(CPU, seeded with ``options.seed``; a negative seed draws a random one), so a fixed
+seed replays the same tokens whatever the request is batched with and on any device
+(as long as the logits are the same). Greedy (temperature <= 0) is the argmax after
+the repetition penalty.
+
+Option semantics:
+
+* ``temperature``: one value, or a sequence of which the first value is used (the
+  LLM path has no quality-based fallback; the ``TranscribeOptions`` default
+  ``(0.0, 0.2, ...)`` therefore means greedy). Left at its default, the checkpoint's
+  ``DecodingSpec`` temperature applies (greedy when it declares none).
+* ``top_k`` / ``top_p`` / ``repetition_penalty`` / ``max_new_tokens``: when left at
+  their ``TranscribeOptions`` defaults (0 / 1.0 / 1.0 / None) the checkpoint's
+  ``DecodingSpec`` values apply; ``max_new_tokens`` is further capped by the LM context.
+* ``language``: resolved by ``model.resolve_language`` in ``validate`` (an unknown
+  one is a ``ValueError``); None / "" / "auto" detect it.
+* ``context``: text for the prompt's system turn. ``initial_prompt``, ``prefix`` and
+  ``hotwords`` are refused (use ``context``), as are ``word_timestamps`` and a
+  ``task`` the model does not declare (``model.supports_translation``).
+* ``beam_size`` / ``best_of`` and Whisper's fallback thresholds are not used: one
+  hypothesis is decoded per request.
+
+Streaming: after each token the request's accumulated ids are turned into bytes
+(``tokenizer.decode_bytes``) and only complete UTF-8 characters are decoded; the
+transcript so far (``model.parse_output``) is sent as ``StepEvent(kind="delta")``
+when it extends what was sent. With no forced language the model writes a language
+preamble first, so nothing is sent until ``parse_output`` reports the detected
+language (or the request finishes). The deltas of a request concatenate exactly to
+its final ``RequestOutput.text``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+import zlib
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from oasr.audio import load_audio
+from oasr.audio.frontends import build_frontend
+from oasr.engine.config import EngineConfig, TranscribeOptions
+from oasr.engine.decode.base import DecodeStrategy, Request, StepEvent
+from oasr.engine.outputs import RequestOutput, Segment
+from oasr.models.base import DecodeType
+from oasr.models.decoders import DecoderState, KVPool
+from oasr.models.loaders import LoadedModel
+
+log = logging.getLogger("oasr.engine")
+
+DEFAULT_MAX_NEW_TOKENS = 512
+DEFAULT_MAX_AUDIO_S = 1200.0  # refused past this (a checkpoint may declare max_audio_s)
+POOL_LEN_STEP = 256  # the K/V pool grows in steps of this many tokens per row
+PREFILL_MASK_BUDGET = 1 << 24  # (rows x T x T) mask elements of one padded prefill
+_DEFAULTS = TranscribeOptions()
+
+
+# ---------------------------------------------------------------------------
+# Sampling
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How one request chooses its tokens.
+
+    Attributes:
+        temperature: <= 0 is greedy.
+        top_k: keep the k highest scores (0 = off).
+        top_p: keep the smallest top set reaching this probability (1.0 = off).
+        repetition_penalty: > 1 penalises ids already in the prompt or generated.
+        seed: the request generator's seed.
+    """
+
+    temperature: float = 0.0
+    top_k: int = 0
+    top_p: float = 1.0
+    repetition_penalty: float = 1.0
+    seed: int = 0
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature <= 0
+
+
+def apply_repetition_penalty(scores: torch.Tensor, seen: torch.Tensor | None, penalty: float) -> torch.Tensor:
+    """transformers' repetition penalty: the score of every id in ``seen`` is divided by
+    ``penalty`` when positive and multiplied by it when negative.
+
+    Shapes:
+        scores: (V,) float32; seen: (n,) int64 ids -> (V,)
+    """
+    if penalty == 1.0 or seen is None or seen.numel() == 0:
+        return scores
+    scores = scores.clone()
+    s = scores.index_select(0, seen)
+    scores.index_copy_(0, seen, torch.where(s < 0, s * penalty, s / penalty))
+    return scores
+
+
+def filter_scores(scores: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+    """Temperature, then top-k, then top-p; filtered scores become -inf.
+
+    Top-k keeps every score tied with the k-th; top-p keeps the highest-probability
+    tokens whose cumulative probability reaches ``top_p`` (at least one), as
+    transformers' warpers do.
+
+    Shapes:
+        scores: (V,) float32 (after the repetition penalty) -> (V,)
+    """
+    scores = scores / params.temperature
+    if params.top_k > 0:
+        k = min(params.top_k, scores.shape[-1])
+        kth = torch.topk(scores, k).values[-1]
+        scores = scores.masked_fill(scores < kth, -math.inf)
+    if params.top_p < 1.0:
+        sorted_scores, order = torch.sort(scores, descending=False)
+        cum = sorted_scores.softmax(-1).cumsum(-1)
+        remove = cum <= 1 - params.top_p
+        remove[-1] = False  # the most likely token always stays
+        scores = scores.masked_fill(remove.scatter(0, order, remove), -math.inf)
+    return scores
+
+
+def sampling_probs(logits: torch.Tensor, seen: torch.Tensor | None, params: SamplingParams) -> torch.Tensor:
+    """The distribution a sampling draw reads: the whole chain before the draw.
+
+    Shapes:
+        logits: (V,) -> probabilities (V,) float32
+    """
+    scores = apply_repetition_penalty(logits.float(), seen, params.repetition_penalty)
+    return filter_scores(scores, params).softmax(-1)
+
+
+def draw(probs: torch.Tensor, generator: torch.Generator) -> int:
+    """One multinomial draw by inverse CDF, from a uniform of ``generator`` (CPU).
+
+    The uniform does not depend on the device or the batch; a zero-probability id is
+    never drawn.
+    """
+    u = float(torch.rand((), generator=generator, dtype=torch.float64))
+    cdf = probs.double().cumsum(-1)
+    x = torch.tensor([u], dtype=torch.float64, device=cdf.device) * cdf[-1]
+    return min(int(torch.searchsorted(cdf, x, right=True)), probs.shape[-1] - 1)
+
+
+def choose_token(
+    logits: torch.Tensor, seen: torch.Tensor | None, params: SamplingParams, generator: torch.Generator | None
+) -> int:
+    """Greedy (argmax after the repetition penalty) or a draw from ``sampling_probs``."""
+    if params.greedy:
+        return int(apply_repetition_penalty(logits.float(), seen, params.repetition_penalty).argmax())
+    if generator is None:
+        raise ValueError("sampling needs a generator")
+    return draw(sampling_probs(logits, seen, params), generator)
+
+
+# ---------------------------------------------------------------------------
+# UTF-8-safe transcript streaming
+
+
+def complete_utf8_prefix(data: bytes) -> int:
+    """Length of the longest prefix of ``data`` that does not end inside a multi-byte
+    UTF-8 character that more bytes could still complete."""
+    n = len(data)
+    for back in range(1, min(4, n) + 1):
+        b = data[n - back]
+        if b & 0xC0 == 0x80:  # a continuation byte: keep looking for its lead byte
+            continue
+        need = 2 if b & 0xE0 == 0xC0 else 3 if b & 0xF0 == 0xE0 else 4 if b & 0xF8 == 0xF0 else 1
+        return n - back if back < need else n
+    return n
+
+
+class TextStream:
+    """Transcript deltas of one request, never half a character.
+
+    Args:
+        decode_bytes: ids -> UTF-8 bytes (``Tokenizer.decode_bytes``).
+        parse: raw generated text -> (language or None, transcript) (``model.parse_output``).
+        hold_until_language: send nothing until ``parse`` reports a language (the
+            model writes a language preamble first).
+    """
+
+    def __init__(
+        self,
+        decode_bytes: Callable[[Sequence[int]], bytes],
+        parse: Callable[[str], tuple[str | None, str]],
+        *,
+        hold_until_language: bool,
+    ) -> None:
+        self.decode_bytes = decode_bytes
+        self.parse = parse
+        self.hold = hold_until_language
+        self.ids: list[int] = []
+        self.sent = ""
+        self.diverged = False
+
+    def _extend(self, transcript: str) -> str:
+        if self.diverged:
+            return ""
+        if not transcript.startswith(self.sent):
+            # parse_output took back text already sent: no more deltas for this request.
+            self.diverged = True
+            log.warning("streamed transcript diverged from the parsed text; deltas stop for this request")
+            return ""
+        delta = transcript[len(self.sent) :]
+        self.sent = transcript
+        return delta
+
+    def push(self, token: int) -> str:
+        """Add a generated id; returns the new transcript text ("" if none)."""
+        self.ids.append(int(token))
+        data = self.decode_bytes(self.ids)
+        text = data[: complete_utf8_prefix(data)].decode("utf-8", errors="replace")
+        language, transcript = self.parse(text)
+        if self.hold and language is None:
+            return ""
+        return self._extend(transcript)
+
+    def finish(self) -> tuple[str | None, str, str]:
+        """The whole generation: (language, transcript, the last delta)."""
+        text = self.decode_bytes(self.ids).decode("utf-8", errors="replace")
+        language, transcript = self.parse(text)
+        return language, transcript, self._extend(transcript)
+
+
+# ---------------------------------------------------------------------------
+# Per-request state
+
+
+@dataclass
+class _Req:
+    request: Request
+    opts: TranscribeOptions
+    params: SamplingParams
+    generator: torch.Generator | None
+    max_new: int
+    feats: torch.Tensor  # (T, F)
+    n_frames: int
+    stream: TextStream
+    seen: set[int] = field(default_factory=set)
+    tokens: list[int] = field(default_factory=list)
+    logprob_sum: float = 0.0
+    done: bool = False
+
+    @property
+    def rid(self) -> str:
+        return self.request.request_id
+
+
+class LlmDecodeStrategy(DecodeStrategy):
+    """Speech-LLM decoding (greedy or sampled) over continuous batches of a per-row K/V pool."""
+
+    decode_type = DecodeType.LLM
+    streams_text = True
+
+    def __init__(self, loaded: LoadedModel, config: EngineConfig) -> None:
+        super().__init__(loaded, config)
+        model = self.model
+        tokenizer = loaded.tokenizer if loaded.tokenizer is not None else getattr(model, "tokenizer", None)
+        if tokenizer is None:
+            raise ValueError("the llm strategy needs the checkpoint's tokenizer")
+        if loaded.feature_spec is None:
+            raise ValueError("the llm strategy needs the checkpoint's feature spec (FeatureSpec)")
+        self.tokenizer = tokenizer
+        self.decoder = model.decoder
+        self.frontend = build_frontend(loaded.feature_spec)
+        self.sampling_rate = loaded.feature_spec.sampling_rate
+        params = dict(loaded.decoding_spec.params) if loaded.decoding_spec is not None else {}
+        self.spec = params
+        front_limit = getattr(self.frontend, "max_duration_s", None)
+        self.max_audio_s = float(params.get("max_audio_s") or front_limit or DEFAULT_MAX_AUDIO_S)
+        self.stop_ids = frozenset(int(t) for t in model.stop_ids)
+        self.context_len = int(getattr(self.decoder.cfg, "max_position_embeddings", 32768))
+        self.max_rows = config.max_batch_size
+        self.device = model.device
+        self.dtype = model.compute_dtype
+        self.pool: KVPool | None = None
+        self.state: DecoderState | None = None
+        self.rows: list[_Req] = []  # running rows, in pool order
+        self.next_tokens: list[int] = []  # the token each running row feeds next
+        self.waiting: deque[_Req] = deque()
+        self.requests: dict[str, _Req] = {}
+        self.counters = {"joins_running": 0, "prefills": 0, "tokens_generated": 0, "pool_grows": 0}
+
+    # -- admission ---------------------------------------------------------------------
+
+    def validate(self, options: TranscribeOptions) -> TranscribeOptions:
+        options = super().validate(options)
+        name = type(self.model).__name__
+        if options.task != "transcribe" and not getattr(self.model, "supports_translation", False):
+            raise ValueError(f"task={options.task!r} is not available: {name} only transcribes")
+        for opt in ("initial_prompt", "prefix", "hotwords"):
+            if getattr(options, opt) is not None:
+                raise ValueError(
+                    f"{opt} is not used by the speech-LLM decoder ({name}); pass context= (text placed in "
+                    f"the prompt's system turn) to bias the transcript instead"
+                )
+        language = self.model.resolve_language(options.language)
+        # The model refuses what its prompt cannot express (e.g. context without a system turn)
+        # now, before any audio is decoded.
+        self.model.prompt_ids(1, language=language, context=options.context, task=options.task)
+        return options.replace(language=language) if language != options.language else options
+
+    def prepare(self, request: Request) -> Request:
+        if request.features is None:
+            wave = load_audio(request.source, self.sampling_rate, max_duration_s=self.max_audio_s)
+            feats, lens = self.frontend.compute_batch([wave])
+            request.features = (feats[0], int(lens[0]))
+            request.duration = len(wave) / self.sampling_rate
+        return request
+
+    def _sampling(self, opts: TranscribeOptions) -> tuple[SamplingParams, torch.Generator | None, int]:
+        spec = self.spec
+        if opts.temperature == _DEFAULTS.temperature:
+            temperature = float(spec.get("temperature", opts.temperatures[0]))
+        else:
+            temperature = opts.temperatures[0]
+        top_k = opts.top_k if opts.top_k != _DEFAULTS.top_k else int(spec.get("top_k", 0) or 0)
+        top_p = opts.top_p if opts.top_p != _DEFAULTS.top_p else float(spec.get("top_p", 1.0))
+        penalty = (
+            opts.repetition_penalty
+            if opts.repetition_penalty != _DEFAULTS.repetition_penalty
+            else float(spec.get("repetition_penalty", 1.0))
+        )
+        max_new = opts.max_new_tokens or int(spec.get("max_new_tokens") or DEFAULT_MAX_NEW_TOKENS)
+        seed = opts.seed if opts.seed >= 0 else random.SystemRandom().randrange(2**63)
+        params = SamplingParams(temperature, top_k, top_p, penalty, seed)
+        generator = None
+        if not params.greedy:
+            generator = torch.Generator()
+            generator.manual_seed(seed)
+        return params, generator, max_new
+
+    def add_request(self, request: Request) -> None:
+        if request.request_id in self.requests:
+            raise ValueError(f"duplicate request id {request.request_id!r}")
+        if request.features is None:
+            self.prepare(request)
+        feats, n_frames = request.features
+        opts = request.options
+        params, generator, max_new = self._sampling(opts)
+        stream = TextStream(
+            self.tokenizer.decode_bytes, self.model.parse_output, hold_until_language=opts.language is None
+        )
+        req = _Req(request, opts, params, generator, max_new, feats, int(n_frames), stream)
+        self.requests[req.rid] = req
+        self.waiting.append(req)
+
+    def abort(self, request_id: str) -> bool:
+        req = self.requests.pop(request_id, None)
+        if req is None:
+            return False
+        req.done = True
+        if req in self.waiting:
+            self.waiting = deque(r for r in self.waiting if r is not req)
+        if any(r is req for r in self.rows):  # free its row now, not at the next step
+            with torch.inference_mode():  # the pool was written under inference mode
+                self._keep([i for i, r in enumerate(self.rows) if r is not req])
+        self._release_if_idle()
+        return True
+
+    def num_unfinished(self) -> int:
+        return len(self.requests)
+
+    def stats(self) -> dict[str, float]:
+        return {"running_rows": len(self.rows), "waiting_tasks": len(self.waiting), **self.counters}
+
+    # -- the step ------------------------------------------------------------------------
+
+    def step(self) -> list[StepEvent]:
+        events: list[StepEvent] = []
+        with torch.inference_mode():
+            self._join(events)
+            self._advance(events)
+        self._release_if_idle()
+        return events
+
+    def _release_if_idle(self) -> None:
+        """Give the pool's memory back once nothing runs or waits."""
+        if not self.rows and not self.waiting:
+            self.pool, self.state, self.next_tokens = None, None, []
+
+    def _fail(self, req: _Req, exc: BaseException, events: list[StepEvent]) -> None:
+        if self.requests.pop(req.rid, None) is not None:
+            req.done = True
+            events.append(StepEvent(req.rid, "error", error=exc))
+
+    # -- 1. join: encode, prompt, prefill, merge -----------------------------------------------
+
+    def _join(self, events: list[StepEvent]) -> None:
+        free = self.max_rows - len(self.rows)
+        batch: list[_Req] = []
+        while self.waiting and len(batch) < free:
+            req = self.waiting.popleft()
+            if not req.done:
+                batch.append(req)
+        if not batch:
+            return
+        try:
+            self._prefill(batch, events)
+        except Exception as e:  # a failing batch fails its own requests, not the running ones
+            log.exception("prefill of %d requests failed", len(batch))
+            for req in batch:
+                self._fail(req, e, events)
+
+    def _prefill(self, batch: list[_Req], events: list[StepEvent]) -> None:
+        model = self.model
+        n_feat = max(r.feats.shape[0] for r in batch)
+        feats = batch[0].feats.new_zeros(len(batch), n_feat, batch[0].feats.shape[1])
+        for i, r in enumerate(batch):
+            feats[i, : r.feats.shape[0]] = r.feats
+        lens = torch.tensor([r.n_frames for r in batch], dtype=torch.long, device=self.device)
+        audio, n_audio = model.encode_offline(feats.to(device=self.device, dtype=self.dtype), lens)
+        n_audio_list = [int(n) for n in n_audio.tolist()]
+        keep: list[int] = []
+        prompts: list[list[int]] = []
+        for i, (r, n) in enumerate(zip(batch, n_audio_list)):
+            try:
+                ids = list(model.prompt_ids(n, language=r.opts.language, context=r.opts.context, task=r.opts.task))
+            except ValueError as e:
+                self._fail(r, e, events)
+                continue
+            room = self.context_len - len(ids)
+            if room < 1:
+                self._fail(
+                    r,
+                    ValueError(
+                        f"the prompt ({len(ids)} tokens for {r.request.duration:.1f} s of audio) fills the "
+                        f"model's {self.context_len}-token context"
+                    ),
+                    events,
+                )
+                continue
+            r.max_new = min(r.max_new, room)
+            if r.params.repetition_penalty != 1.0:
+                r.seen = set(ids)
+            keep.append(i)
+            prompts.append(ids)
+        if not keep:
+            return
+        # Prompts of similar length prefill together, shortest first; a group's padded
+        # (T, T) attention mask stays under PREFILL_MASK_BUDGET elements (a lone or
+        # unpadded group needs no mask at all).
+        order = sorted(range(len(keep)), key=lambda j: len(prompts[j]))
+        group: list[int] = []
+        for j in order:
+            longest = len(prompts[j])
+            if group and (len(group) + 1) * longest * longest > PREFILL_MASK_BUDGET:
+                self._prefill_group(group, keep, batch, prompts, audio, n_audio, events)
+                group = []
+            group.append(j)
+        self._prefill_group(group, keep, batch, prompts, audio, n_audio, events)
+
+    def _prefill_group(
+        self,
+        group: list[int],
+        keep: list[int],
+        batch: list[_Req],
+        prompts: list[list[int]],
+        audio: torch.Tensor,
+        n_audio: torch.Tensor,
+        events: list[StepEvent],
+    ) -> None:
+        """Prefill the prompts ``prompts[j]`` (requests ``batch[keep[j]]``, audio rows
+        ``keep[j]``) for ``j`` in ``group`` after the running rows, and merge them in."""
+        reqs = [batch[keep[j]] for j in group]
+        group_prompts = [prompts[j] for j in group]
+        rows = torch.tensor([keep[j] for j in group], device=audio.device)
+        t = max(len(p) for p in group_prompts)
+        ids_t = torch.zeros(len(group), t, dtype=torch.long)
+        valid = torch.zeros(len(group), t, dtype=torch.bool)
+        for i, p in enumerate(group_prompts):
+            ids_t[i, t - len(p) :] = torch.tensor(p, dtype=torch.long)
+            valid[i, t - len(p) :] = True
+        ids_t, valid = ids_t.to(self.device), valid.to(self.device)
+        embeds = self.model.embed_prompt(ids_t, valid, audio.index_select(0, rows), n_audio.index_select(0, rows))
+        self._ensure_pool(max(len(p) + r.max_new for p, r in zip(group_prompts, reqs)))
+        logits, new = self.decoder.prefill(self.pool, embeds, valid, row0=len(self.rows))
+        self.counters["prefills"] += 1
+        tokens, logprobs = self._choose(reqs, logits)
+        alive = [
+            i for i, (r, tok, lp) in enumerate(zip(reqs, tokens, logprobs)) if not self._accept(r, tok, lp, events)
+        ]
+        if not alive:
+            return
+        if len(alive) < len(reqs):
+            new = self.decoder.select(new, alive)
+        if self.state is None or not self.rows:
+            self.state = new
+        else:
+            self.state = self.decoder.merge(self.state, new)
+            self.counters["joins_running"] += len(alive)
+        self.rows += [reqs[i] for i in alive]
+        self.next_tokens += [tokens[i] for i in alive]
+
+    def _ensure_pool(self, need_len: int) -> None:
+        """A pool of ``max_rows`` rows holding at least ``need_len`` tokens each; a growing
+        pool takes the running rows along."""
+        if self.pool is not None and self.pool.max_len >= need_len:
+            return
+        new_len = min(max(need_len, math.ceil(need_len / POOL_LEN_STEP) * POOL_LEN_STEP), self.context_len)
+        pool = self.decoder.new_pool(self.max_rows, max_len=new_len, device=self.device, dtype=self.dtype)
+        if self.pool is not None and self.state is not None and self.rows:
+            pool.copy_from(self.pool, self.state.row0 + self.state.n_rows, 0, self.state.max_length)
+            self.state.pool = pool
+            self.counters["pool_grows"] += 1
+        self.pool = pool
+
+    # -- 2. decode steps ------------------------------------------------------------------------
+
+    def _advance(self, events: list[StepEvent]) -> None:
+        if not self.rows:
+            return
+        logits = self.decoder.step(self.state, torch.tensor(self.next_tokens, device=self.device))
+        tokens, logprobs = self._choose(self.rows, logits)
+        alive = []
+        for i, (r, tok, lp) in enumerate(zip(self.rows, tokens, logprobs)):
+            if not self._accept(r, tok, lp, events):
+                alive.append(i)
+                self.next_tokens[i] = tok
+        if len(alive) < len(self.rows):
+            self._keep(alive)
+
+    def _keep(self, alive: list[int]) -> None:
+        """Keep rows ``alive`` (ascending); holes are filled from the tail so few rows move."""
+        m, kept = len(alive), set(alive)
+        tail = [i for i in alive if i >= m]
+        order = [i if i in kept else tail.pop() for i in range(m)]
+        self.state = self.decoder.select(self.state, order)
+        self.rows = [self.rows[i] for i in order]
+        self.next_tokens = [self.next_tokens[i] for i in order]
+
+    def _choose(self, reqs: list[_Req], logits: torch.Tensor) -> tuple[list[int], list[float]]:
+        """Each row's next token and its log-probability under the model (before filtering)."""
+        logits = logits.float()
+        plain = [i for i, r in enumerate(reqs) if r.params.greedy and r.params.repetition_penalty == 1.0]
+        tokens = [0] * len(reqs)
+        if plain:
+            best = logits[plain].argmax(-1).tolist()
+            for i, tok in zip(plain, best):
+                tokens[i] = int(tok)
+        for i, r in enumerate(reqs):
+            if r.params.greedy and r.params.repetition_penalty == 1.0:
+                continue
+            seen = None
+            if r.params.repetition_penalty != 1.0 and r.seen:
+                seen = torch.tensor(sorted(r.seen), dtype=torch.long, device=logits.device)
+            tokens[i] = choose_token(logits[i], seen, r.params, r.generator)
+        idx = torch.tensor(tokens, device=logits.device)
+        lps = torch.log_softmax(logits, -1).gather(1, idx[:, None])[:, 0].tolist()
+        return tokens, lps
+
+    def _accept(self, req: _Req, token: int, logprob: float, events: list[StepEvent]) -> bool:
+        """Record a chosen token; returns True when the request finished with it."""
+        self.counters["tokens_generated"] += 1
+        if token in self.stop_ids:
+            self._finish(req, events)
+            return True
+        req.tokens.append(token)
+        req.logprob_sum += logprob
+        if req.params.repetition_penalty != 1.0:
+            req.seen.add(token)
+        delta = req.stream.push(token)
+        if delta:
+            events.append(StepEvent(req.rid, "delta", delta=delta))
+        if len(req.tokens) >= req.max_new:
+            self._finish(req, events)
+            return True
+        return False
+
+    def _finish(self, req: _Req, events: list[StepEvent]) -> None:
+        if self.requests.pop(req.rid, None) is None:
+            return
+        req.done = True
+        detected, text, delta = req.stream.finish()
+        if delta:
+            events.append(StepEvent(req.rid, "delta", delta=delta))
+        segments = []
+        if text:
+            data = text.encode("utf-8")
+            segments.append(
+                Segment(
+                    id=1,
+                    seek=0,
+                    start=0.0,
+                    end=round(req.request.duration, 3),
+                    text=text,
+                    tokens=list(req.tokens),
+                    temperature=max(req.params.temperature, 0.0),
+                    avg_logprob=req.logprob_sum / max(len(req.tokens), 1),
+                    compression_ratio=len(data) / len(zlib.compress(data)),
+                )
+            )
+        output = RequestOutput(
+            request_id=req.rid,
+            text=text,
+            segments=segments,
+            language=req.opts.language or detected,
+            language_probability=1.0 if req.opts.language else None,
+            duration=req.request.duration,
+            task=req.opts.task,
+        )
+        events.append(StepEvent(req.rid, "finished", output=output))
+
+
+__all__ = [
+    "LlmDecodeStrategy",
+    "SamplingParams",
+    "TextStream",
+    "apply_repetition_penalty",
+    "choose_token",
+    "complete_utf8_prefix",
+    "draw",
+    "filter_scores",
+    "sampling_probs",
+]
