@@ -49,6 +49,8 @@ _BUILTIN_PACKAGES: tuple[str, ...] = (
     "oasr.models.conformer",
     "oasr.models.lasr",
     "oasr.models.parakeet",
+    "oasr.models.qwen3_asr",
+    "oasr.models.speech_llm",
 )
 
 

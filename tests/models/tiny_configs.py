@@ -68,9 +68,75 @@ def _conformer() -> Any:
     return ConformerModelConfig(encoder=encoder, vocab_size=45, decoder=decoder)
 
 
+def _speech_llm() -> Any:
+    from oasr.models.decoders.causal_lm import CausalLmConfig
+    from oasr.models.speech_llm import Qwen2AudioConfig, Qwen2AudioEncoderConfig
+
+    audio = Qwen2AudioEncoderConfig(d_model=16, encoder_layers=2, encoder_attention_heads=2, encoder_ffn_dim=32)
+    text = CausalLmConfig(
+        vocab_size=64,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=1024,
+    )
+    return Qwen2AudioConfig(
+        audio=audio,
+        text=text,
+        audio_token_id=60,
+        audio_bos_id=61,
+        audio_eos_id=62,
+        im_start_id=58,
+        im_end_id=59,
+        stop_ids=(57, 59),
+    )
+
+
+def _qwen3_asr() -> Any:
+    from oasr.models.decoders.causal_lm import CausalLmConfig
+    from oasr.models.qwen3_asr import Qwen3AsrAudioConfig, Qwen3AsrConfig
+
+    audio = Qwen3AsrAudioConfig(
+        d_model=16,
+        encoder_layers=2,
+        encoder_attention_heads=2,
+        encoder_ffn_dim=32,
+        downsample_hidden_size=8,
+        output_dim=16,
+    )
+    text = CausalLmConfig(
+        vocab_size=64,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        tie_word_embeddings=True,
+        attention_bias=False,
+        qk_norm=True,
+        max_position_embeddings=1024,
+    )
+    return Qwen3AsrConfig(
+        audio=audio,
+        text=text,
+        audio_token_id=60,
+        audio_start_token_id=61,
+        audio_end_token_id=62,
+        im_start_token_id=58,
+        im_end_token_id=59,
+        asr_text_token_id=63,
+        eos_token_ids=(57, 59),
+    )
+
+
 TINY_CONFIGS: dict[str, Callable[[], Any]] = {
     "conformer": _conformer,
     "lasr": _lasr,
     "parakeet": _parakeet,
+    "qwen3_asr": _qwen3_asr,
+    "speech_llm": _speech_llm,
     "whisper": _whisper,
 }

@@ -1,0 +1,491 @@
+"""Qwen3-ASR: a windowed audio tower whose states replace the audio placeholders of a
+chat prompt, and a Qwen3 causal LM that writes ``language {Name}<asr_text>{transcript}``.
+
+The audio tower reads a 128-bin Whisper log-mel:
+
+* the stem: the mel is cut into chunks of ``2 * n_window`` (100) frames, the last one
+  zero-padded; each chunk goes through three (k3, s2, p1) conv2d + GELU (frequency
+  128 -> 16, time / 8), a bias-free linear to ``d_model``, and the sinusoidal table
+  from position 0 (it restarts every chunk); each chunk keeps the frames its real
+  length accounts for;
+* the encoder: pre-norm transformer layers over each utterance's concatenated frames,
+  attending only within windows of ``window_tokens`` (104) frames (the block-diagonal
+  mask). Windows are packed as independent rows of one attention call, so long audio
+  never builds a quadratic mask; when every utterance fits one window it is one dense
+  block per row;
+* post-norm, then the ``proj1 -> GELU -> proj2`` head to the LM width.
+
+Module names follow the original release's ``audio_tower`` (``conv2d1..3``,
+``conv_out``, ``layers.N.*``, ``ln_post``, ``proj1``, ``proj2``) under ``encoder.`` and the
+Hugging Face Qwen3 names under ``decoder.``; ``convert.py`` maps both layouts onto them.
+
+Reads top to bottom: attention, encoder layer, window packing, the tower, then the
+public model (the speech-LLM surface the ``llm`` strategy consumes).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from oasr.layers import Conv2d, Gelu, LayerNorm, Linear, LinearActivation, attention, sinusoids
+from oasr.models.base import BaseAsrModel, BaseEncoder, DecodeType, TokenizerSpec
+from oasr.models.decoders.causal_lm import CausalLm
+from oasr.models.qwen3_asr.config import (
+    ASR_TEXT_TOKEN,
+    AUDIO_END_TOKEN,
+    AUDIO_PAD_TOKEN,
+    AUDIO_START_TOKEN,
+    IM_END_TOKEN,
+    IM_START_TOKEN,
+    LANGUAGE_CODE_TO_NAME,
+    Qwen3AsrAudioConfig,
+    Qwen3AsrConfig,
+)
+
+# Stem chunks per convolution call: bounds the (chunks, channels, 64, 50) activation of
+# the first convolution on long audio.
+_STEM_CHUNKS_PER_CALL = 128
+_FP16_CLAMP = torch.finfo(torch.float16).max - 1000
+
+
+class Qwen3AsrAudioAttention(nn.Module):
+    """Bidirectional multi-head self-attention with biased projections (no positions).
+
+    Shapes:
+        x: (N, W, D), key_lengths: (N,) or None -> (N, W, D)
+    """
+
+    def __init__(self, d_model: int, n_head: int) -> None:
+        super().__init__()
+        self.n_head = n_head
+        self.head_dim = d_model // n_head
+        self.q_proj = Linear(d_model, d_model)
+        self.k_proj = Linear(d_model, d_model)
+        self.v_proj = Linear(d_model, d_model)
+        self.out_proj = Linear(d_model, d_model)
+
+    def forward(self, x: torch.Tensor, key_lengths: torch.Tensor | None = None) -> torch.Tensor:
+        n, w, d = x.shape
+
+        def heads(t: torch.Tensor) -> torch.Tensor:
+            return t.view(n, w, self.n_head, self.head_dim).transpose(1, 2)  # (N, H, W, Dh)
+
+        q, k, v = heads(self.q_proj(x)), heads(self.k_proj(x)), heads(self.v_proj(x))
+        out = attention(q, k, v, key_lengths=key_lengths)  # (N, H, W, Dh)
+        return self.out_proj(out.transpose(1, 2).reshape(n, w, d))
+
+
+class Qwen3AsrAudioLayer(nn.Module):
+    """Pre-norm encoder layer: attention and a GELU MLP, each with a residual."""
+
+    def __init__(self, cfg: Qwen3AsrAudioConfig) -> None:
+        super().__init__()
+        d = cfg.d_model
+        self.self_attn = Qwen3AsrAudioAttention(d, cfg.encoder_attention_heads)
+        self.self_attn_layer_norm = LayerNorm(d, cfg.layer_norm_eps)
+        self.fc1 = LinearActivation(d, cfg.encoder_ffn_dim, "gelu")
+        self.fc2 = Linear(cfg.encoder_ffn_dim, d)
+        self.final_layer_norm = LayerNorm(d, cfg.layer_norm_eps)
+
+    def forward(self, x: torch.Tensor, key_lengths: torch.Tensor | None = None) -> torch.Tensor:
+        a = self.self_attn(self.self_attn_layer_norm(x), key_lengths)
+        h, x = self.final_layer_norm.add_forward(a, x)
+        x = x + self.fc2(self.fc1(h))
+        if x.dtype == torch.float16:
+            # The residual stream of a half-precision tower can overflow; both references clamp it.
+            x = x.clamp(-_FP16_CLAMP, _FP16_CLAMP)
+        return x
+
+
+def post_cnn_lengths(lengths: torch.Tensor) -> torch.Tensor:
+    """Frames left after the three (k3, s2, p1) convolutions, elementwise (0 stays 0)."""
+    for _ in range(3):
+        lengths = torch.where(lengths > 0, (lengths - 1) // 2 + 1, torch.zeros_like(lengths))
+    return lengths
+
+
+@dataclass(frozen=True)
+class WindowLayout:
+    """How a batch's encoder frames are packed into attention windows.
+
+    A row of ``n`` frames splits into windows of ``width`` frames (the last one partial);
+    each window is one row of the packed batch and attends only to itself, which is the
+    block-diagonal window mask. When every row fits one window the layout is dense: one
+    block per row, ``width`` the longest row.
+
+    Attributes:
+        width: frames per packed window.
+        slots: windows reserved per batch row in the unpacked ``(B, slots * width)`` view.
+        index: (n_windows,) position of each packed window in the ``(B * slots)`` view.
+        key_lengths: (n_windows,) valid frames per window; None when every window is full.
+        dense: every row is a single window.
+    """
+
+    width: int
+    slots: int
+    index: torch.Tensor
+    key_lengths: torch.Tensor | None
+    dense: bool
+
+    @property
+    def n_windows(self) -> int:
+        return int(self.index.numel())
+
+    @classmethod
+    def build(cls, n_tokens: torch.Tensor, window: int) -> WindowLayout:
+        """The layout of rows of ``n_tokens`` frames (all >= 1) under windows of ``window`` frames."""
+        n_max = int(n_tokens.max())
+        device = n_tokens.device
+        if n_max <= window:
+            full = bool((n_tokens == n_max).all())
+            index = torch.arange(n_tokens.numel(), device=device)
+            return cls(n_max, 1, index, None if full else n_tokens.clone(), dense=True)
+        slots = -(-n_max // window)
+        starts = torch.arange(slots, device=device)[None, :] * window  # (1, S)
+        lengths = (n_tokens[:, None] - starts).clamp(min=0, max=window)  # (B, S)
+        used = lengths > 0
+        index = used.flatten().nonzero().squeeze(-1)
+        kl = lengths.flatten()[index]
+        return cls(window, slots, index, None if bool((kl == window).all()) else kl, dense=False)
+
+    def pack(self, x: torch.Tensor) -> torch.Tensor:
+        """(B, N, D) frames -> (n_windows, width, D) windows."""
+        b, n, d = x.shape
+        total = self.slots * self.width
+        if total > n:
+            x = torch.nn.functional.pad(x, (0, 0, 0, total - n))
+        return x[:, :total].reshape(b * self.slots, self.width, d).index_select(0, self.index)
+
+    def unpack(self, windows: torch.Tensor, batch: int, n: int) -> torch.Tensor:
+        """(n_windows, width, D) -> (B, n, D); frames past a row's length are zero."""
+        d = windows.shape[-1]
+        out = windows.new_zeros(batch * self.slots, self.width, d)
+        out[self.index] = windows
+        return out.view(batch, self.slots * self.width, d)[:, :n]
+
+
+class Qwen3AsrAudioEncoder(BaseEncoder):
+    """Conv2d stem per mel chunk, windowed transformer encoder, post-norm, projection head.
+
+    Shapes:
+        feats: (B, T, n_mels) (or (B, n_mels, T)), feat_lens: (B,)
+        -> states (B, N_max, output_dim) (or d_model before the head), n_tokens (B,)
+    """
+
+    def __init__(self, cfg: Qwen3AsrAudioConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        c, d = cfg.downsample_hidden_size, cfg.d_model
+        self.conv2d1 = Conv2d(1, c, 3, stride=2, padding=1)
+        self.conv2d2 = Conv2d(c, c, 3, stride=2, padding=1)
+        self.conv2d3 = Conv2d(c, c, 3, stride=2, padding=1)
+        self.gelu = Gelu()
+        self.conv_out = Linear(c * cfg.freq_bins, d, bias=False)
+        self.layers = nn.ModuleList(Qwen3AsrAudioLayer(cfg) for _ in range(cfg.encoder_layers))
+        self.ln_post = LayerNorm(d, cfg.layer_norm_eps)
+        self.proj1 = LinearActivation(d, d, "gelu")
+        self.proj2 = Linear(d, cfg.output_dim)
+
+    @property
+    def subsampling_rate(self) -> int:
+        return 8
+
+    @property
+    def output_size(self) -> int:
+        return self.cfg.output_dim
+
+    # -- stem ---------------------------------------------------------------------------
+
+    def stem(self, chunks: torch.Tensor) -> torch.Tensor:
+        """Stem of whole chunks, with the sinusoidal table restarted in each.
+
+        Shapes:
+            chunks: (M, n_mels, chunk_frames) -> (M, chunk_tokens, d_model)
+        """
+        x = chunks[:, None]  # (M, 1, F, T)
+        x = self.gelu(self.conv2d1(x))
+        x = self.gelu(self.conv2d2(x))
+        x = self.gelu(self.conv2d3(x))  # (M, C, F', T')
+        m, c, f, t = x.shape
+        x = self.conv_out(x.permute(0, 3, 1, 2).reshape(m, t, c * f))  # (M, T', C * F') -> (M, T', D)
+        return x + sinusoids(t, x.shape[-1]).to(device=x.device, dtype=x.dtype)
+
+    def embed(self, feats: torch.Tensor, feat_lens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The stem over every chunk of every row; each row's frames concatenated.
+
+        Shapes:
+            feats: (B, T, n_mels), feat_lens: (B,) -> (B, N_max, d_model), n_tokens (B,)
+        """
+        b, t, f = feats.shape
+        cf = self.cfg.chunk_frames
+        lens = feat_lens.to(device=feats.device, dtype=torch.long).clamp(max=t)
+        if bool((lens < 1).any()):
+            raise ValueError(f"every row needs at least one mel frame, got feat_lens={lens.tolist()}")
+        n_chunks = -(-t // cf)
+        # The padded tail of the last chunk is zero, as the reference pads its mel.
+        frame_ok = torch.arange(n_chunks * cf, device=feats.device)[None, :] < lens[:, None]
+        x = torch.nn.functional.pad(feats, (0, 0, 0, n_chunks * cf - t)) * frame_ok[..., None].to(feats.dtype)
+        x = x.view(b, n_chunks, cf, f)
+        chunk_len = (lens[:, None] - torch.arange(n_chunks, device=feats.device)[None, :] * cf).clamp(0, cf)
+        used = chunk_len > 0  # (B, C): a prefix of each row
+        chunks = x[used].transpose(1, 2)  # (M, F, cf), rows in order
+        states = torch.cat([self.stem(c) for c in chunks.split(_STEM_CHUNKS_PER_CALL)])  # (M, ct, D)
+        ct = states.shape[1]
+        n_tokens = post_cnn_lengths(chunk_len).sum(1)  # (B,)
+        # Row b's frame j is frame j % ct of its chunk j // ct (every chunk but the last is full).
+        first_chunk = used.sum(1).cumsum(0) - used.sum(1)  # (B,)
+        n_max = int(n_tokens.max())
+        j = torch.arange(n_max, device=feats.device)[None, :]
+        flat = (first_chunk[:, None] + j // ct) * ct + j % ct  # (B, N_max)
+        flat = torch.where(j < n_tokens[:, None], flat, torch.zeros_like(flat))
+        return states.reshape(-1, states.shape[-1])[flat], n_tokens
+
+    # -- encoder --------------------------------------------------------------------------
+
+    def layout(self, n_tokens: torch.Tensor) -> WindowLayout:
+        """The attention windows of rows of ``n_tokens`` encoder frames."""
+        return WindowLayout.build(n_tokens, self.cfg.window_tokens)
+
+    def forward(
+        self, feats: torch.Tensor, feat_lens: torch.Tensor | None = None, *, project: bool = True
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Audio states of a batch of log-mels.
+
+        Args:
+            feats: (B, T, n_mels) as front ends batch them, or (B, n_mels, T) as
+                transformers lays them out (read as (B, T, n_mels) when T == n_mels);
+                frames past each row's length are ignored.
+            feat_lens: (B,) valid mel frames per row (default: all T).
+            project: apply the ``proj1 -> GELU -> proj2`` head (False returns the
+                post-norm encoder states).
+
+        Returns:
+            states (B, N_max, output_dim or d_model), zero past each row's length, and
+            n_tokens (B,) valid states per row.
+        """
+        n_mels = self.cfg.num_mel_bins
+        if feats.dim() != 3 or n_mels not in (feats.shape[1], feats.shape[2]):
+            raise ValueError(f"expected log-mel features (B, T, {n_mels}), got {tuple(feats.shape)}")
+        if feats.shape[2] != n_mels:
+            feats = feats.transpose(1, 2)
+        feats = feats.to(self.conv_out.weight.dtype)
+        if feat_lens is None:
+            feat_lens = torch.full((feats.shape[0],), feats.shape[1], dtype=torch.long)
+        x, n_tokens = self.embed(feats, feat_lens)
+        layout = self.layout(n_tokens)
+        w = layout.pack(x)  # (n_windows, width, D)
+        for layer in self.layers:
+            w = layer(w, layout.key_lengths)
+        w = self.ln_post(w)
+        if project:
+            w = self.proj2(self.proj1(w))
+        out = layout.unpack(w, x.shape[0], x.shape[1])
+        valid = torch.arange(out.shape[1], device=out.device)[None, :] < n_tokens[:, None]
+        return out * valid[..., None].to(out.dtype), n_tokens
+
+
+# ---------------------------------------------------------------------------
+# The model
+
+
+_PREAMBLE = re.compile(r"language\s+([^\s<]+)", re.IGNORECASE)
+# A preamble cut short by the token budget: "language", "language Eng", "language English".
+_CUT_PREAMBLE = re.compile(r"language(?:\s+([^\s<]*))?", re.IGNORECASE)
+
+
+class Qwen3AsrModel(BaseAsrModel):
+    """Qwen3-ASR (offline only; decoded by the ``llm`` strategy).
+
+    Args:
+        config: the architecture, the chat ids and the language table.
+    """
+
+    architecture = "qwen3_asr"
+    capabilities = frozenset({DecodeType.LLM})
+    default_decode_type = DecodeType.LLM
+
+    def __init__(self, config: Qwen3AsrConfig) -> None:
+        super().__init__(config)
+        self.encoder = Qwen3AsrAudioEncoder(config.audio)
+        self.decoder = CausalLm(config.text)
+        self._tokenizer = None
+        names = {n.lower(): n for n in config.languages}
+        self._languages: dict[str, str] = dict(names)
+        for code, name in LANGUAGE_CODE_TO_NAME.items():
+            if name.lower() in names:
+                self._languages[code] = names[name.lower()]
+
+    @property
+    def encoder_options(self) -> frozenset[str]:
+        return frozenset({"language", "context"})
+
+    # -- audio ---------------------------------------------------------------------------
+
+    def encode_offline(self, feats: torch.Tensor, feat_lens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Audio states at the LM width, ready to splice into the prompt.
+
+        Args:
+            feats: (B, T, 128) log-mels (or (B, 128, T)), zero-padded; feat_lens: (B,) frames.
+
+        Returns:
+            states (B, N_max, D_lm) and n_audio (B,) (the placeholders each row's prompt needs).
+        """
+        return self.encoder(feats, feat_lens)
+
+    def n_audio_tokens(self, n_frames: int) -> int:
+        """Audio placeholders of an utterance of ``n_frames`` mel frames."""
+        return self.config.audio.n_tokens(n_frames)
+
+    # -- prompt ----------------------------------------------------------------------------
+
+    @property
+    def tokenizer(self):
+        """The checkpoint's tokenizer (loaded from ``config.tokenizer_path`` on first use)."""
+        if self._tokenizer is None:
+            from oasr.tokenizers import load_tokenizer
+
+            if not self.config.tokenizer_path:
+                raise RuntimeError(
+                    "Qwen3-ASR builds its prompt with the checkpoint's tokenizer: load the model from its "
+                    "directory, or call attach_tokenizer()"
+                )
+            self._tokenizer = load_tokenizer(TokenizerSpec(kind="huggingface", path=self.config.tokenizer_path))
+        return self._tokenizer
+
+    def attach_tokenizer(self, tokenizer) -> None:
+        """Use ``tokenizer`` (an ``oasr.tokenizers.Tokenizer``) for prompts."""
+        self._tokenizer = tokenizer
+
+    @property
+    def supported_languages(self) -> tuple[str, ...]:
+        """Canonical names a language can be forced to."""
+        return tuple(self.config.languages)
+
+    def resolve_language(self, language: str | None) -> str | None:
+        """Canonical language name of an ISO code or a name of the model's table, in any case.
+
+        None, "" and "auto" mean detect (None).
+
+        Raises:
+            ValueError: a language outside the table, naming the supported ones.
+        """
+        if language is None:
+            return None
+        key = str(language).strip().lower()
+        if key in ("", "auto"):
+            return None
+        name = self._languages.get(key)
+        if name is None:
+            codes = {v: k for k, v in self._languages.items() if k != v.lower()}
+            listed = ", ".join(f"{n} ({codes[n]})" if n in codes else n for n in self.config.languages)
+            raise ValueError(f"Qwen3-ASR does not support language {language!r}; supported: {listed}, or auto")
+        return name
+
+    def prompt_text(self, n_audio: int, *, language: str | None = None, context: str | None = None) -> str:
+        """The chat prompt as text (see ``prompt_ids``)."""
+        name = self.resolve_language(language)
+        audio = AUDIO_START_TOKEN + AUDIO_PAD_TOKEN * n_audio + AUDIO_END_TOKEN
+        text = (
+            f"{IM_START_TOKEN}system\n{context or ''}{IM_END_TOKEN}\n"
+            f"{IM_START_TOKEN}user\n{audio}{IM_END_TOKEN}\n"
+            f"{IM_START_TOKEN}assistant\n"
+        )
+        if name is not None:
+            text += f"language {name}{ASR_TEXT_TOKEN}"
+        return text
+
+    def prompt_ids(
+        self, n_audio: int, *, language: str | None = None, context: str | None = None, task: str = "transcribe"
+    ) -> list[int]:
+        """Token ids of the transcription prompt, ending where generation starts::
+
+            <|im_start|>system\\n{context}<|im_end|>\\n
+            <|im_start|>user\\n<|audio_start|>{<|audio_pad|> x n_audio}<|audio_end|><|im_end|>\\n
+            <|im_start|>assistant\\n[language {Name}<asr_text>]
+
+        ``context`` (biasing text) fills the system turn (empty when None). A forced
+        language primes the assistant turn with ``language {Name}<asr_text>``, so the
+        model writes only the transcript; None / "" / "auto" leave the turn open and
+        the model writes its own ``language {Name}<asr_text>`` preamble.
+
+        Raises:
+            ValueError: an unsupported language or task, or ``n_audio < 1``.
+        """
+        if task != "transcribe":
+            raise ValueError(f"Qwen3-ASR serves task='transcribe' only, got task={task!r}")
+        if n_audio < 1:
+            raise ValueError(f"n_audio must be >= 1, got {n_audio}")
+        # Tokenise with one placeholder (a special token, atomic under BPE), then expand it.
+        ids = self.tokenizer.encode(self.prompt_text(1, language=language, context=context))
+        at = [i for i, t in enumerate(ids) if t == self.config.audio_token_id]
+        if len(at) != 1 or ids[at[0] - 1] != self.config.audio_start_token_id:
+            raise ValueError(
+                f"the tokenizer does not encode {AUDIO_START_TOKEN}{AUDIO_PAD_TOKEN} as the ids "
+                f"{self.config.audio_start_token_id}, {self.config.audio_token_id} of the config"
+            )
+        return ids[: at[0]] + [self.config.audio_token_id] * n_audio + ids[at[0] + 1 :]
+
+    def embed_prompt(
+        self, ids: torch.Tensor, valid: torch.Tensor, audio_states: torch.Tensor, n_audio: torch.Tensor
+    ) -> torch.Tensor:
+        """Token embeddings with each row's audio placeholders overwritten by its states.
+
+        Shapes:
+            ids: (B, T) left-padded, valid: (B, T) bool, audio_states: (B, N_max, D),
+            n_audio: (B,) -> (B, T, D)
+
+        Raises:
+            ValueError: a row whose placeholder count differs from its ``n_audio``.
+        """
+        x = self.decoder.embed(ids)
+        slots = (ids == self.config.audio_token_id) & valid.to(device=ids.device, dtype=torch.bool)  # (B, T)
+        n_audio = n_audio.to(device=ids.device, dtype=torch.long)
+        counts = slots.sum(dim=1)
+        if not torch.equal(counts, n_audio):
+            raise ValueError(f"audio placeholders per row {counts.tolist()} != audio states {n_audio.tolist()}")
+        keep = torch.arange(audio_states.shape[1], device=ids.device)[None, :] < n_audio[:, None]  # (B, N_max)
+        # Boolean indexing walks rows in order on both sides: row i's states fill row i's slots.
+        x[slots] = audio_states.to(device=x.device, dtype=x.dtype)[keep]
+        return x
+
+    # -- output ------------------------------------------------------------------------------
+
+    @property
+    def stop_ids(self) -> tuple[int, ...]:
+        """Generation stops at any of these (``<|endoftext|>``, ``<|im_end|>``)."""
+        return tuple(dict.fromkeys((*self.config.eos_token_ids, self.config.im_end_token_id)))
+
+    def _language_name(self, value: str) -> str | None:
+        if value.lower() == "none":
+            return None
+        return self._languages.get(value.lower(), value)
+
+    def parse_output(self, text: str) -> tuple[str | None, str]:
+        """(detected language name or None, transcript) of the generated text.
+
+        The transcript is what follows the last ``<asr_text>``; the language is the last
+        ``language {Name}`` of the preamble before it ("language None", the model's answer
+        to silence, gives no language and an empty transcript). Without the marker the
+        text is the transcript (a forced-language prompt already ends with it), unless it
+        is nothing but a preamble cut short by the token budget (``language``,
+        ``language Eng``, ``language English``), which gives no text.
+        """
+        if ASR_TEXT_TOKEN in text:
+            preamble, _, transcript = text.rpartition(ASR_TEXT_TOKEN)
+            found = _PREAMBLE.findall(preamble)
+            if found and found[-1].lower() == "none":
+                return None, ""
+            return (self._language_name(found[-1]) if found else None), transcript.strip()
+        stripped = text.strip()
+        m = _CUT_PREAMBLE.fullmatch(stripped)
+        if m is not None:
+            value = (m.group(1) or "").lower()
+            if value in self._languages or value == "none":
+                return self._language_name(value), ""
+            if any(name.lower().startswith(value) for name in (*self.config.languages, "None")):
+                return None, ""
+        return None, stripped

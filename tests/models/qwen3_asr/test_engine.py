@@ -1,0 +1,76 @@
+"""End to end through ``oasr.ASREngine`` (the ``llm`` strategy, float32 on CPU) against
+transformers' ``generate`` on the same float32 checkpoint."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import oasr
+from tests.models.qwen3_asr.conftest import _register, hf_features
+
+MAX_NEW = 16
+
+
+@pytest.fixture(scope="module")
+def engine(reference):
+    _register()
+    return oasr.ASREngine(reference.path)
+
+
+@pytest.fixture(scope="module")
+def hf32(reference):
+    from transformers import Qwen3ASRForConditionalGeneration
+
+    return Qwen3ASRForConditionalGeneration.from_pretrained(reference.path, dtype=torch.float32).eval()
+
+
+def _hf_generate(hf, engine, reference, waveforms, **options) -> list[list[int]]:
+    """transformers' greedy tokens for the clips, on oasr's prompt, before the first stop token."""
+    model = engine.model
+    x, mask = hf_features(reference.feature_extractor, waveforms)
+    rows = [model.prompt_ids(model.n_audio_tokens(int(n)), **options) for n in mask.sum(1)]
+    t = max(map(len, rows))
+    ids = torch.full((len(rows), t), model.config.im_end_token_id, dtype=torch.long)
+    att = torch.zeros(len(rows), t, dtype=torch.long)
+    for i, r in enumerate(rows):
+        ids[i, t - len(r) :] = torch.tensor(r)
+        att[i, t - len(r) :] = 1
+    with torch.no_grad():
+        gen = hf.generate(
+            input_ids=ids,
+            attention_mask=att,
+            input_features=x,
+            input_features_mask=mask,
+            max_new_tokens=MAX_NEW,
+            do_sample=False,
+        )
+    out = []
+    for row in gen[:, t:].tolist():
+        stop = next((i for i, tok in enumerate(row) if tok in model.stop_ids), len(row))
+        out.append(row[:stop])
+    return out
+
+
+def test_engine_batch_equals_generate(engine, hf32, reference, waveforms):
+    """Three clips of unequal length, language detection (the model writes the preamble)."""
+    expected = _hf_generate(hf32, engine, reference, waveforms, language=None)
+    outputs = engine.transcribe(list(waveforms), max_new_tokens=MAX_NEW)
+    for out, tokens in zip(outputs, expected):
+        language, text = engine.model.parse_output(reference.tokenizer.decode(tokens, skip_special_tokens=True))
+        assert out.text == text and out.language == language
+        assert text, "the tiny model should write some text for this comparison to mean anything"
+        assert out.segments[0].tokens == tokens
+
+
+def test_engine_forced_language_and_context_equal_generate(engine, hf32, reference, waveforms):
+    options = dict(language="DE", context="欢迎")
+    [expected] = _hf_generate(hf32, engine, reference, waveforms[2:], **options)
+    deltas: list[str] = []
+    out = engine.transcribe(waveforms[2], max_new_tokens=MAX_NEW, on_token=deltas.append, **options)
+    _, text = engine.model.parse_output(reference.tokenizer.decode(expected, skip_special_tokens=True))
+    assert out.language == "German" and out.text == text and text
+    assert out.segments[0].tokens == expected
+    assert "".join(deltas) == out.text
+    with pytest.raises(ValueError, match="does not support language"):
+        engine.transcribe(waveforms[2], language="klingon")
