@@ -1,0 +1,333 @@
+"""Qwen2-Audio: a Whisper-geometry audio tower, a linear projector, and a Qwen2 causal
+LM that writes the transcript.
+
+Module names mirror transformers' ``Qwen2AudioForConditionalGeneration`` for the
+audio side (``audio_tower``, ``multi_modal_projector``); the LM is the shared
+``CausalLm`` under ``decoder`` (the converter renames ``language_model.*`` onto it).
+
+Reads top to bottom: the tower layer, the tower (convolutions, learned positions,
+key-padding-masked layers, stride-2 average pool, post-pool LayerNorm), the projector,
+the prompt table, then the public model with the speech-LLM surface the ``llm``
+decode strategy drives (``encode_offline``, ``prompt_ids``, ``embed_prompt``,
+``resolve_language``, ``parse_output``, ``stop_ids``).
+"""
+
+from __future__ import annotations
+
+import re
+
+import torch
+from torch import nn
+
+from oasr.layers import Conv1d, Embedding, Gelu, LayerNorm, Linear, LinearActivation
+from oasr.models.base import BaseAsrModel, BaseEncoder, DecodeType, TokenizerSpec
+from oasr.models.decoders.causal_lm import CausalLm
+from oasr.models.speech_llm.config import (
+    AUDIO_BOS_TOKEN,
+    AUDIO_EOS_TOKEN,
+    AUDIO_TOKEN,
+    IM_END_TOKEN,
+    IM_START_TOKEN,
+    Qwen2AudioConfig,
+    Qwen2AudioEncoderConfig,
+)
+from oasr.models.whisper.model import WhisperAttention
+
+
+def conv_output_lengths(mel_lens: torch.Tensor) -> torch.Tensor:
+    """Valid frames after the stride-2 convolution: ``(mel - 1) // 2 + 1``."""
+    return (mel_lens - 1) // 2 + 1
+
+
+def pool_output_lengths(conv_lens: torch.Tensor) -> torch.Tensor:
+    """Valid states after the stride-2 average pool: ``(conv - 2) // 2 + 1``.
+
+    transformers applies the two stages in turn; for odd convolution lengths this is
+    not ``mel // 4`` (a 3-frame conv output gives 1 state), so both stages are kept.
+    """
+    return (conv_lens - 2) // 2 + 1
+
+
+class Qwen2AudioEncoderLayer(nn.Module):
+    """Pre-norm Whisper encoder layer whose self-attention masks padded keys."""
+
+    def __init__(self, cfg: Qwen2AudioEncoderConfig) -> None:
+        super().__init__()
+        d = cfg.d_model
+        self.self_attn = WhisperAttention(d, cfg.encoder_attention_heads)
+        self.self_attn_layer_norm = LayerNorm(d, cfg.layer_norm_eps)
+        self.fc1 = LinearActivation(d, cfg.encoder_ffn_dim, "gelu")
+        self.fc2 = Linear(cfg.encoder_ffn_dim, d)
+        self.final_layer_norm = LayerNorm(d, cfg.layer_norm_eps)
+
+    def forward(self, x: torch.Tensor, key_lengths: torch.Tensor) -> torch.Tensor:
+        """(B, T, D), valid keys (B,) -> (B, T, D)"""
+        a = self.self_attn(self.self_attn_layer_norm(x), key_lengths=key_lengths)
+        h, x = self.final_layer_norm.add_forward(a, x)
+        return x + self.fc2(self.fc1(h))
+
+
+class Qwen2AudioTower(BaseEncoder):
+    """Two convolutions (the second strides by 2), learned positions, pre-norm layers
+    under a key-padding mask, a stride-2 average pool, then the LayerNorm.
+
+    The whole 30-s window runs (padding frames included, as transformers does); only
+    keys past each row's valid length are masked, so padded query rows still compute
+    and are dropped by the caller through the returned lengths.
+
+    Shapes:
+        feats: (B, n_mels, 2 * max_source_positions), feat_lens: (B,) valid mel frames
+        -> states (B, max_source_positions // 2, d_model), lens (B,)
+    """
+
+    def __init__(self, cfg: Qwen2AudioEncoderConfig) -> None:
+        super().__init__()
+        d = cfg.d_model
+        self.cfg = cfg
+        self.conv1 = Conv1d(cfg.num_mel_bins, d, 3, padding=1)
+        self.conv2 = Conv1d(d, d, 3, stride=2, padding=1)
+        self.gelu = Gelu()
+        self.embed_positions = Embedding(cfg.max_source_positions, d)
+        self.layers = nn.ModuleList(Qwen2AudioEncoderLayer(cfg) for _ in range(cfg.encoder_layers))
+        self.layer_norm = LayerNorm(d, cfg.layer_norm_eps)
+
+    @property
+    def subsampling_rate(self) -> int:
+        return 4
+
+    @property
+    def output_size(self) -> int:
+        return self.cfg.d_model
+
+    def output_lengths(self, feat_lens: torch.Tensor) -> torch.Tensor:
+        """Valid states per row for ``feat_lens`` valid mel frames (the two-stage formula)."""
+        return pool_output_lengths(conv_output_lengths(feat_lens))
+
+    def forward(self, feats: torch.Tensor, feat_lens: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        b, n_mels, t = feats.shape
+        if n_mels != self.cfg.num_mel_bins or t != self.cfg.n_frames:
+            raise ValueError(
+                f"the Qwen2-Audio tower reads one padded window of shape (B, {self.cfg.num_mel_bins}, "
+                f"{self.cfg.n_frames}); got {tuple(feats.shape)}"
+            )
+        if feat_lens is None:
+            feat_lens = torch.full((b,), t, dtype=torch.long, device=feats.device)
+        feat_lens = feat_lens.to(device=feats.device, dtype=torch.long).clamp(1, t)
+        conv_lens = conv_output_lengths(feat_lens)
+        x = self.gelu(self.conv1(feats))
+        x = self.gelu(self.conv2(x))
+        x = x.transpose(1, 2) + self.embed_positions.weight  # (B, T', D)
+        for layer in self.layers:
+            x = layer(x, conv_lens)
+        n = x.shape[1] // 2
+        x = x[:, : 2 * n].unflatten(1, (n, 2)).mean(dim=2)  # AvgPool1d(2): (B, T'/2, D)
+        return self.layer_norm(x), pool_output_lengths(conv_lens)
+
+
+class Qwen2AudioProjector(nn.Module):
+    """Audio tower width -> LM width (one linear layer with bias)."""
+
+    def __init__(self, d_audio: int, d_text: int) -> None:
+        super().__init__()
+        self.linear = Linear(d_audio, d_text)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.linear(x)
+
+
+# ---------------------------------------------------------------------------
+# Prompt
+
+# The ASR instruction of Qwen2-Audio's own ASR evaluation; a forced language follows
+# it as a "<|code|>" tag in the prompt text.
+ASR_INSTRUCTION = "Detect the language and recognize the speech:"
+# The chat template's system turn when the conversation names none.
+DEFAULT_SYSTEM = "You are a helpful assistant."
+
+# The languages and dialects the Qwen2-Audio model card names for speech recognition,
+# by the tag code its ASR prompt uses.
+LANGUAGES: dict[str, str] = {
+    "en": "English",
+    "zh": "Chinese",
+    "yue": "Cantonese",
+    "fr": "French",
+    "it": "Italian",
+    "es": "Spanish",
+    "de": "German",
+    "ja": "Japanese",
+}
+_CODE_OF_NAME = {name.lower(): code for code, name in LANGUAGES.items()}
+_LEADING_TAG = re.compile(r"^\s*<\|([a-z]{2,3})\|>")
+
+
+class Qwen2AudioModel(BaseAsrModel):
+    """Qwen2-Audio (offline only; decoded by the ``llm`` strategy).
+
+    Args:
+        config: the architecture, the special ids and the prompt shape.
+    """
+
+    architecture = "speech_llm"
+    capabilities = frozenset({DecodeType.LLM})
+    default_decode_type = DecodeType.LLM
+
+    def __init__(self, config: Qwen2AudioConfig) -> None:
+        super().__init__(config)
+        self.audio_tower = Qwen2AudioTower(config.audio)
+        self.multi_modal_projector = Qwen2AudioProjector(config.audio.d_model, config.text.hidden_size)
+        self.decoder = CausalLm(config.text)
+        self._tokenizer = None
+
+    @property
+    def encoder(self) -> Qwen2AudioTower:
+        """The audio tower (the engine's encoder)."""
+        return self.audio_tower
+
+    # -- audio ----------------------------------------------------------------------
+
+    def encode_offline(self, feats: torch.Tensor, feat_lens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Audio states at the LM width, ready to splice into the prompt.
+
+        Args:
+            feats: log-mel windows, (B, T, n_mels) as front ends batch them or
+                (B, n_mels, T) as transformers does; T is the padded 30-s window.
+            feat_lens: (B,) valid mel frames of each row (``ceil(samples / hop)``).
+
+        Returns:
+            states (B, N_max, D_lm) with N_max the longest row's count, and n_audio (B,).
+        """
+        n_mels = self.config.audio.num_mel_bins
+        if feats.dim() == 3 and feats.shape[-1] == n_mels and feats.shape[1] != n_mels:
+            feats = feats.transpose(1, 2)
+        feats = feats.to(self.compute_dtype)
+        states, n_audio = self.audio_tower(feats, feat_lens)
+        n_max = int(n_audio.max()) if n_audio.numel() else 0
+        return self.multi_modal_projector(states[:, :n_max]), n_audio
+
+    # -- prompt -----------------------------------------------------------------------
+
+    @property
+    def tokenizer(self):
+        """The checkpoint's tokenizer (loaded from ``config.tokenizer_path`` on first use)."""
+        if self._tokenizer is None:
+            from oasr.tokenizers import load_tokenizer
+
+            if not self.config.tokenizer_path:
+                raise RuntimeError(
+                    "Qwen2-Audio builds its prompt with the checkpoint's tokenizer: load the model from "
+                    "its directory, or call attach_tokenizer()"
+                )
+            self._tokenizer = load_tokenizer(TokenizerSpec(kind="huggingface", path=self.config.tokenizer_path))
+        return self._tokenizer
+
+    def attach_tokenizer(self, tokenizer) -> None:
+        """Use ``tokenizer`` (an ``oasr.tokenizers.Tokenizer``) for prompts."""
+        self._tokenizer = tokenizer
+
+    def resolve_language(self, language: str | None) -> str | None:
+        """Canonical language name for an ISO code or a name, in any case.
+
+        None, "" and "auto" mean detect (None).
+
+        Raises:
+            ValueError: a language outside the model's table, naming the supported ones.
+        """
+        if language is None:
+            return None
+        key = language.strip().lower()
+        if key in ("", "auto"):
+            return None
+        if key in LANGUAGES:
+            return LANGUAGES[key]
+        if key in _CODE_OF_NAME:
+            return LANGUAGES[_CODE_OF_NAME[key]]
+        supported = ", ".join(f"{code} ({name})" for code, name in LANGUAGES.items())
+        raise ValueError(f"Qwen2-Audio does not support language {language!r}; supported: {supported}, or auto")
+
+    def prompt_text(self, n_audio: int, *, language: str | None = None, context: str | None = None) -> str:
+        """The prompt as text, with ``n_audio`` audio placeholders (see ``prompt_ids``)."""
+        name = self.resolve_language(language)
+        instruction = ASR_INSTRUCTION if name is None else f"{ASR_INSTRUCTION} <|{_CODE_OF_NAME[name.lower()]}|>"
+        audio = AUDIO_BOS_TOKEN + AUDIO_TOKEN * n_audio + AUDIO_EOS_TOKEN
+        if self.config.prompt_style == "base":
+            if context:
+                raise ValueError(
+                    "context biasing needs a chat prompt (its system turn); this Qwen2-Audio checkpoint "
+                    "has the base prompt"
+                )
+            return audio + instruction
+        system = context if context else DEFAULT_SYSTEM
+        return (
+            f"{IM_START_TOKEN}system\n{system}{IM_END_TOKEN}\n"
+            f"{IM_START_TOKEN}user\nAudio 1: {audio}\n{instruction}{IM_END_TOKEN}\n"
+            f"{IM_START_TOKEN}assistant\n"
+        )
+
+    def prompt_ids(
+        self, n_audio: int, *, language: str | None = None, context: str | None = None, task: str = "transcribe"
+    ) -> list[int]:
+        """Token ids of the transcription prompt, ending where generation starts.
+
+        "chat" (Instruct checkpoints) is what the processor's chat template renders for
+        a conversation of one user turn holding the audio and the ASR instruction, with
+        ``context`` (when given) as the system turn; "base" (the pretrained checkpoint)
+        is ``<|audio_bos|><|AUDIO|>...<|audio_eos|>`` followed by the instruction. The
+        placeholder is repeated ``n_audio`` times, as the processor expands it.
+
+        A forced language is named in the prompt text as the ``<|code|>`` tag after the
+        instruction (Qwen2-Audio's ASR prompt convention); None/""/"auto" leaves it out.
+
+        Raises:
+            ValueError: an unsupported language or task, or context with the base prompt.
+        """
+        if task != "transcribe":
+            raise ValueError(f"Qwen2-Audio serves task='transcribe' only, got task={task!r}")
+        if n_audio < 1:
+            raise ValueError(f"n_audio must be >= 1, got {n_audio}")
+        ids = self.tokenizer.encode(self.prompt_text(n_audio, language=language, context=context))
+        if sum(1 for i in ids if i == self.config.audio_token_id) != n_audio:
+            raise ValueError(
+                f"the tokenizer does not encode {AUDIO_TOKEN} as the single id {self.config.audio_token_id}"
+            )
+        return ids
+
+    def embed_prompt(
+        self, ids: torch.Tensor, valid: torch.Tensor, audio_states: torch.Tensor, n_audio: torch.Tensor
+    ) -> torch.Tensor:
+        """Token embeddings with each row's audio placeholders overwritten by its states.
+
+        Shapes:
+            ids: (B, T) left-padded, valid: (B, T) bool, audio_states: (B, N_max, D),
+            n_audio: (B,) -> (B, T, D)
+
+        Raises:
+            ValueError: a row whose placeholder count differs from its ``n_audio``.
+        """
+        x = self.decoder.embed(ids)
+        slots = (ids == self.config.audio_token_id) & valid.to(torch.bool)  # (B, T)
+        n_audio = n_audio.to(ids.device)
+        counts = slots.sum(dim=1)
+        if not torch.equal(counts, n_audio):
+            raise ValueError(f"audio placeholders per row {counts.tolist()} != audio states {n_audio.tolist()}")
+        keep = torch.arange(audio_states.shape[1], device=ids.device)[None, :] < n_audio[:, None]  # (B, N_max)
+        # Boolean indexing walks rows in order on both sides, so row i's states fill row i's slots.
+        x[slots] = audio_states[keep].to(x.dtype)
+        return x
+
+    # -- output -----------------------------------------------------------------------
+
+    @property
+    def stop_ids(self) -> tuple[int, ...]:
+        """Generation stops at any of these (``<|endoftext|>``, ``<|im_end|>``, the config's eos)."""
+        return tuple(self.config.stop_ids)
+
+    def parse_output(self, text: str) -> tuple[str | None, str]:
+        """(detected language name or None, transcript) of the generated text.
+
+        A leading ``<|code|>`` language tag of the model's table (what the model writes
+        when it names the language it detected) is taken off and reported.
+        """
+        m = _LEADING_TAG.match(text)
+        if m is not None and m.group(1) in LANGUAGES:
+            return LANGUAGES[m.group(1)], text[m.end() :].strip()
+        return None, text.strip()

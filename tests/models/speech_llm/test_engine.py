@@ -1,0 +1,54 @@
+"""Qwen2-Audio end to end through ``oasr.ASREngine`` (the ``llm`` strategy) against
+transformers ``generate`` on the same checkpoint directory."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests.models.speech_llm import _reference as ref
+
+MAX_NEW_TOKENS = 16
+
+
+@pytest.fixture(scope="module")
+def engine(hf_dir):
+    import oasr
+
+    return oasr.ASREngine(hf_dir, max_batch_size=4)
+
+
+@torch.no_grad()
+def _hf_tokens(hf_model, proc, clip) -> list[int]:
+    inputs = proc(text=ref.chat_prompt(proc), audio=clip, sampling_rate=16000, return_tensors="pt")
+    gen = hf_model.generate(**inputs, max_new_tokens=MAX_NEW_TOKENS, do_sample=False)
+    return gen[0, inputs["input_ids"].shape[1] :].tolist()
+
+
+def test_transcribe_equals_generate(engine, loaded, hf_model, proc, clips, tok):
+    outs = engine.transcribe(clips, max_new_tokens=MAX_NEW_TOKENS)
+    assert len(outs) == len(clips)
+    stops = set(loaded.model.stop_ids)
+    texts = set()
+    for clip, out in zip(clips, outs):
+        want = _hf_tokens(hf_model, proc, clip)
+        want = want[: next((i for i, t in enumerate(want) if t in stops), len(want))]  # the stop id is not text
+        got = [t for s in out.segments for t in s.tokens]
+        assert got == want
+        _, transcript = loaded.model.parse_output(tok.decode(want, skip_special_tokens=False))
+        assert out.text == transcript
+        assert out.duration == pytest.approx(len(clip) / 16000, abs=1e-3)
+        texts.add(out.text)
+    assert len(texts) == len(clips)  # each row decoded its own audio
+
+
+def test_streamed_deltas_concatenate_to_the_text(engine, clips):
+    pieces: list[str] = []
+    out = engine.transcribe(clips[1], language="zh", max_new_tokens=MAX_NEW_TOKENS, on_token=pieces.append)
+    assert out.language == "Chinese"
+    assert "".join(pieces) == out.text and len(pieces) > 1
+
+
+def test_bad_options_are_refused(engine, clips):
+    with pytest.raises(ValueError, match="does not support language"):
+        engine.transcribe(clips[2], language="tlh")
