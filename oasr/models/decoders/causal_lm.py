@@ -257,6 +257,8 @@ class CausalLm(BaseDecoder):
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.lm_head = None if cfg.tie_word_embeddings else Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
         self.rotary = NeoxRotaryEmbedding(cfg.resolved_head_dim, cfg.rope_theta)
+        # An int8 copy of the tied embedding for ``logits``, set by int8 quantization.
+        self.tied_head: nn.Module | None = None
 
     # -- pieces ---------------------------------------------------------------------
 
@@ -267,6 +269,8 @@ class CausalLm(BaseDecoder):
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """(..., D) final-norm hidden states -> (..., V) in the model dtype."""
         if self.lm_head is None:
+            if self.tied_head is not None:
+                return self.tied_head(hidden)
             return F.linear(hidden, self.embed_tokens.weight)
         return self.lm_head(hidden)
 
@@ -484,3 +488,33 @@ class CausalLm(BaseDecoder):
     def can_merge(self, a: DecoderState, b: DecoderState) -> bool:
         """Same pool and room for ``b``'s rows after ``a``'s (no groups to match)."""
         return a.pool is b.pool and a.row0 + a.n_rows + b.n_rows <= a.pool.max_rows
+
+
+class PromptTokenizerMixin:
+    """For a model that builds its own prompts: the checkpoint's tokenizer, shared with
+    the loader (``attach_tokenizer``) or loaded from ``config.tokenizer_path`` on first use.
+
+    The class sets ``family`` (named in the error) and the instance ``_tokenizer = None``.
+    """
+
+    family: str = "this model"
+    _tokenizer = None
+
+    @property
+    def tokenizer(self):
+        """The checkpoint's tokenizer."""
+        if self._tokenizer is None:
+            from oasr.models.base import TokenizerSpec
+            from oasr.tokenizers import load_tokenizer
+
+            if not getattr(self.config, "tokenizer_path", None):
+                raise RuntimeError(
+                    f"{self.family} builds its prompt with the checkpoint's tokenizer: load the model from its "
+                    "directory, or call attach_tokenizer()"
+                )
+            self._tokenizer = load_tokenizer(TokenizerSpec(kind="huggingface", path=self.config.tokenizer_path))
+        return self._tokenizer
+
+    def attach_tokenizer(self, tokenizer) -> None:
+        """Use ``tokenizer`` (an ``oasr.tokenizers.Tokenizer``) for prompts."""
+        self._tokenizer = tokenizer

@@ -77,3 +77,15 @@ def llm_decoding_spec(gen: dict[str, Any]):
     if gen.get("max_new_tokens") is not None:
         params["max_new_tokens"] = int(gen["max_new_tokens"])
     return DecodingSpec(decode_type=DecodeType.LLM, params=params)
+
+
+def drop_tied_lm_head(state: dict[str, torch.Tensor], path: Path, head: str, embedding: str) -> None:
+    """With tied embeddings, drop a saved copy of the LM head (in place) after checking it is
+    the token embedding.
+
+    Raises:
+        LoadError: the saved head differs from the embedding.
+    """
+    weight = state.pop(head, None)
+    if weight is not None and not torch.equal(weight, state.get(embedding, weight)):
+        raise LoadError(f"{path}: tie_word_embeddings is set but lm_head differs from the token embedding")

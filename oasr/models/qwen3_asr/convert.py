@@ -24,9 +24,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from oasr.models.base import FeatureSpec, LoadError, TokenizerSpec
+from oasr.models.formats.hf import drop_tied_lm_head
 from oasr.models.formats.hf import llm_decoding_spec as _decoding_spec
 from oasr.models.formats.hf import load_hf_weights as _load_weights
 from oasr.models.qwen3_asr.config import (
@@ -224,9 +223,7 @@ class _Qwen3AsrConverter:
             )
         state = {_rename(k, self.prefixes): v for k, v in _load_weights(path).items()}
         if config.text.tie_word_embeddings:
-            head = state.pop("decoder.lm_head.weight", None)
-            if head is not None and not torch.equal(head, state.get("decoder.embed_tokens.weight", head)):
-                raise LoadError(f"{path}: tie_word_embeddings is set but lm_head differs from the token embedding")
+            drop_tied_lm_head(state, path, "decoder.lm_head.weight", "decoder.embed_tokens.weight")
         return CheckpointBundle(
             architecture=ARCH,
             config=config,

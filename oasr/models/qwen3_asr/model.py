@@ -32,8 +32,8 @@ import torch
 from torch import nn
 
 from oasr.layers import Conv2d, Gelu, LayerNorm, Linear, LinearActivation, attention, sinusoids
-from oasr.models.base import BaseAsrModel, BaseEncoder, DecodeType, TokenizerSpec
-from oasr.models.decoders.causal_lm import CausalLm
+from oasr.models.base import BaseAsrModel, BaseEncoder, DecodeType
+from oasr.models.decoders.causal_lm import CausalLm, PromptTokenizerMixin
 from oasr.models.qwen3_asr.config import (
     ASR_TEXT_TOKEN,
     AUDIO_END_TOKEN,
@@ -297,13 +297,14 @@ _PREAMBLE = re.compile(r"language\s+([^\s<]+)", re.IGNORECASE)
 _CUT_PREAMBLE = re.compile(r"language(?:\s+([^\s<]*))?", re.IGNORECASE)
 
 
-class Qwen3AsrModel(BaseAsrModel):
+class Qwen3AsrModel(PromptTokenizerMixin, BaseAsrModel):
     """Qwen3-ASR (offline only; decoded by the ``llm`` strategy).
 
     Args:
         config: the architecture, the chat ids and the language table.
     """
 
+    family = "Qwen3-ASR"
     architecture = "qwen3_asr"
     capabilities = frozenset({DecodeType.LLM})
     default_decode_type = DecodeType.LLM
@@ -341,24 +342,6 @@ class Qwen3AsrModel(BaseAsrModel):
         return self.config.audio.n_tokens(n_frames)
 
     # -- prompt ----------------------------------------------------------------------------
-
-    @property
-    def tokenizer(self):
-        """The checkpoint's tokenizer (loaded from ``config.tokenizer_path`` on first use)."""
-        if self._tokenizer is None:
-            from oasr.tokenizers import load_tokenizer
-
-            if not self.config.tokenizer_path:
-                raise RuntimeError(
-                    "Qwen3-ASR builds its prompt with the checkpoint's tokenizer: load the model from its "
-                    "directory, or call attach_tokenizer()"
-                )
-            self._tokenizer = load_tokenizer(TokenizerSpec(kind="huggingface", path=self.config.tokenizer_path))
-        return self._tokenizer
-
-    def attach_tokenizer(self, tokenizer) -> None:
-        """Use ``tokenizer`` (an ``oasr.tokenizers.Tokenizer``) for prompts."""
-        self._tokenizer = tokenizer
 
     @property
     def supported_languages(self) -> tuple[str, ...]:

@@ -22,9 +22,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from oasr.models.base import FeatureSpec, LoadError, TokenizerSpec
+from oasr.models.formats.hf import drop_tied_lm_head
 from oasr.models.formats.hf import llm_decoding_spec as _decoding_spec
 from oasr.models.formats.hf import load_hf_weights as _load_weights
 from oasr.models.registry import CheckpointBundle
@@ -192,9 +191,7 @@ class HFQwen2AudioConverter:
             )
         state = {rename_key(k): v for k, v in _load_weights(path).items()}
         if config.text.tie_word_embeddings:
-            head = state.pop("decoder.lm_head.weight", None)
-            if head is not None and not torch.equal(head, state.get("decoder.embed_tokens.weight", head)):
-                raise LoadError(f"{path}: tie_word_embeddings is set but lm_head differs from the token embedding")
+            drop_tied_lm_head(state, path, "decoder.lm_head.weight", "decoder.embed_tokens.weight")
         return CheckpointBundle(
             architecture=ARCH,
             config=config,

@@ -20,8 +20,8 @@ import torch
 from torch import nn
 
 from oasr.layers import Conv1d, Embedding, Gelu, LayerNorm, Linear, LinearActivation
-from oasr.models.base import BaseAsrModel, BaseEncoder, DecodeType, TokenizerSpec
-from oasr.models.decoders.causal_lm import CausalLm
+from oasr.models.base import BaseAsrModel, BaseEncoder, DecodeType
+from oasr.models.decoders.causal_lm import CausalLm, PromptTokenizerMixin
 from oasr.models.speech_llm.config import (
     AUDIO_BOS_TOKEN,
     AUDIO_EOS_TOKEN,
@@ -160,13 +160,14 @@ _CODE_OF_NAME = {name.lower(): code for code, name in LANGUAGES.items()}
 _LEADING_TAG = re.compile(r"^\s*<\|([a-z]{2,3})\|>")
 
 
-class Qwen2AudioModel(BaseAsrModel):
+class Qwen2AudioModel(PromptTokenizerMixin, BaseAsrModel):
     """Qwen2-Audio (offline only; decoded by the ``llm`` strategy).
 
     Args:
         config: the architecture, the special ids and the prompt shape.
     """
 
+    family = "Qwen2-Audio"
     architecture = "speech_llm"
     capabilities = frozenset({DecodeType.LLM})
     default_decode_type = DecodeType.LLM
@@ -205,24 +206,6 @@ class Qwen2AudioModel(BaseAsrModel):
         return self.multi_modal_projector(states[:, :n_max]), n_audio
 
     # -- prompt -----------------------------------------------------------------------
-
-    @property
-    def tokenizer(self):
-        """The checkpoint's tokenizer (loaded from ``config.tokenizer_path`` on first use)."""
-        if self._tokenizer is None:
-            from oasr.tokenizers import load_tokenizer
-
-            if not self.config.tokenizer_path:
-                raise RuntimeError(
-                    "Qwen2-Audio builds its prompt with the checkpoint's tokenizer: load the model from "
-                    "its directory, or call attach_tokenizer()"
-                )
-            self._tokenizer = load_tokenizer(TokenizerSpec(kind="huggingface", path=self.config.tokenizer_path))
-        return self._tokenizer
-
-    def attach_tokenizer(self, tokenizer) -> None:
-        """Use ``tokenizer`` (an ``oasr.tokenizers.Tokenizer``) for prompts."""
-        self._tokenizer = tokenizer
 
     def resolve_language(self, language: str | None) -> str | None:
         """Canonical language name for an ISO code or a name, in any case.
