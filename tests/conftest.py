@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -37,3 +39,65 @@ def audio_dir() -> Path:
 @pytest.fixture(scope="session")
 def manifest(audio_dir) -> list[dict]:
     return load_manifest()
+
+
+@dataclass(frozen=True)
+class SpeechWithSilences:
+    """Real clips laid out with silences between them (16 kHz mono float32).
+
+    Attributes:
+        audio: the whole recording.
+        spans: ``(start, end)`` seconds of each clip in ``audio``.
+        clips: each clip's samples.
+        texts: each clip's reference transcript (manifest).
+    """
+
+    audio: np.ndarray
+    spans: list[tuple[float, float]]
+    clips: list[np.ndarray]
+    texts: list[str]
+
+    def clip_at(self, t: float, tolerance: float = 0.5) -> int | None:
+        """The index of the clip whose span (widened by ``tolerance``) holds ``t``."""
+        for i, (a, b) in enumerate(self.spans):
+            if a - tolerance <= t <= b + tolerance:
+                return i
+        return None
+
+
+def speech_with_silences(rows: list[dict], silences: list[float]) -> SpeechWithSilences:
+    """``rows``' clips with ``silences[i]`` seconds of digital silence before clip i and
+    ``silences[-1]`` after the last one."""
+    from oasr.audio import SAMPLE_RATE, load_audio
+
+    assert len(silences) == len(rows) + 1
+    parts, spans, clips = [], [], []
+    t = 0
+    for row, gap in zip(rows, silences):
+        parts.append(np.zeros(round(gap * SAMPLE_RATE), dtype=np.float32))
+        t += len(parts[-1])
+        clip = load_audio(row["path"])
+        clips.append(clip)
+        parts.append(clip)
+        spans.append((t / SAMPLE_RATE, (t + len(clip)) / SAMPLE_RATE))
+        t += len(clip)
+    parts.append(np.zeros(round(silences[-1] * SAMPLE_RATE), dtype=np.float32))
+    return SpeechWithSilences(np.concatenate(parts), spans, clips, [row["text"] for row in rows])
+
+
+VAD_CLIPS = (
+    "jfk.wav",
+    "1272-141231-0002.flac",
+    "sense_and_sensibility_01_austen_64kb-0870.wav",
+    "picovoice_test.wav",
+)
+
+
+@pytest.fixture(scope="session")
+def vad_recording(manifest) -> SpeechWithSilences:
+    """Four English clips (37 s of speech) with 1-4 s of silence around each: two VAD chunks."""
+    rows = {r["audio"]: r for r in manifest}
+    missing = [name for name in VAD_CLIPS if name not in rows]
+    if missing:
+        pytest.skip(f"clips {missing} are not in the shared manifest")
+    return speech_with_silences([rows[name] for name in VAD_CLIPS], [1.0, 2.0, 3.0, 4.0, 1.5])

@@ -11,6 +11,10 @@ A file that cannot be read or decoded is reported on stderr (``oasr transcribe:
 code is 1. No model available, or a model that does not load: its message and exit
 code 2. ``-`` reads one input from stdin (named ``<stdin>`` in messages, ``stdin.<ext>``
 with ``-o``).
+
+``--vad`` cuts each input at speech with Silero VAD (the ``vad`` extra) into chunks of at
+most 30 s that are decoded together as independent windows (``vad_filter``); the times in
+every format are in the input's own timeline.
 """
 
 from __future__ import annotations

@@ -24,6 +24,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+import torch
+
 from oasr.engine.config import TranscribeOptions
 from oasr.engine.decode.base import EngineOverloaded, Request, StepEvent
 from oasr.engine.engine import EngineCore
@@ -186,7 +188,7 @@ class AsyncEngine(EngineCore):
         self._preparing += 1
         try:
             request = await _wait(
-                loop.run_in_executor(self._executor, self.strategy.prepare, Request(rid, source, options)),
+                loop.run_in_executor(self._executor, self.splitter.prepare, Request(rid, source, options)),
                 deadline,
                 loop,
             )
@@ -227,7 +229,10 @@ class AsyncEngine(EngineCore):
     # -- the engine thread ----------------------------------------------------------------
 
     def _run(self) -> None:
-        strategy = self.strategy
+        # Fix this thread's intra-op thread count now: VAD in a prepare worker runs with
+        # torch's count briefly at 1, which a thread starting its first op then would keep.
+        torch.get_num_threads()
+        strategy = self.splitter
         while not self._stop.is_set():
             if strategy.num_unfinished() == 0 and self._inbox.empty():
                 self._wake.wait(timeout=1.0)
@@ -267,9 +272,9 @@ class AsyncEngine(EngineCore):
             handle.loop.call_soon_threadsafe(handle.deliver, event)
 
     def _publish(self) -> None:
-        st = self.strategy.stats()
+        st = self.splitter.stats()
         self._stats = EngineStats(
-            running_requests=self.strategy.num_unfinished(),
+            running_requests=self.splitter.num_unfinished(),
             running_rows=int(st.get("running_rows", 0)),
             waiting_tasks=int(st.get("waiting_tasks", 0)),
             joins_running=int(st.get("joins_running", 0)),

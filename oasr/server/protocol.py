@@ -7,21 +7,26 @@ Form-field policy (one rule for both audio routes):
 * Fields are OpenAI's, under OpenAI's names; list fields may be sent as
   ``name[]`` (what the official client sends) or as a repeated ``name``.
 * ``model`` and ``file`` are required (``file`` must be a file part, given once).
-* An OpenAI-defined field that oasr does not implement (``chunking_strategy``,
-  ``include``, ``keywords``, ``known_speaker_names``, ``known_speaker_references``,
-  ``languages``; and on ``/v1/audio/translations`` the transcription-only
-  ``language``, ``stream`` and ``timestamp_granularities``) is refused with 400,
+* ``chunking_strategy`` (transcriptions) is ``auto`` or a ``server_vad`` object, sent as
+  JSON text (``{"type": "server_vad", "threshold": 0.5}``) or, as the official client
+  sends it, as fields ``chunking_strategy[type]``, ``chunking_strategy[threshold]``, ...
+* An OpenAI-defined field that oasr does not implement (``include``, ``keywords``,
+  ``known_speaker_names``, ``known_speaker_references``, ``languages``; and on
+  ``/v1/audio/translations`` the transcription-only ``language``, ``stream``,
+  ``timestamp_granularities`` and ``chunking_strategy``) is refused with 400,
   ``code="unsupported_parameter"``, ``param`` naming it.
 * Any other unknown field is refused with 400, ``code="unknown_parameter"``,
   ``param`` naming it. Nothing is silently ignored.
 * A value of the wrong type or out of range (``temperature=abc``, ``temperature=-1``,
   ``stream=maybe``, ``response_format=xml``, a file part in a text field, a scalar
   field given twice) is refused with 400, ``code="invalid_value"``, ``param`` naming it.
-* Empty ``language`` / ``prompt`` values mean "not given".
+* Empty ``language`` / ``prompt`` / ``chunking_strategy`` values mean "not given".
 """
 
 from __future__ import annotations
 
+import json
+import re
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -32,7 +37,7 @@ Granularity = Literal["segment", "word"]
 
 # OpenAI-defined transcription fields that oasr does not implement.
 UNSUPPORTED_OPENAI_FIELDS: frozenset[str] = frozenset(
-    {"chunking_strategy", "include", "keywords", "known_speaker_names", "known_speaker_references", "languages"}
+    {"include", "keywords", "known_speaker_names", "known_speaker_references", "languages"}
 )
 
 
@@ -74,12 +79,25 @@ class TranslationRequest(BaseModel):
         return False
 
 
+class ServerVad(BaseModel):
+    """``chunking_strategy={"type": "server_vad", ...}``: VAD chunking with these settings
+    (a field left out keeps oasr's default)."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    type: Literal["server_vad"]
+    threshold: float | None = Field(default=None, gt=0.0, lt=1.0)
+    prefix_padding_ms: int | None = Field(default=None, ge=0)
+    silence_duration_ms: int | None = Field(default=None, ge=0)
+
+
 class TranscriptionRequest(TranslationRequest):
     """``POST /v1/audio/transcriptions`` form fields (besides ``file``)."""
 
     language: str | None = None
     timestamp_granularities: list[Granularity] = Field(default_factory=list)
     stream: bool = False
+    chunking_strategy: Literal["auto"] | ServerVad | None = None
 
     @property
     def granularities(self) -> tuple[str, ...]:
@@ -99,7 +117,9 @@ class FormError(ValueError):
 
 
 _LIST_FIELDS = frozenset({"timestamp_granularities"})
+_OBJECT_FIELDS = frozenset({"chunking_strategy"})  # a string, JSON object text, or name[key] fields
 _OPTIONAL_TEXT = frozenset({"language", "prompt"})
+_SUBFIELD = re.compile(r"(\w+)\[(\w+)\]")
 
 
 def parse_form(form: FormData, request_cls: type[TranslationRequest]) -> tuple[TranslationRequest, UploadFile]:
@@ -117,6 +137,9 @@ def parse_form(form: FormData, request_cls: type[TranslationRequest]) -> tuple[T
     files: list[Any] = []
     for raw_key, value in form.multi_items():
         key = raw_key[:-2] if raw_key.endswith("[]") else raw_key
+        sub = _SUBFIELD.fullmatch(key)
+        if sub is not None and sub.group(1) in _OBJECT_FIELDS:
+            key = sub.group(1)
         if key == "file":
             files.append(value)
             continue
@@ -134,6 +157,9 @@ def parse_form(form: FormData, request_cls: type[TranslationRequest]) -> tuple[T
             raise FormError(f"unknown field {raw_key!r}", raw_key, "unknown_parameter")
         if key in _LIST_FIELDS:
             values.setdefault(key, []).append(value)
+            continue
+        if key in _OBJECT_FIELDS:
+            _object_field(values, key, sub.group(2) if sub is not None else None, value)
             continue
         if key in values:
             raise FormError(f"{key!r} was given more than once", key, "invalid_value")
@@ -154,8 +180,49 @@ def parse_form(form: FormData, request_cls: type[TranslationRequest]) -> tuple[T
         param = ".".join(str(p) for p in err["loc"] if not isinstance(p, int)) or None
         if err["type"] == "missing":
             raise FormError(f"missing required field {param!r}", param, "missing") from None
+        if err["loc"] and err["loc"][0] in _OBJECT_FIELDS:
+            raise FormError(_chunking_error(e), "chunking_strategy", "invalid_value") from None
         raise FormError(f"{param}: {err['msg']}", param, "invalid_value") from None
     return request, upload
+
+
+def _object_field(values: dict[str, Any], key: str, sub: str | None, value: Any) -> None:
+    """Collect a field given as one value (a string, or JSON object text) or as ``key[sub]`` parts."""
+    if not isinstance(value, str):
+        raise FormError(f"{key!r} must be a text field, not a file part", key, "invalid_value")
+    held = values.get(key)
+    if sub is None:
+        if value == "":  # as for language and prompt: not given
+            return
+        if held is not None:
+            raise FormError(f"{key!r} was given more than once", key, "invalid_value")
+        if value.lstrip().startswith("{"):
+            try:
+                value = json.loads(value)
+            except ValueError as e:
+                raise FormError(f"{key}: not valid JSON ({e})", key, "invalid_value") from None
+        values[key] = value
+        return
+    if held is not None and not isinstance(held, dict):
+        raise FormError(f"{key!r} was given both as a value and as {key}[...] fields", key, "invalid_value")
+    held = values.setdefault(key, {})
+    if sub in held:
+        raise FormError(f"{key}[{sub}] was given more than once", key, "invalid_value")
+    held[sub] = value
+
+
+def _chunking_error(e: ValidationError) -> str:
+    """One message for a bad ``chunking_strategy``: the closest problem and what is accepted."""
+    errors = e.errors()
+    inner = [err for err in errors if len(err["loc"]) > 2 and err["type"] != "model_type"]
+    detail = ""
+    if inner:
+        err = inner[0]
+        detail = f" ({'.'.join(str(p) for p in err['loc'][2:])}: {err['msg']})"
+    return (
+        'chunking_strategy must be \'auto\' or an object {"type": "server_vad", "threshold", '
+        f'"prefix_padding_ms", "silence_duration_ms"}}{detail}'
+    )
 
 
 # ---------------------------------------------------------------------------

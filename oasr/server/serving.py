@@ -12,6 +12,14 @@ Decoding policy:
   code (English names are accepted too); the translations route sets
   ``task="translate"`` (a model that cannot translate, e.g. an English-only one,
   answers 400 with ``param="model"``, ``code="unsupported_task"``).
+* ``chunking_strategy`` (transcriptions): ``auto`` turns on VAD chunking
+  (``vad_filter``: Silero VAD cuts the audio at speech into chunks of at most 30 s,
+  decoded as one batch, times mapped back to the upload; needs the ``vad`` extra on
+  the server, else 400); a ``server_vad`` object does the same with its
+  ``threshold``, ``prefix_padding_ms`` (VAD ``speech_pad_ms``) and
+  ``silence_duration_ms`` (``min_silence_duration_ms``); fields left out keep oasr's
+  defaults. Without it, the audio is walked in 30-s windows, each conditioned on the
+  previous one's text.
 * ``timestamp_granularities[]`` needs ``response_format=verbose_json`` (as OpenAI;
   anything else is 400). None given: segments only. ``word`` turns on word timing;
   ``verbose_json`` then has ``words``, plus ``segments`` when ``segment`` is also given.
@@ -51,6 +59,7 @@ from oasr.formatting import format_output, json_dict, verbose_json_dict
 from oasr.server.errors import CLIENT_CLOSED_REQUEST, APIError, bad_request
 from oasr.server.metrics import ServerMetrics
 from oasr.server.protocol import (
+    ServerVad,
     TranscriptionResponse,
     TranscriptionVerboseResponse,
     TranscriptTextDelta,
@@ -141,6 +150,9 @@ class OpenAIServingSpeechToText:
             steps.append(("prompt", {"initial_prompt": req.prompt}))
         if "word" in req.granularities:
             steps.append(("timestamp_granularities", {"word_timestamps": True}))
+        chunking = getattr(req, "chunking_strategy", None)
+        if chunking is not None:
+            steps.append(("chunking_strategy", {"vad_filter": True, "vad_parameters": _vad_parameters(chunking)}))
         kwargs: dict[str, Any] = {}
         options = None
         for param, extra in steps:
@@ -150,6 +162,8 @@ class OpenAIServingSpeechToText:
             except (TypeError, ValueError) as e:
                 code = "unsupported_task" if param == "model" and self.task == "translate" else "invalid_value"
                 raise bad_request(str(e), param=param, code=code) from None
+            except ImportError as e:  # VAD asked for, silero-vad not installed on the server
+                raise bad_request(str(e), param=param, code="unsupported_value") from None
         assert options is not None
         return options
 
@@ -238,6 +252,18 @@ class OpenAIServingSpeechToText:
             raise
         stream = _TranscriptStream(self, first, events, filename)
         return _SSEResponse(stream, raw_request)
+
+
+def _vad_parameters(chunking: str | ServerVad) -> dict[str, float] | None:
+    """``VadOptions`` fields of a ``chunking_strategy`` (None: the defaults)."""
+    if not isinstance(chunking, ServerVad):
+        return None
+    fields = {
+        "threshold": chunking.threshold,
+        "speech_pad_ms": chunking.prefix_padding_ms,
+        "min_silence_duration_ms": chunking.silence_duration_ms,
+    }
+    return {k: v for k, v in fields.items() if v is not None} or None
 
 
 def engine_alive(engine) -> bool:

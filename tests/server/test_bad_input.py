@@ -109,7 +109,7 @@ def test_exactly_minimum_duration_succeeds(tiny_server):
         ({"language": "klingon"}, "language", "invalid_value"),
         ({"foo": "1"}, "foo", "unknown_parameter"),
         ({"include[]": "logprobs"}, "include", "unsupported_parameter"),
-        ({"chunking_strategy": "auto"}, "chunking_strategy", "unsupported_parameter"),
+        ({"chunking_strategy": "manual"}, "chunking_strategy", "invalid_value"),
         ({"model": ""}, "model", "model_not_found"),
     ],
 )

@@ -1,0 +1,311 @@
+"""Voice activity detection with Silero VAD, and the cutting of long audio into
+speech chunks of at most 30 s.
+
+``speech_spans`` runs the ``silero-vad`` package's model (shipped inside the package,
+loaded on the CPU, no network) through its ``get_speech_timestamps``; ``merge_spans``
+packs the spans, in order, into ``SpeechChunk``s whose speech adds up to at most
+``CHUNK_S`` (the silences between spans are left out); ``SpeechChunk.to_global`` maps
+a time in a chunk's audio back to the original recording, through the removed
+silences. This is the cutting of faster-whisper's batched pipeline, with the
+silences dropped as its sequential ``vad_filter`` does.
+
+The model is stateful (it carries an LSTM state across 32 ms windows), so each
+thread gets its own copy, loaded once. Silero's inference is a long run of tiny ops:
+it runs on one intra-op thread (more only spin against the decoder's threads), and
+importing the package (which sets torch's thread count to 1) leaves the caller's
+thread count as it was.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import soxr
+import torch
+
+__all__ = [
+    "CHUNK_S",
+    "SpeechChunk",
+    "VadOptions",
+    "load_vad_model",
+    "merge_spans",
+    "require_silero",
+    "speech_spans",
+]
+
+CHUNK_S = 30.0
+"""The most speech one chunk holds: a Whisper window."""
+
+_INSTALL_HINT = "pip install 'oasr[vad]'"
+_VAD_RATES = (8000, 16000)  # what the Silero model takes; other rates are resampled to 16 kHz
+_import_lock = threading.Lock()
+_local = threading.local()
+
+
+@dataclass(frozen=True)
+class VadOptions:
+    """Silero VAD settings (faster-whisper's batched-pipeline defaults).
+
+    Attributes:
+        threshold: speech probability above which a 32 ms window is speech.
+        min_speech_duration_ms: shorter speech spans are dropped.
+        max_speech_duration_s: longer spans are split, at the longest pause inside
+            when there is one (at most ``CHUNK_S`` keeps every cut at a pause).
+        min_silence_duration_ms: a span ends after this much silence.
+        speech_pad_ms: spans are padded by this much on each side.
+    """
+
+    threshold: float = 0.5
+    min_speech_duration_ms: int = 0
+    max_speech_duration_s: float = CHUNK_S
+    min_silence_duration_ms: int = 160
+    speech_pad_ms: int = 400
+
+    def __post_init__(self) -> None:
+        if not 0 < self.threshold < 1:
+            raise ValueError(f"vad threshold must be in (0, 1), got {self.threshold}")
+        for name in ("min_speech_duration_ms", "min_silence_duration_ms", "speech_pad_ms"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+                raise ValueError(f"vad {name} must be a number >= 0, got {value!r}")
+        if not self.max_speech_duration_s * 1000 > 2 * self.speech_pad_ms:
+            raise ValueError(
+                f"vad max_speech_duration_s={self.max_speech_duration_s} must be longer than twice "
+                f"speech_pad_ms={self.speech_pad_ms}"
+            )
+
+    @classmethod
+    def from_parameters(cls, parameters: VadOptions | dict[str, Any] | None) -> VadOptions:
+        """``VadOptions`` from a dict of its fields (or itself, or None for the defaults).
+
+        Raises:
+            ValueError: an unknown field name, or a bad value.
+        """
+        if parameters is None:
+            return cls()
+        if isinstance(parameters, VadOptions):
+            return parameters
+        if not isinstance(parameters, dict):
+            raise ValueError(f"vad_parameters must be a dict of VadOptions fields, got {type(parameters).__name__}")
+        known = set(cls.__dataclass_fields__)
+        unknown = sorted(set(parameters) - known)
+        if unknown:
+            raise ValueError(f"unknown vad_parameters {unknown}; known: {sorted(known)}")
+        return cls(**parameters)
+
+
+@dataclass(frozen=True)
+class SpeechChunk:
+    """Speech spans of a recording decoded together as one piece of audio.
+
+    Attributes:
+        spans: ``(start, end)`` sample ranges of the original audio, in order and
+            disjoint; the chunk's audio is their concatenation.
+        sampling_rate: the rate the samples are counted at.
+    """
+
+    spans: tuple[tuple[int, int], ...]
+    sampling_rate: int
+
+    @property
+    def num_samples(self) -> int:
+        return sum(b - a for a, b in self.spans)
+
+    @property
+    def duration(self) -> float:
+        """Seconds of audio in the chunk."""
+        return self.num_samples / self.sampling_rate
+
+    @property
+    def start(self) -> float:
+        """Where the chunk starts in the original audio (seconds)."""
+        return self.spans[0][0] / self.sampling_rate
+
+    @property
+    def end(self) -> float:
+        """Where the chunk ends in the original audio (seconds)."""
+        return self.spans[-1][1] / self.sampling_rate
+
+    def audio(self, audio: np.ndarray) -> np.ndarray:
+        """The chunk's samples: its spans of ``audio``, concatenated.
+
+        Shapes:
+            audio: (n,) -> (num_samples,)
+        """
+        return np.concatenate([audio[a:b] for a, b in self.spans])
+
+    def to_global(self, t: float, *, is_end: bool = False) -> float:
+        """Map ``t`` seconds into the chunk's audio to seconds in the original audio.
+
+        Args:
+            t: time in the chunk (clamped to its length).
+            is_end: ``t`` ends something: a time exactly on the seam of two spans
+                maps to the end of the first span, not the start of the next.
+        """
+        sr = self.sampling_rate
+        s = min(max(t * sr, 0.0), float(self.num_samples))
+        offset = 0
+        for a, b in self.spans:
+            n = b - a
+            if s < offset + n or (is_end and s <= offset + n):
+                return (a + s - offset) / sr
+            offset += n
+        return self.spans[-1][1] / sr
+
+
+def require_silero():
+    """Import the ``silero_vad`` package, keeping torch's thread count.
+
+    Raises:
+        ImportError: silero-vad is not installed (the message says how to install it).
+    """
+    with _import_lock:
+        threads = torch.get_num_threads()
+        try:
+            import silero_vad
+        except ImportError as e:
+            raise ImportError(
+                f"voice activity detection (vad_filter) needs the silero-vad package: {_INSTALL_HINT}"
+            ) from e
+        finally:
+            if torch.get_num_threads() != threads:
+                torch.set_num_threads(threads)
+    return silero_vad
+
+
+def load_vad_model():
+    """The Silero VAD model (TorchScript, CPU) of the calling thread, loaded on first use.
+
+    Raises:
+        ImportError: silero-vad is not installed.
+    """
+    model = getattr(_local, "model", None)
+    if model is None:
+        silero_vad = require_silero()
+        with _single_thread():
+            model = silero_vad.load_silero_vad()
+        _local.model = model
+    return model
+
+
+@contextlib.contextmanager
+def _single_thread() -> Iterator[None]:
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+def speech_spans(
+    audio: np.ndarray, sampling_rate: int = 16000, options: VadOptions | None = None
+) -> list[tuple[int, int]]:
+    """Where ``audio`` has speech.
+
+    Args:
+        audio: mono float samples at ``sampling_rate``.
+        sampling_rate: the rate of ``audio`` (rates other than 8 or 16 kHz are
+            resampled to 16 kHz for the model; the spans count ``audio``'s samples).
+        options: VAD settings (default ``VadOptions()``).
+
+    Returns:
+        ``(start, end)`` sample ranges, in order and disjoint (padded spans may touch).
+
+    Shapes:
+        audio: (n,)
+
+    Raises:
+        ImportError: silero-vad is not installed.
+    """
+    options = options or VadOptions()
+    samples = np.asarray(audio, dtype=np.float32).reshape(-1)
+    rate = sampling_rate
+    if rate not in _VAD_RATES:
+        samples = soxr.resample(samples, sampling_rate, 16000).astype(np.float32, copy=False)
+        rate = 16000
+    model = load_vad_model()
+    silero_vad = require_silero()
+    with _single_thread():
+        stamps = silero_vad.get_speech_timestamps(
+            torch.from_numpy(np.ascontiguousarray(samples)),
+            model,
+            threshold=options.threshold,
+            sampling_rate=rate,
+            min_speech_duration_ms=options.min_speech_duration_ms,
+            max_speech_duration_s=options.max_speech_duration_s,
+            min_silence_duration_ms=options.min_silence_duration_ms,
+            speech_pad_ms=options.speech_pad_ms,
+        )
+    scale = sampling_rate / rate
+    n = len(audio)
+    spans: list[tuple[int, int]] = []
+    for stamp in stamps:
+        start = min(n, round(stamp["start"] * scale))
+        end = min(n, round(stamp["end"] * scale))
+        if spans:
+            start = max(start, spans[-1][1])
+        if end > start:
+            spans.append((start, end))
+    return spans
+
+
+def merge_spans(
+    spans: Sequence[tuple[int, int]], sampling_rate: int = 16000, max_chunk_s: float = CHUNK_S
+) -> list[SpeechChunk]:
+    """Pack speech spans, in order, into chunks of at most ``max_chunk_s`` of speech.
+
+    A chunk takes spans while their total length fits; a span longer than a chunk
+    on its own is cut into pieces of ``max_chunk_s`` (``VadOptions.max_speech_duration_s``
+    at most ``CHUNK_S`` avoids that by splitting long speech at its pauses). Spans
+    that touch become one span of the chunk.
+
+    Args:
+        spans: ``(start, end)`` sample ranges in order (``speech_spans``).
+        sampling_rate: the rate of the samples.
+        max_chunk_s: the most speech in one chunk (seconds).
+
+    Returns:
+        the chunks, in time order.
+
+    Raises:
+        ValueError: ``max_chunk_s`` is not positive, or the spans are not in order.
+    """
+    if not max_chunk_s > 0:
+        raise ValueError(f"max_chunk_s must be > 0, got {max_chunk_s}")
+    max_n = max(1, int(max_chunk_s * sampling_rate))
+    chunks: list[SpeechChunk] = []
+    current: list[tuple[int, int]] = []
+    size = 0
+    last_end = 0
+
+    def flush() -> None:
+        nonlocal current, size
+        if current:
+            chunks.append(SpeechChunk(tuple(current), sampling_rate))
+        current, size = [], 0
+
+    for start, end in spans:
+        if start < last_end:
+            raise ValueError(f"speech spans must be in order and disjoint; ({start}, {end}) starts before {last_end}")
+        last_end = end
+        while end - start > max_n:
+            flush()
+            chunks.append(SpeechChunk(((start, start + max_n),), sampling_rate))
+            start += max_n
+        if end <= start:
+            continue
+        if size + end - start > max_n:
+            flush()
+        if current and current[-1][1] == start:
+            current[-1] = (current[-1][0], end)
+        else:
+            current.append((start, end))
+        size += end - start
+    flush()
+    return chunks
