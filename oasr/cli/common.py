@@ -105,6 +105,12 @@ def add_engine_options(parser: argparse.ArgumentParser) -> None:
     )
     g.add_argument("--lm-alpha", type=float, default=None, metavar="A", help="CTC: LM weight (default 0.5)")
     g.add_argument("--lm-beta", type=float, default=None, metavar="B", help="CTC: word insertion bonus (default 1.0)")
+    g.add_argument(
+        "--quantize",
+        choices=("int8",),
+        default=None,
+        help="store linear-layer weights as int8 (a quarter of the memory; int8 GEMMs for decoder steps on CPU)",
+    )
 
 
 def add_decode_options(parser: argparse.ArgumentParser, *, language: bool = True, task: bool = True) -> None:
@@ -146,6 +152,11 @@ def add_decode_options(parser: argparse.ArgumentParser, *, language: bool = True
         help="do not prompt each window with the previous window's text",
     )
     g.add_argument("--without-timestamps", action="store_true", help="decode text tokens only")
+    g.add_argument(
+        "--vad",
+        action="store_true",
+        help="cut the audio at speech with Silero VAD into chunks of <= 30 s decoded as one batch (needs oasr[vad])",
+    )
     g.add_argument(
         "--hotwords",
         default=None,
@@ -207,17 +218,30 @@ def decode_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         kwargs["without_timestamps"] = True
     if not getattr(args, "condition_on_previous_text", True):
         kwargs["condition_on_previous_text"] = False
+    if getattr(args, "vad", False):
+        kwargs["vad_filter"] = True
     return kwargs
 
 
 def check_decode_kwargs(parser: argparse.ArgumentParser, kwargs: dict[str, Any]) -> None:
-    """Refuse bad option combinations before the model is loaded (argparse-style, exit 2)."""
+    """Refuse bad option combinations before the model is loaded (argparse-style, exit 2).
+
+    Raises:
+        CliError: (exit code 2) ``--vad`` without the silero-vad package.
+    """
     from oasr.engine.config import TranscribeOptions
 
     try:
         TranscribeOptions.from_kwargs(**kwargs)
     except (TypeError, ValueError) as e:
         parser.error(str(e))
+    if kwargs.get("vad_filter"):
+        from oasr.audio.vad import require_silero
+
+        try:
+            require_silero()
+        except ImportError as e:
+            raise CliError(f"--vad: {e}", exit_code=2) from None
 
 
 # ---------------------------------------------------------------------------
@@ -258,6 +282,7 @@ def engine_extras(args: argparse.Namespace) -> dict[str, Any]:
         ("lm", "lm_path"),
         ("lm_alpha", "lm_alpha"),
         ("lm_beta", "lm_beta"),
+        ("quantize", "quantize"),
     ):
         value = getattr(args, arg, None)
         if value is not None:

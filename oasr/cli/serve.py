@@ -89,6 +89,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     g.add_argument("--lm", default=None, metavar="PATH", help="CTC: n-gram LM (ARPA or KenLM binary) for beam search")
     g.add_argument("--lm-alpha", type=float, default=None, metavar="A", help="CTC: LM weight (default 0.5)")
     g.add_argument("--lm-beta", type=float, default=None, metavar="B", help="CTC: word insertion bonus (default 1.0)")
+    g.add_argument("--quantize", choices=("int8",), default=None, help="store linear-layer weights as int8")
 
     s = p.add_argument_group("server")
     s.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")

@@ -8,6 +8,8 @@ from typing import Any
 
 import torch
 
+from oasr.audio.vad import VadOptions
+
 
 @dataclass(frozen=True)
 class EngineConfig:
@@ -32,6 +34,9 @@ class EngineConfig:
             extra); None for no LM.
         lm_alpha: weight of the LM's natural-log word probabilities.
         lm_beta: bonus per word (word insertion bonus) under the LM.
+        quantize: "int8" stores the linear layers' weights as per-channel int8
+            (``oasr.layers.quant``): a quarter of the memory, and on CPU int8 GEMMs
+            for the decoder's small-row products; None keeps the load dtype.
     """
 
     device: str = "cpu"
@@ -45,6 +50,7 @@ class EngineConfig:
     lm_path: str | None = None
     lm_alpha: float = 0.5
     lm_beta: float = 1.0
+    quantize: str | None = None
 
     def torch_dtype(self) -> torch.dtype:
         if self.dtype is None:
@@ -59,6 +65,8 @@ class EngineConfig:
             raise ValueError(f"EngineConfig.max_batch_size must be >= 1, got {self.max_batch_size}")
         if self.num_threads < 0:
             raise ValueError(f"EngineConfig.num_threads must be >= 0, got {self.num_threads}")
+        if self.quantize is not None and self.quantize not in ("int8",):
+            raise ValueError(f"EngineConfig.quantize must be None or 'int8', got {self.quantize!r}")
         if not self.ctc_window_s >= 1.0:
             raise ValueError(f"EngineConfig.ctc_window_s must be >= 1 s, got {self.ctc_window_s}")
         if self.ctc_max_audio_s is not None and not self.ctc_max_audio_s > 0:
@@ -115,6 +123,16 @@ class TranscribeOptions:
             reaches top_p (1.0 = off); must be in (0, 1].
         context: speech-LLM decoding: text placed in the system turn of the prompt to
             bias the transcript (names, terms, the topic).
+        vad_filter: cut the audio at speech boundaries with Silero VAD (needs the
+            ``vad`` extra) into chunks of at most 30 s of speech, silences left out,
+            and decode every chunk as an independent window of one batch (no
+            conditioning on the previous chunk's text; ``prefix`` applies to the first
+            chunk, ``initial_prompt`` to every chunk; without a ``language`` each chunk
+            detects its own). Times are mapped back to the original audio. Audio
+            without speech gives an empty transcript.
+        vad_parameters: ``oasr.audio.vad.VadOptions`` fields (threshold,
+            min_speech_duration_ms, max_speech_duration_s, min_silence_duration_ms,
+            speech_pad_ms) overriding its defaults; needs ``vad_filter``.
     """
 
     language: str | None = None
@@ -154,6 +172,8 @@ class TranscribeOptions:
     top_k: int = 0
     top_p: float = 1.0
     context: str | None = None
+    vad_filter: bool = False
+    vad_parameters: dict[str, float] | VadOptions | None = None
 
     @property
     def temperatures(self) -> tuple[float, ...]:
@@ -189,6 +209,19 @@ class TranscribeOptions:
             raise ValueError(f"top_k must be >= 0 (0 = off), got {self.top_k}")
         if not 0 < self.top_p <= 1:
             raise ValueError(f"top_p must be in (0, 1] (1.0 = off), got {self.top_p}")
+        if self.vad_parameters is not None:
+            if not self.vad_filter:
+                raise ValueError("vad_parameters needs vad_filter=True")
+            VadOptions.from_parameters(self.vad_parameters)
+        if self.vad_filter and not _whole_input(self.clip_timestamps):
+            raise ValueError(
+                f"clip_timestamps={self.clip_timestamps!r} cannot be combined with vad_filter=True "
+                f"(VAD picks the stretches to transcribe)"
+            )
+
+    def vad_options(self) -> VadOptions:
+        """The VAD settings of a ``vad_filter`` request (defaults overridden by ``vad_parameters``)."""
+        return VadOptions.from_parameters(self.vad_parameters)
 
     @classmethod
     def from_kwargs(cls, **kwargs: Any) -> TranscribeOptions:
@@ -204,3 +237,15 @@ class TranscribeOptions:
 
     def replace(self, **changes: Any) -> TranscribeOptions:
         return dataclasses.replace(self, **changes)
+
+
+def _whole_input(clips: str | tuple[float, ...]) -> bool:
+    """Whether ``clip_timestamps`` leaves the whole input to transcribe (as its default does)."""
+    try:
+        if isinstance(clips, str):
+            points = [float(x) for x in clips.split(",")] if clips.strip() else []
+        else:
+            points = [float(x) for x in clips]
+    except (TypeError, ValueError):
+        return False
+    return points in ([], [0.0])

@@ -3,7 +3,9 @@
 ``ASREngine`` loads a model, builds the decode strategy its capabilities call for,
 and drives it: inputs are admitted a bounded number at a time (audio is decoded
 only when a request is admitted), each ``step`` does batched work across every
-admitted request, and results come back as they finish. ``AsyncEngine``
+admitted request, and results come back as they finish. The strategy is driven
+through a ``VadSplitter`` (``oasr.engine.chunking``), which cuts ``vad_filter``
+requests into independent VAD chunks and stitches their results. ``AsyncEngine``
 (``oasr.engine.async_engine``) drives the same strategy from a background thread
 for the server.
 """
@@ -18,6 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from oasr.engine.chunking import VadSplitter
 from oasr.engine.config import EngineConfig, TranscribeOptions
 from oasr.engine.decode.base import (
     DecodeStrategy,
@@ -27,6 +30,7 @@ from oasr.engine.decode.base import (
     build_decode_strategy,
 )
 from oasr.engine.outputs import RequestOutput
+from oasr.layers.quant import quantize_linears_
 from oasr.models.loaders import LoadedModel, load_pretrained
 
 AudioInput = str | os.PathLike | bytes | np.ndarray | torch.Tensor
@@ -39,6 +43,11 @@ class EngineCore:
         model: a model argument for ``oasr.load_pretrained`` (directory, bundled name,
             Hub id; None for the default bundled model) or an already ``LoadedModel``.
         config: an ``EngineConfig``; keyword arguments override its fields.
+
+    Attributes:
+        strategy: the decode strategy.
+        splitter: what the engines drive: the strategy, with ``vad_filter`` requests
+            cut into VAD chunks.
     """
 
     def __init__(
@@ -57,7 +66,11 @@ class EngineCore:
             self.loaded = model
         else:
             self.loaded = load_pretrained(model, device=config.device, dtype=config.torch_dtype())
+        if config.quantize is not None:
+            # In place: a LoadedModel passed in is quantized too.
+            quantize_linears_(self.loaded.model, config.quantize)
         self.strategy: DecodeStrategy = build_decode_strategy(self.loaded, config)
+        self.splitter = VadSplitter(self.strategy, self.sampling_rate)
         self._ids = itertools.count()
 
     @property
@@ -70,8 +83,14 @@ class EngineCore:
         return spec.sampling_rate if spec is not None else 16000
 
     def make_options(self, **options: Any) -> TranscribeOptions:
-        """Validated per-request options (unknown names raise ``TypeError``, bad values ``ValueError``)."""
-        return self.strategy.validate(TranscribeOptions.from_kwargs(**options))
+        """Validated per-request options.
+
+        Raises:
+            TypeError: an unknown option name.
+            ValueError: a bad value, or one the strategy cannot honour.
+            ImportError: ``vad_filter=True`` without the silero-vad package.
+        """
+        return self.splitter.validate(TranscribeOptions.from_kwargs(**options))
 
     def new_request_id(self) -> str:
         return f"req-{next(self._ids)}"
@@ -108,6 +127,7 @@ class ASREngine(EngineCore):
         Raises:
             ValueError: bad audio (``oasr.audio.AudioDecodeError``) or a bad option value.
             TypeError: an unknown option name.
+            ImportError: ``vad_filter=True`` without the silero-vad package.
             RequestCancelled: ``on_token`` returned False.
         """
         single = not isinstance(audio, (list, tuple))
@@ -149,7 +169,7 @@ class ASREngine(EngineCore):
         Raises:
             ValueError: ``on_token`` with a decode strategy that does not stream text.
         """
-        if on_token is not None and not self.strategy.streams_text:
+        if on_token is not None and not self.splitter.streams_text:
             raise ValueError(
                 f"on_token needs a decode strategy that streams text; {self.strategy.decode_type.value!r} "
                 f"reports whole segments"
@@ -160,7 +180,7 @@ class ASREngine(EngineCore):
         in_flight: dict[str, int] = {}
         streamed: dict[str, str] = {}  # text delivered to on_token, per request
         exhausted = False
-        strategy = self.strategy
+        strategy = self.splitter
         try:
             while True:
                 while not exhausted and len(in_flight) < limit:
@@ -206,9 +226,9 @@ class ASREngine(EngineCore):
                 strategy.abort(rid)
 
     def add_request(self, request: Request) -> None:
-        """Admit a prepared request into the strategy (raises ``EngineOverloaded`` when full)."""
-        if self.strategy.num_unfinished() >= self.config.max_queue_size:
+        """Admit a prepared request (raises ``EngineOverloaded`` when full)."""
+        if self.splitter.num_unfinished() >= self.config.max_queue_size:
             raise EngineOverloaded(
-                f"{self.strategy.num_unfinished()} requests in flight (max_queue_size={self.config.max_queue_size})"
+                f"{self.splitter.num_unfinished()} requests in flight (max_queue_size={self.config.max_queue_size})"
             )
-        self.strategy.add_request(request)
+        self.splitter.add_request(request)

@@ -154,11 +154,15 @@ class WhisperDecoder(BaseDecoder):
         self.embed_positions = Embedding(cfg.n_text_ctx, d)
         self.layers = nn.ModuleList(WhisperDecoderLayer(cfg) for _ in range(cfg.n_text_layer))
         self.layer_norm = LayerNorm(d, cfg.layer_norm_eps)
+        # An int8 copy of the tied embedding for ``logits``, set by int8 quantization.
+        self.tied_head: nn.Module | None = None
 
     # -- pieces -------------------------------------------------------------------
 
     def logits(self, x: torch.Tensor) -> torch.Tensor:
         """(..., D) -> (..., V) through the tied embedding."""
+        if self.tied_head is not None:
+            return self.tied_head(x)
         return F.linear(x, self.embed_tokens.weight)
 
     def new_pool(

@@ -1,0 +1,163 @@
+"""int8 weight quantisation of the linear layers.
+
+``quantize_linears_`` swaps every ``Linear`` / ``LinearActivation`` of a model (and the
+tied output projections a decoder declares through a ``tied_head`` slot) for an
+``Int8Linear``: weights stored as int8 with one float32 scale per output channel
+(symmetric, round to nearest), a quarter of the float32 memory.
+
+An ``Int8Linear`` runs one of two kernels, chosen per call by the number of rows:
+
+* few rows (decoder steps, prompt prefill, the vocabulary projection: memory bound):
+  dynamic int8, the activations quantised per call and the GEMM in int8 through
+  PyTorch's FBGEMM x86 kernels (``torch.ops.quantized.linear_dynamic``), on CPU with
+  float32 activations;
+* many rows (encoder windows: compute bound, where FBGEMM's int8 GEMM is slower than
+  float32 BLAS on CPUs without VNNI): the int8 weight is dequantised once per call
+  (``N * K`` multiplies, under 1 % of the GEMM) and multiplied in the activation dtype.
+
+Both read the same int8 weight, so the result differs from float32 only by the weight
+rounding (and, on the dynamic path, the activation rounding).
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from oasr.layers.activation import apply_activation
+from oasr.layers.linear import Linear, LinearActivation
+
+QUANT_MODES = ("int8",)
+
+# Rows (flattened leading dimensions) up to which the dynamic int8 kernel is used.
+DYNAMIC_MAX_ROWS = 256
+
+
+def _fbgemm_available() -> bool:
+    try:
+        return "fbgemm" in torch.backends.quantized.supported_engines and hasattr(torch.ops.quantized, "linear_dynamic")
+    except Exception:  # pragma: no cover - builds without the quantized backend
+        return False
+
+
+class Int8Linear(nn.Module):
+    """``act(x @ dequant(W).T + b)`` with ``W`` stored as per-channel int8.
+
+    Args:
+        qweight: (out, in) int8 weight.
+        scale: (out,) float32 scale per output channel (``W ~ qweight * scale``).
+        bias: (out,) bias or None.
+        activation: an ``ACTIVATIONS`` name applied as the epilogue, or None.
+
+    Shapes:
+        x: (..., in_features) -> (..., out_features)
+    """
+
+    def __init__(
+        self,
+        qweight: torch.Tensor,
+        scale: torch.Tensor,
+        bias: torch.Tensor | None = None,
+        activation: str | None = None,
+    ) -> None:
+        super().__init__()
+        if qweight.dtype != torch.int8 or qweight.dim() != 2:
+            raise ValueError(f"qweight must be a 2-D int8 tensor, got {qweight.dtype} {tuple(qweight.shape)}")
+        self.out_features, self.in_features = qweight.shape
+        self.register_buffer("qweight", qweight)
+        self.register_buffer("scale", scale.to(torch.float32))
+        self.register_buffer("bias", None if bias is None else bias.detach().clone())
+        self.activation = activation
+        self._packed = None  # FBGEMM's prepacked weight, built on the first dynamic call
+
+    @classmethod
+    def from_weight(
+        cls, weight: torch.Tensor, bias: torch.Tensor | None = None, activation: str | None = None
+    ) -> Int8Linear:
+        """Quantise a float (out, in) weight: symmetric per output channel, round to nearest."""
+        w = weight.detach().to(torch.float32)
+        scale = w.abs().amax(dim=1).clamp_min(1e-12) / 127.0
+        q = torch.round(w / scale[:, None]).clamp_(-127, 127).to(torch.int8)
+        return cls(q, scale, None if bias is None else bias.detach(), activation)
+
+    @classmethod
+    def from_linear(cls, linear: Linear) -> Int8Linear:
+        activation = linear.activation if isinstance(linear, LinearActivation) else None
+        return cls.from_weight(linear.weight, linear.bias, activation)
+
+    def dequantized_weight(self, dtype: torch.dtype | None = None) -> torch.Tensor:
+        w = self.qweight.to(torch.float32) * self.scale[:, None]
+        return w if dtype is None else w.to(dtype)
+
+    def _packed_weight(self):
+        if self._packed is None:
+            with warnings.catch_warnings():
+                # The quantized-tensor constructors warn about their future; FBGEMM's
+                # prepacked format still needs them.
+                warnings.simplefilter("ignore")
+                qw = torch.quantize_per_channel(
+                    self.dequantized_weight(),
+                    self.scale.to(torch.float64),
+                    torch.zeros(self.out_features, dtype=torch.long),
+                    axis=0,
+                    dtype=torch.qint8,
+                )
+                bias = None if self.bias is None else self.bias.to(torch.float32)
+                self._packed = torch.ops.quantized.linear_prepack(qw, bias)
+        return self._packed
+
+    def _apply(self, fn, recurse=True):
+        self._packed = None  # moved or cast: repack lazily on the new device
+        return super()._apply(fn, recurse)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        rows = x.numel() // max(self.in_features, 1)
+        if (
+            x.device.type == "cpu"
+            and x.dtype == torch.float32
+            and rows <= DYNAMIC_MAX_ROWS
+            and not torch.is_grad_enabled()
+            and _fbgemm_available()
+        ):
+            y = torch.ops.quantized.linear_dynamic(x.contiguous(), self._packed_weight(), True)
+        else:
+            bias = None if self.bias is None else self.bias.to(x.dtype)
+            y = F.linear(x, self.dequantized_weight(x.dtype), bias)
+        return y if self.activation is None else apply_activation(y, self.activation)
+
+    def extra_repr(self) -> str:
+        act = f", activation={self.activation}" if self.activation else ""
+        return f"in={self.in_features}, out={self.out_features}, bias={self.bias is not None}, int8{act}"
+
+
+def quantize_linears_(model: nn.Module, mode: str = "int8", *, skip: tuple[str, ...] = ()) -> int:
+    """Swap ``model``'s linear layers for int8 ones, in place; returns how many were swapped.
+
+    Args:
+        mode: "int8" (the only mode).
+        skip: module name prefixes to keep in full precision.
+
+    Tied output projections: a module with a ``tied_head`` attribute (None) and an
+    ``embed_tokens`` embedding gets ``tied_head`` set to an int8 copy of the embedding
+    matrix, which its ``logits`` then uses (the embedding lookup stays float).
+
+    Raises:
+        ValueError: an unknown mode.
+    """
+    if mode not in QUANT_MODES:
+        raise ValueError(f"unknown quantization {mode!r}; expected one of {QUANT_MODES}")
+    swapped = 0
+    for name, module in list(model.named_modules()):
+        if any(name == p or name.startswith(p + ".") for p in skip):
+            continue
+        for child_name, child in list(module.named_children()):
+            if type(child) in (Linear, LinearActivation):
+                setattr(module, child_name, Int8Linear.from_linear(child))
+                swapped += 1
+        if hasattr(module, "tied_head") and module.tied_head is None and hasattr(module, "embed_tokens"):
+            module.tied_head = Int8Linear.from_weight(module.embed_tokens.weight)
+            swapped += 1
+    return swapped

@@ -1,0 +1,129 @@
+"""int8 weight quantisation: the rounding, both kernels, the model-wide swap, and the
+engine option (with real whisper-base: the same transcript as float32)."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from oasr.engine.config import EngineConfig
+from oasr.layers import Linear
+from oasr.layers.linear import LinearActivation
+from oasr.layers.quant import DYNAMIC_MAX_ROWS, Int8Linear, quantize_linears_
+from oasr.models.registry import get_model_info
+from tests.models.tiny_configs import TINY_CONFIGS
+
+
+def _cos(a: torch.Tensor, b: torch.Tensor) -> float:
+    return F.cosine_similarity(a.double().flatten(), b.double().flatten(), dim=0).item()
+
+
+def test_rounding_is_per_channel_and_within_half_a_step():
+    torch.manual_seed(0)
+    w = torch.randn(24, 40) * torch.logspace(-3, 1, 24)[:, None]  # channels of very different scale
+    q = Int8Linear.from_weight(w)
+    assert q.qweight.dtype == torch.int8 and q.scale.shape == (24,)
+    err = (q.dequantized_weight() - w).abs()
+    assert bool((err <= q.scale[:, None] / 2 + 1e-7).all())
+    assert int(q.qweight.abs().amax(1).min()) == 127  # every channel uses the full range
+
+
+@pytest.mark.parametrize("rows", [1, 7, DYNAMIC_MAX_ROWS, DYNAMIC_MAX_ROWS + 1, 900])
+def test_both_kernels_match_the_float_layer(rows):
+    torch.manual_seed(rows)
+    lin = LinearActivation(64, 96, "gelu")
+    q = Int8Linear.from_linear(lin)
+    x = torch.randn(rows, 64)
+    with torch.no_grad():
+        ref = lin(x)
+        dequant = F.gelu(F.linear(x, q.dequantized_weight(), lin.bias))
+        got = q(x.view(1, rows, 64)).view(rows, 96)
+    assert got.shape == ref.shape
+    assert _cos(got, ref) > 0.999
+    if rows > DYNAMIC_MAX_ROWS:
+        # The large-row path is exactly the float GEMM on the dequantised weight.
+        torch.testing.assert_close(got, dequant, rtol=1e-5, atol=1e-5)
+    else:
+        # The dynamic path also rounds the activations: close, not equal.
+        assert (got - dequant).abs().max().item() < 0.05 * dequant.abs().max().item()
+
+
+def test_grad_mode_and_half_inputs_take_the_dequantised_path():
+    torch.manual_seed(1)
+    q = Int8Linear.from_weight(torch.randn(8, 16), torch.randn(8))
+    x = torch.randn(3, 16)
+    exact = F.linear(x, q.dequantized_weight(), q.bias)
+    with torch.enable_grad():
+        torch.testing.assert_close(q(x), exact)
+    got = q(x.bfloat16())
+    assert got.dtype == torch.bfloat16 and _cos(got, exact) > 0.999
+
+
+@pytest.mark.parametrize("name", sorted(TINY_CONFIGS))
+def test_every_architecture_quantizes_all_its_linears(name):
+    torch.manual_seed(0)
+    model = get_model_info(name).model_class().from_config(TINY_CONFIGS[name]()).eval()
+    n_linear = sum(type(m) in (Linear, LinearActivation) for m in model.modules())
+    swapped = quantize_linears_(model)
+    assert swapped >= n_linear > 0
+    assert not any(type(m) in (Linear, LinearActivation) for m in model.modules())
+    for module in model.modules():
+        if hasattr(module, "tied_head") and hasattr(module, "embed_tokens"):
+            assert isinstance(module.tied_head, Int8Linear), f"{name}: tied output projection left in float"
+
+
+def test_tied_head_logits_follow_the_embedding():
+    torch.manual_seed(0)
+    model = get_model_info("whisper").model_class().from_config(TINY_CONFIGS["whisper"]()).eval()
+    decoder = model.decoder
+    x = torch.randn(2, 3, decoder.cfg.n_text_state)
+    with torch.no_grad():
+        ref = decoder.logits(x)
+        quant = copy.deepcopy(model)
+        quantize_linears_(quant, skip=("encoder",))
+        got = quant.decoder.logits(x)
+    assert got.shape == ref.shape and _cos(got, ref) > 0.999
+    assert not any(isinstance(m, Int8Linear) for m in quant.encoder.modules())
+
+
+def test_unknown_modes_are_refused():
+    with pytest.raises(ValueError, match="quantize must be None or 'int8'"):
+        EngineConfig(quantize="int4")
+    with pytest.raises(ValueError, match="unknown quantization"):
+        quantize_linears_(torch.nn.Sequential(), "fp8")
+
+
+@pytest.mark.real_weights
+def test_int8_whisper_base_transcribes_like_float32(manifest):
+    import oasr
+    from oasr.metrics import normalize_text
+    from oasr.models.bundled import bundled_path
+
+    if bundled_path("whisper-base") is None:
+        pytest.skip("whisper-base weights are not installed")
+    paths = [
+        row["path"] for row in manifest if row["audio"] in ("jfk.wav", "sense_and_sensibility_01_austen_64kb-0870.wav")
+    ]
+    assert len(paths) == 2
+    ref = oasr.ASREngine("whisper-base").transcribe(paths, beam_size=1, language="en")
+    engine = oasr.ASREngine("whisper-base", quantize="int8")
+    assert sum(isinstance(m, Int8Linear) for m in engine.model.modules()) > 50
+    got = engine.transcribe(paths, beam_size=1, language="en")
+    for r, g in zip(ref, got):
+        assert normalize_text(g.text, "en") == normalize_text(r.text, "en")
+
+
+def test_cli_quantize_flag_reaches_the_engine_config(capsys):
+    from oasr.cli.common import engine_extras
+    from oasr.cli.main import build_parser
+
+    args = build_parser().parse_args(["transcribe", "x.wav", "--quantize", "int8"])
+    assert engine_extras(args)["quantize"] == "int8"
+    args = build_parser().parse_args(["serve", "--model", "m", "--quantize", "int8"])
+    assert engine_extras(args)["quantize"] == "int8"
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["transcribe", "x.wav", "--quantize", "int4"])
+    assert "invalid choice: 'int4'" in capsys.readouterr().err
