@@ -1,6 +1,7 @@
 """faster-whisper as a peer process: load a model and transcribe files, like `oasr transcribe`.
 
-Used by the benchmarks to time oasr against faster-whisper on the same weights:
+Used by the benchmarks to time oasr against faster-whisper on the same weights (``oasr bench``
+runs its own timed children; this script is for looking at the peer by hand):
     python benchmarks/peer_faster_whisper.py --model whisper-base a.wav [--beam-size 5] [--batched 8]
 
 ``--model`` takes oasr's bundled names (a split CTranslate2 model.bin is joined once into
@@ -10,32 +11,14 @@ Used by the benchmarks to time oasr against faster-whisper on the same weights:
 from __future__ import annotations
 
 import argparse
-import os
-import shutil
 import sys
-from pathlib import Path
 
 
 def ct2_dir(model: str) -> str:
-    from oasr.models.bundled import bundled_path
-    from oasr.models.formats.ctranslate2 import find_model_parts
+    """A CTranslate2 directory with one ``model.bin`` (``oasr bench`` joins split weights the same way)."""
+    from oasr.cli.bench import ct2_model_dir, default_cache_dir
 
-    src = bundled_path(model) or Path(model)
-    parts = find_model_parts(src)
-    if len(parts) == 1:
-        return str(src)
-    dst = Path(os.environ.get("OASR_BENCH_CACHE", Path.home() / ".cache" / "oasr-bench")) / Path(str(src)).parent.name
-    if not (dst / "model.bin").is_file():
-        dst.mkdir(parents=True, exist_ok=True)
-        for f in ("config.json", "tokenizer.json", "vocabulary.txt", "preprocessor_config.json"):
-            if (src / f).exists():
-                shutil.copy(src / f, dst / f)
-        tmp = dst / "model.bin.tmp"
-        with open(tmp, "wb") as out:
-            for p in parts:
-                out.write(p.read_bytes())
-        tmp.rename(dst / "model.bin")
-    return str(dst)
+    return ct2_model_dir(model, default_cache_dir())
 
 
 def main() -> int:

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from oasr.cli.common import CliError
 
 # module under oasr.cli -> its register(subparsers); in the order `oasr --help` lists them
-SUBCOMMANDS: tuple[str, ...] = ("transcribe", "evaluate", "models", "serve")
+SUBCOMMANDS: tuple[str, ...] = ("transcribe", "evaluate", "models", "serve", "bench")
 
 
 def _version() -> str:

