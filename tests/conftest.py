@@ -11,6 +11,20 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+
+@pytest.fixture(autouse=True)
+def _keep_torch_threads():
+    """Restore torch's thread count after each test: an engine built with ``num_threads``
+    (or a CLI run with ``--threads``) sets it for the whole process, which would change
+    float summation order, and so exact results, in every later test."""
+    import torch
+
+    threads = torch.get_num_threads()
+    yield
+    if torch.get_num_threads() != threads:
+        torch.set_num_threads(threads)
+
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED_DIR = Path(os.environ.get("OASR_SHARED_DIR", REPO_ROOT.parent / "shared"))
 AUDIO_DIR = SHARED_DIR / "data" / "audio"

@@ -31,7 +31,7 @@ def _cli(capsys, *argv) -> dict:
 
 
 def test_cli_sampling_options_equal_the_api(engine, reference, clip_path, capsys):
-    argv = ["transcribe", clip_path, "--model", reference.path, "-f", "json", "--threads", "1", "--no-progress"]
+    argv = ["transcribe", clip_path, "--model", reference.path, "-f", "json", "--no-progress"]
     options = ["--language", "de", "--context", "欢迎", "--temperature", "0.9", "--seed", "7", "--top-k", "20"]
     first = _cli(capsys, *argv, *options)
     again = _cli(capsys, *argv, *options)
