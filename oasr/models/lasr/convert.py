@@ -20,6 +20,7 @@ import torch
 
 from oasr.models.base import DecodeType, DecodingSpec, FeatureSpec, LoadError, TokenizerSpec
 from oasr.models.formats.hf import load_hf_weights as _load_weights
+from oasr.models.formats.hf import model_type as hf_model_type
 from oasr.models.lasr.config import LasrConfig
 from oasr.models.registry import CheckpointBundle
 
@@ -183,13 +184,7 @@ class HFLasrConverter:
     capability_drop_hints: Mapping[str, str] = {}
 
     def can_load(self, path: Path) -> bool:
-        cfg = path / "config.json"
-        if not (path.is_dir() and cfg.is_file()):
-            return False
-        try:
-            return json.loads(cfg.read_text(encoding="utf-8")).get("model_type") == MODEL_TYPE
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            return False
+        return path.is_dir() and hf_model_type(path) == MODEL_TYPE
 
     def load(self, path: Path) -> CheckpointBundle:
         hf = _read_json(path / "config.json")

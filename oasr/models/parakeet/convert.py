@@ -23,6 +23,7 @@ import torch
 
 from oasr.models.base import DecodeType, DecodingSpec, FeatureSpec, LoadError, TokenizerSpec
 from oasr.models.formats.hf import load_hf_weights as _load_weights
+from oasr.models.formats.hf import model_type as hf_model_type
 from oasr.models.parakeet.config import ParakeetConfig, ParakeetEncoderConfig
 from oasr.models.parakeet.features import PARAM_KEYS
 from oasr.models.registry import CheckpointBundle
@@ -78,17 +79,6 @@ def _read_json(path: Path) -> dict[str, Any]:
         return json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as e:
         raise LoadError(f"{path} is not valid JSON: {e}") from e
-
-
-def _model_type(path: Path) -> str | None:
-    cfg = path / "config.json"
-    if not (path.is_dir() and cfg.is_file()):
-        return None
-    try:
-        data = json.loads(cfg.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        return None
-    return data.get("model_type") if isinstance(data, dict) else None
 
 
 def encoder_config_from_hf(enc: Mapping[str, Any], where: str) -> ParakeetEncoderConfig:
@@ -159,7 +149,7 @@ class HFParakeetConverter:
 
     def can_load(self, path: Path) -> bool:
         """Any Parakeet layout: the CTC one loads, the others are refused by name in ``load``."""
-        return _model_type(Path(path)) in (CTC_MODEL_TYPE, *_NOT_CTC)
+        return Path(path).is_dir() and hf_model_type(Path(path)) in (CTC_MODEL_TYPE, *_NOT_CTC)
 
     def load(self, path: Path) -> CheckpointBundle:
         path = Path(path)

@@ -26,6 +26,7 @@ from oasr.models.base import FeatureSpec, LoadError, TokenizerSpec
 from oasr.models.formats.hf import drop_tied_lm_head
 from oasr.models.formats.hf import llm_decoding_spec as _decoding_spec
 from oasr.models.formats.hf import load_hf_weights as _load_weights
+from oasr.models.formats.hf import model_type as hf_model_type
 from oasr.models.registry import CheckpointBundle
 from oasr.models.speech_llm.config import (
     AUDIO_BOS_TOKEN,
@@ -158,13 +159,7 @@ class HFQwen2AudioConverter:
     capability_drop_hints: Mapping[str, str] = {}
 
     def can_load(self, path: Path) -> bool:
-        cfg = path / "config.json"
-        if not (path.is_dir() and cfg.is_file()):
-            return False
-        try:
-            return json.loads(cfg.read_text(encoding="utf-8")).get("model_type") == "qwen2_audio"
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            return False
+        return path.is_dir() and hf_model_type(path) == "qwen2_audio"
 
     def load(self, path: Path) -> CheckpointBundle:
         hf = _read_json(path / "config.json")

@@ -21,6 +21,7 @@ import torch
 from oasr.models.base import DecodeType, DecodingSpec, FeatureSpec, LoadError, TokenizerSpec
 from oasr.models.formats.ctranslate2 import find_model_parts, read_ct2_model
 from oasr.models.formats.hf import load_hf_weights as _load_hf_weights
+from oasr.models.formats.hf import model_type as hf_model_type
 from oasr.models.registry import CheckpointBundle
 from oasr.models.whisper.config import WhisperConfig
 
@@ -101,13 +102,7 @@ class HFWhisperConverter:
     capability_drop_hints: Mapping[str, str] = {}
 
     def can_load(self, path: Path) -> bool:
-        cfg = path / "config.json"
-        if not (path.is_dir() and cfg.is_file()):
-            return False
-        try:
-            return json.loads(cfg.read_text(encoding="utf-8")).get("model_type") == "whisper"
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            return False
+        return path.is_dir() and hf_model_type(path) == "whisper"
 
     def load(self, path: Path) -> CheckpointBundle:
         hf = _read_json(path / "config.json")
