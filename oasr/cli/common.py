@@ -94,6 +94,13 @@ def add_engine_options(parser: argparse.ArgumentParser) -> None:
         help="encoder windows / decode rows per batch (default 8)",
     )
     g.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    add_model_engine_options(g)
+
+
+def add_model_engine_options(g) -> None:
+    """The ``EngineConfig`` options beyond the basics (read back by ``engine_extras``):
+    decode type, the CTC n-gram LM, int8 quantisation. Shared by ``transcribe`` / ``eval``
+    and ``serve``."""
     g.add_argument(
         "--decode-type",
         default=None,

@@ -15,7 +15,15 @@ import ctypes
 import os
 import sys
 
-from oasr.cli.common import CliError, engine_extras, nonnegative_int, positive_float, positive_int, resolve_device
+from oasr.cli.common import (
+    CliError,
+    add_model_engine_options,
+    engine_extras,
+    nonnegative_int,
+    positive_float,
+    positive_int,
+    resolve_device,
+)
 
 NAME = "serve"
 
@@ -80,16 +88,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--best-of", type=positive_int, default=5, metavar="N", help="samples per fallback temperature (default 5)"
     )
 
-    g.add_argument(
-        "--decode-type",
-        default=None,
-        metavar="TYPE",
-        help="decode family when the model serves several: ctc, ctc_aed_rescoring, ... (default: the model's)",
-    )
-    g.add_argument("--lm", default=None, metavar="PATH", help="CTC: n-gram LM (ARPA or KenLM binary) for beam search")
-    g.add_argument("--lm-alpha", type=float, default=None, metavar="A", help="CTC: LM weight (default 0.5)")
-    g.add_argument("--lm-beta", type=float, default=None, metavar="B", help="CTC: word insertion bonus (default 1.0)")
-    g.add_argument("--quantize", choices=("int8",), default=None, help="store linear-layer weights as int8")
+    add_model_engine_options(g)
 
     s = p.add_argument_group("server")
     s.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
