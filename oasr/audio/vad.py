@@ -9,18 +9,23 @@ a time in a chunk's audio back to the original recording, through the removed
 silences. This is the cutting of faster-whisper's batched pipeline, with the
 silences dropped as its sequential ``vad_filter`` does.
 
-The model is stateful (it carries an LSTM state across 32 ms windows), so each
-thread gets its own copy, loaded once. Silero's inference is a long run of tiny ops:
-it runs on one intra-op thread (more only spin against the decoder's threads), and
-importing the package (which sets torch's thread count to 1) leaves the caller's
-thread count as it was.
+Silero's packaged model is stateful: it carries an LSTM state (and 64 samples of
+context) from one 32 ms window to the next, and its own ``get_speech_timestamps``
+calls it once per window, a long run of tiny ops (about 8 s for 6 min of audio on one
+core). Only the LSTM needs that order: ``speech_probabilities`` runs the model's STFT
+and convolutional encoder over every window at once (each window with its 64 samples
+of context, as the model would have seen them), the LSTM over the whole sequence in
+one call, and the output head batched; the probabilities match the window-by-window
+model to ~1e-5 and are turned into spans by the package's own
+``get_speech_timestamps_from_probs``. Nothing is carried between calls, so one loaded
+model serves every thread; importing the package (which sets torch's thread count to
+1) leaves the caller's thread count as it was.
 """
 
 from __future__ import annotations
 
-import contextlib
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,6 +40,7 @@ __all__ = [
     "load_vad_model",
     "merge_spans",
     "require_silero",
+    "speech_probabilities",
     "speech_spans",
 ]
 
@@ -43,8 +49,8 @@ CHUNK_S = 30.0
 
 _INSTALL_HINT = "pip install 'oasr[vad]'"
 _VAD_RATES = (8000, 16000)  # what the Silero model takes; other rates are resampled to 16 kHz
-_import_lock = threading.Lock()
-_local = threading.local()
+_import_lock = threading.RLock()
+_models: dict[int, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -178,29 +184,80 @@ def require_silero():
     return silero_vad
 
 
-def load_vad_model():
-    """The Silero VAD model (TorchScript, CPU) of the calling thread, loaded on first use.
+class _BatchedSilero:
+    """Silero VAD's networks for one sampling rate, run over many windows at once.
+
+    Args:
+        model: the rate's sub-model of the packaged TorchScript model
+            (``_model`` for 16 kHz, ``_model_8k`` for 8 kHz).
+        window: samples per window (512 at 16 kHz, 256 at 8 kHz).
+    """
+
+    BLOCK = 4096  # windows per encoder call (131 s at 16 kHz): bounds the activations
+
+    def __init__(self, model: Any, window: int) -> None:
+        self.stft = model.stft
+        self.encoder = model.encoder
+        self.head = model.decoder.decoder
+        self.window = window
+        self.context = int(model.context_size_samples)
+        cell = model.decoder.rnn
+        self.lstm = torch.nn.LSTM(cell.weight_ih.shape[1], cell.weight_hh.shape[1])
+        with torch.no_grad():
+            for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh"):
+                getattr(self.lstm, f"{name}_l0").copy_(getattr(cell, name))
+        self.lstm.eval()
+
+    @torch.inference_mode()
+    def __call__(self, samples: torch.Tensor) -> torch.Tensor:
+        """Speech probability of each window of ``samples`` (the last zero-padded).
+
+        Shapes:
+            samples: (n,) -> (ceil(n / window),)
+        """
+        w, ctx = self.window, self.context
+        count = -(-samples.numel() // w)
+        padded = torch.zeros(ctx + count * w)
+        padded[ctx : ctx + samples.numel()] = samples
+        windows = padded.unfold(0, ctx + w, w)  # each window behind the context the model saw
+        probs = []
+        state = None
+        for i in range(0, count, self.BLOCK):
+            features = self.encoder(self.stft(windows[i : i + self.BLOCK]))  # (b, hidden, 1)
+            hidden, state = self.lstm(features.squeeze(-1).unsqueeze(1), state)  # (b, 1, hidden)
+            out = self.head(hidden.squeeze(1).unsqueeze(-1))  # (b, 1, 1)
+            probs.append(out.reshape(out.shape[0], -1).mean(1))
+        return torch.cat(probs) if probs else torch.zeros(0)
+
+
+def load_vad_model() -> dict[int, _BatchedSilero]:
+    """The Silero VAD networks (CPU) by sampling rate, loaded on first use.
 
     Raises:
         ImportError: silero-vad is not installed.
     """
-    model = getattr(_local, "model", None)
-    if model is None:
-        silero_vad = require_silero()
-        with _single_thread():
-            model = silero_vad.load_silero_vad()
-        _local.model = model
-    return model
+    global _models
+    with _import_lock:
+        if _models is None:
+            model = require_silero().load_silero_vad()
+            _models = {16000: _BatchedSilero(model._model, 512), 8000: _BatchedSilero(model._model_8k, 256)}
+    return _models
 
 
-@contextlib.contextmanager
-def _single_thread() -> Iterator[None]:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
+def speech_probabilities(audio: np.ndarray, sampling_rate: int = 16000) -> np.ndarray:
+    """Silero's speech probability for each 32 ms window of ``audio`` (8 or 16 kHz).
+
+    Shapes:
+        audio: (n,) -> (ceil(n / window),), window 512 at 16 kHz, 256 at 8 kHz
+
+    Raises:
+        ValueError: another sampling rate.
+        ImportError: silero-vad is not installed.
+    """
+    if sampling_rate not in _VAD_RATES:
+        raise ValueError(f"Silero VAD takes 8000 or 16000 Hz audio, got {sampling_rate}")
+    samples = torch.from_numpy(np.ascontiguousarray(audio, dtype=np.float32).reshape(-1))
+    return load_vad_model()[sampling_rate](samples).numpy()
 
 
 def speech_spans(
@@ -229,19 +286,17 @@ def speech_spans(
     if rate not in _VAD_RATES:
         samples = soxr.resample(samples, sampling_rate, 16000).astype(np.float32, copy=False)
         rate = 16000
-    model = load_vad_model()
-    silero_vad = require_silero()
-    with _single_thread():
-        stamps = silero_vad.get_speech_timestamps(
-            torch.from_numpy(np.ascontiguousarray(samples)),
-            model,
-            threshold=options.threshold,
-            sampling_rate=rate,
-            min_speech_duration_ms=options.min_speech_duration_ms,
-            max_speech_duration_s=options.max_speech_duration_s,
-            min_silence_duration_ms=options.min_silence_duration_ms,
-            speech_pad_ms=options.speech_pad_ms,
-        )
+    probs = speech_probabilities(samples, rate)
+    stamps = require_silero().get_speech_timestamps_from_probs(
+        probs.tolist(),
+        sampling_rate=rate,
+        threshold=options.threshold,
+        min_speech_duration_ms=options.min_speech_duration_ms,
+        max_speech_duration_s=options.max_speech_duration_s,
+        min_silence_duration_ms=options.min_silence_duration_ms,
+        speech_pad_ms=options.speech_pad_ms,
+        audio_length_samples=len(samples),
+    )
     scale = sampling_rate / rate
     n = len(audio)
     spans: list[tuple[int, int]] = []

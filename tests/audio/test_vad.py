@@ -11,7 +11,15 @@ import pytest
 import soxr
 import torch
 
-from oasr.audio.vad import CHUNK_S, SpeechChunk, VadOptions, merge_spans, require_silero, speech_spans
+from oasr.audio.vad import (
+    CHUNK_S,
+    SpeechChunk,
+    VadOptions,
+    merge_spans,
+    require_silero,
+    speech_probabilities,
+    speech_spans,
+)
 
 SR = 16000
 
@@ -94,6 +102,40 @@ def spans(vad_recording):
     return speech_spans(vad_recording.audio, SR)
 
 
+def test_batched_model_matches_the_package_window_by_window(vad_recording, spans):
+    """The one-pass probabilities equal the packaged model stepped window by window (its
+    64-sample context and LSTM state carried), and the spans equal the package's own
+    get_speech_timestamps, at 16 and 8 kHz; audio not a whole number of windows included."""
+    silero_vad = require_silero()
+    package_model = silero_vad.load_silero_vad()
+    for rate, window in ((16000, 512), (8000, 256)):
+        audio = vad_recording.audio[: 12 * SR + 100]
+        if rate != SR:
+            audio = soxr.resample(audio, SR, rate).astype(np.float32)
+        package_model.reset_states()
+        samples = torch.from_numpy(audio)
+        expected = []
+        for i in range(0, len(samples), window):
+            piece = torch.nn.functional.pad(samples[i : i + window], (0, max(0, i + window - len(samples))))
+            expected.append(package_model(piece, rate).item())
+        probs = speech_probabilities(audio, rate)
+        assert probs.shape == (len(expected),)
+        np.testing.assert_allclose(probs, expected, atol=1e-4)
+    opts = VadOptions()
+    reference = silero_vad.get_speech_timestamps(
+        torch.from_numpy(vad_recording.audio),
+        package_model,
+        threshold=opts.threshold,
+        min_speech_duration_ms=opts.min_speech_duration_ms,
+        max_speech_duration_s=opts.max_speech_duration_s,
+        min_silence_duration_ms=opts.min_silence_duration_ms,
+        speech_pad_ms=opts.speech_pad_ms,
+    )
+    assert spans == [(r["start"], r["end"]) for r in reference]
+    with pytest.raises(ValueError, match="8000 or 16000"):
+        speech_probabilities(audio, 44100)
+
+
 def test_spans_cover_each_clip_and_skip_the_silences(vad_recording, spans):
     rec = vad_recording
     assert spans == sorted(spans) and all(b > a for a, b in spans)
@@ -137,7 +179,7 @@ def test_a_long_stretch_of_speech_is_split_under_30_s(vad_recording):
 
 
 def test_threads_and_other_rates(vad_recording, spans):
-    """Threads get the same spans (each has its own model); torch's thread count is left as
+    """Threads get the same spans (they share one stateless model); torch's thread count is left as
     it was; 44.1 kHz input (resampled for the model) gives the same spans in its own samples."""
     threads = torch.get_num_threads()
     audio = vad_recording.audio[: 20 * SR]
