@@ -37,6 +37,11 @@ class EngineConfig:
         quantize: "int8" stores the linear layers' weights as per-channel int8
             (``oasr.layers.quant``): a quarter of the memory, and on CPU int8 GEMMs
             for the decoder's small-row products; None keeps the load dtype.
+        step_graphs: record the decoder's step into CUDA graphs, one per batch shape, and
+            replay them (``oasr.models.decoders.graphs``). None: on for CUDA devices when
+            the decoder supports it. True on a CPU runs the same fixed-shape steps
+            without recording them (a check of that path, not a speed-up); False
+            always steps eagerly.
     """
 
     device: str = "cpu"
@@ -51,6 +56,7 @@ class EngineConfig:
     lm_alpha: float = 0.5
     lm_beta: float = 1.0
     quantize: str | None = None
+    step_graphs: bool | None = None
 
     def torch_dtype(self) -> torch.dtype:
         if self.dtype is None:

@@ -1,7 +1,7 @@
 """Decoder contracts and shared decoders."""
 
 from oasr.models.decoders.base import BaseDecoder, Joiner, PredictionNetwork, TransducerPredictor
-from oasr.models.decoders.kv_pool import DecoderState, KVPool, PoolExhausted
+from oasr.models.decoders.kv_pool import DecoderState, KVPool, PoolExhausted, RowGroups
 
 __all__ = [
     "BaseDecoder",
@@ -10,5 +10,6 @@ __all__ = [
     "KVPool",
     "PoolExhausted",
     "PredictionNetwork",
+    "RowGroups",
     "TransducerPredictor",
 ]

@@ -143,5 +143,15 @@ class DecoderState:
             return k
         return None
 
-    def row_group_tensor(self) -> torch.Tensor:
-        return torch.tensor([self.group0 + g for g in self.row_group], device=self.pool.device)
+    def row_groups(self) -> RowGroups:
+        """The rows' layout over their groups: ``group_size`` when it is regular, else
+        each row's group (relative to ``group0``) as a (n_rows,) tensor on the pool's device."""
+        k = self.group_size
+        if k is not None:
+            return k
+        return torch.tensor(self.row_group, device=self.pool.device, dtype=torch.long)
+
+
+RowGroups = int | torch.Tensor
+"""How decode rows read encoder windows: k hypotheses per window in window order, or each
+row's window index."""

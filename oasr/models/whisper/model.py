@@ -30,7 +30,7 @@ from oasr.layers import (
     attention_weights,
 )
 from oasr.models.base import BaseAsrModel, BaseEncoder, DecodeType
-from oasr.models.decoders import BaseDecoder, DecoderState, KVPool, PoolExhausted
+from oasr.models.decoders import BaseDecoder, DecoderState, KVPool, PoolExhausted, RowGroups
 from oasr.models.whisper.config import WhisperConfig
 
 
@@ -145,6 +145,7 @@ class WhisperDecoder(BaseDecoder):
     """
 
     supports_paged_kv = True
+    supports_step_graphs = True
 
     def __init__(self, cfg: WhisperConfig) -> None:
         super().__init__()
@@ -181,23 +182,30 @@ class WhisperDecoder(BaseDecoder):
             dtype=dtype if dtype is not None else p.dtype,
         )
 
-    def _cross(self, layer: WhisperDecoderLayer, h: torch.Tensor, state: DecoderState, li: int) -> torch.Tensor:
-        """Cross-attention of rows over their groups' K/V in the pool. (n, T, D) -> (n, T, D)"""
-        pool = state.pool
-        g0, g = state.group0, state.n_groups
-        ck, cv = pool.cross_k[li, g0 : g0 + g], pool.cross_v[li, g0 : g0 + g]  # (G, H, Tk, Dh)
+    def _cross(
+        self, layer: WhisperDecoderLayer, h: torch.Tensor, pool: KVPool, li: int, group0: int, groups: RowGroups
+    ) -> torch.Tensor:
+        """Cross-attention of rows over their groups' K/V in the pool. (n, T, D) -> (n, T, D)
+
+        ``groups`` is the rows' layout over the groups from ``group0``: an int k when
+        rows are ``[g0]*k + [g1]*k + ...`` (k hypotheses per window), else each row's
+        group (relative to ``group0``) as a (n,) tensor.
+        """
         q = layer.encoder_attn.heads(layer.encoder_attn.q_proj(h))  # (n, H, T, Dh)
-        k = state.group_size
-        if k == 1:
-            out = attention(q, ck, cv)
-        elif k is not None and q.shape[2] == 1:
-            # Hypotheses of one group become query positions over the shared K/V.
-            n, hh, _, dh = q.shape
-            qg = q.view(g, k, hh, dh).transpose(1, 2)  # (G, H, k, Dh)
-            out = attention(qg, ck, cv).transpose(1, 2).reshape(n, hh, 1, dh)
-        else:
-            idx = torch.tensor(state.row_group, device=q.device)
-            out = attention(q, ck.index_select(0, idx), cv.index_select(0, idx))
+        n, hh, t, dh = q.shape
+        if isinstance(groups, int):
+            g = n // groups
+            ck, cv = pool.cross_k[li, group0 : group0 + g], pool.cross_v[li, group0 : group0 + g]  # (G, H, Tk, Dh)
+            if groups == 1:
+                return layer.encoder_attn.merge(attention(q, ck, cv))
+            if t == 1:
+                # Hypotheses of one group become query positions over the shared K/V.
+                qg = q.view(g, groups, hh, dh).transpose(1, 2)  # (G, H, k, Dh)
+                out = attention(qg, ck, cv).transpose(1, 2).reshape(n, hh, 1, dh)
+                return layer.encoder_attn.merge(out)
+            groups = torch.arange(n, device=q.device) // groups
+        idx = groups + group0
+        out = attention(q, pool.cross_k[li].index_select(0, idx), pool.cross_v[li].index_select(0, idx))
         return layer.encoder_attn.merge(out)
 
     # -- incremental surface -----------------------------------------------------------
@@ -265,7 +273,7 @@ class WhisperDecoder(BaseDecoder):
             pool.v[li, row0 : row0 + b, :, :p] = v
             a = att.merge(attention(q, k, v, is_causal=True, key_lengths=token_lens))
             h, x = layer.encoder_attn_layer_norm.add_forward(a, x)
-            c = self._cross(layer, h, state, li)
+            c = self._cross(layer, h, pool, li, group0, state.row_groups())
             h, x = layer.final_layer_norm.add_forward(c, x)
             x = x + layer.fc2(layer.fc1(h))
         x = self.layer_norm(x)
@@ -282,26 +290,52 @@ class WhisperDecoder(BaseDecoder):
             return torch.empty(0, self.cfg.n_vocab, device=tokens.device)
         if state.max_length >= self.cfg.n_text_ctx:
             raise ValueError(f"decoder context of {self.cfg.n_text_ctx} tokens exhausted")
-        pool, r0 = state.pool, state.row0
-        pos = state.lengths_t  # (n,)
-        extent = state.max_length + 1
-        rows = torch.arange(n, device=tokens.device)
-        key_mask = (torch.arange(extent, device=tokens.device)[None, :] <= pos[:, None])[:, None, None, :]
-        x = (self.embed_tokens(tokens) + self.embed_positions(pos))[:, None, :]  # (n, 1, D)
-        for li, layer in enumerate(self.layers):
-            att = layer.self_attn
-            kc, vc = pool.k[li, r0 : r0 + n], pool.v[li, r0 : r0 + n]  # (n, H, S, Dh) views
-            h = layer.self_attn_layer_norm(x)
-            q, k, v = att.heads(att.q_proj(h)), att.heads(att.k_proj(h)), att.heads(att.v_proj(h))
-            kc[rows, :, pos] = k[:, :, 0]
-            vc[rows, :, pos] = v[:, :, 0]
-            a = att.merge(attention(q, kc[:, :, :extent], vc[:, :, :extent], mask=key_mask))
-            h, x = layer.encoder_attn_layer_norm.add_forward(a, x)
-            c = self._cross(layer, h, state, li)
-            h, x = layer.final_layer_norm.add_forward(c, x)
-            x = x + layer.fc2(layer.fc1(h))
+        logits = self.step_rows(
+            state.pool, state.row0, state.group0, tokens, state.lengths_t, state.max_length + 1, state.row_groups()
+        )
         state.lengths = [length + 1 for length in state.lengths]
         state.lengths_t = state.lengths_t + 1
+        return logits
+
+    def step_rows(
+        self,
+        pool: KVPool,
+        row0: int,
+        group0: int,
+        tokens: torch.Tensor,
+        positions: torch.Tensor,
+        extent: int,
+        groups: RowGroups,
+    ) -> torch.Tensor:
+        """One step of rows ``row0 .. row0 + n`` at fixed shapes: what ``step`` runs, and what a
+        CUDA graph records (every tensor read is the pool, the weights or an argument).
+
+        Args:
+            tokens: (n,) the token each row feeds.
+            positions: (n,) where each row's token goes (its cached length); its K/V is
+                written there.
+            extent: key positions attended over (> every position; the rest is masked).
+            groups: the rows' layout over the groups from ``group0`` (see ``_cross``).
+
+        Returns:
+            next-token logits (n, V).
+        """
+        n = tokens.shape[0]
+        rows = torch.arange(n, device=tokens.device)
+        key_mask = (torch.arange(extent, device=tokens.device)[None, :] <= positions[:, None])[:, None, None, :]
+        x = (self.embed_tokens(tokens) + self.embed_positions(positions))[:, None, :]  # (n, 1, D)
+        for li, layer in enumerate(self.layers):
+            att = layer.self_attn
+            kc, vc = pool.k[li, row0 : row0 + n], pool.v[li, row0 : row0 + n]  # (n, H, S, Dh) views
+            h = layer.self_attn_layer_norm(x)
+            q, k, v = att.heads(att.q_proj(h)), att.heads(att.k_proj(h)), att.heads(att.v_proj(h))
+            kc[rows, :, positions] = k[:, :, 0]
+            vc[rows, :, positions] = v[:, :, 0]
+            a = att.merge(attention(q, kc[:, :, :extent], vc[:, :, :extent], mask=key_mask))
+            h, x = layer.encoder_attn_layer_norm.add_forward(a, x)
+            c = self._cross(layer, h, pool, li, group0, groups)
+            h, x = layer.final_layer_norm.add_forward(c, x)
+            x = x + layer.fc2(layer.fc1(h))
         return self.logits(self.layer_norm(x[:, 0]))
 
     # -- teacher-forced alignment ----------------------------------------------------

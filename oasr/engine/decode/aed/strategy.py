@@ -40,6 +40,7 @@ from oasr.engine.decode.base import DecodeStrategy, Request, StepEvent
 from oasr.engine.outputs import RequestOutput, Segment, Word
 from oasr.models.base import DecodeType
 from oasr.models.decoders import DecoderState, KVPool
+from oasr.models.decoders.graphs import step_graphs_for
 from oasr.models.loaders import LoadedModel
 from oasr.models.whisper.tokenizer import WhisperTokenizer, normalize_language
 
@@ -158,6 +159,7 @@ class AedDecodeStrategy(DecodeStrategy):
         self.requests: dict[str, _Req] = {}
         self.encode_queue: deque[tuple[_Req, str, int]] = deque()
         self.counters = {"joins_running": 0, "windows_encoded": 0, "tasks_finished": 0, "fallbacks": 0}
+        self.step_graphs = step_graphs_for(self.decoder, config.step_graphs)
 
     # -- admission ---------------------------------------------------------------------
 
@@ -267,6 +269,7 @@ class AedDecodeStrategy(DecodeStrategy):
             "waiting_tasks": waiting,
             "encode_queue": len(self.encode_queue),
             **self.counters,
+            **({f"step_graph_{k}": v for k, v in self.step_graphs.counters.items()} if self.step_graphs else {}),
         }
 
     # -- the step ------------------------------------------------------------------------
@@ -552,7 +555,11 @@ class AedDecodeStrategy(DecodeStrategy):
         state = cohort.state
         if state is None or state.n_rows == 0:
             return
-        logits = self.decoder.step(state, torch.tensor(cohort.next_tokens, device=self.device))
+        tokens = torch.tensor(cohort.next_tokens, device=self.device)
+        if self.step_graphs is not None:
+            logits = self.step_graphs.step(state, tokens)
+        else:
+            logits = self.decoder.step(state, tokens)
         idx, nxt, alive = self._select_next(cohort.tasks, logits, first=False, events=events)
         cohort.state = self.decoder.select(state, idx)
         cohort.tasks, cohort.next_tokens = alive, nxt
