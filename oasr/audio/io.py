@@ -28,21 +28,26 @@ whose message names the problem and the input. Invalid *arguments* (a negative
 rate, ``input_sampling_rate`` given for a file) raise plain ``ValueError`` /
 ``TypeError``; a path that cannot be opened raises the usual ``OSError``
 (``FileNotFoundError``, ``IsADirectoryError``, ``PermissionError``).
+
+PyAV and soxr are imported when first needed (a container to decode, a rate to
+convert), so 16 kHz arrays load, and the engine imports, where they are not installed.
 """
 
 from __future__ import annotations
 
+import functools
 import io
 import logging
 import os
 from collections.abc import Iterator
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
 
-import av
-import av.logging
 import numpy as np
-import soxr
 import torch
+
+if TYPE_CHECKING:
+    import av
+    import soxr
 
 __all__ = [
     "SAMPLE_RATE",
@@ -117,14 +122,17 @@ class AudioDecodeError(ValueError):
     non-finite, or longer than allowed. The message names the problem and the input."""
 
 
-def _quiet_av_logging() -> None:
+@functools.cache
+def _av():
+    """PyAV, imported on the first container to decode, with ffmpeg's logging off."""
+    import av
+    import av.logging
+
     # ffmpeg logs one line per damaged packet; on a bad file that floods stderr.
     # PyAV's default (None) already drops them; undo any earlier import turning it on.
     if av.logging.get_level() is not None:
         av.logging.set_level(None)
-
-
-_quiet_av_logging()
+    return av
 
 
 # ---------------------------------------------------------------------------
@@ -284,6 +292,8 @@ def _resample_and_chunk(
             rate = piece_rate
             resampler = None
             if rate != out_rate:
+                import soxr
+
                 resampler = soxr.ResampleStream(rate, out_rate, 1, dtype="float32", quality=RESAMPLE_QUALITY)
         yield from emit(x if resampler is None else resampler.resample_chunk(x, last=False))
     yield from emit(flush())
@@ -408,6 +418,7 @@ def _open_source(source: object, name: str) -> tuple[object, bytes | None]:
 def _container_pieces(source: object, name: str, max_duration_s: float | None) -> Iterator[tuple[np.ndarray, int]]:
     """Decode a container and yield ``(float32 mono, rate)`` groups of frames."""
     target, head = _open_source(source, name)
+    av = _av()
     try:
         container = av.open(target, mode="r", metadata_errors="ignore")
     except av.error.EOFError as e:
@@ -529,7 +540,7 @@ def _declared_seconds(
     if stream.duration is not None and stream.time_base is not None:
         return float(stream.duration * stream.time_base)
     if container.duration is not None:
-        return container.duration / av.time_base
+        return container.duration / _av().time_base
     return None
 
 

@@ -118,6 +118,12 @@ def add_model_engine_options(g) -> None:
         default=None,
         help="store linear-layer weights as int8 (a quarter of the memory; int8 GEMMs for decoder steps on CPU)",
     )
+    g.add_argument(
+        "--step-graphs",
+        choices=("auto", "on", "off"),
+        default=None,
+        help="record decoder steps into CUDA graphs and replay them (auto: on CUDA when the decoder supports it)",
+    )
 
 
 def add_decode_options(parser: argparse.ArgumentParser, *, language: bool = True, task: bool = True) -> None:
@@ -294,6 +300,9 @@ def engine_extras(args: argparse.Namespace) -> dict[str, Any]:
         value = getattr(args, arg, None)
         if value is not None:
             extras[field_name] = value
+    graphs = getattr(args, "step_graphs", None)
+    if graphs is not None:
+        extras["step_graphs"] = {"auto": None, "on": True, "off": False}[graphs]
     return extras
 
 

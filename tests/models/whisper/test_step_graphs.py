@@ -154,3 +154,14 @@ def test_recorded_steps_replay_the_eager_step(oasr_hf):
             _assert_same_step(decoder, graphs, states, tokens, atol=1e-4)
         _assert_same_cache(states)
     assert graphs.counters["recorded"] == 2 and graphs.counters["replays"] == 12
+
+
+def test_cli_step_graphs_flag_reaches_the_engine_config():
+    from oasr.cli.common import engine_extras
+    from oasr.cli.main import build_parser
+
+    parser = build_parser()
+    assert "step_graphs" not in engine_extras(parser.parse_args(["transcribe", "x.wav"]))
+    assert engine_extras(parser.parse_args(["transcribe", "x.wav", "--step-graphs", "on"]))["step_graphs"] is True
+    assert engine_extras(parser.parse_args(["serve", "--model", "m", "--step-graphs", "off"]))["step_graphs"] is False
+    assert engine_extras(parser.parse_args(["eval", "m.jsonl", "--step-graphs", "auto"]))["step_graphs"] is None
