@@ -66,6 +66,7 @@ from oasr.engine.decode.base import DecodeStrategy, Request, StepEvent
 from oasr.engine.outputs import RequestOutput, Segment
 from oasr.models.base import DecodeType
 from oasr.models.decoders import DecoderState, KVPool
+from oasr.models.decoders.graphs import step_graphs_for
 from oasr.models.loaders import LoadedModel
 
 log = logging.getLogger("oasr.engine")
@@ -304,6 +305,7 @@ class LlmDecodeStrategy(DecodeStrategy):
         self.waiting: deque[_Req] = deque()
         self.requests: dict[str, _Req] = {}
         self.counters = {"joins_running": 0, "prefills": 0, "tokens_generated": 0, "pool_grows": 0}
+        self.step_graphs = step_graphs_for(self.decoder, config.step_graphs)
 
     # -- admission ---------------------------------------------------------------------
 
@@ -386,7 +388,8 @@ class LlmDecodeStrategy(DecodeStrategy):
         return len(self.requests)
 
     def stats(self) -> dict[str, float]:
-        return {"running_rows": len(self.rows), "waiting_tasks": len(self.waiting), **self.counters}
+        graphs = {f"step_graph_{k}": v for k, v in self.step_graphs.counters.items()} if self.step_graphs else {}
+        return {"running_rows": len(self.rows), "waiting_tasks": len(self.waiting), **self.counters, **graphs}
 
     # -- the step ------------------------------------------------------------------------
 
@@ -534,7 +537,11 @@ class LlmDecodeStrategy(DecodeStrategy):
     def _advance(self, events: list[StepEvent]) -> None:
         if not self.rows:
             return
-        logits = self.decoder.step(self.state, torch.tensor(self.next_tokens, device=self.device))
+        tokens = torch.tensor(self.next_tokens, device=self.device)
+        if self.step_graphs is not None:
+            logits = self.step_graphs.step(self.state, tokens)
+        else:
+            logits = self.decoder.step(self.state, tokens)
         tokens, logprobs = self._choose(self.rows, logits)
         alive = []
         for i, (r, tok, lp) in enumerate(zip(self.rows, tokens, logprobs)):

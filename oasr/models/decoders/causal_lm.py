@@ -33,7 +33,7 @@ from torch import nn
 from oasr.layers import Embedding, Linear, LinearActivation, NeoxRotaryEmbedding, RMSNorm, attention
 from oasr.models.base import ModelConfig
 from oasr.models.decoders.base import BaseDecoder
-from oasr.models.decoders.kv_pool import DecoderState, KVPool, PoolExhausted
+from oasr.models.decoders.kv_pool import DecoderState, KVPool, PoolExhausted, RowGroups
 
 # Hugging Face's Qwen2Config / Qwen3Config defaults: what an omitted text_config field means.
 _QWEN2_DEFAULTS: dict[str, Any] = {
@@ -248,6 +248,7 @@ class CausalLm(BaseDecoder):
     """
 
     supports_paged_kv = True
+    supports_step_graphs = True
 
     def __init__(self, cfg: CausalLmConfig) -> None:
         super().__init__()
@@ -453,24 +454,46 @@ class CausalLm(BaseDecoder):
         n = state.n_rows
         if n == 0:
             return torch.empty(0, self.cfg.vocab_size, device=embeds.device)
-        pool, r0 = state.pool, state.row0
-        if state.max_length >= pool.max_len:
-            raise PoolExhausted(f"a row reached the pool's {pool.max_len} tokens")
-        pos = state.lengths_t.to(embeds.device)  # (n,) == each row's next slot
-        extent = state.max_length + 1
+        if state.max_length >= state.pool.max_len:
+            raise PoolExhausted(f"a row reached the pool's {state.pool.max_len} tokens")
+        positions = state.lengths_t.to(embeds.device)  # (n,) == each row's next slot
+        logits = self._step(state.pool, state.row0, embeds, positions, state.max_length + 1)
+        state.lengths = [length + 1 for length in state.lengths]
+        state.lengths_t = state.lengths_t + 1
+        return logits
+
+    def step_rows(
+        self,
+        pool: KVPool,
+        row0: int,
+        group0: int,
+        tokens: torch.Tensor,
+        positions: torch.Tensor,
+        extent: int,
+        groups: RowGroups,
+    ) -> torch.Tensor:
+        """``step`` of rows ``row0 .. row0 + n`` at fixed shapes, for a CUDA graph to record
+        (``oasr.models.decoders.graphs``); a decoder-only LM has no groups (``group0`` and
+        ``groups`` are ignored).
+
+        Shapes:
+            tokens, positions: (n,) -> logits (n, V); ``extent`` > every position
+        """
+        return self._step(pool, row0, self.embed(tokens), positions, extent)
+
+    def _step(self, pool: KVPool, r0: int, embeds: torch.Tensor, positions: torch.Tensor, extent: int) -> torch.Tensor:
+        n = embeds.shape[0]
         rows = torch.arange(n, device=embeds.device)
-        key_mask = (torch.arange(extent, device=embeds.device)[None, :] <= pos[:, None])[:, None, None, :]
-        cos, sin = self.rotary.cos_sin(pos[:, None], embeds.dtype)  # (n, 1, Dh)
+        key_mask = (torch.arange(extent, device=embeds.device)[None, :] <= positions[:, None])[:, None, None, :]
+        cos, sin = self.rotary.cos_sin(positions[:, None], embeds.dtype)  # (n, 1, Dh)
 
         def attend(li: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
             kc, vc = pool.k[li, r0 : r0 + n], pool.v[li, r0 : r0 + n]  # (n, Hkv, S, Dh) views
-            kc[rows, :, pos] = k[:, :, 0]
-            vc[rows, :, pos] = v[:, :, 0]
+            kc[rows, :, positions] = k[:, :, 0]
+            vc[rows, :, positions] = v[:, :, 0]
             return attention(q, kc[:, :, :extent], vc[:, :, :extent], mask=key_mask)
 
         hidden = self._layers(embeds[:, None, :], cos, sin, attend)
-        state.lengths = [length + 1 for length in state.lengths]
-        state.lengths_t = state.lengths_t + 1
         return self._logits_out(hidden[:, 0])
 
     def select(self, state: DecoderState, idx: Sequence[int] | torch.Tensor) -> DecoderState:

@@ -8,7 +8,7 @@ A recorded step reads fixed addresses, so the shape has to be fixed too. The key
 recording is the batch's place in the pool (``row0``, ``group0``), its rows rounded
 up to a bucket (1, 2, 4, 8, then multiples of 8: padding rows feed token 0 at
 position 0 into free rows after the batch, and their logits are dropped), its
-hypotheses per encoder window, and the attended key extent rounded up to a multiple
+hypotheses per encoder window (0 for a decoder-only LM), and the attended key extent rounded up to a multiple
 of ``extent_step`` (positions past each row's own are masked, as in the eager step).
 The token and position inputs are copied into per-pool static buffers before each
 replay. Batches the recording cannot express (rows of irregular groups, a pool too
@@ -112,12 +112,12 @@ class StepGraphs:
         """
         n = state.n_rows
         pool = state.pool
-        k = state.group_size
+        k = state.group_size if pool.max_groups else 0  # 0: a decoder-only LM, no encoder windows
         if n == 0 or k is None or state.max_length + 1 > pool.max_len:
             self.counters["eager"] += 1
             return self.decoder.step(state, tokens)  # nothing to record, or the eager step's errors
         rows = bucket_rows(n)
-        if rows % k or state.row0 + rows > pool.max_rows or state.group0 + rows // k > pool.max_groups:
+        if state.row0 + rows > pool.max_rows or (k and (rows % k or state.group0 + rows // k > pool.max_groups)):
             rows = n  # the padding does not fit: record this exact size
         extent = min(pool.max_len, -(-(state.max_length + 1) // self.extent_step) * self.extent_step)
         entry = self._entry(pool)

@@ -91,7 +91,10 @@ def _drain(strategy, events=None):
     return outputs
 
 
-def test_continuous_batching_matches_solo_decodes(loaded, clips):
+@pytest.mark.parametrize("graphs", [False, True], ids=["eager", "fixed-shape-steps"])
+def test_continuous_batching_matches_solo_decodes(loaded, clips, graphs):
+    """Also with the fixed-shape steps CUDA graphs record (run uncaptured on a CPU): rows
+    padded to a bucket, keys to a rounded extent, the same tokens as eager solo decodes."""
     solo_engine = ASREngine(loaded, max_batch_size=1)
     budgets = [6, 14, 9, 20, 11]
     languages = ["English", None, "French", None, "English"]
@@ -99,7 +102,7 @@ def test_continuous_batching_matches_solo_decodes(loaded, clips):
         _tokens(solo_engine.transcribe(c, max_new_tokens=n, language=lang))
         for c, n, lang in zip(clips, budgets, languages)
     ]
-    engine = ASREngine(loaded, max_batch_size=3)
+    engine = ASREngine(loaded, max_batch_size=3, step_graphs=graphs)
     strategy = engine.strategy
     requests = []
     for i, (c, n, lang) in enumerate(zip(clips, budgets, languages)):
@@ -122,6 +125,7 @@ def test_continuous_batching_matches_solo_decodes(loaded, clips):
     assert [_tokens(outputs[f"r{i}"]) for i in range(5)] == solo
     assert strategy.stats()["joins_running"] >= 3
     assert strategy.pool is None  # released when idle
+    assert strategy.stats().get("step_graph_eager", 0) > 0 if graphs else "step_graph_eager" not in strategy.stats()
 
 
 def test_abort_frees_rows_at_once(loaded, clips):
@@ -232,3 +236,18 @@ def test_prefill_groups_by_length_under_the_mask_budget(loaded, clips, monkeypat
     outs = engine.transcribe(clips, **settings)
     assert [_tokens(o) for o in outs] == expected
     assert engine.strategy.counters["prefills"] >= 3
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA-graph capture needs a GPU")
+def test_recorded_steps_on_cuda_give_the_eager_tokens(tokenizer, clips):
+    loaded = make_loaded(tokenizer, dtype=torch.float32)
+    loaded.model.to("cuda")
+    budgets = [6, 14, 9, 20, 11]
+    results = {}
+    for graphs in (False, None):  # None: recorded automatically on CUDA
+        engine = ASREngine(loaded, device="cuda", max_batch_size=3, step_graphs=graphs)
+        outs = [engine.transcribe(c, max_new_tokens=n, language="en") for c, n in zip(clips, budgets)]
+        results[graphs] = [_tokens(o) for o in outs]
+        if graphs is None:
+            assert engine.strategy.stats()["step_graph_replays"] > 0
+    assert results[None] == results[False]
