@@ -54,7 +54,6 @@ import sys
 import tempfile
 import time
 import traceback
-import types
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -76,44 +75,6 @@ TARGET_TOKEN_AGREEMENT = 0.99
 
 # ---------------------------------------------------------------------------
 # Environment
-
-
-def import_engine() -> bool:
-    """Import ``oasr.engine`` where soxr is not installed.
-
-    ``oasr.audio.vad`` imports soxr at module level, and ``oasr.engine.config`` imports
-    that module; soxr is only called to resample non-16-kHz audio for VAD, which this
-    check never does (16 kHz arrays, no VAD). When soxr cannot be imported, a module whose
-    functions raise ImportError stands in for it while the engine is imported, and is taken
-    out of ``sys.modules`` afterwards (so transformers still sees soxr as absent). Returns
-    whether it stood in.
-    """
-    try:
-        import soxr  # noqa: F401
-    except ImportError:
-        pass
-    else:
-        import oasr.engine  # noqa: F401
-
-        return False
-
-    def _missing(*args: Any, **kwargs: Any) -> Any:
-        raise ImportError("soxr is not installed (benchmarks/gpu_check.py feeds 16 kHz audio only)")
-
-    stand_in = types.ModuleType("soxr")
-    stand_in.resample = _missing  # type: ignore[attr-defined]
-    stand_in.ResampleStream = _missing  # type: ignore[attr-defined]
-    absent = object()
-    before = sys.modules.get("soxr", absent)
-    sys.modules["soxr"] = stand_in
-    try:
-        import oasr.engine  # noqa: F401
-    finally:
-        if before is absent:
-            del sys.modules["soxr"]
-        else:
-            sys.modules["soxr"] = before
-    return True
 
 
 def sync(device: torch.device) -> None:
@@ -1110,12 +1071,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     transformers.logging.set_verbosity_error()
     started = time.perf_counter()
-    soxr_stand_in = import_engine()
     device = torch.device(args.device)
     results: dict[str, Any] = {
         "environment": environment(device),
         "args": {k: v for k, v in vars(args).items()},
-        "soxr_stand_in": soxr_stand_in,
         "sections": {},
     }
     out_path = Path(args.out)

@@ -43,8 +43,9 @@ class Frontend(abc.ABC):
         """Build from a checkpoint's ``FeatureSpec`` (unknown or bad params raise ``ValueError``)."""
 
     @abc.abstractmethod
-    def __call__(self, waveform: np.ndarray) -> torch.Tensor:
-        """Features of one utterance.
+    def __call__(self, waveform: np.ndarray | torch.Tensor) -> torch.Tensor:
+        """Features of one utterance, on the waveform's device (a tensor on a GPU gives
+        features computed there).
 
         Shapes:
             waveform: (samples,) float32 mono at ``sampling_rate`` -> (T, n_features) float32

@@ -30,7 +30,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import soxr
 import torch
 
 __all__ = [
@@ -284,6 +283,8 @@ def speech_spans(
     samples = np.asarray(audio, dtype=np.float32).reshape(-1)
     rate = sampling_rate
     if rate not in _VAD_RATES:
+        import soxr  # only here: importing the engine needs no resampler
+
         samples = soxr.resample(samples, sampling_rate, 16000).astype(np.float32, copy=False)
         rate = 16000
     probs = speech_probabilities(samples, rate)

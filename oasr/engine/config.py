@@ -107,7 +107,10 @@ class TranscribeOptions:
         max_initial_timestamp: the first timestamp is at most this (seconds).
         word_timestamps: time every word by cross-attention alignment.
         prepend_punctuations / append_punctuations: punctuation merged into words.
-        max_new_tokens: tokens per window (None: up to the decoder context).
+        max_new_tokens: Whisper: the prompt plus this is the decode length limit, of
+            which (as in faster-whisper / CTranslate2) at most half is generated, so a
+            short prompt gets about (prompt + max_new_tokens) / 2 new tokens per window;
+            speech-LLMs: new tokens per request (None: up to the decoder context).
         hotwords: hint phrases: Whisper places them in the previous-text prompt; CTC
             beam search boosts them (phrases separated by commas, semicolons or newlines).
         language_detection_threshold / language_detection_segments: detection settings.

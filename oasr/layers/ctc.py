@@ -1,4 +1,5 @@
-"""The CTC output projection: ``log_softmax(x @ W.T + b)`` in one module.
+"""The CTC output projection: ``log_softmax(x @ W.T + b)`` in one module, and the
+best path of greedy decoding (``best_path``) straight from the logits.
 
 The weight is allocated at a GEMM-aligned width (``align_out_features``); the
 padding rows carry a ``PAD_LOGIT`` bias so they never win an argmax, and are cut
@@ -65,6 +66,18 @@ class CtcProjection(Linear):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.logits(x).float().log_softmax(dim=-1)
+
+    def best_path(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Each frame's most likely symbol and its log-probability, for greedy decoding:
+        the logits' max and log-sum-exp, without the (..., V) log-probs (which greedy
+        decoding never reads, and which need not leave the device).
+
+        Shapes:
+            x: (..., d_model) -> log-prob (...,) float32, id (...,) int64
+        """
+        logits = self.logits(x)
+        top, ids = logits.max(dim=-1)
+        return top.float() - torch.logsumexp(logits.float(), dim=-1), ids
 
     def extra_repr(self) -> str:
         return super().extra_repr() + f", vocab={self.vocab_size}"

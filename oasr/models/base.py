@@ -547,6 +547,31 @@ class BaseAsrModel(nn.Module):
             f"{type(self).__name__} has no fused encoder+head forward; it decodes through {self.decode_type.value!r}"
         )
 
+    ctc_projection: nn.Module | None = None
+    """The ``CtcProjection`` of a CTC family (set by the family), used by
+    ``forward_offline_best_path``; None where the family has none."""
+
+    def forward_offline_best_path(
+        self, feats: torch.Tensor, feat_lens: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """What greedy CTC decoding reads: each frame's best symbol and its log-probability.
+
+        With a ``ctc_projection``: the encoder, then the head's ``best_path`` (max and
+        log-sum-exp of the logits, no (B, T', V) log-probs); otherwise from
+        ``forward_offline``'s log-probs.
+
+        Shapes:
+            -> log-prob (B, T') float32, id (B, T') int64, lens (B,)
+        """
+        head = self.ctc_projection
+        if head is None:
+            log_probs, lens = self.forward_offline(feats, feat_lens)
+            top, ids = log_probs.max(dim=-1)
+            return top, ids, lens
+        hidden, lens = self.encode_offline(feats, feat_lens)
+        top, ids = head.best_path(hidden)
+        return top, ids, lens
+
     @unimplemented
     def forward_offline_packed(self, feats: torch.Tensor, cu_seqlens: torch.Tensor) -> torch.Tensor:
         """Gapless variable-length forward over packed rows (sequence packing)."""

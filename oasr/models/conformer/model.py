@@ -356,6 +356,10 @@ class ConformerModel(BaseAsrModel):
         """Encoder only (see ``ConformerEncoder.forward``). -> (B, T', D), (B,)"""
         return self.encoder(feats, feat_lens, decoding_chunk_size, num_decoding_left_chunks)
 
+    @property
+    def ctc_projection(self) -> CtcProjection:
+        return self.ctc
+
     def ctc_log_probs(self, encoder_out: torch.Tensor) -> torch.Tensor:
         """CTC log-probabilities over the vocabulary. (B, T', D) -> (B, T', V) float32"""
         return self.ctc(encoder_out)

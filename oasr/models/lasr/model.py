@@ -223,6 +223,10 @@ class LasrModel(BaseAsrModel):
         """(B, T, n_mels) log-mel, (B,) lengths -> (B, T', D) states, (B,) lengths."""
         return self.encoder(feats, feat_lens)
 
+    @property
+    def ctc_projection(self) -> CtcProjection:
+        return self.ctc_head
+
     def ctc_log_probs(self, hidden: torch.Tensor) -> torch.Tensor:
         """(B, T', D) -> (B, T', V) float32 log-probs."""
         return self.ctc_head(hidden)

@@ -185,6 +185,10 @@ class ParakeetCtcModel(BaseAsrModel):
     def vocab_size(self) -> int:
         return self.config.vocab_size
 
+    @property
+    def ctc_projection(self) -> CtcProjection:
+        return self.ctc_head
+
     def ctc_log_probs(self, hidden: torch.Tensor) -> torch.Tensor:
         """CTC log-probs of encoder states.
 

@@ -32,3 +32,35 @@ def test_engine_transcribes_like_transformers_greedy(reference, waveforms, manif
     assert len(expected) > 5
     assert [t for seg in out.segments for t in seg.tokens] == expected
     assert out.text.strip() == reference.tokenizer.decode(greedy, skip_special_tokens=True).strip()
+
+
+def test_greedy_best_path_equals_the_log_probs_route(reference, manifest):
+    """Greedy batches read only each frame's best symbol and log-prob from the head
+    (``CtcProjection.best_path``); forcing the full log-probs route gives the same tokens,
+    times, word probabilities and scores. Features come from a tensor on the model's
+    device, equal to the numpy route's."""
+    engine = oasr.ASREngine(reference.path, max_batch_size=4)
+    paths = [row["path"] for row in manifest if row["audio"] in CLIPS]
+    strategy = engine.strategy
+    fast = engine.transcribe(paths, beam_size=1, word_timestamps=True)
+    assert strategy.stats()["best_path_batches"] >= 1
+    strategy.best_path_only = False
+    full = engine.transcribe(paths, beam_size=1, word_timestamps=True)
+    for a, b in zip(fast, full):
+        assert a.text == b.text and len(a.segments) == len(b.segments)
+        for sa, sb in zip(a.segments, b.segments):
+            assert sa.tokens == sb.tokens and (sa.start, sa.end) == (sb.start, sb.end)
+            assert sa.avg_logprob == pytest.approx(sb.avg_logprob, abs=1e-5)
+            for wa, wb in zip(sa.words, sb.words):
+                assert (wa.word, wa.start, wa.end) == (wb.word, wb.start, wb.end)
+                assert wa.probability == pytest.approx(wb.probability, abs=1e-5)
+
+    head = engine.model.ctc_projection
+    x = torch.randn(3, 7, head.in_features)
+    top, ids = head.best_path(x)
+    values, expected_ids = head(x).max(dim=-1)
+    assert torch.equal(ids, expected_ids)
+    torch.testing.assert_close(top, values, atol=1e-5, rtol=0)
+
+    audio = oasr.audio.load_audio(paths[0])
+    torch.testing.assert_close(strategy.frontend(torch.from_numpy(audio)), strategy.frontend(audio))

@@ -113,8 +113,15 @@ def ctc_greedy_search(log_probs: torch.Tensor, blank_id: int, skip_ids: Iterable
     if lp.shape[0] == 0:
         return CtcHypothesis((), (), 0.0)
     values, ids = lp.topk(1, dim=-1)
-    best = ids[:, 0].tolist()
-    probs = values[:, 0].tolist()
+    return collapse_best_path(ids[:, 0].tolist(), values[:, 0].tolist(), blank_id, skip_ids)
+
+
+def collapse_best_path(
+    best: Sequence[int], probs: Sequence[float], blank_id: int, skip_ids: Iterable[int] = ()
+) -> CtcHypothesis:
+    """``ctc_greedy_search`` from each frame's best symbol and its log-probability
+    (``CtcProjection.best_path``): runs collapsed, blanks and ``skip_ids`` dropped, each
+    token at the frame of its run's highest probability."""
     score = 0.0
     for p in probs:  # sequential, as the beam search accumulates (sum() compensates on 3.12+)
         score += p
@@ -331,4 +338,11 @@ def _drop_skipped(ranked: Sequence[CtcHypothesis], skip: frozenset[int]) -> list
     return out
 
 
-__all__ = ["CtcHypothesis", "PrefixScorer", "ctc_greedy_search", "ctc_prefix_beam_search", "log_add"]
+__all__ = [
+    "CtcHypothesis",
+    "PrefixScorer",
+    "collapse_best_path",
+    "ctc_greedy_search",
+    "ctc_prefix_beam_search",
+    "log_add",
+]

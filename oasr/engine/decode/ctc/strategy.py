@@ -46,6 +46,7 @@ the checkpoint's ``DecodingSpec.params``, else 0.5 / 0.0).
 from __future__ import annotations
 
 import itertools
+import math
 import zlib
 from collections import deque
 from dataclasses import dataclass, field
@@ -59,7 +60,12 @@ from oasr.engine.config import EngineConfig, TranscribeOptions
 from oasr.engine.decode.base import DecodeStrategy, Request, StepEvent
 from oasr.engine.decode.ctc.lm import ContextGraph, LmFusion, NgramLanguageModel
 from oasr.engine.decode.ctc.rescoring import attention_rescoring
-from oasr.engine.decode.ctc.search import CtcHypothesis, ctc_greedy_search, ctc_prefix_beam_search
+from oasr.engine.decode.ctc.search import (
+    CtcHypothesis,
+    collapse_best_path,
+    ctc_greedy_search,
+    ctc_prefix_beam_search,
+)
 from oasr.engine.decode.ctc.words import TokenPieces, group_words, token_times
 from oasr.engine.outputs import RequestOutput, Segment, Word
 from oasr.models.base import DecodeType
@@ -152,6 +158,8 @@ class CtcDecodeStrategy(DecodeStrategy):
     """Offline CTC decoding (greedy / prefix beam, LM and hotword fusion) over batched windows."""
 
     decode_type = DecodeType.CTC
+    best_path_only = True
+    """Batches of greedy rows read only the best path (rescoring needs the n-best instead)."""
 
     def __init__(self, loaded: LoadedModel, config: EngineConfig) -> None:
         super().__init__(loaded, config)
@@ -182,7 +190,7 @@ class CtcDecodeStrategy(DecodeStrategy):
         self.pending: deque[tuple[_Req, int]] = deque()
         self._touched: dict[str, _Req] = {}
         self._last_batch = 0
-        self.counters = {"windows_encoded": 0, "batches": 0, "requests_finished": 0}
+        self.counters = {"windows_encoded": 0, "batches": 0, "best_path_batches": 0, "requests_finished": 0}
 
     # -- admission ---------------------------------------------------------------------
 
@@ -244,8 +252,10 @@ class CtcDecodeStrategy(DecodeStrategy):
         if request.features is None:
             audio = load_audio(request.source, self.sampling_rate, max_duration_s=self.config.ctc_max_audio_s)
             sr = self.sampling_rate
+            # Features are computed where the model runs (on a GPU, the waveform goes up once).
+            wave = torch.from_numpy(audio).to(self.device)
             windows = [
-                CtcWindow(a / sr, b / sr, self.frontend(audio[a:b]))
+                CtcWindow(a / sr, b / sr, self.frontend(wave[a:b]))
                 for a, b in plan_windows(audio, sr, self.config.ctc_window_s)
             ]
             request.duration = len(audio) / sr
@@ -343,9 +353,13 @@ class CtcDecodeStrategy(DecodeStrategy):
         if feats.shape[1] < min_frames:
             feats = torch.nn.functional.pad(feats, (0, 0, 0, min_frames - feats.shape[1]))
         feats = feats.to(device=self.device, dtype=self.dtype)
-        log_probs, out_lens, extra = self._forward(feats, lens.to(self.device))
+        lens = lens.to(self.device)
         self.counters["windows_encoded"] += len(batch)
         self.counters["batches"] += 1
+        if self.best_path_only and all(r.beam == 1 and r.hotwords is None for r, _ in batch):
+            self._run_greedy(batch, feats, lens, events)
+            return
+        log_probs, out_lens, extra = self._forward(feats, lens)
         log_probs = log_probs.detach().to(device="cpu", dtype=torch.float32)
         n_out = [min(int(x), log_probs.shape[1]) for x in out_lens.tolist()]
         for row, (req, index) in enumerate(batch):
@@ -354,8 +368,31 @@ class CtcDecodeStrategy(DecodeStrategy):
             try:
                 lp = log_probs[row, : n_out[row]]
                 hyp = self._search(req, lp, row, extra)
-                req.results[index] = self._window_segments(req, index, hyp, lp)
+                probs = lp[list(hyp.frames), list(hyp.tokens)].exp().tolist()
+                req.results[index] = self._window_segments(req, index, hyp, probs, lp.shape[0])
             except Exception as e:  # a failure in one row's search fails that request alone
+                self._fail(req, e, events)
+                continue
+            self._touched[req.rid] = req
+
+    def _run_greedy(
+        self, batch: list[tuple[_Req, int]], feats: torch.Tensor, lens: torch.Tensor, events: list[StepEvent]
+    ) -> None:
+        """A batch of greedy rows: only each frame's best symbol and its log-probability
+        leave the device (``forward_offline_best_path``), not the (B, T', V) log-probs."""
+        top, ids, out_lens = self.model.forward_offline_best_path(feats, lens)
+        top, ids = top.detach().to(device="cpu", dtype=torch.float32), ids.detach().cpu()
+        self.counters["best_path_batches"] += 1
+        for row, (req, index) in enumerate(batch):
+            if req.done:
+                continue
+            try:
+                n = min(int(out_lens[row]), ids.shape[1])
+                values = top[row, :n].tolist()
+                hyp = collapse_best_path(ids[row, :n].tolist(), values, self.blank_id, self.skip_ids)
+                probs = [math.exp(values[f]) for f in hyp.frames]
+                req.results[index] = self._window_segments(req, index, hyp, probs, n)
+            except Exception as e:  # a failure in one row fails that request alone
                 self._fail(req, e, events)
                 continue
             self._touched[req.rid] = req
@@ -367,17 +404,23 @@ class CtcDecodeStrategy(DecodeStrategy):
 
     # -- results ------------------------------------------------------------------------
 
-    def _window_segments(self, req: _Req, index: int, hyp: CtcHypothesis, log_probs: torch.Tensor) -> list[dict]:
-        """The segments of one decoded window (dicts; ids are given when emitted)."""
+    def _window_segments(
+        self, req: _Req, index: int, hyp: CtcHypothesis, probs: list[float], n_frames: int
+    ) -> list[dict]:
+        """The segments of one decoded window (dicts; ids are given when emitted).
+
+        Args:
+            probs: each token's probability at its spike frame.
+            n_frames: the window's encoder frames.
+        """
         tokens = list(hyp.tokens)
         if not tokens:
             return []
         win = req.windows[index]
         frames = list(hyp.frames)
-        probs = log_probs[frames, tokens].exp().tolist()
         spans = token_times(frames, self.frame_s, win.start_s, win.end_s)
         peaks = [win.start_s + f * self.frame_s for f in frames]
-        avg_logprob = float(hyp.ctc_score) / max(1, log_probs.shape[0])
+        avg_logprob = float(hyp.ctc_score) / max(1, n_frames)
         seek = round(win.start_s / self.frontend.frame_shift_s)
         groups: list[list] = []
         for w in group_words(tokens, self.pieces):
@@ -451,6 +494,7 @@ class CtcRescoringStrategy(CtcDecodeStrategy):
     """CTC prefix beam search n-best, re-ranked by the attention decoder (WeNet's attention rescoring)."""
 
     decode_type = DecodeType.CTC_AED_RESCORING
+    best_path_only = False
 
     def _forward(self, feats: torch.Tensor, lens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, object]:
         enc, enc_lens = self.model.encode_offline(feats, lens)
