@@ -600,7 +600,7 @@ def run_ctc(args: argparse.Namespace, device: torch.device, workdir: Path) -> di
             "x real time = batch x clip seconds / wall; oasr: transcribe() from waveforms (front end as the "
             "engine runs it, encoder, greedy CTC); transformers: model forward only on precomputed features"
         ),
-        "oasr_front_end": "computed by the engine per request in prepare(), on the CPU (CtcDecodeStrategy)",
+        "oasr_front_end": "computed by the engine per request in prepare(), on the model's device (CtcDecodeStrategy)",
         "families": {},
     }
     for family, build in (("parakeet_ctc_0.6b", build_parakeet), ("lasr", build_lasr)):
