@@ -121,29 +121,35 @@ class InMemoryMel(FeatureSource):
 
     Args:
         mel: ``(n_mels, n_frames)`` matrix, as returned by
-            ``log_mel_spectrogram(audio, n_mels, padding=160)``; copied to float32 CPU.
+            ``log_mel_spectrogram(audio, n_mels, padding=160)``; kept as float32 on its
+            device (windows come from there).
         duration: Seconds of audio it was computed from.
     """
 
     def __init__(self, mel: torch.Tensor, duration: float) -> None:
         if mel.ndim != 2 or mel.shape[1] == 0:
             raise ValueError(f"mel must be (n_mels, n_frames) with n_frames >= 1, got {tuple(mel.shape)}")
-        self._mel: torch.Tensor | None = mel.detach().to(device="cpu", dtype=torch.float32)
+        self._mel: torch.Tensor | None = mel.detach().to(dtype=torch.float32)
         self.n_mels = int(mel.shape[0])
         self.n_frames = int(mel.shape[1])
         self.duration = float(duration)
 
     @classmethod
     def from_waveform(
-        cls, audio: np.ndarray | torch.Tensor, n_mels: int, *, sampling_rate: int = SAMPLE_RATE
+        cls,
+        audio: np.ndarray | torch.Tensor,
+        n_mels: int,
+        *,
+        sampling_rate: int = SAMPLE_RATE,
+        device: torch.device | str = "cpu",
     ) -> InMemoryMel:
         """Features of a whole ``(samples,)`` waveform at ``sampling_rate``:
-        ``log_mel_spectrogram(audio, n_mels, padding=160)``.
+        ``log_mel_spectrogram(audio, n_mels, padding=160)``, computed and kept on ``device``.
 
         Raises:
             ValueError: Fewer than 41 samples (too short for the reflect padding).
         """
-        mel = log_mel_spectrogram(audio, n_mels, padding=PADDING, device="cpu", sampling_rate=sampling_rate)
+        mel = log_mel_spectrogram(audio, n_mels, padding=PADDING, device=device, sampling_rate=sampling_rate)
         return cls(mel, audio.shape[0] / sampling_rate)
 
     def window(self, start: int, size: int) -> torch.Tensor:
@@ -248,6 +254,7 @@ def features_from(
     max_duration_s: float | None = None,
     input_sampling_rate: int | None = None,
     chunk_s: float = 30.0,
+    device: torch.device | str = "cpu",
 ) -> FeatureSource:
     """The feature source for any audio input.
 
@@ -270,6 +277,9 @@ def features_from(
         max_duration_s: Refuse audio longer than this.
         input_sampling_rate: Rate of an array ``source``.
         chunk_s: Decoded chunk length for encoded sources.
+        device: Where the features of an array source are computed and kept (a GPU
+            spares the host the FFTs); encoded sources are decoded and featurised on
+            the CPU.
 
     Raises:
         As :meth:`SpooledMel.from_source`.
@@ -281,7 +291,7 @@ def features_from(
             input_sampling_rate=input_sampling_rate,
             max_duration_s=max_duration_s,
         )
-        return InMemoryMel.from_waveform(audio, n_mels, sampling_rate=sampling_rate)
+        return InMemoryMel.from_waveform(audio, n_mels, sampling_rate=sampling_rate, device=device)
     if in_memory_limit_s is not None and in_memory_limit_s < 0:
         raise ValueError(f"in_memory_limit_s must be >= 0 or None, got {in_memory_limit_s}")
     memory_frames = None

@@ -329,7 +329,9 @@ class LlmDecodeStrategy(DecodeStrategy):
     def prepare(self, request: Request) -> Request:
         if request.features is None:
             wave = load_audio(request.source, self.sampling_rate, max_duration_s=self.max_audio_s)
-            feats, lens = self.frontend.compute_batch([wave])
+            feats, lens = self.frontend.compute_batch(
+                [torch.from_numpy(wave).to(self.device)]
+            )  # mel where the model runs
             request.features = (feats[0], int(lens[0]))
             request.duration = len(wave) / self.sampling_rate
         return request

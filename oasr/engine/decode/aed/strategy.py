@@ -184,7 +184,9 @@ class AedDecodeStrategy(DecodeStrategy):
 
     def prepare(self, request: Request) -> Request:
         if request.features is None:
-            request.features = features_from(request.source, self.n_mels, sampling_rate=self.sampling_rate)
+            request.features = features_from(
+                request.source, self.n_mels, sampling_rate=self.sampling_rate, device=self.device
+            )
             request.duration = request.features.duration
         return request
 
