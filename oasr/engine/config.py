@@ -42,6 +42,11 @@ class EngineConfig:
             the decoder supports it. True on a CPU runs the same fixed-shape steps
             without recording them (a check of that path, not a speed-up); False
             always steps eagerly.
+        encoder_batch_size: windows per encoder call (the decoder still batches
+            ``max_batch_size`` rows). None: 1 on a CPU, where one 30-s window's products
+            already fill the cores and a batch of 8 only adds ~350 MB of activations
+            (measured: whisper-base, 2 threads, 8 windows one by one 6.6 s and +0 MB peak
+            against 7.7 s and +352 MB as one batch), and ``max_batch_size`` on a GPU.
     """
 
     device: str = "cpu"
@@ -57,6 +62,7 @@ class EngineConfig:
     lm_beta: float = 1.0
     quantize: str | None = None
     step_graphs: bool | None = None
+    encoder_batch_size: int | None = None
 
     def torch_dtype(self) -> torch.dtype:
         if self.dtype is None:
@@ -69,6 +75,8 @@ class EngineConfig:
     def __post_init__(self) -> None:
         if self.max_batch_size < 1:
             raise ValueError(f"EngineConfig.max_batch_size must be >= 1, got {self.max_batch_size}")
+        if self.encoder_batch_size is not None and self.encoder_batch_size < 1:
+            raise ValueError(f"EngineConfig.encoder_batch_size must be >= 1 or None, got {self.encoder_batch_size}")
         if self.num_threads < 0:
             raise ValueError(f"EngineConfig.num_threads must be >= 0, got {self.num_threads}")
         if self.quantize is not None and self.quantize not in ("int8",):

@@ -160,6 +160,8 @@ class AedDecodeStrategy(DecodeStrategy):
         self.encode_queue: deque[tuple[_Req, str, int]] = deque()
         self.counters = {"joins_running": 0, "windows_encoded": 0, "tasks_finished": 0, "fallbacks": 0}
         self.step_graphs = step_graphs_for(self.decoder, config.step_graphs)
+        on_gpu = self.device.type == "cuda"
+        self.encoder_batch = config.encoder_batch_size or (config.max_batch_size if on_gpu else 1)
 
     # -- admission ---------------------------------------------------------------------
 
@@ -315,7 +317,8 @@ class AedDecodeStrategy(DecodeStrategy):
             size = self.n_frames if kind == "detect" else req.window.segment_size  # type: ignore[union-attr]
             feats.append(self._window_features(req, start, size))
         x = torch.stack(feats).to(device=self.device, dtype=self.dtype)
-        enc, _ = self.model.encode_offline(x)
+        step = self.encoder_batch
+        enc = torch.cat([self.model.encode_offline(x[i : i + step])[0] for i in range(0, len(x), step)])
         self.counters["windows_encoded"] += len(batch)
         detect = [(i, item) for i, item in enumerate(batch) if item[1] == "detect" or item[0].opts.multilingual]
         probs = self._detect(enc[[i for i, _ in detect]]) if detect else []
