@@ -26,7 +26,7 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-from oasr.models.decoders.kv_pool import DecoderState, KVPool, PoolExhausted
+from oasr.models.decoders.kv_pool import DecoderState, KVPool, PoolExhausted, RowGroups
 
 
 class BaseDecoder(nn.Module, abc.ABC):
@@ -81,6 +81,31 @@ class BaseDecoder(nn.Module, abc.ABC):
     @abc.abstractmethod
     def step(self, state: DecoderState, tokens: torch.Tensor) -> torch.Tensor:
         """Feed one token per row; returns next-token logits (n_rows, V). Updates ``state``."""
+
+    def step_rows(
+        self,
+        pool: KVPool,
+        row0: int,
+        group0: int,
+        tokens: torch.Tensor,
+        positions: torch.Tensor,
+        extent: int,
+        groups: RowGroups,
+    ) -> torch.Tensor:
+        """``step``'s arithmetic at fixed shapes, for a CUDA graph to record (a decoder that
+        declares ``supports_step_graphs`` implements it; ``oasr.models.decoders.graphs``).
+
+        Rows ``row0 .. row0 + n`` of ``pool`` each feed ``tokens[i]`` at ``positions[i]``
+        (their K/V written there), attending over ``extent`` key positions (those past a
+        row's own position are masked); ``groups`` is the rows' layout over the encoder
+        windows from ``group0`` (``DecoderState.row_groups``; ignored by decoder-only LMs).
+        Every tensor read is the pool, the weights or an argument; nothing is synced to
+        the host; the state is not touched.
+
+        Shapes:
+            tokens, positions: (n,) -> logits (n, V)
+        """
+        raise NotImplementedError(f"{type(self).__name__} does not declare supports_step_graphs")
 
     # -- generic batch surgery over the pool ------------------------------------------
 

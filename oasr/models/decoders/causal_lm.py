@@ -458,8 +458,7 @@ class CausalLm(BaseDecoder):
             raise PoolExhausted(f"a row reached the pool's {state.pool.max_len} tokens")
         positions = state.lengths_t.to(embeds.device)  # (n,) == each row's next slot
         logits = self._step(state.pool, state.row0, embeds, positions, state.max_length + 1)
-        state.lengths = [length + 1 for length in state.lengths]
-        state.lengths_t = state.lengths_t + 1
+        state.advance()
         return logits
 
     def step_rows(
@@ -472,13 +471,7 @@ class CausalLm(BaseDecoder):
         extent: int,
         groups: RowGroups,
     ) -> torch.Tensor:
-        """``step`` of rows ``row0 .. row0 + n`` at fixed shapes, for a CUDA graph to record
-        (``oasr.models.decoders.graphs``); a decoder-only LM has no groups (``group0`` and
-        ``groups`` are ignored).
-
-        Shapes:
-            tokens, positions: (n,) -> logits (n, V); ``extent`` > every position
-        """
+        """``BaseDecoder.step_rows`` (``group0`` and ``groups`` are ignored: no encoder windows)."""
         return self._step(pool, row0, self.embed(tokens), positions, extent)
 
     def _step(self, pool: KVPool, r0: int, embeds: torch.Tensor, positions: torch.Tensor, extent: int) -> torch.Tensor:

@@ -140,8 +140,7 @@ class StepGraphs:
             graph, out = recorded
             graph.replay()
             self.counters["replays"] += 1
-        state.lengths = [length + 1 for length in state.lengths]
-        state.lengths_t = state.lengths_t + 1
+        state.advance()
         return out[:n]
 
     def _entry(self, pool: KVPool) -> _PoolGraphs:

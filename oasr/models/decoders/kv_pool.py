@@ -143,6 +143,11 @@ class DecoderState:
             return k
         return None
 
+    def advance(self) -> None:
+        """Count one more cached token in every row (after a step wrote them)."""
+        self.lengths = [length + 1 for length in self.lengths]
+        self.lengths_t = self.lengths_t + 1
+
     def row_groups(self) -> RowGroups:
         """The rows' layout over their groups: ``group_size`` when it is regular, else
         each row's group (relative to ``group0``) as a (n_rows,) tensor on the pool's device."""

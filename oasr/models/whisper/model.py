@@ -293,8 +293,7 @@ class WhisperDecoder(BaseDecoder):
         logits = self.step_rows(
             state.pool, state.row0, state.group0, tokens, state.lengths_t, state.max_length + 1, state.row_groups()
         )
-        state.lengths = [length + 1 for length in state.lengths]
-        state.lengths_t = state.lengths_t + 1
+        state.advance()
         return logits
 
     def step_rows(
@@ -307,19 +306,7 @@ class WhisperDecoder(BaseDecoder):
         extent: int,
         groups: RowGroups,
     ) -> torch.Tensor:
-        """One step of rows ``row0 .. row0 + n`` at fixed shapes: what ``step`` runs, and what a
-        CUDA graph records (every tensor read is the pool, the weights or an argument).
-
-        Args:
-            tokens: (n,) the token each row feeds.
-            positions: (n,) where each row's token goes (its cached length); its K/V is
-                written there.
-            extent: key positions attended over (> every position; the rest is masked).
-            groups: the rows' layout over the groups from ``group0`` (see ``_cross``).
-
-        Returns:
-            next-token logits (n, V).
-        """
+        """``BaseDecoder.step_rows``: what ``step`` runs, and what a CUDA graph records."""
         n = tokens.shape[0]
         rows = torch.arange(n, device=tokens.device)
         key_mask = (torch.arange(extent, device=tokens.device)[None, :] <= positions[:, None])[:, None, None, :]
