@@ -329,9 +329,8 @@ class LlmDecodeStrategy(DecodeStrategy):
     def prepare(self, request: Request) -> Request:
         if request.features is None:
             wave = load_audio(request.source, self.sampling_rate, max_duration_s=self.max_audio_s)
-            feats, lens = self.frontend.compute_batch(
-                [torch.from_numpy(wave).to(self.device)]
-            )  # mel where the model runs
+            samples = torch.from_numpy(wave).to(self.device)  # the mel is computed where the model runs
+            feats, lens = self.frontend.compute_batch([samples])
             request.features = (feats[0], int(lens[0]))
             request.duration = len(wave) / self.sampling_rate
         return request
@@ -390,7 +389,7 @@ class LlmDecodeStrategy(DecodeStrategy):
         return len(self.requests)
 
     def stats(self) -> dict[str, float]:
-        graphs = {f"step_graph_{k}": v for k, v in self.step_graphs.counters.items()} if self.step_graphs else {}
+        graphs = self.step_graphs.stats() if self.step_graphs else {}
         return {"running_rows": len(self.rows), "waiting_tasks": len(self.waiting), **self.counters, **graphs}
 
     # -- the step ------------------------------------------------------------------------
@@ -539,11 +538,8 @@ class LlmDecodeStrategy(DecodeStrategy):
     def _advance(self, events: list[StepEvent]) -> None:
         if not self.rows:
             return
-        tokens = torch.tensor(self.next_tokens, device=self.device)
-        if self.step_graphs is not None:
-            logits = self.step_graphs.step(self.state, tokens)
-        else:
-            logits = self.decoder.step(self.state, tokens)
+        stepper = self.step_graphs or self.decoder
+        logits = stepper.step(self.state, torch.tensor(self.next_tokens, device=self.device))
         tokens, logprobs = self._choose(self.rows, logits)
         alive = []
         for i, (r, tok, lp) in enumerate(zip(self.rows, tokens, logprobs)):

@@ -104,6 +104,10 @@ class StepGraphs:
         self._memory = torch.cuda.graph_pool_handle() if self.capture else None
         self.counters = {"replays": 0, "recorded": 0, "eager": 0}
 
+    def stats(self) -> dict[str, int]:
+        """The counters, named for an engine's stats (``step_graph_replays``, ...)."""
+        return {f"step_graph_{k}": v for k, v in self.counters.items()}
+
     def step(self, state: DecoderState, tokens: torch.Tensor) -> torch.Tensor:
         """``decoder.step(state, tokens)``, replayed from a recording when the batch allows.
 

@@ -273,7 +273,7 @@ class AedDecodeStrategy(DecodeStrategy):
             "waiting_tasks": waiting,
             "encode_queue": len(self.encode_queue),
             **self.counters,
-            **({f"step_graph_{k}": v for k, v in self.step_graphs.counters.items()} if self.step_graphs else {}),
+            **(self.step_graphs.stats() if self.step_graphs else {}),
         }
 
     # -- the step ------------------------------------------------------------------------
@@ -560,11 +560,8 @@ class AedDecodeStrategy(DecodeStrategy):
         state = cohort.state
         if state is None or state.n_rows == 0:
             return
-        tokens = torch.tensor(cohort.next_tokens, device=self.device)
-        if self.step_graphs is not None:
-            logits = self.step_graphs.step(state, tokens)
-        else:
-            logits = self.decoder.step(state, tokens)
+        stepper = self.step_graphs or self.decoder
+        logits = stepper.step(state, torch.tensor(cohort.next_tokens, device=self.device))
         idx, nxt, alive = self._select_next(cohort.tasks, logits, first=False, events=events)
         cohort.state = self.decoder.select(state, idx)
         cohort.tasks, cohort.next_tokens = alive, nxt

@@ -49,6 +49,7 @@ import itertools
 import math
 import zlib
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -152,6 +153,15 @@ class _Req:
     @property
     def rid(self) -> str:
         return self.request.request_id
+
+    @property
+    def greedy(self) -> bool:
+        """Best-path decoding: one beam and no hotwords to boost."""
+        return self.beam == 1 and self.hotwords is None
+
+
+_RowDecoder = Callable[[int, _Req], tuple[CtcHypothesis, list[float], int]]
+"""Decodes row ``i`` of a run batch: (hypothesis, token probabilities, encoder frames)."""
 
 
 class CtcDecodeStrategy(DecodeStrategy):
@@ -341,7 +351,7 @@ class CtcDecodeStrategy(DecodeStrategy):
 
     def _search(self, req: _Req, log_probs: torch.Tensor, row: int, extra: object) -> CtcHypothesis:
         """The hypothesis of one row (``log_probs``: (T', V) on the CPU, valid frames)."""
-        if req.beam == 1 and req.hotwords is None:
+        if req.greedy:
             return ctc_greedy_search(log_probs, self.blank_id, self.skip_ids)
         return ctc_prefix_beam_search(
             log_probs, req.beam, self.blank_id, self.skip_ids, lm=self.lm, hotwords=req.hotwords
@@ -356,46 +366,48 @@ class CtcDecodeStrategy(DecodeStrategy):
         lens = lens.to(self.device)
         self.counters["windows_encoded"] += len(batch)
         self.counters["batches"] += 1
-        if self.best_path_only and all(r.beam == 1 and r.hotwords is None for r, _ in batch):
-            self._run_greedy(batch, feats, lens, events)
-            return
-        log_probs, out_lens, extra = self._forward(feats, lens)
-        log_probs = log_probs.detach().to(device="cpu", dtype=torch.float32)
-        n_out = [min(int(x), log_probs.shape[1]) for x in out_lens.tolist()]
+        if self.best_path_only and all(r.greedy for r, _ in batch):
+            decode_row = self._best_path_rows(feats, lens)
+        else:
+            decode_row = self._searched_rows(feats, lens)
         for row, (req, index) in enumerate(batch):
             if req.done:
                 continue
             try:
-                lp = log_probs[row, : n_out[row]]
-                hyp = self._search(req, lp, row, extra)
-                probs = lp[list(hyp.frames), list(hyp.tokens)].exp().tolist()
-                req.results[index] = self._window_segments(req, index, hyp, probs, lp.shape[0])
+                hyp, probs, n_frames = decode_row(row, req)
+                req.results[index] = self._window_segments(req, index, hyp, probs, n_frames)
             except Exception as e:  # a failure in one row's search fails that request alone
                 self._fail(req, e, events)
                 continue
             self._touched[req.rid] = req
 
-    def _run_greedy(
-        self, batch: list[tuple[_Req, int]], feats: torch.Tensor, lens: torch.Tensor, events: list[StepEvent]
-    ) -> None:
-        """A batch of greedy rows: only each frame's best symbol and its log-probability
+    def _searched_rows(self, feats: torch.Tensor, lens: torch.Tensor) -> _RowDecoder:
+        """Run the batch; rows are searched over their (T', V) log-probs."""
+        log_probs, out_lens, extra = self._forward(feats, lens)
+        log_probs = log_probs.detach().to(device="cpu", dtype=torch.float32)
+        n_out = [min(int(x), log_probs.shape[1]) for x in out_lens.tolist()]
+
+        def decode_row(row: int, req: _Req) -> tuple[CtcHypothesis, list[float], int]:
+            lp = log_probs[row, : n_out[row]]
+            hyp = self._search(req, lp, row, extra)
+            return hyp, lp[list(hyp.frames), list(hyp.tokens)].exp().tolist(), lp.shape[0]
+
+        return decode_row
+
+    def _best_path_rows(self, feats: torch.Tensor, lens: torch.Tensor) -> _RowDecoder:
+        """Run a batch of greedy rows: only each frame's best symbol and its log-probability
         leave the device (``forward_offline_best_path``), not the (B, T', V) log-probs."""
         top, ids, out_lens = self.model.forward_offline_best_path(feats, lens)
         top, ids = top.detach().to(device="cpu", dtype=torch.float32), ids.detach().cpu()
         self.counters["best_path_batches"] += 1
-        for row, (req, index) in enumerate(batch):
-            if req.done:
-                continue
-            try:
-                n = min(int(out_lens[row]), ids.shape[1])
-                values = top[row, :n].tolist()
-                hyp = collapse_best_path(ids[row, :n].tolist(), values, self.blank_id, self.skip_ids)
-                probs = [math.exp(values[f]) for f in hyp.frames]
-                req.results[index] = self._window_segments(req, index, hyp, probs, n)
-            except Exception as e:  # a failure in one row fails that request alone
-                self._fail(req, e, events)
-                continue
-            self._touched[req.rid] = req
+
+        def decode_row(row: int, req: _Req) -> tuple[CtcHypothesis, list[float], int]:
+            n = min(int(out_lens[row]), ids.shape[1])
+            values = top[row, :n].tolist()
+            hyp = collapse_best_path(ids[row, :n].tolist(), values, self.blank_id, self.skip_ids)
+            return hyp, [math.exp(values[f]) for f in hyp.frames], n
+
+        return decode_row
 
     def _fail(self, req: _Req, exc: BaseException, events: list[StepEvent]) -> None:
         if self.requests.pop(req.rid, None) is not None:
