@@ -637,7 +637,35 @@ def _ctc_family(args, device, path: Path, build, waves: list[np.ndarray], dtype)
     res["ratio"] = res["transformers"]["wall_s"] / t["wall_s"]
     res["target_ratio"] = TARGET_CTC_RATIO
     res["target_met"] = res["ratio"] >= TARGET_CTC_RATIO
+    del engine, t
+    free_memory(device)
+    res["mixed_lengths"] = _ctc_packing(args, device, path, waves, dtype)
     return res
+
+
+def _ctc_packing(args, device, path: Path, waves: list[np.ndarray], dtype) -> dict[str, Any]:
+    """The same batch cut to mixed lengths (a tenth to all of each clip), through the
+    engine padded and packed (``sequence_packing``): wall time and identical text."""
+    import oasr
+
+    rng = np.random.default_rng(SEED + 3)
+    mixed = [w[: max(SAMPLE_RATE // 2, int(len(w) * rng.uniform(0.1, 1.0)))] for w in waves]
+    audio_s = sum(len(w) for w in mixed) / SAMPLE_RATE
+    out: dict[str, Any] = {"audio_s": audio_s, "longest_s": max(len(w) for w in mixed) / SAMPLE_RATE}
+    texts = {}
+    for mode, packing in (("padded", False), ("packed", True)):
+        engine = oasr.ASREngine(
+            path, device=str(device), dtype=_dtype_name(dtype), max_batch_size=len(mixed), sequence_packing=packing
+        )
+        t = timed(functools.partial(engine.transcribe, mixed, beam_size=1), device, args.repeats)
+        texts[mode] = [o.text for o in t["result"]]
+        out[mode] = {**_summary(t), "x_real_time": audio_s / t["wall_s"]}
+        out[mode]["packed_batches"] = engine.strategy.stats()["packed_batches"]
+        del engine, t
+        free_memory(device)
+    out["packed_speedup"] = out["padded"]["wall_s"] / out["packed"]["wall_s"]
+    out["same_text"] = texts["padded"] == texts["packed"]
+    return out
 
 
 # ---------------------------------------------------------------------------
@@ -1046,6 +1074,13 @@ def print_summary(results: dict[str, Any]) -> None:
                     f"  {family} b={data['batch']}: transformers {res['transformers']['x_real_time']:.0f}x RT, "
                     f"oasr {res['oasr']['x_real_time']:.0f}x RT, ratio x{res['ratio']:.2f}{_target(res)}"
                 )
+                mixed = res.get("mixed_lengths", {})
+                if "packed" in mixed:
+                    print(
+                        f"    mixed lengths: padded {mixed['padded']['x_real_time']:.0f}x RT, packed "
+                        f"{mixed['packed']['x_real_time']:.0f}x RT (x{mixed['packed_speedup']:.2f}), "
+                        f"same text {mixed['same_text']}"
+                    )
         elif name == "llm":
             for run in data.get("runs", []):
                 if "error" in run:

@@ -124,6 +124,12 @@ def add_model_engine_options(g) -> None:
         default=None,
         help="record decoder steps into CUDA graphs and replay them (auto: on CUDA when the decoder supports it)",
     )
+    g.add_argument(
+        "--sequence-packing",
+        choices=("auto", "on", "off"),
+        default=None,
+        help="CTC: encode batches of unequal windows packed end to end, no padding (auto: on when the model can)",
+    )
 
 
 def add_decode_options(parser: argparse.ArgumentParser, *, language: bool = True, task: bool = True) -> None:
@@ -300,9 +306,10 @@ def engine_extras(args: argparse.Namespace) -> dict[str, Any]:
         value = getattr(args, arg, None)
         if value is not None:
             extras[field_name] = value
-    graphs = getattr(args, "step_graphs", None)
-    if graphs is not None:
-        extras["step_graphs"] = {"auto": None, "on": True, "off": False}[graphs]
+    for arg in ("step_graphs", "sequence_packing"):
+        switch = getattr(args, arg, None)
+        if switch is not None:
+            extras[arg] = {"auto": None, "on": True, "off": False}[switch]
     return extras
 
 

@@ -16,6 +16,7 @@ from oasr.layers.activation import ACTIVATIONS, apply_activation
 from oasr.layers.embedding import Conv1d
 from oasr.layers.linear import Linear, LinearActivation
 from oasr.layers.norm import BatchNorm1d, LayerNorm
+from oasr.layers.packing import Packing
 
 
 class FeedForward(nn.Module):
@@ -71,7 +72,8 @@ class ConformerConvolution(nn.Module):
             the extra frame; a causal module passes ``(k - 1, 0)``).
 
     Shapes:
-        x: (B, T, C), mask: (B, T) bool, True at valid frames -> (B, T, C)
+        x: (B, T, C), mask: (B, T) bool, True at valid frames -> (B, T, C);
+        packed: x (N, C) rows laid end to end (``packing``) -> (N, C)
     """
 
     def __init__(
@@ -109,14 +111,22 @@ class ConformerConvolution(nn.Module):
         self.norm_kind = norm
         self.pointwise_conv2 = Conv1d(channels, channels, 1, bias=bias)
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, mask: torch.Tensor | None = None, packing: Packing | None = None
+    ) -> torch.Tensor:
+        if packing is not None:
+            x = x[None]  # (1, N, C): one row whose depthwise kernel sees zeros between rows
         y = self.pointwise_conv1(x.transpose(1, 2))  # (B, 2C, T)
         y = F.glu(y, dim=1)
         keep = None
-        if mask is not None:
-            keep = mask[:, None, :].to(y.dtype)
-            y = y * keep
-        y = self.depthwise_conv(F.pad(y, self.padding))
+        if packing is not None:
+            buf, index = packing.gapped(y, self.padding)
+            y = self.depthwise_conv(buf).index_select(-1, index)
+        else:
+            if mask is not None:
+                keep = mask[:, None, :].to(y.dtype)
+                y = y * keep
+            y = self.depthwise_conv(F.pad(y, self.padding))
         if self.norm_kind == "batch_norm":
             y = self.norm(y)
         else:
@@ -124,7 +134,8 @@ class ConformerConvolution(nn.Module):
         y = self.pointwise_conv2(apply_activation(y, self.activation))
         if keep is not None:
             y = y * keep
-        return y.transpose(1, 2)
+        y = y.transpose(1, 2)
+        return y[0] if packing is not None else y
 
     def extra_repr(self) -> str:
         return (

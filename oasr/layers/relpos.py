@@ -22,6 +22,7 @@ from torch import nn
 
 from oasr.layers.attention import attention, key_padding_mask
 from oasr.layers.linear import Linear
+from oasr.layers.packing import Packing, as_packed, as_rows
 
 
 def wenet_sinusoids(length: int, d_model: int) -> torch.Tensor:
@@ -118,7 +119,9 @@ class RelPositionMultiHeadedAttention(nn.Module):
     Shapes:
         x: (B, T, D); pos_emb: (1 or B, T, D) from ``RelPositionalEncoding``;
         key_lengths: (B,) valid frames per row; chunk_mask: (T, T) or (B, T, T) bool,
-        True where a query may attend a key -> (B, T, D)
+        True where a query may attend a key -> (B, T, D). With ``packing``, x is (N, D)
+        packed rows: the projections run packed, the attention core per row (padded to
+        ``packing.max_len``, key lengths from the packing) -> (N, D)
     """
 
     def __init__(
@@ -157,11 +160,14 @@ class RelPositionMultiHeadedAttention(nn.Module):
         *,
         key_lengths: torch.Tensor | None = None,
         chunk_mask: torch.Tensor | None = None,
+        packing: Packing | None = None,
     ) -> torch.Tensor:
-        b, t, d = x.shape
-        q = self._split(self.linear_q(x))  # (B, T, H, d_k)
-        k = self._split(self.linear_k(x)).transpose(1, 2)  # (B, H, T, d_k)
-        v = self._split(self.linear_v(x)).transpose(1, 2)
+        q = self._split(as_rows(self.linear_q(x), packing))  # (B, T, H, d_k)
+        k = self._split(as_rows(self.linear_k(x), packing)).transpose(1, 2)  # (B, H, T, d_k)
+        v = self._split(as_rows(self.linear_v(x), packing)).transpose(1, 2)
+        b, t, d = q.shape[0], q.shape[1], x.shape[-1]
+        if packing is not None:
+            key_lengths = packing.lengths
         p = self._split(self.linear_pos(pos_emb)).transpose(1, 2)  # (1|B, H, T, d_k)
         q_u = (q + self.pos_bias_u).transpose(1, 2)  # (B, H, T, d_k)
         q_v = (q + self.pos_bias_v).transpose(1, 2)
@@ -181,8 +187,8 @@ class RelPositionMultiHeadedAttention(nn.Module):
             # every key, so its (discarded) output is finite everywhere.
             allowed = allowed | ~allowed.any(dim=-1, keepdim=True)
             bias = bias.masked_fill(~allowed[:, None], float("-inf"))
-        out = attention(q_u, k, v, mask=bias, scale=scale)  # (B, H, T, d_k)
-        return self.linear_out(out.transpose(1, 2).reshape(b, t, d))
+        out = attention(q_u, k, v, mask=bias, scale=scale).transpose(1, 2).reshape(b, t, d)  # (B, T, D)
+        return self.linear_out(as_packed(out, packing))
 
     def extra_repr(self) -> str:
         return f"n_head={self.n_head}, d_k={self.d_k}"

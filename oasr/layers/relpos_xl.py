@@ -22,6 +22,7 @@ from torch import nn
 
 from oasr.layers.attention import attention
 from oasr.layers.linear import Linear
+from oasr.layers.packing import Packing, as_packed, as_rows
 
 
 def xl_relative_positions(
@@ -78,7 +79,9 @@ class RelPositionMultiHeadAttentionXL(nn.Module):
 
     Shapes:
         x: (B, T, D); pos_emb: (2T - 1, D) from ``xl_relative_positions``;
-        key_lengths: (B,) valid frames per row, or None -> (B, T, D)
+        key_lengths: (B,) valid frames per row, or None -> (B, T, D). With ``packing``,
+        x is (N, D) packed rows: the projections run packed, the attention core per row
+        (padded to ``packing.max_len``, key lengths from the packing) -> (N, D)
     """
 
     def __init__(self, d_model: int, n_heads: int, bias: bool = True) -> None:
@@ -106,18 +109,28 @@ class RelPositionMultiHeadAttentionXL(nn.Module):
         scores = torch.matmul(q + self.bias_v[:, None, :], p)  # (B, H, T, 2T-1)
         return rel_shift(scores)
 
-    def forward(self, x: torch.Tensor, pos_emb: torch.Tensor, key_lengths: torch.Tensor | None = None) -> torch.Tensor:
-        b, t, _ = x.shape
-        q = self.linear_q(x).view(b, t, self.n_heads, self.d_head).transpose(1, 2)  # (B, H, T, Dh)
-        k = self.linear_k(x).view(b, t, self.n_heads, self.d_head).transpose(1, 2)
-        v = self.linear_v(x).view(b, t, self.n_heads, self.d_head).transpose(1, 2)
+    def forward(
+        self,
+        x: torch.Tensor,
+        pos_emb: torch.Tensor,
+        key_lengths: torch.Tensor | None = None,
+        packing: Packing | None = None,
+    ) -> torch.Tensor:
+        q = as_rows(self.linear_q(x), packing)
+        b, t, _ = q.shape
+        q = q.view(b, t, self.n_heads, self.d_head).transpose(1, 2)  # (B, H, T, Dh)
+        k = as_rows(self.linear_k(x), packing).view(b, t, self.n_heads, self.d_head).transpose(1, 2)
+        v = as_rows(self.linear_v(x), packing).view(b, t, self.n_heads, self.d_head).transpose(1, 2)
+        if packing is not None:
+            key_lengths = packing.lengths
         scale = self.d_head**-0.5
         pos_bias = self.position_scores(q, pos_emb) * scale  # (B, H, T, T) additive mask
         if key_lengths is not None:
             # A row with no valid frame would softmax over nothing (NaN); give it one key.
             key_lengths = key_lengths.clamp(min=1)
         out = attention(q + self.bias_u[:, None, :], k, v, mask=pos_bias, key_lengths=key_lengths, scale=scale)
-        return self.linear_out(out.transpose(1, 2).reshape(b, t, self.d_model))
+        out = out.transpose(1, 2).reshape(b, t, self.d_model)  # (B, T, D)
+        return self.linear_out(as_packed(out, packing))
 
     def extra_repr(self) -> str:
         return f"d_model={self.d_model}, n_heads={self.n_heads}"

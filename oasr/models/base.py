@@ -435,6 +435,16 @@ class BaseEncoder(nn.Module):
             f"declares streaming_kind={self.streaming_kind!r} and keeps no paged K/V cache"
         )
 
+    @unimplemented
+    def forward_packed(self, feats: torch.Tensor, cu_seqlens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Encode packed rows (sequence packing; see ``oasr.layers.packing``).
+
+        Shapes:
+            feats: (N, F) the rows' frames end to end, cu_seqlens: (B + 1,) cumulative
+            frames per row -> hidden (N', D) packed, cu_seqlens (B + 1,) of the hidden rows
+        """
+        raise NotImplementedError(f"{type(self).__name__} does not encode packed rows")
+
     # Optional declarations: "nothing declared" defaults.
 
     @property
@@ -572,12 +582,37 @@ class BaseAsrModel(nn.Module):
         top, ids = head.best_path(hidden)
         return top, ids, lens
 
-    @unimplemented
-    def forward_offline_packed(self, feats: torch.Tensor, cu_seqlens: torch.Tensor) -> torch.Tensor:
-        """Gapless variable-length forward over packed rows (sequence packing)."""
-        raise NotImplementedError(
-            f"{type(self).__name__} does not support sequence packing; the engine pads batches instead"
-        )
+    @property
+    def supports_packing(self) -> bool:
+        """Whether ``forward_offline_packed`` serves: the encoder encodes packed rows and
+        the family has a CTC head."""
+        return not is_unimplemented(self.encoder.forward_packed) and self.ctc_projection is not None
+
+    def encode_offline_packed(self, feats: torch.Tensor, cu_seqlens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Encoder only over packed rows (``BaseEncoder.forward_packed``).
+
+        Shapes:
+            feats: (N, F), cu_seqlens: (B + 1,) -> hidden (N', D), cu_seqlens (B + 1,)
+        """
+        if feats.dim() != 2:
+            raise ValueError(f"packed features must be (N, F) rows end to end, got {tuple(feats.shape)}")
+        return self.encoder.forward_packed(feats, cu_seqlens)
+
+    def forward_offline_packed(
+        self, feats: torch.Tensor, cu_seqlens: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Gapless variable-length forward over packed rows (sequence packing): the
+        encoder, then the CTC head, with no frame spent on padding outside attention.
+
+        Shapes:
+            feats: (N, F), cu_seqlens: (B + 1,) -> log-probs (N', V) float32, cu_seqlens (B + 1,)
+        """
+        if not self.supports_packing:
+            raise NotImplementedError(
+                f"{type(self).__name__} does not support sequence packing; the engine pads batches instead"
+            )
+        hidden, cu = self.encode_offline_packed(feats, cu_seqlens)
+        return self.ctc_projection(hidden), cu
 
     # -- streaming ----------------------------------------------------------------
 

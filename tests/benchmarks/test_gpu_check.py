@@ -104,6 +104,11 @@ def test_tiny_ctc_figures(tiny_run):
         _check_side(family["oasr"], None, "x_real_time")
         assert _positive(family["ratio"])
         assert family["shape"]["vocab_size"] in (1025, 512)  # the published vocabularies
+        mixed = family["mixed_lengths"]
+        for mode in ("padded", "packed"):
+            _check_side(mixed[mode], None, "x_real_time")
+        assert mixed["packed"]["packed_batches"] >= 1 and mixed["padded"]["packed_batches"] == 0
+        assert _positive(mixed["packed_speedup"]) and mixed["same_text"] is True
 
 
 def test_tiny_llm_figures(tiny_run):

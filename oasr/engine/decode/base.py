@@ -14,7 +14,7 @@ from __future__ import annotations
 import abc
 import importlib
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from oasr.engine.config import EngineConfig, TranscribeOptions
 from oasr.engine.outputs import RequestOutput, Segment
@@ -89,10 +89,15 @@ class DecodeStrategy(abc.ABC):
     decode_type: DecodeType
     streams_text: bool = False
 
+    packs_rows: ClassVar[bool] = False
+    """Whether the strategy can encode its batches as packed rows (``EngineConfig.sequence_packing``)."""
+
     def __init__(self, loaded: LoadedModel, config: EngineConfig) -> None:
         self.loaded = loaded
         self.model = loaded.model
         self.config = config
+        if config.sequence_packing and not self.packs_rows:
+            raise ValueError(f"sequence_packing=True: the {self.decode_type.value!r} strategy pads its encoder batches")
 
     @property
     def word_timing_modes(self) -> tuple[str, ...]:

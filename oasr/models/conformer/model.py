@@ -33,6 +33,7 @@ from oasr.layers import (
     Relu,
     apply_activation,
 )
+from oasr.layers.packing import Packing
 from oasr.layers.relpos import RelPositionalEncoding, RelPositionMultiHeadedAttention
 from oasr.models.base import BaseAsrModel, BaseEncoder, DecodeType
 from oasr.models.conformer.config import ConformerEncoderConfig, ConformerModelConfig
@@ -132,19 +133,26 @@ def chunk_attention_mask(
     return (j >= start[:, None]) & (j < end[:, None])
 
 
-def _wenet_causal_conv(conv: ConformerConvolution, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+def _wenet_causal_conv(
+    conv: ConformerConvolution, x: torch.Tensor, mask: torch.Tensor | None, packing: Packing | None = None
+) -> torch.Tensor:
     """A causal convolution module the way WeNet computes it: the module's *input* is
     left-padded with k - 1 zero frames, so the first frames see ``glu(pointwise bias)``
     to their left rather than zeros (which is what the shared module's post-GLU padding
     would give). Causal frames never read the right-hand padding, so a padded batch
-    still equals one row at a time.
+    still equals one row at a time. Packed rows get their k - 1 zero frames each.
 
     Shapes:
-        x: (B, T, C), mask: (B, T) bool or None -> (B, T, C)
+        x: (B, T, C), mask: (B, T) bool or None -> (B, T, C); packed: x (N, C) -> (N, C)
     """
-    y = F.pad(x.transpose(1, 2), (conv.kernel_size - 1, 0))  # (B, C, k - 1 + T)
+    if packing is not None:
+        y, index = packing.gapped(x.t()[None], (conv.kernel_size - 1, 0))  # (1, C, N + B * (k - 1))
+    else:
+        y = F.pad(x.transpose(1, 2), (conv.kernel_size - 1, 0))  # (B, C, k - 1 + T)
     y = F.glu(conv.pointwise_conv1(y), dim=1)
-    y = conv.depthwise_conv(y)  # (B, C, T): no padding left to add
+    y = conv.depthwise_conv(y)  # no padding left to add
+    if packing is not None:
+        y = y.index_select(-1, index)  # (1, C, N)
     if conv.norm_kind == "batch_norm":
         y = conv.norm(y)
     else:
@@ -152,7 +160,7 @@ def _wenet_causal_conv(conv: ConformerConvolution, x: torch.Tensor, mask: torch.
     y = conv.pointwise_conv2(apply_activation(y, conv.activation))
     if mask is not None:
         y = y * mask[:, None, :].to(y.dtype)
-    return y.transpose(1, 2)
+    return y[0].t() if packing is not None else y.transpose(1, 2)
 
 
 class ConformerEncoderLayer(nn.Module):
@@ -162,7 +170,8 @@ class ConformerEncoderLayer(nn.Module):
 
     Shapes:
         x: (B, T, D), pos_emb: (1, T, D), lens: (B,), chunk_mask: (T, T) bool or None,
-        valid: (B, T) bool -> (B, T, D)
+        valid: (B, T) bool -> (B, T, D); with ``packing``, x is (N, D) packed rows,
+        T is ``packing.max_len`` and ``valid`` is None -> (N, D)
     """
 
     def __init__(self, cfg: ConformerEncoderConfig) -> None:
@@ -210,19 +219,22 @@ class ConformerEncoderLayer(nn.Module):
         pos_emb: torch.Tensor,
         lens: torch.Tensor,
         chunk_mask: torch.Tensor | None,
-        valid: torch.Tensor,
+        valid: torch.Tensor | None,
+        packing: Packing | None = None,
     ) -> torch.Tensor:
         if self.feed_forward_macaron is not None:
             x = self._residual(x, self.norm_ff_macaron, self.feed_forward_macaron, self.ff_scale)
         x = self._residual(
-            x, self.norm_mha, lambda h: self.self_attn(h, pos_emb, key_lengths=lens, chunk_mask=chunk_mask)
+            x,
+            self.norm_mha,
+            lambda h: self.self_attn(h, pos_emb, key_lengths=lens, chunk_mask=chunk_mask, packing=packing),
         )
         if self.conv_module is not None:
             conv = self.conv_module
             if self.causal:
-                x = self._residual(x, self.norm_conv, lambda h: _wenet_causal_conv(conv, h, valid))
+                x = self._residual(x, self.norm_conv, lambda h: _wenet_causal_conv(conv, h, valid, packing))
             else:
-                x = self._residual(x, self.norm_conv, lambda h: conv(h, valid))
+                x = self._residual(x, self.norm_conv, lambda h: conv(h, valid, packing))
         x = self._residual(x, self.norm_ff, self.feed_forward, self.ff_scale)
         if self.conv_module is not None:
             x = self.norm_final(x)
@@ -297,6 +309,48 @@ class ConformerEncoder(BaseEncoder):
             raise ValueError(
                 f"ConformerEncoder expects features (B, T, {self.cfg.input_dim}), got {tuple(feats.shape)}"
             )
+        x, pos_emb, lens = self._front(feats, feat_lens)
+        t = x.shape[1]
+        valid = torch.arange(t, device=x.device)[None, :] < lens[:, None]  # (B, T')
+        chunk_mask = self.attention_chunk_mask(t, decoding_chunk_size, num_decoding_left_chunks, x.device)
+        for layer in self.encoders:
+            x = layer(x, pos_emb, lens, chunk_mask, valid)
+        return self._final_norm(x), lens
+
+    def forward_packed(
+        self,
+        feats: torch.Tensor,
+        cu_seqlens: torch.Tensor,
+        decoding_chunk_size: int = -1,
+        num_decoding_left_chunks: int = -1,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Encode packed rows: the subsampling runs on the rows padded (its strided
+        convolutions look along time), the blocks on the subsampled frames packed.
+
+        Args:
+            feats: (N, input_dim) the rows' features end to end, before CMVN.
+            cu_seqlens: (B + 1,) cumulative feature frames per row.
+            decoding_chunk_size, num_decoding_left_chunks: as in ``forward``.
+
+        Returns:
+            hidden (N', D) packed, cu_seqlens (B + 1,) of the hidden rows
+        """
+        if feats.dim() != 2 or feats.shape[-1] != self.cfg.input_dim:
+            raise ValueError(
+                f"ConformerEncoder.forward_packed expects features (N, {self.cfg.input_dim}), got {tuple(feats.shape)}"
+            )
+        rows = Packing.from_cu_seqlens(cu_seqlens, device=feats.device)
+        x, pos_emb, lens = self._front(rows.pad(feats), rows.lengths)
+        packing = Packing(lens)
+        x = packing.unpad(x)  # (N', D)
+        t = packing.max_len
+        chunk_mask = self.attention_chunk_mask(t, decoding_chunk_size, num_decoding_left_chunks, x.device)
+        for layer in self.encoders if packing.total else ():  # nothing to run when no row has a frame
+            x = layer(x, pos_emb[:, :t], lens, chunk_mask, None, packing)
+        return self._final_norm(x), packing.cu_seqlens
+
+    def _front(self, feats: torch.Tensor, feat_lens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """CMVN and subsampling of a padded batch. -> x (B, T', D), pos_emb (1, T', D), lens (B,)"""
         feat_lens = feat_lens.to(device=feats.device, dtype=torch.long)
         x = feats.to(self.after_norm.weight.dtype)
         shortest = self.cfg.right_context + 1  # frames the subsampling needs for one output frame
@@ -305,15 +359,12 @@ class ConformerEncoder(BaseEncoder):
             x = F.pad(x, (0, 0, 0, shortest - x.shape[1]))
         if self.cfg.global_cmvn:
             x = self.global_cmvn(x)
-        x, pos_emb, lens = self.embed(x, feat_lens)
-        t = x.shape[1]
-        valid = torch.arange(t, device=x.device)[None, :] < lens[:, None]  # (B, T')
-        chunk_mask = self.attention_chunk_mask(t, decoding_chunk_size, num_decoding_left_chunks, x.device)
-        for layer in self.encoders:
-            x = layer(x, pos_emb, lens, chunk_mask, valid)
+        return self.embed(x, feat_lens)
+
+    def _final_norm(self, x: torch.Tensor) -> torch.Tensor:
         if self.cfg.normalize_before and self.cfg.final_norm:
             x = self.after_norm(x)
-        return x, lens
+        return x
 
 
 class ConformerModel(BaseAsrModel):

@@ -39,6 +39,7 @@ from oasr.layers import (
     NeoxRotaryEmbedding,
     attention,
 )
+from oasr.layers.packing import Packing, as_packed, as_rows
 from oasr.models.base import BaseAsrModel, BaseEncoder, DecodeType, LoadReport
 from oasr.models.lasr.config import LasrConfig
 
@@ -69,7 +70,8 @@ class LasrAttention(nn.Module):
     """Multi-head self-attention with rotary queries and keys.
 
     Shapes:
-        x: (B, T, D), cos / sin: (T, head_dim), key_lengths: (B,) or None -> (B, T, D)
+        x: (B, T, D), cos / sin: (T, head_dim), key_lengths: (B,) or None -> (B, T, D);
+        with ``packing``, x is (N, D) packed rows attended per row -> (N, D)
     """
 
     def __init__(self, cfg: LasrConfig) -> None:
@@ -88,21 +90,28 @@ class LasrAttention(nn.Module):
         return x.view(b, t, self.n_head, self.head_dim).transpose(1, 2)  # (B, H, T, Dh)
 
     def forward(
-        self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, key_lengths: torch.Tensor | None
+        self,
+        x: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        key_lengths: torch.Tensor | None,
+        packing: Packing | None = None,
     ) -> torch.Tensor:
-        b, t, _ = x.shape
-        q = NeoxRotaryEmbedding.apply_rotary(self._heads(self.q_proj(x)), cos, sin)
-        k = NeoxRotaryEmbedding.apply_rotary(self._heads(self.k_proj(x)), cos, sin)
-        v = self._heads(self.v_proj(x))
+        q = NeoxRotaryEmbedding.apply_rotary(self._heads(as_rows(self.q_proj(x), packing)), cos, sin)
+        k = NeoxRotaryEmbedding.apply_rotary(self._heads(as_rows(self.k_proj(x), packing)), cos, sin)
+        v = self._heads(as_rows(self.v_proj(x), packing))
+        b, _, t, _ = q.shape
         out = attention(q, k, v, key_lengths=key_lengths)  # (B, H, T, Dh)
-        return self.o_proj(out.transpose(1, 2).reshape(b, t, self.n_head * self.head_dim))
+        out = out.transpose(1, 2).reshape(b, t, self.n_head * self.head_dim)  # (B, T, H * Dh)
+        return self.o_proj(as_packed(out, packing))
 
 
 class LasrBlock(nn.Module):
     """FF (x1.5 + 0.5) -> attention (+) -> conv (x2 + 1) -> FF (x1.5 + 0.5) -> LayerNorm.
 
     Shapes:
-        x: (B, T, D), mask: (B, T) bool valid frames or None -> (B, T, D)
+        x: (B, T, D), mask: (B, T) bool valid frames or None -> (B, T, D); with
+        ``packing``, x is (N, D) packed rows and ``mask`` None -> (N, D)
     """
 
     def __init__(self, cfg: LasrConfig) -> None:
@@ -137,12 +146,13 @@ class LasrBlock(nn.Module):
         sin: torch.Tensor,
         mask: torch.Tensor | None,
         lengths: torch.Tensor | None,
+        packing: Packing | None = None,
     ) -> torch.Tensor:
         r_ff, b_ff = self.ff_scales
         r_conv, b_conv = self.conv_scales
         x = r_ff * x + b_ff * self.feed_forward1(self.norm_feed_forward1(x))
-        x = x + self.self_attn(self.norm_self_att(x), cos, sin, lengths)
-        x = r_conv * x + b_conv * self.conv(self.norm_conv(x), mask)
+        x = x + self.self_attn(self.norm_self_att(x), cos, sin, lengths, packing)
+        x = r_conv * x + b_conv * self.conv(self.norm_conv(x), mask, packing)
         x = r_ff * x + b_ff * self.feed_forward2(self.norm_feed_forward2(x))
         return self.norm_out(x)
 
@@ -180,11 +190,7 @@ class LasrEncoder(BaseEncoder):
         b, t, _ = feats.shape
         if feat_lens is None:
             feat_lens = torch.full((b,), t, dtype=torch.long, device=feats.device)
-        lens = self.output_lengths(feat_lens.to(feats.device))
-        if t < self.cfg.min_input_frames:
-            # Too short for one output frame: run on zeros so the shapes hold; every length is 0.
-            feats = F.pad(feats, (0, 0, 0, self.cfg.min_input_frames - t))
-        x = self.subsampler(feats)  # (B, T', D)
+        x, lens = self._front(feats, feat_lens)
         t_out = x.shape[1]
         cos, sin = self.rotary_emb.cos_sin(torch.arange(t_out, device=x.device), x.dtype)
         if bool((lens == t_out).all()):
@@ -195,6 +201,33 @@ class LasrEncoder(BaseEncoder):
         for layer in self.layers:
             x = layer(x, cos, sin, mask, key_lengths)
         return self.out_norm(x), lens
+
+    def forward_packed(self, feats: torch.Tensor, cu_seqlens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Encode packed rows: the subsampling runs on the rows padded (its strided
+        convolutions look along time), the blocks on the subsampled frames packed.
+
+        Shapes:
+            feats: (N, n_mels), cu_seqlens: (B + 1,) -> hidden (N', D), cu_seqlens (B + 1,)
+        """
+        if feats.dim() != 2 or feats.shape[-1] != self.cfg.num_mel_bins:
+            raise ValueError(f"LASR packed input must be (N, {self.cfg.num_mel_bins}); got {tuple(feats.shape)}")
+        rows = Packing.from_cu_seqlens(cu_seqlens, device=feats.device)
+        x, lens = self._front(rows.pad(feats), rows.lengths)
+        packing = Packing(lens)
+        x = packing.unpad(x)  # (N', D)
+        cos, sin = self.rotary_emb.cos_sin(torch.arange(packing.max_len, device=x.device), x.dtype)
+        key_lengths = lens.clamp(min=1)
+        for layer in self.layers if packing.total else ():  # nothing to run when no row has a frame
+            x = layer(x, cos, sin, None, key_lengths, packing)
+        return self.out_norm(x), packing.cu_seqlens
+
+    def _front(self, feats: torch.Tensor, feat_lens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Subsampling of a padded batch. -> (B, T', D), (B,)"""
+        lens = self.output_lengths(feat_lens.to(feats.device))
+        if feats.shape[1] < self.cfg.min_input_frames:
+            # Too short for one output frame: run on zeros so the shapes hold; every length is 0.
+            feats = F.pad(feats, (0, 0, 0, self.cfg.min_input_frames - feats.shape[1]))
+        return self.subsampler(feats), lens
 
 
 class LasrModel(BaseAsrModel):

@@ -25,6 +25,7 @@ import torch
 from torch import nn
 
 from oasr.layers import ConformerConvolution, Conv2d, CtcProjection, FeedForward, LayerNorm, Linear, Relu
+from oasr.layers.packing import Packing
 from oasr.layers.relpos_xl import RelPositionMultiHeadAttentionXL, xl_relative_positions
 from oasr.models.base import BaseAsrModel, BaseEncoder, DecodeType, LoadError, LoadReport
 from oasr.models.parakeet.config import ParakeetConfig, ParakeetEncoderConfig
@@ -93,7 +94,9 @@ class ParakeetBlock(nn.Module):
     """One macaron conformer block with half-step feed-forwards and a final LayerNorm.
 
     Shapes:
-        x: (B, T, D), pos_emb: (2T - 1, D), lengths: (B,), valid: (B, T) bool -> (B, T, D)
+        x: (B, T, D), pos_emb: (2T - 1, D), lengths: (B,), valid: (B, T) bool -> (B, T, D);
+        with ``packing``, x is (N, D) packed rows, T is ``packing.max_len`` and ``valid``
+        is None -> (N, D)
     """
 
     def __init__(self, cfg: ParakeetEncoderConfig) -> None:
@@ -113,13 +116,18 @@ class ParakeetBlock(nn.Module):
         self.norm_out = LayerNorm(d)
 
     def forward(
-        self, x: torch.Tensor, pos_emb: torch.Tensor, lengths: torch.Tensor, valid: torch.Tensor
+        self,
+        x: torch.Tensor,
+        pos_emb: torch.Tensor,
+        lengths: torch.Tensor,
+        valid: torch.Tensor | None,
+        packing: Packing | None = None,
     ) -> torch.Tensor:
         h = self.feed_forward1(self.norm_feed_forward1(x))
         y, x = self.norm_self_att.add_forward(0.5 * h, x)
-        h = self.self_attn(y, pos_emb, lengths)
+        h = self.self_attn(y, pos_emb, lengths, packing)
         y, x = self.norm_conv.add_forward(h, x)
-        h = self.conv(y, valid)
+        h = self.conv(y, valid, packing)
         y, x = self.norm_feed_forward2.add_forward(h, x)
         h = self.feed_forward2(y)
         return self.norm_out(x + 0.5 * h)
@@ -152,14 +160,35 @@ class ParakeetEncoder(BaseEncoder):
         return self.subsampling.output_lengths(feat_lens)
 
     def forward(self, feats: torch.Tensor, feat_lens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        x, lengths = self.subsampling(feats, feat_lens.to(device=feats.device, dtype=torch.long))
-        if self.input_scale != 1.0:
-            x = x * self.input_scale
+        x, lengths = self._front(feats, feat_lens)
         t = x.shape[1]
         pos_emb = xl_relative_positions(t, self.config.hidden_size, device=x.device, dtype=x.dtype)  # (2T'-1, D)
         valid = _valid(lengths, t)
         for layer in self.layers:
             x = layer(x, pos_emb, lengths, valid)
+        return x, lengths
+
+    def forward_packed(self, feats: torch.Tensor, cu_seqlens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Encode packed rows: the subsampling runs on the rows padded (its strided
+        convolutions look along time), the blocks on the subsampled frames packed.
+
+        Shapes:
+            feats: (N, num_mel_bins), cu_seqlens: (B + 1,) -> hidden (N', D), cu_seqlens (B + 1,)
+        """
+        rows = Packing.from_cu_seqlens(cu_seqlens, device=feats.device)
+        x, lengths = self._front(rows.pad(feats), rows.lengths)
+        packing = Packing(lengths)
+        x = packing.unpad(x)  # (N', D)
+        pos_emb = xl_relative_positions(packing.max_len, self.config.hidden_size, device=x.device, dtype=x.dtype)
+        for layer in self.layers if packing.total else ():  # nothing to run when no row has a frame
+            x = layer(x, pos_emb, lengths, None, packing)
+        return x, packing.cu_seqlens
+
+    def _front(self, feats: torch.Tensor, feat_lens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Subsampling and input scale of a padded batch. -> (B, T', D), (B,)"""
+        x, lengths = self.subsampling(feats, feat_lens.to(device=feats.device, dtype=torch.long))
+        if self.input_scale != 1.0:
+            x = x * self.input_scale
         return x, lengths
 
 

@@ -157,6 +157,16 @@ def test_options_ctc_cannot_honour_are_refused(tmp_path):
         rescoring.make_options(reverse_weight=1.5)
 
 
+def test_sequence_packing_needs_a_model_and_strategy_that_pack(tmp_path):
+    """The tone model has no packed encoder; rescoring reads a padded encoder batch."""
+    assert not ASREngine(make_loaded(tmp_path)).strategy.packing  # auto: off, unsupported
+    assert not ASREngine(make_loaded(tmp_path), sequence_packing=False).strategy.packing
+    with pytest.raises(ValueError, match="sequence_packing=True: ToneCtcModel .* cannot encode packed rows"):
+        ASREngine(make_loaded(tmp_path), sequence_packing=True)
+    with pytest.raises(ValueError, match="sequence_packing=True: the 'ctc_aed_rescoring' strategy pads"):
+        ASREngine(make_loaded(tmp_path), decode_type="ctc_aed_rescoring", sequence_packing=True)
+
+
 def test_language_is_reported(tmp_path):
     audio = tone_audio(BURSTS[:1], 2.0)
     out = ASREngine(make_loaded(tmp_path)).transcribe(audio, language="zh", beam_size=1)

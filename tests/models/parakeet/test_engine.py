@@ -64,3 +64,24 @@ def test_greedy_best_path_equals_the_log_probs_route(reference, manifest):
 
     audio = oasr.audio.load_audio(paths[0])
     torch.testing.assert_close(strategy.frontend(torch.from_numpy(audio)), strategy.frontend(audio))
+
+
+@pytest.mark.parametrize("beam_size", [1, 3])
+def test_packed_batches_transcribe_like_padded_ones(reference, manifest, beam_size):
+    """``sequence_packing`` (auto: on for this model) gives the padded engine's tokens,
+    times and scores, through the best-path route (greedy) and the log-probs route (beam)."""
+    paths = [row["path"] for row in manifest if row["audio"] in CLIPS]
+    padded = oasr.ASREngine(reference.path, max_batch_size=4, sequence_packing=False)
+    packed = oasr.ASREngine(reference.path, max_batch_size=4, sequence_packing=True)
+    assert packed.strategy.packing and not padded.strategy.packing
+    assert oasr.ASREngine(reference.path).strategy.packing
+    a_out = padded.transcribe(paths, beam_size=beam_size, word_timestamps=True)
+    b_out = packed.transcribe(paths, beam_size=beam_size, word_timestamps=True)
+    assert packed.strategy.stats()["packed_batches"] >= 1
+    assert padded.strategy.stats()["packed_batches"] == 0
+    for a, b in zip(a_out, b_out):
+        assert a.text == b.text and len(a.segments) == len(b.segments)
+        for sa, sb in zip(a.segments, b.segments):
+            assert sa.tokens == sb.tokens and (sa.start, sa.end) == (sb.start, sb.end)
+            assert sa.avg_logprob == pytest.approx(sb.avg_logprob, abs=1e-4)
+            assert [w.word for w in sa.words] == [w.word for w in sb.words]

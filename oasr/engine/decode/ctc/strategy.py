@@ -76,6 +76,7 @@ SEGMENT_GAP_S = 1.5  # a longer silence between two words' spikes starts a new s
 CUT_SEARCH_FRACTION = 1 / 3  # windows are cut in their last third ...
 CUT_SPAN_S = 0.1  # ... at the quietest stretch of this length
 LOOKAHEAD_BATCHES = 8  # waiting windows considered when filling a batch, in batches
+PACK_MIN_PADDING = 0.1  # with sequence packing, batches padded by less than this share of frames stay padded
 _SAMPLING_FREE = (TranscribeOptions().temperatures, (0.0,))
 
 
@@ -170,6 +171,7 @@ class CtcDecodeStrategy(DecodeStrategy):
     decode_type = DecodeType.CTC
     best_path_only = True
     """Batches of greedy rows read only the best path (rescoring needs the n-best instead)."""
+    packs_rows = True
 
     def __init__(self, loaded: LoadedModel, config: EngineConfig) -> None:
         super().__init__(loaded, config)
@@ -196,11 +198,30 @@ class CtcDecodeStrategy(DecodeStrategy):
         )
         self.device = self.model.device
         self.dtype = self.model.compute_dtype
+        self.packing = self._packing(config.sequence_packing)
         self.requests: dict[str, _Req] = {}
         self.pending: deque[tuple[_Req, int]] = deque()
         self._touched: dict[str, _Req] = {}
         self._last_batch = 0
-        self.counters = {"windows_encoded": 0, "batches": 0, "best_path_batches": 0, "requests_finished": 0}
+        self.counters = {
+            "windows_encoded": 0,
+            "batches": 0,
+            "best_path_batches": 0,
+            "packed_batches": 0,
+            "requests_finished": 0,
+        }
+
+    def _packing(self, enabled: bool | None) -> bool:
+        """Resolve ``EngineConfig.sequence_packing`` (None: on when the model packs)."""
+        supported = self.packs_rows and self.model.supports_packing
+        if enabled is None:
+            return supported
+        if enabled and not supported:
+            raise ValueError(
+                f"sequence_packing=True: {type(self.model).__name__} decoded by {self.decode_type.value!r} "
+                f"cannot encode packed rows"
+            )
+        return bool(enabled)
 
     # -- admission ---------------------------------------------------------------------
 
@@ -358,18 +379,21 @@ class CtcDecodeStrategy(DecodeStrategy):
         )[0]
 
     def _run_batch(self, batch: list[tuple[_Req, int]], events: list[StepEvent]) -> None:
-        feats, lens = pad_features([r.windows[i].feats for r, i in batch])
-        min_frames = 4 * self.subsampling  # room for the subsampling convolutions; rows keep their lengths
-        if feats.shape[1] < min_frames:
-            feats = torch.nn.functional.pad(feats, (0, 0, 0, min_frames - feats.shape[1]))
-        feats = feats.to(device=self.device, dtype=self.dtype)
-        lens = lens.to(self.device)
+        rows = [r.windows[i].feats for r, i in batch]
         self.counters["windows_encoded"] += len(batch)
         self.counters["batches"] += 1
-        if self.best_path_only and all(r.greedy for r, _ in batch):
-            decode_row = self._best_path_rows(feats, lens)
+        greedy = self.best_path_only and all(r.greedy for r, _ in batch)
+        frames = [f.shape[0] for f in rows]
+        if self.packing and len(rows) * max(frames) > (1 + PACK_MIN_PADDING) * sum(frames):
+            decode_row = self._packed_rows(rows, greedy)
         else:
-            decode_row = self._searched_rows(feats, lens)
+            feats, lens = pad_features(rows)
+            min_frames = 4 * self.subsampling  # room for the subsampling convolutions; rows keep their lengths
+            if feats.shape[1] < min_frames:
+                feats = torch.nn.functional.pad(feats, (0, 0, 0, min_frames - feats.shape[1]))
+            feats = feats.to(device=self.device, dtype=self.dtype)
+            lens = lens.to(self.device)
+            decode_row = self._best_path_rows(feats, lens) if greedy else self._searched_rows(feats, lens)
         for row, (req, index) in enumerate(batch):
             if req.done:
                 continue
@@ -382,30 +406,56 @@ class CtcDecodeStrategy(DecodeStrategy):
             self._touched[req.rid] = req
 
     def _searched_rows(self, feats: torch.Tensor, lens: torch.Tensor) -> _RowDecoder:
-        """Run the batch; rows are searched over their (T', V) log-probs."""
+        """Run a padded batch; rows are searched over their (T', V) log-probs."""
         log_probs, out_lens, extra = self._forward(feats, lens)
         log_probs = log_probs.detach().to(device="cpu", dtype=torch.float32)
         n_out = [min(int(x), log_probs.shape[1]) for x in out_lens.tolist()]
+        return self._search_rows([log_probs[row, :n] for row, n in enumerate(n_out)], extra)
+
+    def _best_path_rows(self, feats: torch.Tensor, lens: torch.Tensor) -> _RowDecoder:
+        """Run a padded batch of greedy rows: only each frame's best symbol and its
+        log-probability leave the device (``forward_offline_best_path``), not the
+        (B, T', V) log-probs."""
+        top, ids, out_lens = self.model.forward_offline_best_path(feats, lens)
+        top, ids = top.detach().to(device="cpu", dtype=torch.float32), ids.detach().cpu()
+        n_out = [min(int(x), ids.shape[1]) for x in out_lens.tolist()]
+        rows = list(enumerate(n_out))
+        return self._collapse_rows([top[row, :n] for row, n in rows], [ids[row, :n] for row, n in rows])
+
+    def _packed_rows(self, rows: list[torch.Tensor], greedy: bool) -> _RowDecoder:
+        """Run the batch's windows packed end to end (``encode_offline_packed``), then the
+        CTC head on the packed frames: the best path for greedy rows, else log-probs."""
+        lens = torch.tensor([f.shape[0] for f in rows], dtype=torch.long)  # (B,)
+        feats = torch.cat(rows).to(device=self.device, dtype=self.dtype)  # (N, F)
+        hidden, out_cu = self.model.encode_offline_packed(feats, torch.nn.functional.pad(lens.cumsum(0), (1, 0)))
+        n_out = out_cu.diff().tolist()
+        head = self.model.ctc_projection
+        self.counters["packed_batches"] += 1
+        if greedy:
+            top, ids = head.best_path(hidden)
+            top, ids = top.detach().to(device="cpu", dtype=torch.float32), ids.detach().cpu()
+            return self._collapse_rows(list(top.split(n_out)), list(ids.split(n_out)))
+        log_probs = head(hidden).detach().to(device="cpu", dtype=torch.float32)
+        return self._search_rows(list(log_probs.split(n_out)), None)
+
+    def _search_rows(self, log_probs: list[torch.Tensor], extra: object) -> _RowDecoder:
+        """Rows searched over their (T', V) log-probs (on the CPU, valid frames)."""
 
         def decode_row(row: int, req: _Req) -> tuple[CtcHypothesis, list[float], int]:
-            lp = log_probs[row, : n_out[row]]
+            lp = log_probs[row]
             hyp = self._search(req, lp, row, extra)
             return hyp, lp[list(hyp.frames), list(hyp.tokens)].exp().tolist(), lp.shape[0]
 
         return decode_row
 
-    def _best_path_rows(self, feats: torch.Tensor, lens: torch.Tensor) -> _RowDecoder:
-        """Run a batch of greedy rows: only each frame's best symbol and its log-probability
-        leave the device (``forward_offline_best_path``), not the (B, T', V) log-probs."""
-        top, ids, out_lens = self.model.forward_offline_best_path(feats, lens)
-        top, ids = top.detach().to(device="cpu", dtype=torch.float32), ids.detach().cpu()
+    def _collapse_rows(self, top: list[torch.Tensor], ids: list[torch.Tensor]) -> _RowDecoder:
+        """Greedy rows collapsed from each frame's best symbol and its log-probability (CPU)."""
         self.counters["best_path_batches"] += 1
 
         def decode_row(row: int, req: _Req) -> tuple[CtcHypothesis, list[float], int]:
-            n = min(int(out_lens[row]), ids.shape[1])
-            values = top[row, :n].tolist()
-            hyp = collapse_best_path(ids[row, :n].tolist(), values, self.blank_id, self.skip_ids)
-            return hyp, [math.exp(values[f]) for f in hyp.frames], n
+            values = top[row].tolist()
+            hyp = collapse_best_path(ids[row].tolist(), values, self.blank_id, self.skip_ids)
+            return hyp, [math.exp(values[f]) for f in hyp.frames], len(values)
 
         return decode_row
 
@@ -507,6 +557,7 @@ class CtcRescoringStrategy(CtcDecodeStrategy):
 
     decode_type = DecodeType.CTC_AED_RESCORING
     best_path_only = False
+    packs_rows = False  # the attention decoder reads the encoder output as a padded batch
 
     def _forward(self, feats: torch.Tensor, lens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, object]:
         enc, enc_lens = self.model.encode_offline(feats, lens)
