@@ -144,6 +144,25 @@ class SpeechChunk:
         """
         return np.concatenate([audio[a:b] for a, b in self.spans])
 
+    def tail(self, t: float) -> SpeechChunk:
+        """The chunk from ``t`` seconds into its audio on: its audio is this chunk's
+        samples from ``round(t * sampling_rate)``, and its times map to the same places.
+
+        Raises:
+            ValueError: ``t`` leaves no audio.
+        """
+        skip = max(0, round(t * self.sampling_rate))
+        spans: list[tuple[int, int]] = []
+        for a, b in self.spans:
+            if skip >= b - a:
+                skip -= b - a
+                continue
+            spans.append((a + skip, b))
+            skip = 0
+        if not spans:
+            raise ValueError(f"a tail from {t} s of a {self.duration:.3f}-s chunk is empty")
+        return SpeechChunk(tuple(spans), self.sampling_rate)
+
     def to_global(self, t: float, *, is_end: bool = False) -> float:
         """Map ``t`` seconds into the chunk's audio to seconds in the original audio.
 

@@ -19,8 +19,16 @@ exactly to it. Without a forced language every chunk detects its own; the reques
 reports the language with the most speech. A failing chunk fails the request and
 aborts its other chunks; audio without speech finishes with an empty transcript.
 
+Whisper sometimes ends a chunk with end-of-text well before its speech ends (a change
+of speaker or topic inside the chunk is enough), which drops the rest. With
+timestamps, a strategy that can stop early (``DecodeStrategy.stops_early``) is given
+the untranscribed tail once more: when a chunk's last segment ends ``TAIL_S`` or more
+before the chunk does, its audio from there on is decoded as a request of its own, whose
+segments follow the chunk's (once per chunk; the tail's own tail is not decoded again).
+
 The whole waveform of a ``vad_filter`` request is in memory while VAD runs (about
-230 MB per hour at 16 kHz); afterwards only the chunks' features are kept.
+230 MB per hour at 16 kHz); afterwards the chunks' features are kept, and, where
+tails may be decoded again, each chunk's audio until the chunk is done.
 """
 
 from __future__ import annotations
@@ -28,6 +36,8 @@ from __future__ import annotations
 import dataclasses
 from collections import deque
 from dataclasses import dataclass, field
+
+import numpy as np
 
 from oasr.audio.io import load_audio
 from oasr.audio.vad import CHUNK_S, SpeechChunk, merge_spans, require_silero, speech_spans
@@ -37,14 +47,19 @@ from oasr.engine.decode.ctc.words import is_no_space_char
 from oasr.engine.outputs import RequestOutput, Segment, Word
 
 FRAMES_PER_SECOND = 100  # Segment.seek counts 10 ms feature frames
+TAIL_S = 2.0  # a chunk whose segments end this much before it does has its tail decoded again
 
 
 class VadChunks:
-    """What ``VadSplitter.prepare`` made of a request: its chunks and their prepared requests."""
+    """What ``VadSplitter.prepare`` made of a request: its chunks, their prepared requests,
+    and (where tails may be decoded again) their audio, else None."""
 
-    def __init__(self, chunks: list[SpeechChunk], requests: list[Request]) -> None:
+    def __init__(
+        self, chunks: list[SpeechChunk], requests: list[Request], audios: list[np.ndarray] | None = None
+    ) -> None:
         self.chunks = chunks
         self.requests = requests
+        self.audios = audios
 
     def close(self) -> None:
         """Free the chunks' features (those a strategy has not taken over)."""
@@ -53,6 +68,7 @@ class VadChunks:
             if close is not None:
                 close()
         self.requests = []
+        self.audios = None
 
 
 @dataclass(eq=False)
@@ -61,6 +77,7 @@ class _Part:
 
     chunk: SpeechChunk
     request_id: str
+    audio: np.ndarray | None = None  # the chunk's samples while its tail may be decoded again
     pending: list[Segment] = field(default_factory=list)  # decoded, not yet sent on
     emitted: int = 0  # of the chunk's segments sent on
     text: str = ""  # deltas not yet sent on
@@ -97,7 +114,8 @@ class VadSplitter:
         self.strategy = strategy
         self.sampling_rate = sampling_rate
         self.parents: dict[str, _Parent] = {}
-        self.part_of: dict[str, tuple[_Parent, int]] = {}  # chunk request id -> (request, chunk index)
+        self.part_of: dict[str, tuple[_Parent, _Part]] = {}  # chunk request id -> (request, chunk)
+        self.tails_decoded = 0
         self.empty: deque[_Parent] = deque()  # requests without speech, finished at the next step
 
     @property
@@ -133,15 +151,19 @@ class VadSplitter:
         sr = self.sampling_rate
         audio = load_audio(request.source, sr)
         chunks = merge_spans(speech_spans(audio, sr, opts.vad_options()), sr, CHUNK_S)
+        audios: list[np.ndarray] | None = [] if self._decodes_tails(opts) else None
         prepared: list[Request] = []
         try:
             for i, chunk in enumerate(chunks):
-                part = Request(f"{request.request_id}/vad{i}", chunk.audio(audio), _chunk_options(opts, i))
+                samples = chunk.audio(audio)
+                if audios is not None:
+                    audios.append(samples)
+                part = Request(f"{request.request_id}/vad{i}", samples, _chunk_options(opts, i))
                 prepared.append(self.strategy.prepare(part))
         except BaseException:
             VadChunks(chunks, prepared).close()
             raise
-        request.features = VadChunks(chunks, prepared)
+        request.features = VadChunks(chunks, prepared, audios)
         request.duration = len(audio) / sr
         return request
 
@@ -155,7 +177,10 @@ class VadSplitter:
         if request.features is None:
             self.prepare(request)
         features: VadChunks = request.features
-        parent = _Parent(request, [_Part(c, r.request_id) for c, r in zip(features.chunks, features.requests)])
+        audios = features.audios or [None] * len(features.chunks)
+        parent = _Parent(
+            request, [_Part(c, r.request_id, a) for c, r, a in zip(features.chunks, features.requests, audios)]
+        )
         added: list[str] = []
         try:
             for part_request in features.requests:
@@ -167,8 +192,8 @@ class VadSplitter:
             features.close()
             raise
         self.parents[parent.rid] = parent
-        for i, part in enumerate(parent.parts):
-            self.part_of[part.request_id] = (parent, i)
+        for part in parent.parts:
+            self.part_of[part.request_id] = (parent, part)
         if not parent.parts:
             self.empty.append(parent)
 
@@ -194,7 +219,10 @@ class VadSplitter:
         return self.strategy.num_unfinished() - len(self.part_of) + len(self.parents)
 
     def stats(self) -> dict[str, float]:
-        return self.strategy.stats()
+        return {**self.strategy.stats(), "vad_tails_decoded": self.tails_decoded}
+
+    def _decodes_tails(self, opts: TranscribeOptions) -> bool:
+        return self.strategy.stops_early and not opts.without_timestamps
 
     # -- the step ------------------------------------------------------------------------
 
@@ -210,8 +238,7 @@ class VadSplitter:
                 if event.request_id not in dropped:
                     events.append(event)
                 continue
-            parent, index = link
-            part = parent.parts[index]
+            parent, part = link
             if event.kind == "error":
                 self.part_of.pop(event.request_id, None)  # gone from the strategy already
                 self.parents.pop(parent.rid, None)
@@ -226,8 +253,35 @@ class VadSplitter:
                 self.part_of.pop(event.request_id, None)
                 part.output = event.output
                 part.pending = list(event.output.segments[part.emitted :])
+                try:
+                    self._decode_tail(parent, part)
+                except Exception as e:  # the tail's audio could not be prepared: fail the request
+                    self.parents.pop(parent.rid, None)
+                    dropped.update(self._drop_parts(parent))
+                    events.append(StepEvent(parent.rid, "error", error=e))
+                    continue
             self._flush(parent, events)
         return events
+
+    def _decode_tail(self, parent: _Parent, part: _Part) -> None:
+        """Admit the untranscribed tail of a finished chunk as a chunk of its own, right
+        after it (see the module's docstring), and let go of the chunk's audio."""
+        audio, part.audio = part.audio, None
+        segments = part.output.segments if part.output is not None else []
+        if audio is None or not segments:
+            return
+        end = max(seg.end for seg in segments)
+        if part.chunk.duration - end < TAIL_S:
+            return
+        tail = part.chunk.tail(end)
+        skip = len(audio) - tail.num_samples
+        options = _chunk_options(parent.request.options, len(parent.parts))  # no prefix: not the first chunk
+        request = self.strategy.prepare(Request(f"{part.request_id}/tail", audio[skip:], options))
+        self.strategy.add_request(request)
+        tail_part = _Part(tail, request.request_id)
+        parent.parts.insert(parent.parts.index(part) + 1, tail_part)
+        self.part_of[tail_part.request_id] = (parent, tail_part)
+        self.tails_decoded += 1
 
     def _flush(self, parent: _Parent, events: list[StepEvent]) -> None:
         """Send on what the chunks have decoded, in time order; finish the request when all are done."""

@@ -325,3 +325,74 @@ def test_abort_empty_and_plain_requests():
     assert (event.kind, event.output.text, event.output.segments, event.output.language) == ("finished", "", [], None)
     splitter.add_request(Request("plain", None, TranscribeOptions()))  # no VAD: straight through
     assert [(e.request_id, e.delta) for e in splitter.step()] == [("plain", "x")]
+
+
+class _EarlyStoppingStrategy(_ScriptedStrategy):
+    stops_early = True
+
+
+# chunk 0: 1-5 s of the recording; chunk 1: 7-8 s
+LONG_FIRST = [SpeechChunk(((SR, 5 * SR),), SR), SpeechChunk(((7 * SR, 8 * SR),), SR)]
+
+
+def _parent_with_audio(splitter: VadSplitter, chunks: list[SpeechChunk], **options) -> Request:
+    opts = TranscribeOptions(vad_filter=True, **options)
+    parts = [Request(f"p/vad{i}", None, opts.replace(vad_filter=False)) for i in range(len(chunks))]
+    audios = [np.arange(c.num_samples, dtype=np.float32) for c in chunks]  # sample i holds i
+    decodes_tails = splitter.strategy.stops_early and not opts.without_timestamps
+    request = Request("p", None, opts, features=VadChunks(chunks, parts, audios if decodes_tails else None))
+    splitter.add_request(request)
+    return request
+
+
+def test_an_untranscribed_tail_is_decoded_again_after_its_chunk():
+    """Chunk 0's segments end 3 s before it does: its audio from 1 s on is decoded as a
+    request of its own, whose segments and text come between chunk 0's and chunk 1's."""
+    strategy = _EarlyStoppingStrategy(
+        [
+            [_done("p/vad1", "later", [_seg(0.0, 1.0, " later")])],
+            [_done("p/vad0", "Hello", [_seg(0.0, 1.0, " Hello")])],
+            [_done("p/vad0/tail", "again", [_seg(0.5, 2.9, " again")])],  # ends 0.1 s early: no second tail
+        ]
+    )
+    splitter = VadSplitter(strategy, SR)
+    _parent_with_audio(splitter, LONG_FIRST)
+    assert splitter.step() == []
+    assert [e.kind for e in splitter.step()] == ["segment"]  # chunk 0 out; its tail holds chunk 1 back
+    tail = strategy.requests["p/vad0/tail"]
+    assert np.array_equal(tail.source, np.arange(SR, 4 * SR, dtype=np.float32))
+    assert tail.options.prefix is None and not tail.options.vad_filter
+    assert splitter.num_unfinished() == 1 and splitter.stats()["vad_tails_decoded"] == 1
+    events = splitter.step()
+    assert [e.kind for e in events] == ["segment", "segment", "finished"]
+    out = events[-1].output
+    assert out.text == "Hello again later"
+    assert [(s.id, s.start, s.end, s.text) for s in out.segments] == [
+        (1, 1.0, 2.0, " Hello"),
+        (2, 2.5, 4.9, " again"),  # tail time 0.5 s = 1 s + 1.5 s into the recording
+        (3, 7.0, 8.0, " later"),
+    ]
+    assert out.segments[1].seek == 200  # the tail's window starts at 2 s
+    assert splitter.stats()["vad_tails_decoded"] == 1 and splitter.num_unfinished() == 0
+
+
+@pytest.mark.parametrize("case", ["without_timestamps", "no_early_stops", "covered", "no_segments"])
+def test_tails_are_decoded_only_where_a_decoder_stopped_early(case):
+    segments = {"covered": [_seg(0.0, 2.5, " Hello")], "no_segments": []}.get(case, [_seg(0.0, 1.0, " Hello")])
+    script = [[_done("p/vad0", "Hello", segments), _done("p/vad1", "later", [_seg(0.0, 1.0, " later")])]]
+    strategy = (_ScriptedStrategy if case == "no_early_stops" else _EarlyStoppingStrategy)(script)
+    splitter = VadSplitter(strategy, SR)
+    _parent_with_audio(splitter, LONG_FIRST, without_timestamps=case == "without_timestamps")
+    events = splitter.step()
+    assert events[-1].kind == "finished" and splitter.stats()["vad_tails_decoded"] == 0
+    assert not strategy.requests
+
+
+def test_chunk_tail_keeps_times():
+    chunk = SpeechChunk(((SR, 2 * SR), (4 * SR, 6 * SR)), SR)
+    tail = chunk.tail(1.5)
+    assert tail.spans == ((int(4.5 * SR), 6 * SR),) and tail.duration == 1.5
+    assert tail.to_global(0.0) == chunk.to_global(1.5) == 4.5
+    assert chunk.tail(0.25).spans == ((int(1.25 * SR), 2 * SR), (4 * SR, 6 * SR))
+    with pytest.raises(ValueError, match="empty"):
+        chunk.tail(3.0)

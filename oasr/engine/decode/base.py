@@ -81,16 +81,20 @@ class StepEvent:
 class DecodeStrategy(abc.ABC):
     """Batched decoding of one decode family over a loaded model.
 
-    Class attribute:
+    Class attributes:
         streams_text: ``step`` reports transcript text as it is decoded ("delta"
             events), which is what ``on_token`` callbacks need.
+        packs_rows: the strategy can encode its batches as packed rows
+            (``EngineConfig.sequence_packing``).
+        stops_early: with timestamps, a window's segments may end well before its
+            speech does (an autoregressive decoder that emits end-of-text early), so
+            the VAD splitter decodes such an untranscribed tail once more.
     """
 
     decode_type: DecodeType
     streams_text: bool = False
-
     packs_rows: ClassVar[bool] = False
-    """Whether the strategy can encode its batches as packed rows (``EngineConfig.sequence_packing``)."""
+    stops_early: ClassVar[bool] = False
 
     def __init__(self, loaded: LoadedModel, config: EngineConfig) -> None:
         self.loaded = loaded

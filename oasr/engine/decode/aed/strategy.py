@@ -127,6 +127,7 @@ class AedDecodeStrategy(DecodeStrategy):
     """Whisper decoding with faster-whisper's semantics over continuous batches."""
 
     decode_type = DecodeType.AED
+    stops_early = True  # Whisper may end a window with end-of-text before its speech ends
 
     def __init__(self, loaded: LoadedModel, config: EngineConfig) -> None:
         super().__init__(loaded, config)
