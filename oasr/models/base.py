@@ -561,6 +561,20 @@ class BaseAsrModel(nn.Module):
     """The ``CtcProjection`` of a CTC family (set by the family), used by
     ``forward_offline_best_path``; None where the family has none."""
 
+    def ctc_log_probs(self, hidden: torch.Tensor) -> torch.Tensor:
+        """CTC log-probabilities of encoder states, through the family's ``ctc_projection``.
+
+        Shapes:
+            hidden: (B, T', D) -> (B, T', V) float32
+
+        Raises:
+            NotImplementedError: the family has no CTC head.
+        """
+        head = self.ctc_projection
+        if head is None:
+            raise NotImplementedError(f"{type(self).__name__} has no CTC head")
+        return head(hidden)
+
     def forward_offline_best_path(
         self, feats: torch.Tensor, feat_lens: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -675,11 +689,14 @@ class BaseAsrModel(nn.Module):
 
         Shapes are checked; tensors the model does not have are reported as dropped,
         model tensors the checkpoint lacks as missing. Nothing is raised here: the
-        registry decides what a drop or a miss means for this converter.
+        registry decides what a drop or a miss means for this converter. A CTC head
+        (``ctc_projection``) may come at its real (V, D) width: it is widened to the
+        GEMM-aligned width the model allocates.
 
         Raises:
             LoadError: a tensor whose shape does not match the model's.
         """
+        state_dict = self._widen_ctc_head(state_dict)
         own = dict(self.named_parameters())
         own.update({k: v for k, v in self.named_buffers() if k not in own and self._is_persistent(k)})
         mapped, unexpected = [], []
@@ -701,6 +718,23 @@ class BaseAsrModel(nn.Module):
                 + "\n  ".join(mismatched[:20])
             )
         return LoadReport.build(own.keys(), mapped, unexpected=unexpected)
+
+    def _widen_ctc_head(self, state_dict: Mapping[str, torch.Tensor]) -> Mapping[str, torch.Tensor]:
+        head = self.ctc_projection
+        if head is None or head.padded_size == head.vocab_size:
+            return state_dict
+        name = next(n for n, m in self.named_modules() if m is head)
+        weight = state_dict.get(f"{name}.weight")
+        if weight is None or weight.shape[0] == head.padded_size:
+            return state_dict
+        state = dict(state_dict)
+        try:
+            state[f"{name}.weight"], bias = head.pad_checkpoint(weight, state.get(f"{name}.bias"))
+        except ValueError as e:
+            raise LoadError(f"{type(self).__name__}: {e}") from e
+        if bias is not None:
+            state[f"{name}.bias"] = bias
+        return state
 
     def _is_persistent(self, buffer_name: str) -> bool:
         module_name, _, leaf = buffer_name.rpartition(".")

@@ -31,7 +31,7 @@ CAPABILITIES: dict[DecodeType, Capability] = {
         "them around the model's blank id, and times tokens by the subsampling rate",
     ),
     DecodeType.CTC_AED_RESCORING: Capability(
-        requires=("forward_offline", "encode_offline", "blank_id", "decoder.score_hypotheses"),
+        requires=("forward_offline", "encode_offline", "ctc_log_probs", "blank_id", "decoder.score_hypotheses"),
         why="attention rescoring runs CTC prefix beam search, then scores the n-best "
         "teacher-forced through the attention decoder over the encoder output",
     ),

@@ -411,10 +411,6 @@ class ConformerModel(BaseAsrModel):
     def ctc_projection(self) -> CtcProjection:
         return self.ctc
 
-    def ctc_log_probs(self, encoder_out: torch.Tensor) -> torch.Tensor:
-        """CTC log-probabilities over the vocabulary. (B, T', D) -> (B, T', V) float32"""
-        return self.ctc(encoder_out)
-
     def forward_offline(
         self,
         feats: torch.Tensor,

@@ -22,8 +22,6 @@ attention, block, encoder, model.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -40,7 +38,7 @@ from oasr.layers import (
     attention,
 )
 from oasr.layers.packing import Packing, as_packed, as_rows
-from oasr.models.base import BaseAsrModel, BaseEncoder, DecodeType, LoadReport
+from oasr.models.base import BaseAsrModel, BaseEncoder, DecodeType
 from oasr.models.lasr.config import LasrConfig
 
 
@@ -260,23 +258,9 @@ class LasrModel(BaseAsrModel):
     def ctc_projection(self) -> CtcProjection:
         return self.ctc_head
 
-    def ctc_log_probs(self, hidden: torch.Tensor) -> torch.Tensor:
-        """(B, T', D) -> (B, T', V) float32 log-probs."""
-        return self.ctc_head(hidden)
-
     def forward_offline(
         self, feats: torch.Tensor, feat_lens: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """(B, T, n_mels) log-mel, (B,) lengths -> (B, T', V) float32 log-probs, (B,) lengths."""
         hidden, lens = self.encoder(feats, feat_lens)
         return self.ctc_head(hidden), lens
-
-    def load_weights(self, state_dict: Mapping[str, torch.Tensor]) -> LoadReport:
-        """Load tensors in this model's names; the CTC head may come at its real (V, D) width."""
-        state = dict(state_dict)
-        w = state.get("ctc_head.weight")
-        if w is not None and w.shape[0] != self.ctc_head.padded_size:
-            state["ctc_head.weight"], bias = self.ctc_head.pad_checkpoint(w, state.get("ctc_head.bias"))
-            if bias is not None:
-                state["ctc_head.bias"] = bias
-        return super().load_weights(state)

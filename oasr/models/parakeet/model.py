@@ -27,7 +27,7 @@ from torch import nn
 from oasr.layers import ConformerConvolution, Conv2d, CtcProjection, FeedForward, LayerNorm, Linear, Relu
 from oasr.layers.packing import Packing
 from oasr.layers.relpos_xl import RelPositionMultiHeadAttentionXL, xl_relative_positions
-from oasr.models.base import BaseAsrModel, BaseEncoder, DecodeType, LoadError, LoadReport
+from oasr.models.base import BaseAsrModel, BaseEncoder, DecodeType
 from oasr.models.parakeet.config import ParakeetConfig, ParakeetEncoderConfig
 
 
@@ -218,14 +218,6 @@ class ParakeetCtcModel(BaseAsrModel):
     def ctc_projection(self) -> CtcProjection:
         return self.ctc_head
 
-    def ctc_log_probs(self, hidden: torch.Tensor) -> torch.Tensor:
-        """CTC log-probs of encoder states.
-
-        Shapes:
-            hidden: (B, T', D) -> (B, T', V) float32
-        """
-        return self.ctc_head(hidden)
-
     def forward_offline(self, feats: torch.Tensor, feat_lens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Encoder + CTC head.
 
@@ -234,17 +226,3 @@ class ParakeetCtcModel(BaseAsrModel):
         """
         hidden, lens = self.encoder(feats, feat_lens)
         return self.ctc_head(hidden), lens
-
-    def load_weights(self, state_dict: Mapping[str, torch.Tensor]) -> LoadReport:
-        """Load tensors in this model's names; a (V, D) CTC head is widened to the aligned width."""
-        state = dict(state_dict)
-        if "ctc_head.weight" in state:
-            try:
-                state["ctc_head.weight"], bias = self.ctc_head.pad_checkpoint(
-                    state["ctc_head.weight"], state.get("ctc_head.bias")
-                )
-            except ValueError as e:
-                raise LoadError(f"{type(self).__name__}: {e}") from e
-            if bias is not None:
-                state["ctc_head.bias"] = bias
-        return super().load_weights(state)

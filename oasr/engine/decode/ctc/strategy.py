@@ -37,7 +37,7 @@ ValueError naming the option, as is a ``language`` the checkpoint does not decla
 only None). The other Whisper-specific options (thresholds, suppression, penalties,
 patience, ``best_of``, ...) have no effect.
 
-``CtcRescoringStrategy`` encodes once (``encode_offline``, then the CTC head), runs
+``CtcRescoringStrategy`` encodes once (``encode_offline``, then ``ctc_log_probs``), runs
 prefix beam search for a ``beam_size``-best and picks the winner with
 ``attention_rescoring`` (``ctc_weight`` / ``reverse_weight`` from the options, else
 the checkpoint's ``DecodingSpec.params``, else 0.5 / 0.0).
@@ -561,12 +561,7 @@ class CtcRescoringStrategy(CtcDecodeStrategy):
 
     def _forward(self, feats: torch.Tensor, lens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, object]:
         enc, enc_lens = self.model.encode_offline(feats, lens)
-        head = getattr(self.model, "ctc_log_probs", None)
-        if head is not None:
-            log_probs = head(enc)
-        else:  # no separate CTC head: run the fused forward (encodes again)
-            log_probs, _ = self.model.forward_offline(feats, lens)
-        return log_probs, enc_lens, (enc, enc_lens.tolist())
+        return self.model.ctc_log_probs(enc), enc_lens, (enc, enc_lens.tolist())
 
     def _weights(self, opts: TranscribeOptions) -> tuple[float, float]:
         cw = opts.ctc_weight if opts.ctc_weight is not None else float(self.params.get("ctc_weight", 0.5))
