@@ -225,6 +225,20 @@ def test_decode_options_reach_the_engine_as_transcribe_options():
     }
 
 
+@pytest.mark.parametrize("command", ["transcribe", "eval", "serve"])
+def test_engine_switches_reach_the_engine_config(command):
+    from oasr.cli.common import engine_extras
+    from oasr.cli.main import build_parser
+
+    parser = build_parser()
+    inputs = {"transcribe": ["x.wav"], "eval": ["m.jsonl"], "serve": []}[command]
+    args = parser.parse_args([command, *inputs, "--step-graphs", "off", "--sequence-packing", "on"])
+    assert engine_extras(args) == {"step_graphs": False, "sequence_packing": True}
+    args = parser.parse_args([command, *inputs, "--sequence-packing", "auto"])
+    assert engine_extras(args) == {"sequence_packing": None}
+    assert engine_extras(parser.parse_args([command, *inputs])) == {}
+
+
 @needs_whisper_base
 def test_single_file_text_to_stdout_is_just_the_transcript(cli, clips):
     row = clips["speechbrain_spk1_snt3"]
