@@ -27,7 +27,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from oasr.layers import Embedding, Linear, LinearActivation, NeoxRotaryEmbedding, RMSNorm, attention
@@ -253,7 +252,7 @@ class CausalLm(BaseDecoder):
     def __init__(self, cfg: CausalLmConfig) -> None:
         super().__init__()
         self.cfg = cfg
-        self.embed_tokens = Embedding(cfg.vocab_size, cfg.hidden_size)
+        self.embed_tokens = Embedding(cfg.vocab_size, cfg.hidden_size, tied_output=cfg.tie_word_embeddings)
         self.layers = nn.ModuleList(CausalLmLayer(cfg) for _ in range(cfg.num_hidden_layers))
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.lm_head = None if cfg.tie_word_embeddings else Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
@@ -272,7 +271,7 @@ class CausalLm(BaseDecoder):
         if self.lm_head is None:
             if self.tied_head is not None:
                 return self.tied_head(hidden)
-            return F.linear(hidden, self.embed_tokens.weight)
+            return self.embed_tokens.logits(hidden)
         return self.lm_head(hidden)
 
     def _logits_out(self, hidden: torch.Tensor) -> torch.Tensor:

@@ -16,7 +16,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from oasr.layers import (
@@ -151,7 +150,7 @@ class WhisperDecoder(BaseDecoder):
         super().__init__()
         d = cfg.n_text_state
         self.cfg = cfg
-        self.embed_tokens = Embedding(cfg.n_vocab, d)
+        self.embed_tokens = Embedding(cfg.n_vocab, d, tied_output=True)
         self.embed_positions = Embedding(cfg.n_text_ctx, d)
         self.layers = nn.ModuleList(WhisperDecoderLayer(cfg) for _ in range(cfg.n_text_layer))
         self.layer_norm = LayerNorm(d, cfg.layer_norm_eps)
@@ -164,7 +163,7 @@ class WhisperDecoder(BaseDecoder):
         """(..., D) -> (..., V) through the tied embedding."""
         if self.tied_head is not None:
             return self.tied_head(x)
-        return F.linear(x, self.embed_tokens.weight)
+        return self.embed_tokens.logits(x)
 
     def new_pool(
         self, max_rows: int, max_groups: int = 0, *, max_len: int | None = None, device=None, dtype=None
