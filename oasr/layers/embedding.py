@@ -10,33 +10,18 @@ from torch import nn
 
 
 class Embedding(nn.Module):
-    """Token (or learned position) embedding table.
-
-    Args:
-        num_embeddings, embedding_dim: the (V, D) table.
-        padding_idx: a row kept at zero, or None.
-        tied_output: the table is also the output projection (``logits``). Its (V, D)
-            weight is then stored column-major (the contiguous (D, V) transpose, seen as
-            (V, D)): a decode step's one-row ``x @ W.T`` reads it in the order MKL streams
-            fastest (whisper-base's 51865 x 512 on 2 AVX2 cores: 4.5 ms against 8.2 ms
-            row-major), while a lookup gathers one strided row per token. Moves and casts
-            keep the layout; loading copies into it.
+    """Token (or learned position) embedding table, and its tied output projection.
 
     Shapes:
         ids: (...) int64 -> (..., D); logits: x (..., D) -> (..., V)
     """
 
-    def __init__(
-        self, num_embeddings: int, embedding_dim: int, padding_idx: int | None = None, *, tied_output: bool = False
-    ) -> None:
+    def __init__(self, num_embeddings: int, embedding_dim: int, padding_idx: int | None = None) -> None:
         super().__init__()
         self.num_embeddings = num_embeddings
         self.embedding_dim = embedding_dim
         self.padding_idx = padding_idx
-        if tied_output:
-            self.weight = nn.Parameter(torch.empty(embedding_dim, num_embeddings).t())
-        else:
-            self.weight = nn.Parameter(torch.empty(num_embeddings, embedding_dim))
+        self.weight = nn.Parameter(torch.empty(num_embeddings, embedding_dim))
         nn.init.normal_(self.weight)
         if padding_idx is not None:
             with torch.no_grad():
@@ -46,8 +31,22 @@ class Embedding(nn.Module):
         return F.embedding(ids, self.weight, self.padding_idx)
 
     def logits(self, x: torch.Tensor) -> torch.Tensor:
-        """Scores against every row of the table (the tied output projection)."""
-        return F.linear(x, self.weight)
+        """Scores against every row of the table (a tied output projection): ``x @ W.T``.
+
+        On a CPU in float32 it is computed as ``(W @ x.T).T``, with a lone row doubled:
+        for a decode step's few rows against a large vocabulary, MKL runs that form
+        1.5-3x faster than ``F.linear``'s (whisper-base's 51865 x 512 on 2 AVX2 cores:
+        6.1 / 6.4 / 12.2 ms for 1 / 2 / 8 rows against 9.3 / 21.7 / 21.7 ms).
+        """
+        if x.device.type != "cpu" or x.dtype != torch.float32 or self.weight.dtype != torch.float32:
+            return F.linear(x, self.weight)
+        rows = x.reshape(-1, self.embedding_dim)
+        n = rows.shape[0]
+        if n == 1:
+            # A one-column product takes MKL's slower path; copied, as a stride-0 operand is slower still.
+            rows = rows.repeat(2, 1)
+        out = torch.mm(self.weight, rows.t())[:, :n].t().contiguous()  # (n, V)
+        return out.view(*x.shape[:-1], self.num_embeddings)
 
     def extra_repr(self) -> str:
         return f"{self.num_embeddings}, {self.embedding_dim}"

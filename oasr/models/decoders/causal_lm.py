@@ -252,7 +252,7 @@ class CausalLm(BaseDecoder):
     def __init__(self, cfg: CausalLmConfig) -> None:
         super().__init__()
         self.cfg = cfg
-        self.embed_tokens = Embedding(cfg.vocab_size, cfg.hidden_size, tied_output=cfg.tie_word_embeddings)
+        self.embed_tokens = Embedding(cfg.vocab_size, cfg.hidden_size)
         self.layers = nn.ModuleList(CausalLmLayer(cfg) for _ in range(cfg.num_hidden_layers))
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.lm_head = None if cfg.tie_word_embeddings else Linear(cfg.hidden_size, cfg.vocab_size, bias=False)

@@ -150,7 +150,7 @@ class WhisperDecoder(BaseDecoder):
         super().__init__()
         d = cfg.n_text_state
         self.cfg = cfg
-        self.embed_tokens = Embedding(cfg.n_vocab, d, tied_output=True)
+        self.embed_tokens = Embedding(cfg.n_vocab, d)
         self.embed_positions = Embedding(cfg.n_text_ctx, d)
         self.layers = nn.ModuleList(WhisperDecoderLayer(cfg) for _ in range(cfg.n_text_layer))
         self.layer_norm = LayerNorm(d, cfg.layer_norm_eps)
