@@ -42,9 +42,10 @@ class Packing:
         self.total = int(host.sum())
         self.max_len = int(host.max()) if self.batch else 0
         self.lengths = host.to(device)
-        self.cu_seqlens = F.pad(host.cumsum(0), (1, 0)).to(device)
+        cu = F.pad(host.cumsum(0), (1, 0))
+        self.cu_seqlens = cu.to(device)
         row = torch.repeat_interleave(torch.arange(self.batch), host)  # (N,) row of each frame
-        pos = torch.arange(self.total) - F.pad(host.cumsum(0), (1, 0))[row]  # (N,) frame within its row
+        pos = torch.arange(self.total) - cu[row]  # (N,) frame within its row
         self.row = row.to(device)
         self.position = pos.to(device)
         self.flat_index = (row * self.max_len + pos).to(device)  # (N,) index into (B * T_max)

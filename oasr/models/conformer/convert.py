@@ -489,7 +489,9 @@ class WenetConverter:
             raise LoadError(f"{file}: no CTC head (ctc.ctc_lo.weight)")
         if ctc_w.shape[0] != vocab:
             raise LoadError(f"{file}: the CTC head has {ctc_w.shape[0]} outputs but output_dim is {vocab}")
-        state["ctc.weight"], state["ctc.bias"] = pad_output_projection(ctc_w, ctc_b)
+        state["ctc.weight"] = ctc_w  # widened to the aligned width by BaseAsrModel.load_weights
+        if ctc_b is not None:
+            state["ctc.bias"] = ctc_b
 
         try:
             decoder = decoder_config(cfg, vocab, encoder.output_size)

@@ -385,7 +385,7 @@ class CtcDecodeStrategy(DecodeStrategy):
         greedy = self.best_path_only and all(r.greedy for r, _ in batch)
         frames = [f.shape[0] for f in rows]
         if self.packing and len(rows) * max(frames) > (1 + PACK_MIN_PADDING) * sum(frames):
-            decode_row = self._packed_rows(rows, greedy)
+            decode_row = self._packed_rows(rows, frames, greedy)
         else:
             feats, lens = pad_features(rows)
             min_frames = 4 * self.subsampling  # room for the subsampling convolutions; rows keep their lengths
@@ -422,12 +422,13 @@ class CtcDecodeStrategy(DecodeStrategy):
         rows = list(enumerate(n_out))
         return self._collapse_rows([top[row, :n] for row, n in rows], [ids[row, :n] for row, n in rows])
 
-    def _packed_rows(self, rows: list[torch.Tensor], greedy: bool) -> _RowDecoder:
-        """Run the batch's windows packed end to end (``encode_offline_packed``), then the
-        CTC head on the packed frames: the best path for greedy rows, else log-probs."""
-        lens = torch.tensor([f.shape[0] for f in rows], dtype=torch.long)  # (B,)
+    def _packed_rows(self, rows: list[torch.Tensor], frames: list[int], greedy: bool) -> _RowDecoder:
+        """Run the batch's windows (``frames`` long each) packed end to end
+        (``encode_offline_packed``), then the CTC head on the packed frames: the best path
+        for greedy rows, else log-probs."""
+        cu_seqlens = torch.tensor([0, *itertools.accumulate(frames)], dtype=torch.long)  # (B + 1,)
         feats = torch.cat(rows).to(device=self.device, dtype=self.dtype)  # (N, F)
-        hidden, out_cu = self.model.encode_offline_packed(feats, torch.nn.functional.pad(lens.cumsum(0), (1, 0)))
+        hidden, out_cu = self.model.encode_offline_packed(feats, cu_seqlens)
         n_out = out_cu.diff().tolist()
         head = self.model.ctc_projection
         self.counters["packed_batches"] += 1
