@@ -9,6 +9,8 @@ compared with eager ones too (skipped without a GPU).
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -36,11 +38,21 @@ def _twin_runs(decoder, memory, prompts, *, max_rows, row_group=None, extent_ste
     return pools, states, graphs
 
 
-def _assert_same_step(decoder, graphs, states, tokens, atol=1e-5):
+def _rounding_tol(ref: torch.Tensor, depth: int, margin: float = 8.0) -> float:
+    """How far two float computations of ``ref`` may differ when only the order of their sums
+    differs (padded rows and rounded key extents change how the GEMMs block their reductions):
+    about sqrt(depth) rounding steps of the dtype's epsilon at the magnitude of the values
+    compared, with ``margin`` for the layers stacked before it. A bare 1e-5 was a few ulps too
+    tight on MKL builds for logits of this size."""
+    return margin * torch.finfo(ref.dtype).eps * math.sqrt(depth) * max(1.0, ref.abs().max().item())
+
+
+def _assert_same_step(decoder, graphs, states, tokens, atol=None):
     eager = decoder.step(states[0], tokens)
     fixed = graphs.step(states[1], tokens)
     assert fixed.shape == eager.shape
-    torch.testing.assert_close(fixed, eager, atol=atol, rtol=0)
+    tol = atol if atol is not None else _rounding_tol(eager, decoder.embed_tokens.weight.shape[1])
+    torch.testing.assert_close(fixed, eager, atol=tol, rtol=0)
     assert states[0].lengths == states[1].lengths
     assert torch.equal(states[0].lengths_t, states[1].lengths_t)
     return eager
@@ -51,8 +63,10 @@ def _assert_same_cache(states):
     n, r0, t = a.n_rows, a.row0, a.max_length
     for la, lb in zip(a.lengths, b.lengths):
         assert la == lb
-    torch.testing.assert_close(b.pool.k[:, r0 : r0 + n, :, :t], a.pool.k[:, r0 : r0 + n, :, :t], atol=1e-5, rtol=0)
-    torch.testing.assert_close(b.pool.v[:, r0 : r0 + n, :, :t], a.pool.v[:, r0 : r0 + n, :, :t], atol=1e-5, rtol=0)
+    for fixed, eager in ((b.pool.k, a.pool.k), (b.pool.v, a.pool.v)):
+        eager = eager[:, r0 : r0 + n, :, :t]
+        tol = _rounding_tol(eager, eager.shape[-1] * eager.shape[-3])  # heads x head_dim: the model width
+        torch.testing.assert_close(fixed[:, r0 : r0 + n, :, :t], eager, atol=tol, rtol=0)
 
 
 @pytest.fixture(scope="module")
