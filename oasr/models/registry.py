@@ -9,7 +9,8 @@ skipped rather than taking the built-ins down.
 
 Loading a checkpoint goes: converter (sniffs the directory, reads the native
 format, returns a ``CheckpointBundle`` in the model's tensor names) -> model built
-from the config without random init -> ``load_weights`` -> ``LoadReport``
+from the config without random init -> every float tensor checked finite (a NaN / inf
+is a ``LoadError`` naming the file and tensor) -> ``load_weights`` -> ``LoadReport``
 accounting against the converter's declarations:
 
 * ``expected_unused_prefixes``: dropped silently (e.g. training-only heads);
@@ -330,6 +331,33 @@ def account_load(report: LoadReport, converter: Any, architecture: str) -> list[
     return list(fired)
 
 
+_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".nemo", ".onnx")
+
+
+def check_finite(state_dict: Mapping[str, torch.Tensor], source: str) -> None:
+    """Refuse a checkpoint with NaN / inf in any floating-point tensor (a corrupted file
+    loads otherwise, and every request decodes garbage or fails). One reduction per tensor.
+
+    Raises:
+        LoadError: naming the weight file(s) and the first non-finite tensor.
+    """
+    for name, tensor in state_dict.items():
+        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+            bad = int((~torch.isfinite(tensor)).sum())
+            raise LoadError(
+                f"{_weight_files(source)}: tensor {name!r} {tuple(tensor.shape)} has {bad} non-finite value(s) "
+                "(NaN or inf); the checkpoint is corrupted"
+            )
+
+
+def _weight_files(source: str) -> str:
+    path = Path(source)
+    if not path.is_dir():
+        return str(path)
+    files = sorted(str(p) for p in path.iterdir() if p.name.endswith(_WEIGHT_SUFFIXES) or ".bin.part" in p.name)
+    return ", ".join(files) if files else str(path)
+
+
 def build_model_from_checkpoint(
     path: str | Path,
     *,
@@ -353,6 +381,7 @@ def build_model_from_checkpoint(
         model = cls.from_config(bundle.config)
     if dtype is not None:
         model.to(dtype=dtype)
+    check_finite(bundle.state_dict, bundle.source)
     report = model.load_weights(bundle.state_dict)
     account_load(report, converter, bundle.architecture)
     bundle.state_dict = {}  # the model owns the weights now; free the host copy
