@@ -118,19 +118,22 @@ def kaldi_fbank(
     low_freq: float = 20.0,
     high_freq: float = 0.0,
     waveform_scale: float = 32768.0,
+    snip_edges: bool = True,
     dtype: torch.dtype = torch.float32,
     generator: torch.Generator | None = None,
 ) -> torch.Tensor:
-    """Log mel filterbank energies of one mono waveform (kaldi ``snip_edges`` framing).
+    """Log mel filterbank energies of one mono waveform.
 
     Args:
         waveform: samples in [-1, 1] (scaled by ``waveform_scale`` first: WeNet's int16 range).
         dither: standard deviation of Gaussian noise added to each frame (0 for inference).
+        snip_edges: kaldi's framing: True keeps whole windows only; False centres frame t on
+            sample t * shift + shift // 2 and mirrors the signal past both ends (icefall / lhotse).
         dtype: compute dtype (float64 for reference comparisons).
 
     Shapes:
-        waveform: (samples,) -> (frames, num_mel_bins) in ``dtype``;
-        frames = 1 + (samples - window) // shift, 0 when shorter than a window.
+        waveform: (samples,) -> (frames, num_mel_bins) in ``dtype``; frames = 1 + (samples - window)
+        // shift (0 when shorter than a window) with ``snip_edges``, else (samples + shift // 2) // shift.
     """
     if waveform.dim() != 1:
         raise ValueError(f"kaldi_fbank expects a mono (samples,) waveform, got shape {tuple(waveform.shape)}")
@@ -140,9 +143,14 @@ def kaldi_fbank(
         raise ValueError(f"frame_length {frame_length_ms} ms / frame_shift {frame_shift_ms} ms are too short")
     padded = 1 << (window - 1).bit_length() if round_to_power_of_two else window
     x = waveform.to(dtype) * waveform_scale
-    if x.shape[0] < window:
-        return x.new_zeros(0, num_mel_bins)
-    frames = x.unfold(0, window, shift)  # (T, window)
+    if snip_edges:
+        if x.shape[0] < window:
+            return x.new_zeros(0, num_mel_bins)
+        frames = x.unfold(0, window, shift)  # (T, window)
+    else:
+        frames = _centred_frames(x, window, shift)
+        if frames.shape[0] == 0:
+            return x.new_zeros(0, num_mel_bins)
     if dither != 0.0:
         noise = torch.randn(frames.shape, generator=generator, dtype=dtype, device=frames.device)
         frames = frames + dither * noise
@@ -156,6 +164,23 @@ def kaldi_fbank(
     banks = kaldi_mel_banks(num_mel_bins, padded, sampling_rate, low_freq, high_freq, dtype=dtype, device=x.device)
     energies = spectrum @ banks.T  # (T, num_mel_bins)
     return energies.clamp(min=_EPS).log()
+
+
+def _centred_frames(x: torch.Tensor, window: int, shift: int) -> torch.Tensor:
+    """Kaldi's ``snip_edges=false`` frames: frame t starts at t * shift + shift // 2 - window // 2;
+    samples before 0 or past the end are mirrored (-1 -> 0, n -> n - 1), repeatedly for a
+    signal shorter than the overhang. -> (T, window)"""
+    n = x.shape[0]
+    t = (n + shift // 2) // shift if n else 0
+    if t == 0:
+        return x.new_zeros(0, window)
+    idx = (torch.arange(t, device=x.device) * shift + (shift // 2 - window // 2))[:, None] + torch.arange(
+        window, device=x.device
+    )
+    while bool(((idx < 0) | (idx >= n)).any()):
+        idx = torch.where(idx < 0, -idx - 1, idx)
+        idx = torch.where(idx >= n, 2 * n - 1 - idx, idx)
+    return x[idx]
 
 
 # FeatureSpec params this front end reads (WeNet's ``dataset_conf.fbank_conf`` names), with defaults.
@@ -177,7 +202,7 @@ _PARAMS: dict[str, Any] = {
 }
 
 # Kaldi options with a single supported value (anything else is another feature).
-_FIXED = {"snip_edges": True, "energy_floor": 0.0}
+_FIXED = {"energy_floor": 0.0}
 
 
 class KaldiFbank(Frontend):
@@ -207,6 +232,7 @@ class KaldiFbank(Frontend):
         blackman_coeff: float = 0.42,
         round_to_power_of_two: bool = True,
         waveform_scale: float = 32768.0,
+        snip_edges: bool = True,
         dtype: torch.dtype = torch.float32,
         device: torch.device | str | None = None,
     ) -> None:
@@ -225,6 +251,7 @@ class KaldiFbank(Frontend):
         self.blackman_coeff = float(blackman_coeff)
         self.round_to_power_of_two = bool(round_to_power_of_two)
         self.waveform_scale = float(waveform_scale)
+        self.snip_edges = bool(snip_edges)
         self.dtype = dtype
         self.device = device
         self.n_features = self.num_mel_bins
@@ -263,6 +290,7 @@ class KaldiFbank(Frontend):
             "blackman_coeff": self.blackman_coeff,
             "round_to_power_of_two": self.round_to_power_of_two,
             "waveform_scale": self.waveform_scale,
+            "snip_edges": self.snip_edges,
         }
         return FeatureSpec(kind="kaldi_fbank", sampling_rate=self.sampling_rate, params=dict(params))
 
@@ -290,6 +318,7 @@ class KaldiFbank(Frontend):
             low_freq=self.low_freq,
             high_freq=self.high_freq,
             waveform_scale=self.waveform_scale,
+            snip_edges=self.snip_edges,
             dtype=self.dtype if dtype is None else dtype,
         )
 

@@ -1,0 +1,604 @@
+"""icefall Zipformer2 encoder and its CTC model.
+
+    feats (B, T, F) -> Conv2dSubsampling (3 convs + ConvNeXt, T -> (T - 7) // 2) -> BiasNorm
+    -> stacks i = 0..S-1, each at its own frame rate (downsampling_factor[i]):
+         [SimpleDownsample ->] N x ZipformerLayer [-> SimpleUpsample -> bypass lerp]
+       (the channels are cut / zero-padded to each stack's width on the way in; the output
+       takes every channel from the most recent stack that has it)
+    -> SimpleDownsample x2 -> (B, ceil(T' / 2), max(encoder_dim)) -> ctc_output -> log-probs
+
+A layer: the attention weights are computed once from the layer input and feed the
+NonlinAttention (first head) and both SelfAttentions:
+
+    x = x + FF1(x); x = x + NonlinAttn(x, w); x = x + SelfAttn1(x, w); x = x + Conv1(x)
+    x = x + FF2(x); x = lerp(x_in, x, bypass_mid); x = x + SelfAttn2(x, w); x = x + Conv2(x)
+    x = x + FF3(x); x = BiasNorm(x); out = lerp(x_in, x, bypass)
+
+Tensor names follow icefall's ``AsrModel`` state dict (``encoder_embed.*``, ``encoder.*``),
+except ``ctc_output.1.*`` -> ``ctc_output.*`` (the converter renames it).
+
+Padding never leaks into a row's valid frames, so a padded batch gives each row what it
+gets alone (icefall's own batches do not: its downsample repeats the batch's last frame,
+and its ConvNeXt and chunk-causal convolution see padding): the embed zeroes frames past
+each row's end before the ConvNeXt, downsampling repeats each row's own last frame,
+attention masks padded keys, the convolution modules zero padded frames, and a row shorter
+than the chunk scales its chunk as it would alone. A causal model runs offline with
+icefall's chunked attention mask and chunk-causal convolutions (chunk 16, left context 128).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from oasr.layers import Conv1d, Conv2d, CtcProjection, Linear, Tanh
+from oasr.models.base import BaseAsrModel, BaseEncoder, DecodeType
+from oasr.models.zipformer.config import ZipformerConfig, ZipformerEncoderConfig
+
+MASK_SCORE = -1000.0  # icefall fills masked attention scores with -1000, not -inf
+
+
+def swoosh_l(x: torch.Tensor) -> torch.Tensor:
+    """icefall's SwooshL: log(1 + e^(x - 4)) - 0.08 x - 0.035."""
+    return torch.logaddexp(torch.zeros_like(x), x - 4.0) - 0.08 * x - 0.035
+
+
+def swoosh_r(x: torch.Tensor) -> torch.Tensor:
+    """icefall's SwooshR: log(1 + e^(x - 1)) - 0.08 x - 0.313261687."""
+    return torch.logaddexp(torch.zeros_like(x), x - 1.0) - 0.08 * x - 0.313261687
+
+
+def _valid(lengths: torch.Tensor, n: int) -> torch.Tensor:
+    """(B,) lengths -> (B, n) bool, True at frames inside each row."""
+    return torch.arange(n, device=lengths.device)[None, :] < lengths[:, None]
+
+
+class BiasNorm(nn.Module):
+    """Own module, not the waist's LayerNorm: it divides by the RMS of ``x - bias`` (no
+    centring, no per-channel gain) and scales by a learnt scalar ``exp(log_scale)``.
+
+    Shapes:
+        x: (..., D) -> (..., D)
+    """
+
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        self.bias = nn.Parameter(torch.zeros(dim))
+        self.log_scale = nn.Parameter(torch.tensor(1.0))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        scale = torch.mean((x - self.bias) ** 2, dim=-1, keepdim=True) ** -0.5 * self.log_scale.exp()
+        return x * scale
+
+
+class Bypass(nn.Module):
+    """Own module: the learnt per-channel lerp ``x_in + (x - x_in) * bypass_scale`` that
+    replaces a residual add (no waist op has it)."""
+
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        self.bypass_scale = nn.Parameter(torch.full((dim,), 0.5))
+
+    def forward(self, x_in: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        return x_in + (x - x_in) * self.bypass_scale
+
+
+class ConvNeXt(nn.Module):
+    """The embed's ConvNeXt block over (time, freq): depthwise 7x7, 1x1 up (x3), SwooshL,
+    1x1 down, residual.
+
+    Shapes:
+        x: (B, C, T, W) -> (B, C, T, W)
+    """
+
+    def __init__(self, channels: int, kernel: int = 7) -> None:
+        super().__init__()
+        self.depthwise_conv = Conv2d(channels, channels, kernel, padding=kernel // 2, groups=channels)
+        self.pointwise_conv1 = Conv2d(channels, 3 * channels, 1)
+        self.pointwise_conv2 = Conv2d(3 * channels, channels, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.pointwise_conv2(swoosh_l(self.pointwise_conv1(self.depthwise_conv(x))))
+        return x + h
+
+
+class Conv2dSubsampling(nn.Module):
+    """icefall's embed: conv 3x3 (freq-padded), conv 3x3 stride 2, conv 3x3 stride (1, 2),
+    each followed by SwooshR, then a ConvNeXt; the (C, W) map of every frame is flattened
+    channel-major, projected to the first stack's width and BiasNorm-ed.
+
+    ``conv`` keeps icefall's ``nn.Sequential`` indices (0, 4, 7: the others hold no weights).
+
+    Shapes:
+        feats: (B, T, F), lengths: (B,) -> (B, (T - 7) // 2, D), (B,)
+    """
+
+    def __init__(self, num_mel_bins: int, channels: tuple[int, int, int], out_dim: int) -> None:
+        super().__init__()
+        c1, c2, c3 = channels
+        self.conv = nn.ModuleDict(
+            {
+                "0": Conv2d(1, c1, 3, padding=(0, 1)),
+                "4": Conv2d(c1, c2, 3, stride=2),
+                "7": Conv2d(c2, c3, 3, stride=(1, 2)),
+            }
+        )
+        self.convnext = ConvNeXt(c3)
+        self.out_width = ((num_mel_bins - 1) // 2 - 1) // 2
+        self.out = Linear(self.out_width * c3, out_dim)
+        self.out_norm = BiasNorm(out_dim)
+
+    @staticmethod
+    def output_lengths(lengths: torch.Tensor) -> torch.Tensor:
+        return (lengths - 7) // 2
+
+    def forward(self, feats: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        x = feats[:, None]  # (B, 1, T, F)
+        for conv in self.conv.values():
+            x = swoosh_r(conv(x))
+        out_lens = self.output_lengths(lengths)
+        # The ConvNeXt's depthwise kernel looks 3 frames ahead: past a row's end it must
+        # see zeros, as that row alone would.
+        x = x * _valid(out_lens, x.shape[2])[:, None, :, None].to(x.dtype)
+        x = self.convnext(x)
+        b, c, t, w = x.shape
+        x = x.transpose(1, 2).reshape(b, t, c * w)  # (B, T', C * W), channel-major
+        return self.out_norm(self.out(x)), out_lens
+
+
+@functools.lru_cache(maxsize=32)
+def _compact_rel_pos_f32(t: int, dim: int) -> torch.Tensor:
+    """icefall's CompactRelPositionalEncoding for offsets -(t-1)..(t-1), computed in float32
+    as icefall does (then cast), on the CPU.
+
+    Shapes:
+        -> (2t - 1, dim) float32
+    """
+    x = torch.arange(-(t - 1), t).to(torch.float32)[:, None]
+    freqs = 1 + torch.arange(dim // 2)
+    compression = dim**0.5
+    x_compressed = compression * x.sign() * ((x.abs() + compression).log() - math.log(compression))
+    x_atan = (x_compressed / (dim / (2.0 * math.pi))).atan()
+    pe = torch.zeros(x.shape[0], dim)
+    pe[:, 0::2] = (x_atan * freqs).cos()
+    pe[:, 1::2] = (x_atan * freqs).sin()
+    pe[:, -1] = 1.0  # a constant channel, for a bias
+    return pe
+
+
+def compact_rel_positions(t: int, dim: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    """Position encodings of relative offsets -(t-1)..(t-1), ascending. -> (2t - 1, dim)"""
+    return _compact_rel_pos_f32(t, dim).to(device=device, dtype=dtype)
+
+
+class RelPositionMultiheadAttentionWeights(nn.Module):
+    """Own module: attention *probabilities* with a relative-position term, materialised
+    once per layer because three consumers share them (no waist attention returns them).
+
+    ``in_proj`` gives queries, keys and positional queries; the positional score of query i
+    against key j reads the projected encoding of offset j - i. Masked scores are set to
+    -1000 as icefall does.
+
+    Shapes:
+        x: (B, T, D), pos_emb: (2T - 1, pos_dim), mask: (B | 1, T, T) bool (True = masked)
+        -> (B, H, T, T)
+    """
+
+    def __init__(self, dim: int, pos_dim: int, num_heads: int, query_head_dim: int, pos_head_dim: int) -> None:
+        super().__init__()
+        self.num_heads, self.query_head_dim, self.pos_head_dim = num_heads, query_head_dim, pos_head_dim
+        self.in_proj = Linear(dim, (2 * query_head_dim + pos_head_dim) * num_heads)
+        self.linear_pos = Linear(pos_dim, num_heads * pos_head_dim, bias=False)
+
+    def forward(self, x: torch.Tensor, pos_emb: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        b, t, _ = x.shape
+        h, dq, dp = self.num_heads, self.query_head_dim, self.pos_head_dim
+        proj = self.in_proj(x)
+        q = proj[..., : h * dq].reshape(b, t, h, dq).transpose(1, 2)  # (B, H, T, dq)
+        k = proj[..., h * dq : 2 * h * dq].reshape(b, t, h, dq).permute(0, 2, 3, 1)  # (B, H, dq, T)
+        p = proj[..., 2 * h * dq :].reshape(b, t, h, dp).transpose(1, 2)  # (B, H, T, dp)
+        scores = torch.matmul(q, k)  # (B, H, T, T)
+        pos = self.linear_pos(pos_emb).reshape(2 * t - 1, h, dp).permute(1, 2, 0)  # (H, dp, 2T - 1)
+        pos_scores = torch.matmul(p, pos).contiguous()  # (B, H, T, 2T - 1)
+        # Relative shift: element (i, j) of the result is column (T - 1) - i + j (offset j - i).
+        s0, s1, s2, s3 = pos_scores.stride()
+        pos_scores = pos_scores.as_strided((b, h, t, t), (s0, s1, s2 - s3, s3), storage_offset=s3 * (t - 1))
+        scores = scores + pos_scores
+        if mask is not None:
+            scores = scores.masked_fill(mask[:, None], MASK_SCORE)
+        return scores.softmax(dim=-1)
+
+
+class SelfAttention(nn.Module):
+    """Values weighted by precomputed attention probabilities.
+
+    Shapes:
+        x: (B, T, D), weights: (B, H, T, T) -> (B, T, D)
+    """
+
+    def __init__(self, dim: int, num_heads: int, value_head_dim: int) -> None:
+        super().__init__()
+        self.in_proj = Linear(dim, num_heads * value_head_dim)
+        self.out_proj = Linear(num_heads * value_head_dim, dim)
+
+    def forward(self, x: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+        b, t, _ = x.shape
+        h = weights.shape[1]
+        v = self.in_proj(x).reshape(b, t, h, -1).transpose(1, 2)  # (B, H, T, dv)
+        out = torch.matmul(weights, v).transpose(1, 2).reshape(b, t, -1)  # (B, T, H * dv)
+        return self.out_proj(out)
+
+
+class NonlinAttention(nn.Module):
+    """A tanh-gated projection averaged over time by the first head's attention
+    probabilities, then gated again.
+
+    Shapes:
+        x: (B, T, D), weights: (B, H, T, T) -> (B, T, D)
+    """
+
+    def __init__(self, dim: int, hidden: int) -> None:
+        super().__init__()
+        self.in_proj = Linear(dim, 3 * hidden)
+        self.tanh = Tanh()
+        self.out_proj = Linear(hidden, dim)
+
+    def forward(self, x: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+        s, v, y = self.in_proj(x).chunk(3, dim=-1)
+        v = v * self.tanh(s)  # (B, T, hidden)
+        v = torch.matmul(weights[:, 0], v)  # first head only: (B, T, hidden)
+        return self.out_proj(v * y)
+
+
+class FeedForward(nn.Module):
+    """``out_proj(SwooshL(in_proj(x)))``.
+
+    Shapes:
+        x: (..., D) -> (..., D)
+    """
+
+    def __init__(self, dim: int, hidden: int) -> None:
+        super().__init__()
+        self.in_proj = Linear(dim, hidden)
+        self.out_proj = Linear(hidden, dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.out_proj(swoosh_l(self.in_proj(x)))
+
+
+class ChunkCausalDepthwiseConv1d(nn.Module):
+    """icefall's chunk-causal depthwise convolution: a causal depthwise kernel of
+    ``kernel // 2 + 1`` taps, plus a full-width depthwise kernel applied within each chunk
+    whose output is scaled per position by ``1 + left_edge + right_edge``
+    (``chunkwise_conv_scale``).
+
+    Shapes:
+        x: (B, C, T), lengths: (B,) -> (B, C, T)
+    """
+
+    def __init__(self, channels: int, kernel: int) -> None:
+        super().__init__()
+        self.kernel = kernel
+        self.causal_conv = Conv1d(channels, channels, kernel // 2 + 1, groups=channels)
+        self.chunkwise_conv = Conv1d(channels, channels, kernel, padding=kernel // 2, groups=channels)
+        self.chunkwise_conv_scale = nn.Parameter(torch.zeros(2, channels, kernel))
+
+    def _chunk_scale(self, chunk: int) -> torch.Tensor:
+        """(C, chunk): the per-position scale of the within-chunk kernel."""
+        left, right = self.chunkwise_conv_scale[0], self.chunkwise_conv_scale[1]
+        if chunk < self.kernel:
+            left, right = left[:, :chunk], right[:, -chunk:]
+        else:
+            pad = left.new_zeros(left.shape[0], chunk - self.kernel)
+            left, right = torch.cat((left, pad), dim=-1), torch.cat((pad, right), dim=-1)
+        return 1.0 + (left + right)
+
+    def forward(self, x: torch.Tensor, chunk_size: int, lengths: torch.Tensor) -> torch.Tensor:
+        b, c, t = x.shape
+        left = self.kernel // 2
+        chunk = t if chunk_size <= 0 or chunk_size > t else chunk_size
+        x = F.pad(x, (left, -t % chunk))
+        causal = self.causal_conv(x[..., : left + t])
+        n = (x.shape[-1] - left) // chunk
+        xc = x[..., left:].reshape(b, c, n, chunk).transpose(1, 2).reshape(b * n, c, chunk)
+        xc = self.chunkwise_conv(xc).reshape(b, n, c, chunk)
+        scale = self._chunk_scale(chunk)
+        short = [int(n_) for n_ in torch.unique(lengths[(lengths > 0) & (lengths < chunk)]).tolist()]
+        if short:
+            # Alone, a row shorter than the chunk is one chunk of its own length: its scale.
+            first = scale.expand(b, c, chunk).clone()
+            for length in short:
+                first[lengths == length, :, :length] = self._chunk_scale(length)
+            xc = torch.cat((xc[:, :1] * first[:, None], xc[:, 1:] * scale), dim=1)
+        else:
+            xc = xc * scale
+        xc = xc.transpose(1, 2).reshape(b, c, n * chunk)[..., :t]
+        return xc + causal
+
+
+class ConvolutionModule(nn.Module):
+    """Sigmoid-gated projection, depthwise convolution (plain or chunk-causal), SwooshR,
+    projection. Padded frames are zeroed before the depthwise kernel.
+
+    Shapes:
+        x: (B, T, D), valid: (B, T) bool, lengths: (B,) -> (B, T, D)
+    """
+
+    def __init__(self, dim: int, kernel: int, causal: bool) -> None:
+        super().__init__()
+        self.causal = causal
+        self.in_proj = Linear(dim, 2 * dim)
+        if causal:
+            self.depthwise_conv: nn.Module = ChunkCausalDepthwiseConv1d(dim, kernel)
+        else:
+            self.depthwise_conv = Conv1d(dim, dim, kernel, padding=kernel // 2, groups=dim)
+        self.out_proj = Linear(dim, dim)
+
+    def forward(self, x: torch.Tensor, valid: torch.Tensor, lengths: torch.Tensor, chunk_size: int) -> torch.Tensor:
+        x, s = self.in_proj(x).chunk(2, dim=-1)
+        x = (x * torch.sigmoid(s) * valid[..., None].to(x.dtype)).transpose(1, 2)  # (B, D, T)
+        if self.causal:
+            x = self.depthwise_conv(x, chunk_size, lengths)
+        else:
+            x = self.depthwise_conv(x)
+        return self.out_proj(swoosh_r(x.transpose(1, 2)))
+
+
+class ZipformerLayer(nn.Module):
+    """One Zipformer2 layer (see the module docstring for its order).
+
+    Shapes:
+        x: (B, T, D), pos_emb: (2T - 1, pos_dim), mask: (B | 1, T, T) bool,
+        valid: (B, T) bool, lengths: (B,) -> (B, T, D)
+    """
+
+    def __init__(self, cfg: ZipformerEncoderConfig, i: int) -> None:
+        super().__init__()
+        d, ff = cfg.encoder_dim[i], cfg.feedforward_dim[i]
+        heads = cfg.num_heads[i]
+        self.self_attn_weights = RelPositionMultiheadAttentionWeights(
+            d, cfg.pos_dim, heads, cfg.query_head_dim[i], cfg.pos_head_dim[i]
+        )
+        self.self_attn1 = SelfAttention(d, heads, cfg.value_head_dim[i])
+        self.self_attn2 = SelfAttention(d, heads, cfg.value_head_dim[i])
+        self.feed_forward1 = FeedForward(d, (ff * 3) // 4)
+        self.feed_forward2 = FeedForward(d, ff)
+        self.feed_forward3 = FeedForward(d, (ff * 5) // 4)
+        self.nonlin_attention = NonlinAttention(d, 3 * d // 4)
+        self.conv_module1 = ConvolutionModule(d, cfg.cnn_module_kernel[i], cfg.causal)
+        self.conv_module2 = ConvolutionModule(d, cfg.cnn_module_kernel[i], cfg.causal)
+        self.norm = BiasNorm(d)
+        self.bypass = Bypass(d)
+        self.bypass_mid = Bypass(d)
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        pos_emb: torch.Tensor,
+        mask: torch.Tensor | None,
+        valid: torch.Tensor,
+        lengths: torch.Tensor,
+        chunk_size: int,
+    ) -> torch.Tensor:
+        x_in = x
+        weights = self.self_attn_weights(x, pos_emb, mask)  # (B, H, T, T)
+        x = x + self.feed_forward1(x)
+        x = x + self.nonlin_attention(x, weights)
+        x = x + self.self_attn1(x, weights)
+        x = x + self.conv_module1(x, valid, lengths, chunk_size)
+        x = x + self.feed_forward2(x)
+        x = self.bypass_mid(x_in, x)
+        x = x + self.self_attn2(x, weights)
+        x = x + self.conv_module2(x, valid, lengths, chunk_size)
+        x = x + self.feed_forward3(x)
+        return self.bypass(x_in, self.norm(x))
+
+
+class SimpleDownsample(nn.Module):
+    """Softmax(bias)-weighted sum of each group of ``factor`` frames. A row's last group is
+    completed with copies of that row's own last frame (icefall pads alone-rows that way).
+
+    Shapes:
+        x: (B, T, D), lengths: (B,) -> (B, ceil(T / factor), D), (B,) ceil(lengths / factor)
+    """
+
+    def __init__(self, factor: int) -> None:
+        super().__init__()
+        self.factor = factor
+        self.bias = nn.Parameter(torch.zeros(factor))
+
+    def forward(self, x: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        b, t, d = x.shape
+        ds = self.factor
+        t_out = (t + ds - 1) // ds
+        idx = torch.arange(t_out * ds, device=x.device)[None, :]
+        idx = torch.minimum(idx, (lengths - 1).clamp(min=0)[:, None])  # (B, T_out * ds)
+        x = x.gather(1, idx[..., None].expand(b, t_out * ds, d)).reshape(b, t_out, ds, d)
+        weights = self.bias.softmax(dim=0)[:, None]  # (ds, 1)
+        return (x * weights).sum(dim=2), (lengths + ds - 1) // ds
+
+
+class ZipformerStack(nn.Module):
+    """One encoder stack: its layers at its own frame rate, with the downsample, upsample
+    (repeat) and output bypass around them when ``factor > 1``.
+
+    Tensor names follow icefall: a factor-1 stack holds ``layers`` directly; a downsampled
+    one holds ``downsample``, ``encoder.layers`` and ``out_combiner``.
+
+    Shapes:
+        x: (B, T, D), lengths: (B,), mask: (1, T, T) bool or None -> (B, T, D)
+    """
+
+    def __init__(self, cfg: ZipformerEncoderConfig, i: int) -> None:
+        super().__init__()
+        self.factor = cfg.downsampling_factor[i]
+        self.pos_dim = cfg.pos_dim
+        layers = nn.ModuleList(ZipformerLayer(cfg, i) for _ in range(cfg.num_encoder_layers[i]))
+        if self.factor == 1:
+            self.layers = layers
+        else:
+            self.downsample = SimpleDownsample(self.factor)
+            self.encoder = nn.Module()
+            self.encoder.layers = layers
+            self.out_combiner = Bypass(cfg.encoder_dim[i])
+
+    def _layers(self) -> nn.ModuleList:
+        return self.layers if self.factor == 1 else self.encoder.layers
+
+    def forward(
+        self, x: torch.Tensor, lengths: torch.Tensor, mask: torch.Tensor | None, chunk_size: int
+    ) -> torch.Tensor:
+        x_in, t_in = x, x.shape[1]
+        if self.factor > 1:
+            x, lengths = self.downsample(x, lengths)
+            if mask is not None:
+                mask = mask[:, :: self.factor, :: self.factor]
+            chunk_size = chunk_size // self.factor
+        t = x.shape[1]
+        valid = _valid(lengths, t)
+        key_mask = ~valid[:, None, :]  # (B, 1, T)
+        mask = key_mask if mask is None else (mask | key_mask)
+        pos_emb = compact_rel_positions(t, self.pos_dim, x.device, x.dtype)
+        for layer in self._layers():
+            x = layer(x, pos_emb, mask, valid, lengths, chunk_size)
+        if self.factor == 1:
+            return x
+        x = x.repeat_interleave(self.factor, dim=1)[:, :t_in]  # SimpleUpsample
+        return self.out_combiner(x_in, x)
+
+
+def chunk_attention_mask(t: int, chunk_size: int, left_chunks: int, device: torch.device) -> torch.Tensor:
+    """icefall's chunked attention mask over ``t`` embed frames: a query sees the keys of its
+    own chunk and of ``left_chunks`` chunks before it (all before it when negative).
+
+    Shapes:
+        -> (1, t, t) bool, True = masked
+    """
+    c = torch.arange(t, device=device) // chunk_size
+    left = 1_000_000 if left_chunks < 0 else left_chunks
+    return ((c[None, :] > c[:, None]) | (c[None, :] < c[:, None] - left))[None]
+
+
+class ZipformerEncoder(BaseEncoder):
+    """The Zipformer2 encoder (``encoder_embed`` + ``encoder``).
+
+    Shapes:
+        feats: (B, T, num_mel_bins), feat_lens: (B,) -> hidden (B, T', max(encoder_dim)), lens (B,)
+        with T' = ceil(((T - 7) // 2) / 2)
+    """
+
+    def __init__(self, cfg: ZipformerEncoderConfig) -> None:
+        super().__init__()
+        self.config = cfg
+        self.encoder_embed = Conv2dSubsampling(cfg.num_mel_bins, cfg.embed_channels, cfg.encoder_dim[0])
+        self.encoder = nn.Module()
+        self.encoder.encoders = nn.ModuleList(ZipformerStack(cfg, i) for i in range(cfg.num_stacks))
+        self.encoder.downsample_output = SimpleDownsample(cfg.output_downsampling_factor)
+
+    @property
+    def subsampling_rate(self) -> int:
+        return 2 * self.config.output_downsampling_factor
+
+    @property
+    def output_size(self) -> int:
+        return self.config.output_dim
+
+    def output_lengths(self, feat_lens: torch.Tensor) -> torch.Tensor:
+        """Encoder frames for ``feat_lens`` feature frames."""
+        f = self.config.output_downsampling_factor
+        return (Conv2dSubsampling.output_lengths(feat_lens) + f - 1) // f
+
+    def embed(self, feats: torch.Tensor, feat_lens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The Conv2dSubsampling embed. -> (B, (T - 7) // 2, encoder_dim[0]), (B,)"""
+        feat_lens = feat_lens.to(device=feats.device, dtype=torch.long)
+        if int(feat_lens.min()) < 9:
+            raise ValueError(
+                f"the Zipformer embed needs at least 9 feature frames per row (0.09 s), got {feat_lens.tolist()}"
+            )
+        return self.encoder_embed(feats, feat_lens)
+
+    def forward_stacks(
+        self, x: torch.Tensor, lengths: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor]]:
+        """The stacks and the output downsample over embed frames.
+
+        Returns:
+            hidden (B, T', D_out), lens (B,), and each stack's output (B, T_embed, D_i).
+        """
+        cfg = self.config
+        mask, chunk = None, -1
+        if cfg.chunked:
+            chunk = cfg.chunk_size
+            mask = chunk_attention_mask(x.shape[1], chunk, cfg.left_context_chunks, x.device)
+        outputs = []
+        for dim, stack in zip(cfg.encoder_dim, self.encoder.encoders):
+            x = _convert_num_channels(x, dim)
+            x = stack(x, lengths, mask, chunk)
+            outputs.append(x)
+        x = self._full_dim_output(outputs)
+        x, lengths = self.encoder.downsample_output(x, lengths)
+        return x, lengths, outputs
+
+    def _full_dim_output(self, outputs: list[torch.Tensor]) -> torch.Tensor:
+        """Each channel from the most recent stack that has it."""
+        dims = self.config.encoder_dim
+        pieces, cur = [outputs[-1]], dims[-1]
+        for i in range(len(dims) - 2, -1, -1):
+            if dims[i] > cur:
+                pieces.append(outputs[i][..., cur : dims[i]])
+                cur = dims[i]
+        return torch.cat(pieces, dim=-1)
+
+    def forward(self, feats: torch.Tensor, feat_lens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        x, lengths = self.embed(feats, feat_lens)
+        x, lengths, _ = self.forward_stacks(x, lengths)
+        return x, lengths
+
+
+def _convert_num_channels(x: torch.Tensor, dim: int) -> torch.Tensor:
+    """Cut to, or zero-pad up to, ``dim`` channels."""
+    if dim <= x.shape[-1]:
+        return x[..., :dim]
+    return F.pad(x, (0, dim - x.shape[-1]))
+
+
+class ZipformerCtcModel(BaseAsrModel):
+    """Zipformer2 encoder + icefall's CTC head (``ctc_output``); the blank is id 0."""
+
+    architecture = "zipformer"
+    capabilities = frozenset({DecodeType.CTC})
+    default_decode_type = DecodeType.CTC
+
+    def __init__(self, config: ZipformerConfig | Mapping[str, Any]) -> None:
+        if not isinstance(config, ZipformerConfig):
+            config = ZipformerConfig.from_dict(config)
+        super().__init__(config)
+        self.encoder = ZipformerEncoder(config.encoder)
+        self.ctc_output = CtcProjection(config.encoder.output_dim, config.vocab_size)
+
+    @property
+    def blank_id(self) -> int:
+        return int(self.config.blank_id)
+
+    @property
+    def vocab_size(self) -> int:
+        return self.config.vocab_size
+
+    @property
+    def ctc_projection(self) -> CtcProjection:
+        return self.ctc_output
+
+    def forward_offline(self, feats: torch.Tensor, feat_lens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Encoder + CTC head.
+
+        Shapes:
+            feats: (B, T, F), feat_lens: (B,) -> log_probs (B, T', V) float32, lens (B,)
+        """
+        hidden, lens = self.encoder(feats, feat_lens)
+        return self.ctc_output(hidden), lens
