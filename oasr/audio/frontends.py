@@ -18,6 +18,7 @@ from oasr.models.base import FeatureSpec
 
 _FRONTENDS: dict[str, str] = {
     "kaldi_fbank": "oasr.audio.fbank:KaldiFbank",
+    "funasr_fbank_lfr": "oasr.models.paraformer.frontend:ParaformerFrontend",
     "lasr_mel": "oasr.models.lasr.features:LasrFrontend",
     "parakeet_mel": "oasr.models.parakeet.features:ParakeetFrontend",
     "whisper_mel": "oasr.audio.whisper_frontend:WhisperMelFrontend",

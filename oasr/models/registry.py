@@ -52,6 +52,7 @@ _BUILTIN_PACKAGES: tuple[str, ...] = (
     "oasr.models.parakeet",
     "oasr.models.qwen3_asr",
     "oasr.models.speech_llm",
+    "oasr.models.paraformer",
     "oasr.models.zipformer",
 )
 

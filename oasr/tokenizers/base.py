@@ -151,7 +151,8 @@ class SentencePieceTokenizer(Tokenizer):
 
 
 class TableTokenizer(Tokenizer):
-    """A units table: one ``<unit> <id>`` per line (WeNet's ``units.txt``, k2 ``tokens.txt``).
+    """A units table: one ``<unit> <id>`` per line (WeNet's ``units.txt``, k2 ``tokens.txt``),
+    or a JSON list of units (FunASR's ``tokens.json``).
 
     Decoding joins the units; the SentencePiece word marker ``▁`` becomes a space and
     the leading space is dropped, so BPE and character units both read naturally.
@@ -171,6 +172,11 @@ class TableTokenizer(Tokenizer):
         path = Path(path)
         if not path.is_file():
             raise FileNotFoundError(f"no units table at {path}")
+        if path.suffix == ".json":  # FunASR's tokens.json: a list, the index is the id
+            tokens = json.loads(path.read_text(encoding="utf-8"))
+            if not isinstance(tokens, list) or not all(isinstance(t, str) for t in tokens):
+                raise ValueError(f"{path}: expected a JSON list of token strings")
+            return cls(dict(enumerate(tokens)))
         units: dict[int, str] = {}
         for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
             if not line.strip():

@@ -132,9 +132,18 @@ def _qwen3_asr() -> Any:
     )
 
 
+def _paraformer() -> Any:
+    from oasr.models.paraformer import CifPredictorConfig, ParaformerConfig, SanmDecoderConfig, SanmEncoderConfig
+
+    encoder = SanmEncoderConfig(input_size=560, output_size=16, attention_heads=2, linear_units=32, num_blocks=2)
+    decoder = SanmDecoderConfig(attention_heads=2, linear_units=32, num_blocks=2, att_layer_num=1)
+    return ParaformerConfig(encoder=encoder, decoder=decoder, predictor=CifPredictorConfig(), vocab_size=45)
+
+
 TINY_CONFIGS: dict[str, Callable[[], Any]] = {
     "conformer": _conformer,
     "lasr": _lasr,
+    "paraformer": _paraformer,
     "parakeet": _parakeet,
     "qwen3_asr": _qwen3_asr,
     "speech_llm": _speech_llm,
