@@ -159,6 +159,7 @@ _STRATEGIES: dict[DecodeType, str] = {
     DecodeType.LLM: "oasr.engine.decode.llm:LlmDecodeStrategy",
     DecodeType.CTC: "oasr.engine.decode.ctc:CtcDecodeStrategy",
     DecodeType.CTC_AED_RESCORING: "oasr.engine.decode.ctc:CtcRescoringStrategy",
+    DecodeType.PARAFORMER: "oasr.engine.decode.paraformer:ParaformerDecodeStrategy",
 }
 
 

@@ -67,16 +67,15 @@ def fire_points(alphas: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch
     """Integrate-and-fire decisions as FunASR's ``cif_wo_hidden_v1``.
 
     Returns:
-        fire (B, T) bool, the fraction past the last integer at each frame (float32,
-        as FunASR rounds the prefix sum), and FunASR's ``fires`` (B, T) in the alphas' dtype.
+        fire (B, T) bool, the remainder past the last integer at each frame (FunASR's
+        ``fires - floor(fires)``), and FunASR's ``fires`` (B, T), both in the alphas' dtype.
     """
     prefix = torch.cumsum(alphas, dim=1, dtype=torch.float64).to(torch.float32)
     floor = prefix.floor()
     before = torch.cat([prefix.new_zeros(prefix.shape[0], 1), floor[:, :-1]], dim=1)
     fire = (floor - before) > 0
-    frac = prefix - floor
-    fires = fire.to(alphas.dtype) + frac.to(alphas.dtype)
-    return fire, frac, fires
+    fires = fire.to(alphas.dtype) + prefix - floor  # FunASR's order of the sums
+    return fire, fires - fires.floor(), fires
 
 
 def integrate_fire(hidden: torch.Tensor, alphas: torch.Tensor, width: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -1,0 +1,92 @@
+"""The ``paraformer`` strategy's pieces against funasr's own functions (CIF, timestamps, text
+joining), and the engine and CLI on Mandarin speech."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+
+import oasr
+from oasr.cli.main import main
+from oasr.engine.decode.paraformer.text import group_pieces, join_words
+from oasr.engine.decode.paraformer.timestamps import sequential_cif_peaks, token_times
+from oasr.models.paraformer.predictor import add_tail, integrate_fire
+from tests.models.paraformer.conftest import ZH_CLIP
+
+
+def _text(pieces: list[str]) -> str:
+    return "".join(join_words(group_pieces(pieces)))
+
+
+@pytest.mark.parametrize(
+    ("pieces", "text"),
+    [
+        (["欢", "迎", "大", "家"], "欢迎大家"),
+        (["hel@@", "lo", "wor@@", "ld"], "hello world"),
+        (["我", "说", "hel@@", "lo", "world", "你", "好", "ok"], "我说hello world你好ok"),
+        (["<s>", "2", "0", "2", "6", "年", "</s>", "<unk>"], "2026年"),
+    ],
+)
+def test_pieces_join_as_funasr_joins_them(pieces, text):
+    assert _text(pieces) == text
+    postprocess = pytest.importorskip("funasr.utils.postprocess_utils", reason="funasr is not installed")
+    assert postprocess.sentence_postprocess(pieces)[0] == text
+
+
+def test_prefix_sum_cif_matches_funasr(funasr_dirs):
+    from funasr.models.bicif_paraformer.cif_predictor import cif as loop_cif
+    from funasr.models.paraformer.cif_predictor import cif_v1
+
+    g = torch.Generator().manual_seed(3)
+    hidden = torch.randn(3, 40, 8, generator=g)
+    lens = torch.tensor([40, 31, 17])
+    alphas = torch.rand(3, 40, generator=g) * 0.7 * (torch.arange(40)[None] < lens[:, None])
+    alphas, hidden, token_num = add_tail(alphas, hidden, lens, 0.45)
+    width = int(token_num.max())
+    ours, fires = integrate_fire(hidden, alphas, width)
+    ref, ref_fires = cif_v1(hidden, alphas, 1.0)
+    assert torch.allclose(ours, ref[:, :width], atol=1e-5) and torch.equal(fires, ref_fires)
+    looped, _ = loop_cif(hidden, alphas, 1.0)  # BiCif's sequential float32 CIF: the same tokens
+    assert torch.allclose(ours, looped[:, :width], atol=1e-4)
+
+
+@pytest.mark.parametrize("upsample_rate", [1, 3])
+@pytest.mark.parametrize("seed", range(4))
+def test_token_times_match_funasr(funasr_dirs, upsample_rate, seed):
+    from funasr.models.paraformer.cif_predictor import cif_wo_hidden
+    from funasr.utils.timestamp_tools import ts_prediction_lfr6_standard
+
+    g = torch.Generator().manual_seed(seed)
+    t = 60 * upsample_rate
+    alphas = torch.rand(t, generator=g) * 0.5
+    alphas[: 8 * upsample_rate] = 0.0  # a leading silence
+    alphas[30 * upsample_rate : 40 * upsample_rate] = 0.01  # a long gap inside
+    peaks = cif_wo_hidden(alphas[None], 1.0 - 1e-4)[0]
+    n = int(alphas.sum().round()) - seed % 2  # sometimes one fewer token than fires
+    for first, second in ((alphas, peaks), (peaks, alphas)):  # BiCif's order, and V2's swapped one
+        _, ref = ts_prediction_lfr6_standard(first.clone(), second.clone(), ["x"] * n, upsample_rate=upsample_rate)
+        assert token_times(first.clone(), second.clone(), n, upsample_rate) == [tuple(r) for r in ref]
+    assert torch.equal(sequential_cif_peaks(alphas), peaks)
+
+
+def test_engine_and_cli_transcribe_mandarin_with_cif_times(funasr_dirs, funasr_models, zh_audio, tmp_path, capsys):
+    """A random model's text is random: the run, the format, and the engine's tokens equal to
+    funasr's on the same clip are what is checked."""
+    from tests.conftest import AUDIO_DIR
+
+    directory = funasr_dirs["Paraformer"]
+    engine = oasr.ASREngine(str(directory))
+    out = engine.transcribe(str(AUDIO_DIR / ZH_CLIP), word_timestamps=True)
+    (ref,) = funasr_models["Paraformer"].generate(input=zh_audio, output_timestamp=True, disable_pbar=True)
+    assert out.text == ref["text"].replace(" ", "") and " " not in out.text
+    assert out.duration == pytest.approx(5.547, abs=0.01)
+
+    code = main(["transcribe", str(AUDIO_DIR / ZH_CLIP), "--model", str(directory), "-f", "srt", "--no-progress"])
+    srt = capsys.readouterr().out
+    assert code == 0
+    cues = re.findall(r"(\d+)\n(\d\d:\d\d:\d\d,\d\d\d) --> (\d\d:\d\d:\d\d,\d\d\d)\n(.+)\n", srt)
+    assert cues and "".join(c[3] for c in cues) == out.text
+    first = ref["timestamp"][0][0]
+    assert cues[0][1] == f"00:00:{first // 1000:02d},{first % 1000:03d}"

@@ -1,0 +1,89 @@
+"""Parity with funasr 1.4.16: per stage in float64 through oasr's loader, then tokens and
+CIF timestamps of ``AutoModel.generate`` through ``oasr.ASREngine``."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import oasr
+from oasr.audio.frontends import build_frontend
+from oasr.engine.decode.paraformer.strategy import decode_batch
+
+KINDS = ("Paraformer", "BiCifParaformer")
+COS_MIN = 0.99999
+
+
+def _close(name: str, ours: torch.Tensor, ref: torch.Tensor, max_abs: float) -> None:
+    assert ours.shape == ref.shape, f"{name}: shape {tuple(ours.shape)} vs funasr {tuple(ref.shape)}"
+    a, b = ours.detach().double().flatten(), ref.detach().double().flatten()
+    diff = float((a - b).abs().max())
+    cos = float(F.cosine_similarity(a, b, dim=0))
+    assert cos >= COS_MIN and diff <= max_abs, f"{name}: max-abs {diff:.3g}, cosine {cos:.8f}"
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_stages_match_funasr_in_float64(kind, funasr_dirs, funasr_models, zh_audio):
+    loaded = oasr.load_pretrained(str(funasr_dirs[kind]))
+    model = loaded.model.double().eval()
+    auto = funasr_models[kind]
+    ref = copy.deepcopy(auto.model).double().eval()
+    wav = torch.from_numpy(zh_audio[: 16000 * 3])
+
+    # front end: kaldi fbank + LFR (oasr's front end) + CMVN (oasr's encoder buffers)
+    ref_feats, ref_lens = auto.kwargs["frontend"](wav[None].clone(), torch.tensor([wav.numel()]))
+    lfr = build_frontend(loaded.feature_spec).compute(wav, torch.float64)
+    _close("front end", model.encoder.normalize(lfr), ref_feats[0], 1e-3)  # funasr's fbank is float32
+
+    feats = model.encoder.normalize(lfr)[None]
+    lens = torch.tensor([feats.shape[1]])
+    with torch.no_grad():
+        ref_enc, ref_enc_lens = ref.encode(feats, lens)
+        enc, enc_lens = model.encode_offline(lfr[None], lens)
+        _close("encoder", enc, ref_enc, 1e-9)
+        assert enc_lens.tolist() == ref_enc_lens.tolist()
+
+        embeds, token_num, alphas, peaks = ref.calc_predictor(ref_enc, ref_enc_lens)[:4]
+        cif = model.cif(ref_enc, ref_enc_lens)
+        assert cif.token_lens.tolist() == token_num.round().long().tolist() and int(cif.token_lens[0]) > 3
+        _close("CIF alphas", cif.alphas, alphas, 1e-7)
+        # BiCif integrates in funasr's float32 loop; V2's prefix sum runs in the model's float64
+        _close("CIF acoustic embeddings", cif.embeds, embeds, 1e-9 if kind == "Paraformer" else 1e-4)
+
+        ref_logp = ref.cal_decoder_with_predictor(ref_enc, ref_enc_lens, embeds, token_num.round().long())[0]
+        _close("decoder log-probs", model.decode_cif(ref_enc, ref_enc_lens, cif), ref_logp, 1e-4)
+        if kind == "BiCifParaformer":
+            us_alphas = ref.calc_predictor_timestamp(ref_enc, ref_enc_lens, token_num.round().long())[2]
+            ours = model.predictor.upsampled_alphas(ref_enc, ref_enc_lens, cif.token_lens)
+            _close("BiCif timestamp alphas", ours, us_alphas, 1e-9)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_tokens_and_timestamps_match_generate(kind, funasr_dirs, funasr_models, zh_audio):
+    engine = oasr.ASREngine(str(funasr_dirs[kind]))
+    for seconds in (3.0, 5.5):
+        wav = zh_audio[: int(16000 * seconds)]
+        (ref,) = funasr_models[kind].generate(input=wav, output_timestamp=True, disable_pbar=True)
+        out = engine.transcribe(wav, word_timestamps=True)
+        words = [w for s in out.segments for w in s.words]
+        assert len(ref["text"].split()) > 3
+        assert [w.word.strip() for w in words] == ref["text"].split()
+        assert out.text == ref["text"].replace(" ", "")  # CJK without spurious spaces
+        assert [[round(w.start * 1000), round(w.end * 1000)] for w in words] == ref["timestamp"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_batch_of_unequal_lengths_decodes_as_each_alone(kind, funasr_dirs, zh_audio):
+    loaded = oasr.load_pretrained(str(funasr_dirs[kind]))
+    frontend = build_frontend(loaded.feature_spec)
+    feats = [frontend(zh_audio[: int(16000 * s)]) for s in (3.1, 1.7, 5.5)]
+    model = loaded.model.eval()
+    with torch.inference_mode():
+        batch = decode_batch(model, feats, torch.device("cpu"), torch.float32)
+        alone = [decode_batch(model, [f], torch.device("cpu"), torch.float32)[0] for f in feats]
+    for (ids, probs, spans), (ids1, probs1, spans1) in zip(batch, alone):
+        assert ids == ids1 and spans == spans1 and len(ids) > 3
+        assert probs == pytest.approx(probs1, abs=1e-5)
