@@ -152,7 +152,8 @@ class SentencePieceTokenizer(Tokenizer):
 
 class TableTokenizer(Tokenizer):
     """A units table: one ``<unit> <id>`` per line (WeNet's ``units.txt``, k2 ``tokens.txt``),
-    or a JSON list of units (FunASR's ``tokens.json``).
+    or the units alone, their index the id: a JSON list (FunASR's ``tokens.json``) or one a
+    line (its ``tokens.txt``).
 
     Decoding joins the units; the SentencePiece word marker ``▁`` becomes a space and
     the leading space is dropped, so BPE and character units both read naturally.
@@ -177,6 +178,9 @@ class TableTokenizer(Tokenizer):
             if not isinstance(tokens, list) or not all(isinstance(t, str) for t in tokens):
                 raise ValueError(f"{path}: expected a JSON list of token strings")
             return cls(dict(enumerate(tokens)))
+        lines = [line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        if lines and all(len(line.split()) == 1 for line in lines):  # FunASR's tokens.txt: one unit a line
+            return cls(dict(enumerate(lines)))
         units: dict[int, str] = {}
         for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
             if not line.strip():

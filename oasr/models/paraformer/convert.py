@@ -33,6 +33,7 @@ from oasr.models.paraformer.config import (
 )
 from oasr.models.paraformer.frontend import KIND as FRONTEND_KIND
 from oasr.models.registry import CheckpointBundle
+from oasr.tokenizers.base import TableTokenizer
 
 ARCH = "paraformer"
 MODELS = {"Paraformer": "CifPredictorV2", "BiCifParaformer": "CifPredictorV3"}
@@ -163,17 +164,20 @@ def read_cmvn(path: Path, dim: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def read_tokens(path: Path) -> list[str]:
-    """``tokens.json`` (a JSON list) or ``tokens.txt`` (one token a line)."""
-    text = path.read_text(encoding="utf-8")
-    if path.suffix == ".json":
-        try:
-            tokens = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise LoadError(f"{path} is not valid JSON: {e}") from e
-        if not isinstance(tokens, list) or not all(isinstance(t, str) for t in tokens):
-            raise LoadError(f"{path}: expected a JSON list of token strings")
-        return tokens
-    return [line.strip() for line in text.splitlines() if line.strip()]
+    """``tokens.json`` (a JSON list) or ``tokens.txt`` (one token a line, or ``<token> <id>``),
+    read as the tokenizer will read it.
+
+    Raises:
+        LoadError: naming the file, when it is neither.
+    """
+    try:
+        table = TableTokenizer.from_file(path)
+    except (ValueError, json.JSONDecodeError) as e:
+        raise LoadError(f"{path}: not a FunASR token list: {e}") from e
+    tokens = [table.id_to_token(i) for i in range(table.vocab_size)]
+    if any(t is None for t in tokens):
+        raise LoadError(f"{path}: token ids are not contiguous from 0")
+    return tokens
 
 
 def model_config(where: Path, cfg: Mapping[str, Any], vocab_size: int) -> ParaformerConfig:

@@ -116,3 +116,14 @@ def test_unimplemented_options_are_refused_by_name(oasr_dir, key, value, message
     _edit_config(oasr_dir, **{key: value})
     with pytest.raises(LoadError, match=message):
         oasr.load_pretrained(str(oasr_dir))
+
+
+@pytest.mark.parametrize("layout", ["one a line", "token and id"])
+def test_tokens_txt_is_read_as_the_token_list(oasr_dir, layout):
+    tokens = json.loads((oasr_dir / "tokens.json").read_text(encoding="utf-8"))
+    (oasr_dir / "tokens.json").unlink()
+    lines = tokens if layout == "one a line" else [f"{t} {i}" for i, t in enumerate(tokens)]
+    (oasr_dir / "tokens.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    # Named: icefall's sniff (a .pt beside tokens.txt) claims this directory too.
+    loaded = oasr.load_pretrained(str(oasr_dir), architecture="paraformer")
+    assert [loaded.tokenizer.id_to_token(i) for i in range(len(tokens))] == tokens

@@ -90,3 +90,26 @@ def test_engine_and_cli_transcribe_mandarin_with_cif_times(funasr_dirs, funasr_m
     assert cues and "".join(c[3] for c in cues) == out.text
     first = ref["timestamp"][0][0]
     assert cues[0][1] == f"00:00:{first // 1000:02d},{first % 1000:03d}"
+
+
+@pytest.mark.parametrize(
+    ("option", "message"),
+    [
+        ({"task": "translate"}, "can only transcribe"),
+        ({"language": "zh"}, "takes no language"),
+        ({"initial_prompt": "你好"}, "takes no prompt"),
+        ({"hotwords": "达摩院"}, "has no hotword biasing"),
+        ({"temperature": 0.7}, "does not sample"),
+    ],
+)
+def test_options_it_cannot_honour_are_refused(oasr_dir, option, message):
+    engine = oasr.ASREngine(str(oasr_dir))
+    with pytest.raises(ValueError, match=message):
+        engine.transcribe(torch.zeros(16000).numpy(), **option)
+
+
+def test_silence_and_a_too_short_input_give_empty_transcripts(oasr_dir):
+    engine = oasr.ASREngine(str(oasr_dir))
+    assert engine.transcribe(torch.zeros(100).numpy()).text == ""  # shorter than one 25 ms frame
+    out = engine.transcribe(torch.zeros(8000).numpy(), word_timestamps=True)
+    assert all(s.text and s.words for s in out.segments)  # whatever a random model says is timed

@@ -177,7 +177,7 @@ class ParaformerDecodeStrategy(DecodeStrategy):
             ("reverse_weight", None, "has no CTC rescoring"),
         ):
             value = getattr(options, name, default)
-            if value not in (default, "", None) or (default is not None and value is None):
+            if value is not None and value != default and value != "":
                 raise ValueError(f"{name}={value!r}: {what} {why}")
         clips = options.clip_timestamps
         if isinstance(clips, str):
