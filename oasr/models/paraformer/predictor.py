@@ -145,11 +145,12 @@ class CifPredictor(nn.Module):
         Shapes:
             hidden: (B, T, D) encoder output, lens: (B,) -> (B, T) in the CIF dtype
         """
-        dt = work_dtype(hidden.dtype)
-        hidden = self._masked(hidden, lens).to(dt)
-        logits = self.cif_output(self._conv(hidden).transpose(1, 2)).squeeze(-1)
+        return self._alphas(self._masked(hidden, lens).to(work_dtype(hidden.dtype)), lens)
+
+    def _alphas(self, masked: torch.Tensor, lens: torch.Tensor) -> torch.Tensor:
+        logits = self.cif_output(self._conv(masked).transpose(1, 2)).squeeze(-1)
         a = F.relu(torch.sigmoid(logits) * self.cfg.smooth_factor - self.cfg.noise_threshold)
-        valid = torch.arange(hidden.shape[1], device=hidden.device)[None, :] < lens[:, None]
+        valid = torch.arange(masked.shape[1], device=masked.device)[None, :] < lens[:, None]
         return a * valid.to(a.dtype)
 
     def forward(self, hidden: torch.Tensor, lens: torch.Tensor) -> CifOutput:
@@ -158,9 +159,8 @@ class CifPredictor(nn.Module):
         Shapes:
             hidden: (B, T, D), lens: (B,) -> ``CifOutput`` (embeds in the CIF dtype)
         """
-        dt = work_dtype(hidden.dtype)
-        alphas = self.alphas(hidden, lens)
-        h = self._masked(hidden, lens).to(dt)
+        h = self._masked(hidden, lens).to(work_dtype(hidden.dtype))
+        alphas = self._alphas(h, lens)
         if self.cfg.tail_threshold > 0.0:
             alphas, h, token_num = add_tail(alphas, h, lens, self.cfg.tail_threshold)
         else:

@@ -35,7 +35,7 @@ from oasr.audio.io import load_audio
 from oasr.engine.config import EngineConfig, TranscribeOptions
 from oasr.engine.decode.base import DecodeStrategy, Request, StepEvent
 from oasr.engine.decode.ctc.strategy import plan_windows
-from oasr.engine.decode.paraformer.text import group_pieces, join_words
+from oasr.engine.decode.paraformer.text import group_pieces, is_cjk, join_words
 from oasr.engine.decode.paraformer.timestamps import sequential_cif_peaks, token_times
 from oasr.engine.outputs import RequestOutput, Segment, Word
 from oasr.models.base import DecodeType
@@ -345,8 +345,6 @@ class ParaformerDecodeStrategy(DecodeStrategy):
 
 def _is_cjk_boundary(before: str, after: str) -> bool:
     """No space joins two segments where either side of the join is a CJK character."""
-    from oasr.engine.decode.paraformer.text import is_cjk
-
     a, b = before.rstrip()[-1:], after.lstrip()[:1]
     return not a or not b or is_cjk(a) or is_cjk(b)
 
