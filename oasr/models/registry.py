@@ -54,6 +54,7 @@ _BUILTIN_PACKAGES: tuple[str, ...] = (
     "oasr.models.speech_llm",
     "oasr.models.paraformer",
     "oasr.models.zipformer",
+    "oasr.models.transducer",
 )
 
 

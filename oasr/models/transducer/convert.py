@@ -1,0 +1,124 @@
+"""icefall transducer checkpoints (the directory layout of ``oasr.models.zipformer.convert``).
+
+``IcefallTransducerConverter`` auto-detects a transducer-only directory (``decoder.*`` and
+``joiner.*``, no ``ctc_output``: most icefall releases). A hybrid directory (both heads)
+auto-detects as ``zipformer`` (CTC); ``IcefallHybridTransducerConverter`` reads it when asked
+for ``architecture="transducer"``, keeping the CTC head so the model serves both decode types.
+
+The predictor's config comes from its shapes: ``decoder.embedding.weight`` (V, decoder_dim),
+``decoder.conv.weight`` (decoder_dim, 4, context_size; absent for context_size 1),
+``joiner.encoder_proj.weight`` (joiner_dim, D_enc). ``decoder.*`` is renamed ``predictor.*``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+import torch
+
+from oasr.models.base import DecodeType, DecodingSpec, LoadError
+from oasr.models.registry import CheckpointBundle
+from oasr.models.transducer.config import TransducerConfig
+from oasr.models.zipformer.convert import (
+    UNUSED_PREFIXES,
+    IcefallCheckpoint,
+    encoder_config,
+    encoder_state,
+    feature_spec,
+    looks_like_icefall,
+    read_checkpoint,
+    sniff_kind,
+    tokenizer_spec,
+    vocab_size,
+)
+
+ARCH = "transducer"
+
+
+def transducer_bundle(ckpt: IcefallCheckpoint, source: str) -> CheckpointBundle:
+    """Read a checkpoint with ``decoder.*`` / ``joiner.*`` into a ``TransducerModel`` bundle.
+
+    Raises:
+        LoadError: no predictor / joiner, or shapes that do not fit together.
+    """
+    if not ckpt.has_transducer:
+        raise LoadError(
+            f"{ckpt.weights}: no decoder.embedding.weight / joiner.output_linear.weight: not a transducer "
+            f"checkpoint (a CTC-only one loads as architecture='zipformer')"
+        )
+    s = ckpt.state
+    vocab, decoder_dim = s["decoder.embedding.weight"].shape
+    conv = s.get("decoder.conv.weight")
+    context = 1 if conv is None else int(conv.shape[-1])
+    joiner_dim, enc_dim = s["joiner.encoder_proj.weight"].shape
+    encoder = encoder_config(ckpt)
+    if enc_dim != encoder.output_dim or s["joiner.output_linear.weight"].shape[0] != vocab:
+        raise LoadError(
+            f"{ckpt.weights}: the joiner ({tuple(s['joiner.encoder_proj.weight'].shape)}, output "
+            f"{s['joiner.output_linear.weight'].shape[0]}) does not fit the encoder width {encoder.output_dim} "
+            f"and vocabulary {vocab}"
+        )
+    if conv is not None and tuple(conv.shape[:2]) != (decoder_dim, 4):
+        raise LoadError(f"{ckpt.weights}: decoder.conv.weight {tuple(conv.shape)} is not a groups-of-4 convolution")
+    tokenizer, blank = tokenizer_spec(ckpt, vocab_size(ckpt))
+    try:
+        config = TransducerConfig(
+            encoder=encoder,
+            vocab_size=int(vocab),
+            blank_id=blank,
+            decoder_dim=int(decoder_dim),
+            context_size=context,
+            joiner_dim=int(joiner_dim),
+            use_ctc=ckpt.has_ctc,
+        )
+    except ValueError as e:
+        raise LoadError(f"{ckpt.directory}: {e}") from e
+    state: dict[str, torch.Tensor] = encoder_state(ckpt)
+    for key, tensor in s.items():
+        if key.startswith("decoder."):
+            state["predictor." + key[len("decoder.") :]] = tensor
+        elif key.startswith("joiner."):
+            state[key] = tensor
+        elif key.startswith("ctc_output.1."):
+            state["ctc_output." + key[len("ctc_output.1.") :]] = tensor
+        elif not key.startswith(("encoder_embed.", "encoder.")):
+            state[key] = tensor
+    return CheckpointBundle(
+        architecture=ARCH,
+        config=config,
+        state_dict=state,
+        tokenizer=tokenizer,
+        features=feature_spec(encoder),
+        decoding=DecodingSpec(DecodeType.TRANSDUCER, params={"context_size": context}),
+        source=source,
+        format="icefall",
+        metadata={"weights": str(ckpt.weights)},
+    )
+
+
+class IcefallTransducerConverter:
+    """A transducer-only icefall directory (auto-detected)."""
+
+    architecture = ARCH
+    auto_detect = True
+    expected_unused_prefixes: tuple[str, ...] = UNUSED_PREFIXES
+    capability_drop_hints: Mapping[str, str] = {
+        "attention_decoder.": "icefall's attention decoder (rescoring) is not implemented",
+    }
+
+    def can_load(self, path: Path) -> bool:
+        return looks_like_icefall(Path(path)) and sniff_kind(Path(path)) == "transducer"
+
+    def load(self, path: Path) -> CheckpointBundle:
+        return transducer_bundle(read_checkpoint(Path(path)), str(path))
+
+
+class IcefallHybridTransducerConverter(IcefallTransducerConverter):
+    """A hybrid icefall directory read as a transducer (only on request: it auto-detects as
+    ``zipformer``)."""
+
+    auto_detect = False
+
+    def can_load(self, path: Path) -> bool:
+        return looks_like_icefall(Path(path)) and sniff_kind(Path(path)) == "hybrid"
