@@ -130,6 +130,15 @@ class CifPredictor(nn.Module):
             else:
                 self.cif_output2 = Linear(d_model, 1)
 
+    def _apply(self, fn, recurse: bool = True):
+        """Casts keep the predictor's weights in at least float32: the CIF always integrates
+        in float32, and the alphas it integrates come from these heads (a few D x D weights)."""
+        super()._apply(fn, recurse)
+        for p in self.parameters():
+            if p.is_floating_point() and p.dtype not in (torch.float32, torch.float64):
+                p.data = p.data.float()
+        return self
+
     def _conv(self, hidden: torch.Tensor) -> torch.Tensor:
         """relu(conv) over (B, D, T) with FunASR's (l_order, r_order) zero padding."""
         return F.relu(self.cif_conv1d(F.pad(hidden.transpose(1, 2), (self.cfg.l_order, self.cfg.r_order))))

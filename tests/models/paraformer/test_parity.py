@@ -87,3 +87,17 @@ def test_a_batch_of_unequal_lengths_decodes_as_each_alone(kind, funasr_dirs, zh_
     for (ids, probs, spans), (ids1, probs1, spans1) in zip(batch, alone):
         assert ids == ids1 and spans == spans1 and len(ids) > 3
         assert probs == pytest.approx(probs1, abs=1e-5)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_bfloat16_keeps_the_cif_in_float32_and_the_tokens(kind, funasr_dirs, zh_audio):
+    bf16 = oasr.load_pretrained(str(funasr_dirs[kind]), dtype=torch.bfloat16)
+    fp32 = oasr.load_pretrained(str(funasr_dirs[kind]))
+    assert bf16.model.compute_dtype == torch.bfloat16
+    assert {p.dtype for p in bf16.model.predictor.parameters()} == {torch.float32}
+    feats = [build_frontend(fp32.feature_spec)(zh_audio[: 16000 * 3])]
+    with torch.inference_mode():
+        (ids, _, spans), *_ = decode_batch(bf16.model, feats, torch.device("cpu"), torch.bfloat16)
+        (ids32, _, spans32), *_ = decode_batch(fp32.model, feats, torch.device("cpu"), torch.float32)
+    assert len(ids) == len(ids32) and sum(a == b for a, b in zip(ids, ids32)) >= 0.8 * len(ids32)
+    assert spans == spans32
