@@ -9,6 +9,7 @@ from oasr.layers.ctc import CtcProjection
 from oasr.layers.embedding import Conv1d, Conv2d, Embedding, sinusoids
 from oasr.layers.linear import Linear, LinearActivation
 from oasr.layers.norm import BatchNorm1d, LayerNorm, RMSNorm
+from oasr.layers.recurrent import LSTM
 from oasr.layers.relpos import PositionalEncoding, RelPositionalEncoding, RelPositionMultiHeadedAttention
 from oasr.layers.relpos_xl import RelPositionMultiHeadAttentionXL, rel_shift, xl_relative_positions
 from oasr.layers.rotary import NeoxRotaryEmbedding
@@ -25,6 +26,7 @@ __all__ = [
     "FeedForward",
     "Gelu",
     "LayerNorm",
+    "LSTM",
     "Linear",
     "LinearActivation",
     "NeoxRotaryEmbedding",

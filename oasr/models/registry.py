@@ -50,6 +50,7 @@ _BUILTIN_PACKAGES: tuple[str, ...] = (
     "oasr.models.conformer",
     "oasr.models.lasr",
     "oasr.models.parakeet",
+    "oasr.models.nemotron",
     "oasr.models.qwen3_asr",
     "oasr.models.speech_llm",
     "oasr.models.paraformer",

@@ -55,6 +55,30 @@ def _parakeet() -> Any:
     return ParakeetConfig(encoder=encoder, vocab_size=45)
 
 
+def _nemotron() -> Any:
+    from oasr.models.nemotron import NemotronConfig, NemotronEncoderConfig
+
+    encoder = NemotronEncoderConfig(
+        hidden_size=16,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=32,
+        subsampling_conv_channels=8,
+        sliding_window=9,
+        default_num_lookahead_tokens=1,
+    )
+    return NemotronConfig(
+        encoder=encoder,
+        vocab_size=45,
+        blank_id=44,
+        decoder_hidden_size=16,
+        num_prompts=4,
+        prompt_intermediate_size=24,
+        default_prompt_id=3,
+        prompt_dictionary={"en": 0, "de": 1},
+    )
+
+
 def _conformer() -> Any:
     from oasr.models.conformer import ConformerEncoderConfig, ConformerModelConfig
     from oasr.models.decoders.transformer_decoder import TransformerDecoderConfig
@@ -143,6 +167,7 @@ def _paraformer() -> Any:
 TINY_CONFIGS: dict[str, Callable[[], Any]] = {
     "conformer": _conformer,
     "lasr": _lasr,
+    "nemotron": _nemotron,
     "paraformer": _paraformer,
     "parakeet": _parakeet,
     "qwen3_asr": _qwen3_asr,

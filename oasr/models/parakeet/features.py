@@ -31,6 +31,9 @@ NORM_EPS = 1e-5  # added to the per-bin standard deviation
 
 # FeatureSpec.params keys this front end reads (Hugging Face preprocessor_config.json names).
 PARAM_KEYS = ("feature_size", "hop_length", "n_fft", "win_length", "preemphasis")
+# Keys a spec may add: ``normalize`` False skips the per-utterance normalisation (the
+# Nemotron streaming front end, which transformers never normalises).
+OPTIONAL_PARAM_KEYS = ("normalize",)
 
 
 @functools.lru_cache(maxsize=8)
@@ -48,6 +51,8 @@ class ParakeetFrontend(Frontend):
         n_fft: FFT size.
         win_length: Hann window length, centred in the ``n_fft`` frame.
         preemphasis: preemphasis coefficient, or None for none.
+        normalize: per-utterance, per-bin mean / std normalisation (False: raw log-mel,
+            zero past each row's frames).
         dtype: computation and output dtype: float32 (serving) or float64 (reference checks).
     """
 
@@ -60,6 +65,7 @@ class ParakeetFrontend(Frontend):
         n_fft: int = 512,
         win_length: int = 400,
         preemphasis: float | None = 0.97,
+        normalize: bool = True,
         dtype: torch.dtype = torch.float32,
     ) -> None:
         if win_length > n_fft:
@@ -74,6 +80,7 @@ class ParakeetFrontend(Frontend):
         self.n_fft = int(n_fft)
         self.win_length = int(win_length)
         self.preemphasis = None if preemphasis is None else float(preemphasis)
+        self.normalize = bool(normalize)
         self.frame_shift_s = self.hop_length / self.sampling_rate
         self.dtype = dtype
 
@@ -156,6 +163,8 @@ class ParakeetFrontend(Frontend):
         fb = mel_filters(self.n_features, self.n_fft, self.sampling_rate, x.device, x.dtype)  # (F, n_fft // 2 + 1)
         logmel = torch.log(torch.matmul(fb, power) + LOG_GUARD).transpose(1, 2)  # (B, T, F)
         valid = (torch.arange(t_out, device=x.device)[None, :] < n_frames[:, None])[..., None]  # (B, T, 1)
+        if not self.normalize:
+            return logmel * valid, n_frames
         count = n_frames.to(x.dtype)[:, None, None]
         mean = (logmel * valid).sum(dim=1, keepdim=True) / count.clamp(min=1)
         centred = (logmel - mean) * valid
@@ -170,9 +179,10 @@ def _as_tensor(waveform: np.ndarray | torch.Tensor, dtype: torch.dtype) -> torch
 
 
 def _checked_params(params: Mapping[str, Any]) -> dict[str, Any]:
-    unknown = sorted(set(params) - set(PARAM_KEYS))
+    unknown = sorted(set(params) - set(PARAM_KEYS) - set(OPTIONAL_PARAM_KEYS))
     if unknown:
-        raise ValueError(f"parakeet_mel: unknown feature param(s) {unknown}; known: {list(PARAM_KEYS)}")
+        known = [*PARAM_KEYS, *OPTIONAL_PARAM_KEYS]
+        raise ValueError(f"parakeet_mel: unknown feature param(s) {unknown}; known: {known}")
     return dict(params)
 
 

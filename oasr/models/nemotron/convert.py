@@ -1,0 +1,155 @@
+"""Hugging Face Nemotron 3.5 ASR checkpoints (``Nemotron3_5AsrForRNNT.save_pretrained`` directories).
+
+A directory holds ``config.json`` (``model_type: nemotron3_5_asr`` with a nested
+``encoder_config``), ``model.safetensors`` (or ``.bin`` / sharded), ``tokenizer.json`` and
+``processor_config.json`` (the feature-extractor settings and the ``prompt_dictionary``:
+language -> prompt id). Tensor names are mapped onto oasr's:
+
+* attention projections as for Parakeet (``q_proj`` ... -> ``linear_q`` ...);
+* ``decoder.`` -> ``predictor.``; ``encoder_projector.`` -> ``joiner.encoder_proj.``;
+  ``joint.head.`` -> ``joiner.head.``;
+* ``prompt_projector.linear_1`` (I, D + P) + bias -> ``linear_1`` (I, D) and the folded
+  ``prompt_table.weight`` (P, I) = W[:, D:].T + b: the one-hot's columns are rows of a table.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from oasr.models.base import DecodeType, DecodingSpec, FeatureSpec, LoadError
+from oasr.models.formats.hf import load_hf_weights, model_type, read_json
+from oasr.models.nemotron.config import NemotronConfig, NemotronEncoderConfig
+from oasr.models.parakeet.convert import _ENCODER_FIELDS, _FEATURE_DEFAULTS, _RENAMES, _tokenizer_spec
+from oasr.models.parakeet.features import PARAM_KEYS
+from oasr.models.registry import CheckpointBundle
+
+ARCH = "nemotron"
+MODEL_TYPE = "nemotron3_5_asr"
+
+_TRANSDUCER_RENAMES = (
+    (re.compile(r"^decoder\."), "predictor."),
+    (re.compile(r"^encoder_projector\."), "joiner.encoder_proj."),
+    (re.compile(r"^joint\.head\."), "joiner.head."),
+)
+
+
+def transducer_state(weights: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Hugging Face NeMo-transducer tensor names -> oasr's (encoder attention, predictor, joint)."""
+    state: dict[str, torch.Tensor] = {}
+    for name, tensor in weights.items():
+        for pattern, repl in (*_RENAMES, *_TRANSDUCER_RENAMES):
+            name = pattern.sub(repl, name)
+        state[name] = tensor
+    return state
+
+
+def _encoder_config(enc: Mapping[str, Any], where: str) -> NemotronEncoderConfig:
+    heads = enc.get("num_attention_heads", NemotronEncoderConfig.num_attention_heads)
+    if enc.get("num_key_value_heads", heads) != heads:
+        raise LoadError(f"{where}: num_key_value_heads != num_attention_heads is not supported")
+    if enc.get("subsampling_conv_stride", 2) != 2:
+        raise LoadError(f"{where}: subsampling_conv_stride={enc['subsampling_conv_stride']} is not supported (2)")
+    keys = (*_ENCODER_FIELDS, "sliding_window", "default_num_lookahead_tokens")
+    try:
+        return NemotronEncoderConfig.from_dict({k: enc[k] for k in keys if k in enc})
+    except (TypeError, ValueError) as e:
+        raise LoadError(f"{where}: {e}") from e
+
+
+def _feature_spec(fe: Mapping[str, Any], source: Path, num_mel_bins: int) -> FeatureSpec:
+    params: dict[str, Any] = {k: fe.get(k, _FEATURE_DEFAULTS[k]) for k in PARAM_KEYS}
+    if int(params["feature_size"]) != num_mel_bins:
+        raise LoadError(
+            f"{source}: feature_size={params['feature_size']} but the encoder expects num_mel_bins={num_mel_bins}"
+        )
+    if fe.get("mel_filters_dtype", "float32") != "float32":
+        raise LoadError(f"{source}: mel_filters_dtype={fe['mel_filters_dtype']!r} is not supported (float32)")
+    # The streaming front end is never normalised (transformers' NemotronAsrStreamingFeatureExtractor).
+    params["normalize"] = False
+    return FeatureSpec(kind="parakeet_mel", sampling_rate=int(fe.get("sampling_rate", 16000)), params=params)
+
+
+class HFNemotronConverter:
+    """A transformers ``Nemotron3_5AsrForRNNT`` directory (config.json ``model_type: nemotron3_5_asr``)."""
+
+    architecture = ARCH
+    auto_detect = True
+    expected_unused_prefixes: tuple[str, ...] = ("encoder.encode_positions.",)
+    capability_drop_hints: Mapping[str, str] = {}
+
+    def can_load(self, path: Path) -> bool:
+        return Path(path).is_dir() and model_type(Path(path)) == MODEL_TYPE
+
+    def load(self, path: Path) -> CheckpointBundle:
+        path = Path(path)
+        cfg_file = path / "config.json"
+        hf = read_json(cfg_file)
+        if hf.get("model_type") != MODEL_TYPE:
+            raise LoadError(f"{cfg_file}: model_type={hf.get('model_type')!r} is not {MODEL_TYPE!r}")
+        if hf.get("hidden_act", "relu") != "relu":
+            raise LoadError(f"{cfg_file}: joint hidden_act={hf['hidden_act']!r} is not supported (relu)")
+        encoder = _encoder_config(hf.get("encoder_config") or {}, str(cfg_file))
+        proc_file = path / "processor_config.json"
+        proc = read_json(proc_file) if proc_file.is_file() else {}
+        table = proc.get("prompt_dictionary") or {}
+        if not isinstance(table, dict):
+            raise LoadError(f"{proc_file}: prompt_dictionary is not a mapping")
+        vocab_size = int(hf.get("vocab_size", 13088))
+        try:
+            config = NemotronConfig(
+                encoder=encoder,
+                vocab_size=vocab_size,
+                blank_id=int(hf.get("blank_token_id", vocab_size - 1)),
+                decoder_hidden_size=int(hf.get("decoder_hidden_size", 640)),
+                num_decoder_layers=int(hf.get("num_decoder_layers", 2)),
+                max_symbols_per_step=int(hf.get("max_symbols_per_step", 10)),
+                num_prompts=int(hf.get("num_prompts", 128)),
+                prompt_intermediate_size=int(hf.get("prompt_intermediate_size", 2048)),
+                default_prompt_id=int(hf.get("default_prompt_id", 101)),
+                prompt_dictionary={str(k): int(v) for k, v in table.items()},
+            )
+        except (TypeError, ValueError) as e:
+            raise LoadError(f"{cfg_file} / {proc_file.name}: {e}") from e
+
+        state = transducer_state(load_hf_weights(path))
+        w1, b1 = state.pop("prompt_projector.linear_1.weight", None), state.pop("prompt_projector.linear_1.bias", None)
+        d, p, i = encoder.hidden_size, config.num_prompts, config.prompt_intermediate_size
+        if w1 is None or b1 is None or tuple(w1.shape) != (i, d + p) or tuple(b1.shape) != (i,):
+            got = None if w1 is None else tuple(w1.shape)
+            raise LoadError(
+                f"{path}: prompt_projector.linear_1 must be ({i}, {d} + {p}) with a bias (hidden + num_prompts "
+                f"inputs), got weight {got}"
+            )
+        state["prompt_projector.linear_1.weight"] = w1[:, :d].contiguous()
+        state["prompt_projector.prompt_table.weight"] = (w1[:, d:].T.to(torch.float64) + b1.to(torch.float64)).to(
+            w1.dtype
+        )
+
+        fe = proc.get("feature_extractor") if isinstance(proc.get("feature_extractor"), dict) else {}
+        pre = path / "preprocessor_config.json"
+        if pre.is_file():
+            fe, fe_source = read_json(pre), pre
+        else:
+            fe_source = proc_file
+        return CheckpointBundle(
+            architecture=ARCH,
+            config=config,
+            state_dict=state,
+            tokenizer=_tokenizer_spec(path, config.blank_id, vocab_size),
+            features=_feature_spec(fe, fe_source, encoder.num_mel_bins),
+            decoding=DecodingSpec(
+                DecodeType.TRANSDUCER,
+                params={
+                    "blank_id": config.blank_id,
+                    "max_symbols_per_step": config.max_symbols_per_step,
+                    "languages": tuple(sorted({k.split("-")[0].lower() for k in table if k != "auto"})),
+                },
+            ),
+            source=str(path),
+            format="huggingface",
+        )

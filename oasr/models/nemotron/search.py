@@ -1,0 +1,133 @@
+"""Batched greedy transducer search over a recurrent predictor: RNN-T and TDT.
+
+Pure functions of (joint, predictor, encoder frames, lengths); used by the ``nemotron``
+family and the Parakeet RNN-T / TDT checkpoints. Every row of the batch moves at once:
+
+* one joint call per step for all rows, each at its own frame ``t[b]``;
+* RNN-T: a blank moves the row to its next frame, a label keeps it on the frame (after
+  ``max_symbols_per_step`` labels on one frame the row is moved on anyway);
+* TDT: the row moves by the predicted duration (a blank by at least one frame; after
+  ``max_symbols_per_step`` zero-duration labels on one frame, by one);
+* the predictor advances only the rows that emitted a label; rows that emitted blank (or
+  have finished) keep their state;
+* the loop ends when every row has passed its last frame.
+
+This is NeMo's (and transformers' ``generate``'s) greedy decode, batched.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from oasr.models.nemotron.predictor import AdditiveJoint, LstmPredictor
+
+
+@dataclass
+class GreedyResult:
+    """Per-row labels of a greedy search.
+
+    Attributes:
+        tokens: emitted label ids per row (blank never appears).
+        frames: the encoder frame each label was emitted at.
+        durations: TDT only: each label's predicted duration in frames (None for RNN-T).
+    """
+
+    tokens: list[list[int]]
+    frames: list[list[int]]
+    durations: list[list[int]] | None = None
+
+
+def _collect(
+    steps: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]], batch: int, with_durations: bool
+) -> GreedyResult:
+    """Turn per-step (emit, token, frame, duration) tensors into per-row lists (one host copy)."""
+    if not steps:
+        empty = [[] for _ in range(batch)]
+        return GreedyResult(empty, [[] for _ in range(batch)], [[] for _ in range(batch)] if with_durations else None)
+    emit, tok, frame, dur = (torch.stack(x, dim=1).cpu() for x in zip(*steps))  # each (B, steps)
+    tokens, frames, durations = [], [], []
+    for b in range(batch):
+        keep = emit[b]
+        tokens.append(tok[b][keep].tolist())
+        frames.append(frame[b][keep].tolist())
+        durations.append(dur[b][keep].tolist())
+    return GreedyResult(tokens, frames, durations if with_durations else None)
+
+
+@torch.no_grad()
+def greedy_search(
+    joint: AdditiveJoint,
+    predictor: LstmPredictor,
+    enc: torch.Tensor,
+    enc_lens: torch.Tensor,
+    *,
+    blank_id: int,
+    max_symbols_per_step: int,
+    durations: Sequence[int] | None = None,
+) -> GreedyResult:
+    """Greedy RNN-T (``durations`` None) or TDT search over a padded batch.
+
+    Args:
+        joint: the joint; its encoder projection is applied here once.
+        predictor: the LSTM predictor.
+        enc: encoder output (B, T, D), before the joint's encoder projection.
+        enc_lens: (B,) valid frames per row.
+        blank_id: the blank label.
+        max_symbols_per_step: labels a row may emit on one frame before it is moved on (>= 1).
+        durations: the TDT duration values, in the order of the joint's duration logits.
+
+    Returns:
+        GreedyResult (with ``durations`` for TDT).
+    """
+    if max_symbols_per_step < 1:
+        raise ValueError(f"max_symbols_per_step must be >= 1, got {max_symbols_per_step}")
+    b, t_max, _ = enc.shape
+    device = enc.device
+    if b == 0:
+        return GreedyResult([], [], [] if durations is not None else None)
+    enc_proj = joint.project_encoder(enc)  # (B, T, Dj)
+    lens = enc_lens.to(device=device, dtype=torch.long)
+    vocab = joint.vocab_size
+    dur_values = None
+    if durations is not None:
+        dur_values = torch.as_tensor(list(durations), device=device, dtype=torch.long)
+        if dur_values.numel() != joint.num_durations:
+            raise ValueError(f"{dur_values.numel()} durations given for a joint with {joint.num_durations}")
+    rows = torch.arange(b, device=device)
+    state = predictor.init_state(b, device)
+    t = torch.zeros(b, dtype=torch.long, device=device)
+    symbols = torch.zeros(b, dtype=torch.long, device=device)
+    steps = []
+    one = torch.ones_like(t)
+    while True:
+        active = t < lens
+        if not bool(active.any()):
+            break
+        frame = enc_proj[rows, t.clamp(max=max(t_max - 1, 0))]  # (B, Dj)
+        logits = joint.join(frame, predictor.predict(state))  # (B, V [+ D])
+        tokens = logits[:, :vocab].argmax(dim=-1)
+        blank = tokens == blank_id
+        if dur_values is None:
+            symbols = torch.where(blank, torch.zeros_like(symbols), symbols + 1)
+            force = symbols >= max_symbols_per_step
+            advance = (blank | force).long()
+            symbols = torch.where(blank | force, torch.zeros_like(symbols), symbols)
+        else:
+            advance = dur_values[logits[:, vocab:].argmax(dim=-1)]
+            advance = torch.where(blank & (advance == 0), one, advance)
+            symbols = torch.where(advance == 0, symbols + 1, torch.zeros_like(symbols))
+            force = symbols >= max_symbols_per_step
+            advance = torch.where(force, one, advance)
+            symbols = torch.where(force, torch.zeros_like(symbols), symbols)
+        emit = active & ~blank
+        steps.append((emit, tokens, t.clone(), advance))
+        t = t + torch.where(active, advance, torch.zeros_like(advance))
+        if bool(emit.any()):
+            state = predictor.advance(state, tokens, emit)
+    return _collect(steps, b, dur_values is not None)
+
+
+__all__ = ["GreedyResult", "greedy_search"]
