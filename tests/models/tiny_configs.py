@@ -55,6 +55,15 @@ def _parakeet() -> Any:
     return ParakeetConfig(encoder=encoder, vocab_size=45)
 
 
+def _parakeet_transducer() -> Any:
+    from oasr.models.parakeet import ParakeetEncoderConfig, ParakeetTransducerConfig
+
+    encoder = ParakeetEncoderConfig(
+        hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=32, subsampling_conv_channels=8
+    )
+    return ParakeetTransducerConfig(encoder=encoder, vocab_size=45, decoder_hidden_size=16, durations=(0, 1, 2))
+
+
 def _nemotron() -> Any:
     from oasr.models.nemotron import NemotronConfig, NemotronEncoderConfig
 
@@ -170,6 +179,7 @@ TINY_CONFIGS: dict[str, Callable[[], Any]] = {
     "nemotron": _nemotron,
     "paraformer": _paraformer,
     "parakeet": _parakeet,
+    "parakeet_transducer": _parakeet_transducer,
     "qwen3_asr": _qwen3_asr,
     "speech_llm": _speech_llm,
     "whisper": _whisper,

@@ -96,3 +96,42 @@ class ParakeetConfig(ModelConfig):
             self.blank_id = self.vocab_size - 1
         if not 0 <= self.blank_id < self.vocab_size:
             raise ValueError(f"blank_id={self.blank_id} is outside the vocabulary (size {self.vocab_size})")
+
+
+@dataclass
+class ParakeetTransducerConfig(ModelConfig):
+    """A FastConformer encoder with NeMo's LSTM transducer (RNN-T, or TDT with ``durations``).
+
+    Attributes:
+        encoder: the encoder.
+        vocab_size: joint token logits, blank included.
+        blank_id: the transducer blank (the last id).
+        decoder_hidden_size: predictor and joint width.
+        num_decoder_layers: LSTM layers.
+        max_symbols_per_step: labels greedy search may emit on one frame.
+        durations: TDT duration values, in the order of the joint's duration logits (empty: RNN-T).
+    """
+
+    encoder: ParakeetEncoderConfig = field(default_factory=ParakeetEncoderConfig)
+    vocab_size: int = 8193
+    blank_id: int | None = None
+    decoder_hidden_size: int = 640
+    num_decoder_layers: int = 2
+    max_symbols_per_step: int = 10
+    durations: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.blank_id is None:
+            self.blank_id = self.vocab_size - 1
+        if not 0 <= self.blank_id < self.vocab_size:
+            raise ValueError(f"blank_id={self.blank_id} is outside the vocabulary (size {self.vocab_size})")
+        if self.max_symbols_per_step < 1:
+            raise ValueError(f"max_symbols_per_step={self.max_symbols_per_step} must be >= 1")
+        if any(d < 0 for d in self.durations):
+            raise ValueError(f"durations {self.durations} must be >= 0")
+        if self.durations and max(self.durations) < 1:
+            raise ValueError(f"durations {self.durations} never move past a frame")
+
+    @property
+    def is_tdt(self) -> bool:
+        return bool(self.durations)

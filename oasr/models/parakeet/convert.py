@@ -1,4 +1,5 @@
-"""Hugging Face Parakeet CTC checkpoints (``ParakeetForCTC.save_pretrained`` directories).
+"""Hugging Face Parakeet checkpoints (``ParakeetForCTC`` / ``ParakeetForRNNT`` / ``ParakeetForTDT``
+``save_pretrained`` directories).
 
 A directory holds ``config.json`` (``model_type: parakeet_ctc`` with a nested
 ``encoder_config``), ``model.safetensors`` (or ``.bin`` / sharded), ``tokenizer.json``
@@ -7,8 +8,11 @@ projections (``q_proj`` / ``k_proj`` / ``v_proj`` / ``o_proj`` / ``relative_k_pr
 -> ``linear_q`` / ``linear_k`` / ``linear_v`` / ``linear_out`` / ``linear_pos``) and the
 CTC head, a kernel-1 Conv1d (V, D, 1) stored here as a (V, D) projection.
 
-The transducer Parakeet layouts (``parakeet_rnnt``, ``parakeet_tdt``) and the bare
-encoder (``parakeet_encoder``) are recognised and refused by name: they carry no CTC head.
+The transducer layouts (``parakeet_rnnt``, ``parakeet_tdt``) load as the
+``parakeet_transducer`` architecture: the predictor and joint are renamed as for Nemotron
+(``decoder.`` -> ``predictor.``, ``encoder_projector.`` -> ``joiner.encoder_proj.``,
+``joint.head.`` -> ``joiner.head.``); a TDT's ``durations`` come from config.json. The bare
+encoder (``parakeet_encoder``) is recognised and refused by name: it has no decoding head.
 """
 
 from __future__ import annotations
@@ -24,17 +28,17 @@ import torch
 from oasr.models.base import DecodeType, DecodingSpec, FeatureSpec, LoadError, TokenizerSpec
 from oasr.models.formats.hf import load_hf_weights as _load_weights
 from oasr.models.formats.hf import model_type as hf_model_type
-from oasr.models.parakeet.config import ParakeetConfig, ParakeetEncoderConfig
+from oasr.models.parakeet.config import ParakeetConfig, ParakeetEncoderConfig, ParakeetTransducerConfig
 from oasr.models.parakeet.features import PARAM_KEYS
 from oasr.models.registry import CheckpointBundle
 
 ARCH = "parakeet"
+TRANSDUCER_ARCH = "parakeet_transducer"
 CTC_MODEL_TYPE = "parakeet_ctc"
+TRANSDUCER_MODEL_TYPES = ("parakeet_rnnt", "parakeet_tdt")
 
-# Parakeet layouts that are not a CTC model, and what they are.
-_NOT_CTC = {
-    "parakeet_rnnt": "a Parakeet RNN-T (transducer) checkpoint",
-    "parakeet_tdt": "a Parakeet TDT (token-and-duration transducer) checkpoint",
+# Parakeet layouts that cannot be served, and what they are.
+_NOT_SERVED = {
     "parakeet_encoder": "a bare Parakeet encoder without a decoding head",
 }
 
@@ -139,7 +143,9 @@ def _tokenizer_spec(path: Path, blank_id: int, vocab_size: int) -> TokenizerSpec
 
 
 class HFParakeetConverter:
-    """A transformers ``ParakeetForCTC`` directory (config.json ``model_type: parakeet_ctc``)."""
+    """A transformers ``ParakeetForCTC`` / ``ParakeetForRNNT`` / ``ParakeetForTDT`` directory
+    (config.json ``model_type``: ``parakeet_ctc`` -> architecture ``parakeet``; ``parakeet_rnnt``
+    / ``parakeet_tdt`` -> ``parakeet_transducer``)."""
 
     architecture = ARCH
     auto_detect = True
@@ -148,18 +154,24 @@ class HFParakeetConverter:
     capability_drop_hints: Mapping[str, str] = {}
 
     def can_load(self, path: Path) -> bool:
-        """Any Parakeet layout: the CTC one loads, the others are refused by name in ``load``."""
-        return Path(path).is_dir() and hf_model_type(Path(path)) in (CTC_MODEL_TYPE, *_NOT_CTC)
+        """Any Parakeet layout: CTC and transducers load, the bare encoder is refused by name in ``load``."""
+        return Path(path).is_dir() and hf_model_type(Path(path)) in (
+            CTC_MODEL_TYPE,
+            *TRANSDUCER_MODEL_TYPES,
+            *_NOT_SERVED,
+        )
 
     def load(self, path: Path) -> CheckpointBundle:
         path = Path(path)
         hf = _read_json(path / "config.json")
         model_type = hf.get("model_type")
-        if model_type in _NOT_CTC:
+        if model_type in _NOT_SERVED:
             raise LoadError(
-                f"{path} is {_NOT_CTC[model_type]} (config.json model_type={model_type!r}); oasr's 'parakeet' "
-                f"architecture serves only the CTC layout ({CTC_MODEL_TYPE!r})"
+                f"{path} is {_NOT_SERVED[model_type]} (config.json model_type={model_type!r}); oasr serves the "
+                f"CTC ({CTC_MODEL_TYPE!r}) and transducer ({', '.join(TRANSDUCER_MODEL_TYPES)}) layouts"
             )
+        if model_type in TRANSDUCER_MODEL_TYPES:
+            return self._load_transducer(path, hf)
         if model_type != CTC_MODEL_TYPE:
             raise LoadError(f"{path}: config.json model_type={model_type!r} is not {CTC_MODEL_TYPE!r}")
         encoder = encoder_config_from_hf(hf.get("encoder_config") or {}, str(path / "config.json"))
@@ -199,3 +211,63 @@ class HFParakeetConverter:
             source=str(path),
             format="huggingface",
         )
+
+    def _load_transducer(self, path: Path, hf: Mapping[str, Any]) -> CheckpointBundle:
+        from oasr.models.nemotron.convert import transducer_state
+
+        cfg_file = path / "config.json"
+        if hf.get("hidden_act", "relu") != "relu":
+            raise LoadError(f"{cfg_file}: joint hidden_act={hf['hidden_act']!r} is not supported (relu)")
+        encoder = encoder_config_from_hf(hf.get("encoder_config") or {}, str(cfg_file))
+        vocab_size = int(hf.get("vocab_size", 8193))
+        is_tdt = hf.get("model_type") == "parakeet_tdt"
+        durations = tuple(int(d) for d in hf.get("durations", (0, 1, 2, 3, 4))) if is_tdt else ()
+        try:
+            config = ParakeetTransducerConfig(
+                encoder=encoder,
+                vocab_size=vocab_size,
+                blank_id=int(hf.get("blank_token_id", vocab_size - 1)),
+                decoder_hidden_size=int(hf.get("decoder_hidden_size", 640)),
+                num_decoder_layers=int(hf.get("num_decoder_layers", 2)),
+                max_symbols_per_step=int(hf.get("max_symbols_per_step", 10)),
+                durations=durations,
+            )
+        except (TypeError, ValueError) as e:
+            raise LoadError(f"{cfg_file}: {e}") from e
+        state = transducer_state(_load_weights(path))
+        head = state.get("joiner.head.weight")
+        if head is None:
+            raise LoadError(f"{path}: no joint.head.weight in the checkpoint")
+        if head.shape[0] != vocab_size + len(durations):
+            raise LoadError(
+                f"{path}: joint.head has {head.shape[0]} outputs but vocab_size={vocab_size} + "
+                f"{len(durations)} durations = {vocab_size + len(durations)}"
+            )
+        return CheckpointBundle(
+            architecture=TRANSDUCER_ARCH,
+            config=config,
+            state_dict=state,
+            tokenizer=_tokenizer_spec(path, int(config.blank_id), vocab_size),
+            features=_feature_spec(path, encoder.num_mel_bins),
+            decoding=DecodingSpec(
+                DecodeType.TRANSDUCER,
+                params={
+                    "blank_id": config.blank_id,
+                    "max_symbols_per_step": config.max_symbols_per_step,
+                    "durations": durations,
+                },
+            ),
+            source=str(path),
+            format="huggingface",
+        )
+
+
+class HFParakeetTransducerConverter(HFParakeetConverter):
+    """The same reader, registered under ``parakeet_transducer`` for an explicit
+    ``architecture=`` (detection goes through ``parakeet``, which routes the bundle)."""
+
+    architecture = TRANSDUCER_ARCH
+    auto_detect = False
+
+    def can_load(self, path: Path) -> bool:
+        return Path(path).is_dir() and hf_model_type(Path(path)) in TRANSDUCER_MODEL_TYPES

@@ -1,4 +1,5 @@
-"""Parakeet CTC: NVIDIA's FastConformer encoder with a CTC head (Hugging Face ``parakeet_ctc``).
+"""Parakeet: NVIDIA's FastConformer encoder with a CTC head (Hugging Face ``parakeet_ctc``) or
+NeMo's LSTM transducer (``parakeet_rnnt``, ``parakeet_tdt``).
 
     feats (B, T, F) -> 8x depthwise-striding Conv2d subsampling -> x sqrt(D)
     -> N x [ x + 0.5 FF(LN x); x + RelPosXL-MHSA(LN x); x + Conv(LN x); x + 0.5 FF(LN x); LN ]
@@ -13,6 +14,11 @@ Every mask is per utterance: the subsampling zeroes each row's frames past its
 length after every convolution, attention takes key lengths, and the convolution
 module zeroes padded frames before its depthwise kernel, so a padded batch gives
 each row what it gets alone. Offline only.
+
+The transducers share the encoder and add ``oasr.models.nemotron.predictor``'s LSTM predictor
+and additive joint (Hugging Face ``decoder.`` -> ``predictor.``, ``encoder_projector.`` ->
+``joiner.encoder_proj.``, ``joint.head.`` -> ``joiner.head.``); a TDT head carries
+``len(durations)`` duration logits after the vocabulary.
 """
 
 from __future__ import annotations
@@ -28,7 +34,9 @@ from oasr.layers import ConformerConvolution, Conv2d, CtcProjection, FeedForward
 from oasr.layers.packing import Packing
 from oasr.layers.relpos_xl import RelPositionMultiHeadAttentionXL, xl_relative_positions
 from oasr.models.base import BaseAsrModel, BaseEncoder, DecodeType
-from oasr.models.parakeet.config import ParakeetConfig, ParakeetEncoderConfig
+from oasr.models.nemotron.predictor import AdditiveJoint, LstmPredictor
+from oasr.models.nemotron.search import GreedyResult, greedy_search
+from oasr.models.parakeet.config import ParakeetConfig, ParakeetEncoderConfig, ParakeetTransducerConfig
 
 
 def _valid(lengths: torch.Tensor, n: int) -> torch.Tensor:
@@ -226,3 +234,47 @@ class ParakeetCtcModel(BaseAsrModel):
         """
         hidden, lens = self.encoder(feats, feat_lens)
         return self.ctc_head(hidden), lens
+
+
+class ParakeetTransducerModel(BaseAsrModel):
+    """FastConformer + NeMo LSTM transducer: RNN-T, or TDT when the config has ``durations``."""
+
+    architecture = "parakeet_transducer"
+    capabilities = frozenset({DecodeType.TRANSDUCER})
+    default_decode_type = DecodeType.TRANSDUCER
+
+    def __init__(self, config: ParakeetTransducerConfig | Mapping[str, Any]) -> None:
+        if not isinstance(config, ParakeetTransducerConfig):
+            config = ParakeetTransducerConfig.from_dict(config)
+        super().__init__(config)
+        dj = config.decoder_hidden_size
+        self.encoder = ParakeetEncoder(config.encoder)
+        self.predictor = LstmPredictor(config.vocab_size, dj, config.num_decoder_layers, int(config.blank_id))
+        self.joiner = AdditiveJoint(config.encoder.hidden_size, dj, config.vocab_size, len(config.durations))
+
+    @property
+    def blank_id(self) -> int:
+        return int(self.config.blank_id)
+
+    @property
+    def vocab_size(self) -> int:
+        return self.config.vocab_size
+
+    @property
+    def durations(self) -> tuple[int, ...]:
+        """TDT duration values (empty for RNN-T)."""
+        return tuple(self.config.durations)
+
+    @torch.no_grad()
+    def greedy_decode(self, feats: torch.Tensor, feat_lens: torch.Tensor) -> GreedyResult:
+        """Encode and run batched greedy RNN-T / TDT search (``oasr.models.nemotron.search``)."""
+        hidden, lens = self.encode_offline(feats, feat_lens)
+        return greedy_search(
+            self.joiner,
+            self.predictor,
+            hidden,
+            lens,
+            blank_id=self.blank_id,
+            max_symbols_per_step=self.config.max_symbols_per_step,
+            durations=self.durations or None,
+        )

@@ -53,20 +53,35 @@ def test_preprocessor_config_json_is_read_first(reference, tmp_path):
         HFParakeetConverter().load(path)
 
 
-@pytest.mark.parametrize(
-    "kind, what",
-    [("rnnt", "RNN-T"), ("tdt", "TDT")],
-)
-def test_transducer_directories_are_refused_by_name(kind, what, tmp_path, parakeet_registered):
+@pytest.mark.parametrize("kind", ["rnnt", "tdt"])
+def test_transducer_directories_load_as_parakeet_transducer(kind, tmp_path, parakeet_registered):
+    from safetensors.torch import load_file, save_file
     from transformers import ParakeetForRNNT, ParakeetForTDT, ParakeetRNNTConfig, ParakeetTDTConfig
+
+    from tests.models.parakeet.conftest import train_tokenizer
 
     config_cls, model_cls = {"rnnt": (ParakeetRNNTConfig, ParakeetForRNNT), "tdt": (ParakeetTDTConfig, ParakeetForTDT)}[
         kind
     ]
     config = config_cls(encoder_config=TINY_TRANSDUCER_ENCODER, vocab_size=9, decoder_hidden_size=8, blank_token_id=8)
     model_cls(config).save_pretrained(tmp_path)
-    with pytest.raises(LoadError, match=rf"{what}.*model_type='parakeet_{kind}'.*only the CTC layout"):
+    with pytest.raises(LoadError, match="no tokenizer.json"):
         oasr.from_pretrained(tmp_path)
+    train_tokenizer().save_pretrained(tmp_path)
+    bundle = HFParakeetConverter().load(tmp_path)
+    assert bundle.architecture == "parakeet_transducer"
+    assert bundle.config.durations == ((0, 1, 2, 3, 4) if kind == "tdt" else ())
+    assert bundle.state_dict["joiner.head.weight"].shape[0] == 9 + len(bundle.config.durations)
+    assert "predictor.lstm.weight_ih_l0" in bundle.state_dict and "joiner.encoder_proj.weight" in bundle.state_dict
+    loaded = oasr.load_pretrained(tmp_path)
+    assert loaded.report.ok and not loaded.report.dropped
+    # A head that is not vocab_size (+ durations) wide is refused, naming the widths.
+    weights = load_file(str(tmp_path / "model.safetensors"))
+    weights["joint.head.weight"] = weights["joint.head.weight"][:-1].clone()
+    weights["joint.head.bias"] = weights["joint.head.bias"][:-1].clone()
+    save_file(weights, str(tmp_path / "model.safetensors"), metadata={"format": "pt"})
+    with pytest.raises(LoadError, match="joint.head has"):
+        HFParakeetConverter().load(tmp_path)
 
 
 def test_bare_encoder_is_refused(tmp_path):
