@@ -174,11 +174,12 @@ def test_greedy_batch_matches_generate(ours, nemotron_reference, batch):
 def test_greedy_one_clip_matches_generate(ours, nemotron_reference, batch):
     """One clip alone, no prompt given on either side: the checkpoint's default prompt."""
     feats, mask = batch
-    n = int(mask[0].sum())
-    theirs = _generate(nemotron_reference, feats[:1, :n], mask[:1, :n])
-    mine = ours.model.greedy_decode(feats[:1, :n], torch.tensor([n]))
+    n = int(mask[1].sum())
+    theirs = _generate(nemotron_reference, feats[1:2, :n], mask[1:2, :n])
+    mine = ours.model.greedy_decode(feats[1:2, :n], torch.tensor([n]))
     assert (mine.tokens[0], mine.frames[0]) == theirs[0]
-    with_default = ours.model.greedy_decode(feats[:1, :n], torch.tensor([n]), torch.tensor([DEFAULT_PROMPT]))
+    assert len(mine.tokens[0]) > 20
+    with_default = ours.model.greedy_decode(feats[1:2, :n], torch.tensor([n]), torch.tensor([DEFAULT_PROMPT]))
     assert with_default.tokens == mine.tokens
 
 
@@ -238,22 +239,24 @@ def test_front_end_matches_transformers(ours, nemotron_reference, waveforms):
 
 
 def test_padded_batch_equals_one_at_a_time(nemotron_reference, waveforms):
-    """float32 as served: features, encoder and greedy labels, batched vs alone."""
+    """float32 as served: features, encoder and greedy labels, batched vs alone (the three
+    shorter clips: the longest adds steps, not cases)."""
     from oasr.audio.frontends import build_frontend
     from oasr.models.nemotron.search import greedy_search
 
     loaded = oasr.load_pretrained(nemotron_reference.path)
     model = loaded.model.float().eval()
     frontend = build_frontend(loaded.feature_spec)
+    waveforms, prompts = waveforms[1:], ROW_PROMPTS[1:]
     feats, lens = frontend.compute_batch(waveforms)
     with torch.no_grad():
-        hidden, out_lens = model.encode_offline(feats, lens, torch.tensor(ROW_PROMPTS))
+        hidden, out_lens = model.encode_offline(feats, lens, torch.tensor(prompts))
         batched = greedy_search(
             model.joiner, model.predictor, hidden, out_lens, blank_id=model.blank_id, max_symbols_per_step=5
         )
         for row, wav in enumerate(waveforms):
             alone = frontend(wav)
-            h1, n1 = model.encode_offline(alone[None], torch.tensor([alone.shape[0]]), torch.tensor([ROW_PROMPTS[row]]))
+            h1, n1 = model.encode_offline(alone[None], torch.tensor([alone.shape[0]]), torch.tensor([prompts[row]]))
             n = int(out_lens[row])
             assert int(n1[0]) == n
             assert (hidden[row, :n] - h1[0]).abs().max() <= 1e-4, row
