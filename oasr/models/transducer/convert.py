@@ -115,10 +115,10 @@ class IcefallTransducerConverter:
 
 
 class IcefallHybridTransducerConverter(IcefallTransducerConverter):
-    """A hybrid icefall directory read as a transducer (only on request: it auto-detects as
-    ``zipformer``)."""
+    """A hybrid icefall directory read as a transducer, only on request (it auto-detects as
+    ``zipformer``); a CTC-only one gets ``load``'s error naming the missing predictor."""
 
     auto_detect = False
 
     def can_load(self, path: Path) -> bool:
-        return looks_like_icefall(Path(path)) and sniff_kind(Path(path)) == "hybrid"
+        return looks_like_icefall(Path(path)) and sniff_kind(Path(path)) != "transducer"

@@ -11,5 +11,8 @@ def register() -> None:
     register_model(
         "zipformer",
         "oasr.models.zipformer.model:ZipformerCtcModel",
-        ("oasr.models.zipformer.convert:IcefallConverter",),
+        (
+            "oasr.models.zipformer.convert:IcefallConverter",
+            "oasr.models.zipformer.convert:IcefallExplicitConverter",
+        ),
     )

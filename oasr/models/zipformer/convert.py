@@ -113,16 +113,19 @@ def weights_file(path: Path) -> Path:
 
 
 def looks_like_icefall(path: Path) -> bool:
-    """Cheap sniff: a ``.pt`` with ``tokens.txt`` or ``bpe.model`` beside it, and no WeNet ``train.yaml``."""
+    """A ``.pt`` (no WeNet ``train.yaml`` beside it) with ``tokens.txt`` or ``bpe.model`` beside it,
+    or whose state dict has the Zipformer's names (so that ``load`` can say what is missing)."""
     path = Path(path)
     if path.is_file() and path.suffix != ".pt":
         return False
     directory = _directory(path)
     if not directory.is_dir() or (directory / "train.yaml").is_file():
         return False
-    if not ((directory / "tokens.txt").is_file() or (directory / "bpe.model").is_file()):
+    if not (path.is_file() or any(directory.glob("*.pt"))):
         return False
-    return path.is_file() or any(directory.glob("*.pt"))
+    if (directory / "tokens.txt").is_file() or (directory / "bpe.model").is_file():
+        return True
+    return sniff_kind(path) != "unknown"
 
 
 def _load_state(weights: Path) -> dict[str, torch.Tensor]:
@@ -147,14 +150,16 @@ def _load_state(weights: Path) -> dict[str, torch.Tensor]:
     return state
 
 
-_SNIFF_CACHE: dict[tuple[str, float], str] = {}
+_SNIFF_CACHE: dict[tuple[str, int, int], str] = {}
 
 
 def sniff_kind(path: Path) -> str:
-    """ "hybrid", "ctc", "transducer" or "unknown" (unreadable or foreign) for an icefall-looking path."""
+    """What the checkpoint at ``path`` carries: "hybrid", "ctc", "transducer", or "unknown"
+    (unreadable or foreign); cached per file version."""
     try:
         weights = weights_file(Path(path))
-        key = (str(weights.resolve()), weights.stat().st_mtime)
+        stat = weights.stat()
+        key = (str(weights.resolve()), stat.st_mtime_ns, stat.st_size)
     except (LoadError, OSError):
         return "unknown"
     if key not in _SNIFF_CACHE:
@@ -447,3 +452,13 @@ class IcefallConverter:
             format="icefall",
             metadata={"weights": str(ckpt.weights)},
         )
+
+
+class IcefallExplicitConverter(IcefallConverter):
+    """Any icefall directory when ``architecture="zipformer"`` is asked for (not auto-detected):
+    a transducer-only one gets ``load``'s error naming the missing CTC head."""
+
+    auto_detect = False
+
+    def can_load(self, path: Path) -> bool:
+        return looks_like_icefall(Path(path))

@@ -11,7 +11,7 @@ import torch
 
 import oasr
 from oasr.models.transducer.search import greedy_search, modified_beam_search
-from tests.models.zipformer.conftest import pad, parity
+from tests.models.zipformer.conftest import pad, parity, reference_encoded
 
 COSINE = 0.99999
 
@@ -32,11 +32,7 @@ def encoded(ours, features):
 
 @pytest.fixture(scope="module")
 def ref_encoded(reference, features):
-    out = []
-    with torch.no_grad():
-        for f in features:
-            out.append(reference.model.forward_encoder(f[None], torch.tensor([f.shape[0]])))
-    return out
+    return reference_encoded(reference, features)
 
 
 def test_encoder_output_matches(encoded, ref_encoded):
@@ -83,7 +79,7 @@ def test_greedy_matches_icefall(ours, reference, encoded, ref_encoded, max_sym):
         assert got.tokens[i] == want.hyps[0], i
         assert got.frames[i] == want.timestamps[0], i
     assert sum(map(len, got.tokens)) >= 10
-    assert any(len(t) < int(n) for t, n in zip(got.tokens, lens)), "every frame emitted: blank never wins"
+    assert any(len(set(f)) < int(n) for f, n in zip(got.frames, lens)), "every frame emitted: blank never wins"
 
 
 def test_blank_penalty_matches_icefall(ours, reference, encoded, ref_encoded):

@@ -129,24 +129,44 @@ def save_icefall(model, directory: Path, *, bare: bool = False, tokens: bool = T
     return directory
 
 
+# Built once per session even though the transducer tests' conftest declares these fixtures too.
+_REFERENCES: dict[bool, Reference] = {}
+_ENCODED: dict[bool, list[tuple[torch.Tensor, torch.Tensor]]] = {}
+
+
 @pytest.fixture(scope="session", params=[True, False], ids=["causal", "full"])
 def reference(request, tmp_path_factory, features) -> Reference:
     causal = request.param
-    model = build_reference(causal)
-    calibrate_blank_(model, features[0])
-    path = save_icefall(model, tmp_path_factory.mktemp("causal" if causal else "full"))
-    return Reference(path=path, model=model.double(), causal=causal)
+    if causal not in _REFERENCES:
+        model = build_reference(causal)
+        calibrate_blank_(model, features[0])
+        path = save_icefall(model, tmp_path_factory.mktemp("causal" if causal else "full"))
+        _REFERENCES[causal] = Reference(path=path, model=model.double(), causal=causal)
+    return _REFERENCES[causal]
+
+
+def reference_encoded(reference: Reference, features: list[torch.Tensor]) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """icefall's ``forward_encoder`` of each clip alone, (1, T', D) and (1,), computed once."""
+    if reference.causal not in _ENCODED:
+        with torch.no_grad():
+            _ENCODED[reference.causal] = [
+                reference.model.forward_encoder(f[None], torch.tensor([f.shape[0]])) for f in features
+            ]
+    return _ENCODED[reference.causal]
 
 
 @pytest.fixture(scope="session")
 def features() -> list[torch.Tensor]:
-    """80-bin kaldi fbank (float64) of the clips, longest first."""
+    """icefall's 80-bin fbank (float64) of the clips, longest first."""
     from oasr.audio import load_audio
-    from oasr.audio.fbank import kaldi_fbank
+    from oasr.audio.fbank import KaldiFbank
+    from oasr.models.base import FeatureSpec
+    from oasr.models.zipformer.convert import FBANK_PARAMS
 
     if not AUDIO.is_dir():
         pytest.skip(f"shared audio not found at {AUDIO}")
-    return [kaldi_fbank(torch.from_numpy(load_audio(str(AUDIO / c))), dtype=torch.float64) for c in CLIPS]
+    fbank = KaldiFbank.from_spec(FeatureSpec("kaldi_fbank", 16000, FBANK_PARAMS))
+    return [fbank.compute(load_audio(str(AUDIO / c)), dtype=torch.float64) for c in CLIPS]
 
 
 def pad(feats: list[torch.Tensor], value: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:

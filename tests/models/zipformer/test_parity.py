@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import oasr
-from tests.models.zipformer.conftest import pad, parity
+from tests.models.zipformer.conftest import _ENCODED, pad, parity
 
 COSINE = 0.99999
 MAX_ABS = 1e-9
@@ -40,7 +40,11 @@ def ref_out(reference, features):
             log_probs = model.ctc_output(enc)
         for h in hooks:
             h.remove()
-        outs.append(dict(embed=embed[0], stacks=[s[0] for s in stacks], enc=enc[0], log_probs=log_probs[0]))
+        outs.append(
+            dict(embed=embed[0], stacks=[s[0] for s in stacks], enc=enc[0], enc_lens=enc_lens, log_probs=log_probs[0])
+        )
+    # The transducer tests reuse icefall's encoder outputs.
+    _ENCODED.setdefault(reference.causal, [(o["enc"][None], o["enc_lens"]) for o in outs])
     return outs
 
 
