@@ -194,6 +194,10 @@ class ParakeetEncoder(BaseEncoder):
 
     def _front(self, feats: torch.Tensor, feat_lens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Subsampling and input scale of a padded batch. -> (B, T', D), (B,)"""
+        if feats.dim() != 3 or feats.shape[-1] != self.config.num_mel_bins:
+            raise ValueError(
+                f"features must be (B, T, {self.config.num_mel_bins}) for this encoder, got {tuple(feats.shape)}"
+            )
         x, lengths = self.subsampling(feats, feat_lens.to(device=feats.device, dtype=torch.long))
         if self.input_scale != 1.0:
             x = x * self.input_scale

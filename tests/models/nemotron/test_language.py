@@ -50,3 +50,5 @@ def test_model_prompt_ids_per_row(nemotron_reference):
         model.encode_offline(feats, lens, torch.tensor([10]))
     with pytest.raises(ValueError, match="2 entries for a batch of 1"):
         model.encode_offline(feats, lens, torch.tensor([0, 1]))
+    with pytest.raises(ValueError, match=r"features must be \(B, T, 80\).*\(1, 40, 64\)"):
+        model.encode_offline(torch.zeros(1, 40, 64), lens)
