@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from typing import ClassVar, NamedTuple
 
 import torch
+from torch import nn
 
 from oasr.layers import LSTM, Embedding, Linear
 from oasr.models.decoders.base import Joiner, TransducerPredictor
@@ -128,6 +129,10 @@ class AdditiveJoint(Joiner):
         self.vocab_size = vocab_size
         self.num_durations = num_durations
         self.encoder_proj = Linear(encoder_size, joint_size)
+        # NeMo projects the label side inside the predictor (``decoder_projector``): the joint's own
+        # label projection is the identity, kept so a search written for icefall's joiner
+        # (``encoder_proj`` / ``decoder_proj`` / ``join``) drives this one too.
+        self.decoder_proj = nn.Identity()
         self.head = Linear(joint_size, vocab_size + num_durations)
 
     def project_encoder(self, enc: torch.Tensor) -> torch.Tensor:

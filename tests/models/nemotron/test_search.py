@@ -99,3 +99,21 @@ def test_predictor_starts_from_blank_and_keeps_rows_that_do_not_emit():
     assert len(rows) == 3
     again = predictor.stack_states(rows)
     assert all(torch.equal(a, b) for a, b in zip(again, moved))
+
+
+def test_the_shared_transducer_search_drives_this_joint():
+    """``oasr.models.transducer.search.greedy_search`` (icefall's, written for a
+    ``encoder_proj`` / ``decoder_proj`` / ``join`` joiner) gives the same RNN-T labels here."""
+    from types import SimpleNamespace
+
+    from oasr.models.transducer.search import greedy_search as shared_greedy
+
+    joint, predictor = _parts(blank_bias=1.0)
+    model = SimpleNamespace(predictor=predictor, joiner=joint, blank_id=BLANK)
+    enc = torch.randn(3, 13, D, dtype=torch.float64)
+    lens = torch.tensor([13, 7, 2])
+    with torch.no_grad():
+        ours = greedy_search(joint, predictor, enc, lens, blank_id=BLANK, max_symbols_per_step=3)
+    shared = shared_greedy(model, enc, lens, max_sym_per_frame=3)
+    assert shared.tokens == ours.tokens and shared.frames == ours.frames
+    assert sum(map(len, ours.tokens)) > 5
