@@ -13,11 +13,15 @@ from oasr.layers.recurrent import LSTM
 from oasr.layers.relpos import PositionalEncoding, RelPositionalEncoding, RelPositionMultiHeadedAttention
 from oasr.layers.relpos_xl import RelPositionMultiHeadAttentionXL, rel_shift, xl_relative_positions
 from oasr.layers.rotary import NeoxRotaryEmbedding
+from oasr.layers.zipformer import BiasNorm, Bypass, ChunkCausalDepthwiseConv1d, SimpleDownsample
 
 __all__ = [
     "ACTIVATIONS",
     "Activation",
     "BatchNorm1d",
+    "BiasNorm",
+    "Bypass",
+    "ChunkCausalDepthwiseConv1d",
     "ConformerConvolution",
     "Conv1d",
     "Conv2d",
@@ -37,6 +41,7 @@ __all__ = [
     "RMSNorm",
     "Relu",
     "Silu",
+    "SimpleDownsample",
     "Tanh",
     "apply_activation",
     "attention",

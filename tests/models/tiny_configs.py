@@ -173,6 +173,36 @@ def _paraformer() -> Any:
     return ParaformerConfig(encoder=encoder, decoder=decoder, predictor=CifPredictorConfig(), vocab_size=45)
 
 
+def _zipformer_encoder() -> Any:
+    from oasr.models.zipformer import ZipformerEncoderConfig
+
+    return ZipformerEncoderConfig(
+        downsampling_factor=(1, 2),
+        encoder_dim=(16, 24),
+        num_encoder_layers=(1, 1),
+        num_heads=(2, 2),
+        query_head_dim=(8,),
+        pos_head_dim=(4,),
+        value_head_dim=(4,),
+        feedforward_dim=(32, 48),
+        cnn_module_kernel=(5, 3),
+        pos_dim=16,
+        embed_channels=(4, 8, 16),
+    )
+
+
+def _zipformer() -> Any:
+    from oasr.models.zipformer import ZipformerConfig
+
+    return ZipformerConfig(encoder=_zipformer_encoder(), vocab_size=20)
+
+
+def _transducer() -> Any:
+    from oasr.models.transducer import TransducerConfig
+
+    return TransducerConfig(encoder=_zipformer_encoder(), vocab_size=20, decoder_dim=16, joiner_dim=16, use_ctc=True)
+
+
 TINY_CONFIGS: dict[str, Callable[[], Any]] = {
     "conformer": _conformer,
     "lasr": _lasr,
@@ -182,5 +212,7 @@ TINY_CONFIGS: dict[str, Callable[[], Any]] = {
     "parakeet_transducer": _parakeet_transducer,
     "qwen3_asr": _qwen3_asr,
     "speech_llm": _speech_llm,
+    "transducer": _transducer,
     "whisper": _whisper,
+    "zipformer": _zipformer,
 }
