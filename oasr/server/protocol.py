@@ -20,7 +20,10 @@ Form-field policy (one rule for both audio routes):
 * A value of the wrong type or out of range (``temperature=abc``, ``temperature=-1``,
   ``stream=maybe``, ``response_format=xml``, a file part in a text field, a scalar
   field given twice) is refused with 400, ``code="invalid_value"``, ``param`` naming it.
-* Empty ``language`` / ``prompt`` / ``chunking_strategy`` values mean "not given".
+* Empty ``language`` / ``prompt`` / ``chunking_strategy`` values mean "not given";
+  ``language=auto`` means "detect it" (as no language).
+* JSON text in a field is at most ``MAX_JSON_CHARS`` characters nested at most
+  ``MAX_JSON_DEPTH`` deep (checked before it is parsed), else 400 ``invalid_value``.
 """
 
 from __future__ import annotations
@@ -120,6 +123,8 @@ _LIST_FIELDS = frozenset({"timestamp_granularities"})
 _OBJECT_FIELDS = frozenset({"chunking_strategy"})  # a string, JSON object text, or name[key] fields
 _OPTIONAL_TEXT = frozenset({"language", "prompt"})
 _SUBFIELD = re.compile(r"(\w+)\[(\w+)\]")
+MAX_JSON_CHARS = 4096
+MAX_JSON_DEPTH = 8
 
 
 def parse_form(form: FormData, request_cls: type[TranslationRequest]) -> tuple[TranslationRequest, UploadFile]:
@@ -165,6 +170,8 @@ def parse_form(form: FormData, request_cls: type[TranslationRequest]) -> tuple[T
             raise FormError(f"{key!r} was given more than once", key, "invalid_value")
         if key in _OPTIONAL_TEXT and value == "":
             continue
+        if key == "language" and isinstance(value, str) and value.strip().lower() == "auto":
+            continue
         values[key] = value
     if not files:
         raise FormError("missing required field 'file' (the audio, as a multipart file part)", "file", "missing")
@@ -197,6 +204,7 @@ def _object_field(values: dict[str, Any], key: str, sub: str | None, value: Any)
         if held is not None:
             raise FormError(f"{key!r} was given more than once", key, "invalid_value")
         if value.lstrip().startswith("{"):
+            _check_json_bounds(key, value)
             try:
                 value = json.loads(value)
             except ValueError as e:
@@ -209,6 +217,30 @@ def _object_field(values: dict[str, Any], key: str, sub: str | None, value: Any)
     if sub in held:
         raise FormError(f"{key}[{sub}] was given more than once", key, "invalid_value")
     held[sub] = value
+
+
+def _check_json_bounds(key: str, text: str) -> None:
+    """Refuse JSON text too long or nested too deep before parsing it (the parser recurses)."""
+    if len(text) > MAX_JSON_CHARS:
+        raise FormError(f"{key}: JSON text of {len(text)} characters; at most {MAX_JSON_CHARS}", key, "invalid_value")
+    depth = 0
+    in_string = escaped = False
+    for ch in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch in "[{":
+            depth += 1
+            if depth > MAX_JSON_DEPTH:
+                raise FormError(f"{key}: JSON nested more than {MAX_JSON_DEPTH} levels deep", key, "invalid_value")
+        elif ch in "]}":
+            depth -= 1
 
 
 def _chunking_error(e: ValidationError) -> str:
