@@ -20,9 +20,22 @@ which the engine times tokens (``frame * subsampling_rate * frame_shift``).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import torch
+
+
+class Biasing(Protocol):
+    """A hotword context graph as the search walks it (``oasr.engine.decode.ctc.lm.ContextGraph``
+    has this shape; an adapter gives icefall's ``ContextGraph`` the same)."""
+
+    def initial(self) -> Any:
+        """The state before any token."""
+        ...
+
+    def advance(self, state: Any, token: int) -> tuple[float, Any]:
+        """(bonus, next state) after ``token``."""
+        ...
 
 
 @dataclass
@@ -111,6 +124,7 @@ def modified_beam_search(
     beam: int = 4,
     blank_penalty: float = 0.0,
     temperature: float = 1.0,
+    context_graph: Biasing | None = None,
 ) -> TransducerResult:
     """icefall's modified beam search (one symbol per frame), batched over rows.
 
@@ -119,6 +133,10 @@ def modified_beam_search(
         beam: hypotheses kept per row.
         blank_penalty: subtracted from the blank logit.
         temperature: the logits are divided by it before the log-softmax.
+        context_graph: hotword biasing, as icefall applies it: a kept extension by a symbol
+            adds the graph's bonus to its score after the beam is chosen (so it steers the next
+            frames, not this one); the graph's end-of-utterance correction does not enter the
+            final ranking (icefall adds it to a score the ranking does not read).
 
     Shapes:
         enc: (B, T, D), enc_lens: (B,)
@@ -141,7 +159,9 @@ def modified_beam_search(
     windows = predictor.init_state(b * k, enc.device)  # (B * k, context)
     scores = torch.full((b, k), float("-inf"), dtype=enc_proj.dtype, device=enc.device)
     scores[:, 0] = 0.0
-    hyps: list[list[tuple[tuple[int, ...], list[int]]]] = [[((), [])] for _ in range(b)]
+    start = context_graph.initial() if context_graph is not None else None
+    # Per row, per slot: (labels, emission frames, context-graph state).
+    hyps: list[list[tuple[tuple[int, ...], list[int], Any]]] = [[((), [], start)] for _ in range(b)]
     lens = enc_lens.tolist()
     for t in range(max(lens, default=0)):
         live = [i for i in range(b) if t < lens[i]]
@@ -161,16 +181,21 @@ def modified_beam_search(
         token_list = [blank] * (b * k)
         for i in live:
             kept: dict[tuple[int, ...], int] = {}  # label sequence -> slot
-            new_hyps: list[tuple[tuple[int, ...], list[int]]] = []
+            new_hyps: list[tuple[tuple[int, ...], list[int], Any]] = []
             slot_vals: list[float] = []
             slot_src: list[int] = []  # the candidate each slot was created from
             for c in range(k):
                 if val_list[i][c] == float("-inf"):
                     continue
                 parent, token = divmod(top_list[i][c], vocab)
-                seq, frames = hyps[i][parent]
+                seq, frames, ctx = hyps[i][parent]
                 if token != blank:
                     seq, frames = seq + (token,), frames + [t]
+                    if context_graph is not None:
+                        bonus, ctx = context_graph.advance(ctx, token)
+                        if bonus:
+                            top_vals[i, c] += bonus
+                            val_list[i][c] = float(top_vals[i, c])
                 slot = kept.get(seq)
                 if slot is not None:  # same labels: log-add, in the scores' dtype (as icefall)
                     merged = torch.logaddexp(top_vals[i, slot_src[slot]], top_vals[i, c])
@@ -181,7 +206,7 @@ def modified_beam_search(
                 parent_list[i * k + len(new_hyps)] = i * k + parent
                 token_list[i * k + len(new_hyps)] = token
                 slot_src.append(c)
-                new_hyps.append((seq, frames))
+                new_hyps.append((seq, frames, ctx))
                 slot_vals.append(val_list[i][c])
             hyps[i] = new_hyps
             new_scores[i] = float("-inf")

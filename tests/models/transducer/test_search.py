@@ -137,3 +137,48 @@ def test_bad_search_arguments(ours, encoded):
         greedy_search(ours, enc, lens + 1000)
     with pytest.raises(ValueError, match=r"\(B, T, D\)"):
         greedy_search(ours, enc[0], lens)
+
+
+class _IcefallGraph:
+    """icefall's ContextGraph behind the search's biasing interface."""
+
+    def __init__(self, graph):
+        self.graph = graph
+
+    def initial(self):
+        return self.graph.root
+
+    def advance(self, state, token):
+        score, state, _ = self.graph.forward_one_step(state, token, strict_mode=False)
+        return score, state
+
+
+def test_hotword_biasing_matches_icefall(ours, reference, encoded, ref_encoded):
+    from zipformer.decode.context_graph import ContextGraph
+    from zipformer.decode.search import modified_beam_search as icefall_beam
+
+    enc, lens = encoded
+    plain = modified_beam_search(ours, enc, lens, beam=4)
+    # Phrases from symbols the model emits, and one it rarely does.
+    seen = [t for row in plain.tokens for t in row]
+    phrases = [[seen[0], seen[1]], [seen[-1]], [11, 12, 13]]
+    graph = ContextGraph(context_score=1.5)
+    graph.build(token_ids=phrases, scores=[0.0, 3.0, 0.0])
+    got = modified_beam_search(ours, enc, lens, beam=4, context_graph=_IcefallGraph(graph))
+    for i, (r, r_lens) in enumerate(ref_encoded):
+        with torch.no_grad():
+            want = icefall_beam(reference.model, r, r_lens, beam=4, context_graph=graph, return_timestamps=True)
+        assert got.tokens[i] == want.hyps[0], i
+        assert got.frames[i] == want.timestamps[0], i
+    assert got.tokens != plain.tokens, "the boosts should change some hypothesis"
+
+
+def test_predictor_state_contract(ours):
+    p = ours.predictor
+    assert p.label_window_state
+    state = p.init_state(3, "cpu")
+    moved = p.advance(state, torch.tensor([5, 6, 7]), torch.tensor([True, False, True]))
+    assert moved.tolist() == [[0, 5], [-1, 0], [0, 7]]
+    parts = p.unstack_states(moved)
+    assert [x.tolist() for x in parts] == [[[0, 5]], [[-1, 0]], [[0, 7]]]
+    assert torch.equal(p.stack_states(parts), moved)

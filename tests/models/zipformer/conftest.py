@@ -21,7 +21,7 @@ pytest.importorskip(
     "zipformer.modules.model", reason="the icefall reference (pip package 'zipformer') is not installed"
 )
 
-AUDIO = Path(__file__).resolve().parents[3].parent / "shared" / "data" / "audio"
+from tests.conftest import AUDIO_DIR as AUDIO  # noqa: E402
 
 # Unequal lengths: 3.3 s (161 embed frames: past the causal left context of 128), 2.9 s, 1.3 s.
 CLIPS = (
@@ -156,15 +156,13 @@ def reference_encoded(reference: Reference, features: list[torch.Tensor]) -> lis
 
 
 @pytest.fixture(scope="session")
-def features() -> list[torch.Tensor]:
+def features(audio_dir) -> list[torch.Tensor]:
     """icefall's 80-bin fbank (float64) of the clips, longest first."""
     from oasr.audio import load_audio
     from oasr.audio.fbank import KaldiFbank
     from oasr.models.base import FeatureSpec
     from oasr.models.zipformer.convert import FBANK_PARAMS
 
-    if not AUDIO.is_dir():
-        pytest.skip(f"shared audio not found at {AUDIO}")
     fbank = KaldiFbank.from_spec(FeatureSpec("kaldi_fbank", 16000, FBANK_PARAMS))
     return [fbank.compute(load_audio(str(AUDIO / c)), dtype=torch.float64) for c in CLIPS]
 

@@ -163,7 +163,7 @@ def test_too_short_input_is_refused(reference):
         model.forward_offline(torch.zeros(2, 20, 80), torch.tensor([20, 5]))
 
 
-def test_fbank_snip_edges_false_matches_kaldi():
+def test_fbank_snip_edges_false_matches_kaldi(audio_dir):
     kaldi = pytest.importorskip("torchaudio.compliance.kaldi", reason="torchaudio (kaldi compliance) not installed")
     from oasr.audio import load_audio
     from oasr.audio.fbank import kaldi_fbank
@@ -181,7 +181,7 @@ def test_fbank_snip_edges_false_matches_kaldi():
     assert kaldi_fbank(x[:79], snip_edges=False).shape == (0, 80)
 
 
-def test_engine_transcribes_like_batched_greedy(reference):
+def test_engine_transcribes_like_batched_greedy(reference, audio_dir):
     from oasr.audio import load_audio
     from oasr.audio.frontends import build_frontend
 
