@@ -14,8 +14,10 @@ NonlinAttention (first head) and both SelfAttentions:
     x = x + FF2(x); x = lerp(x_in, x, bypass_mid); x = x + SelfAttn2(x, w); x = x + Conv2(x)
     x = x + FF3(x); x = BiasNorm(x); out = lerp(x_in, x, bypass)
 
-Tensor names follow icefall's ``AsrModel`` state dict (``encoder_embed.*``, ``encoder.*``),
-except ``ctc_output.1.*`` -> ``ctc_output.*`` (the converter renames it).
+Tensor names follow icefall's ``AsrModel`` state dict under the model's ``encoder.`` prefix
+(``encoder.encoder_embed.*``, ``encoder.encoder.*``), and ``ctc_output.1.*`` -> ``ctc_output.*``
+(the converter renames them). The blocks that own parameters of their own (BiasNorm, the bypass
+lerp, SimpleDownsample, the chunk-causal convolution) are in ``oasr.layers.zipformer``.
 
 Padding never leaks into a row's valid frames, so a padded batch gives each row what it
 gets alone (icefall's own batches do not: its downsample repeats the batch's last frame,
