@@ -56,7 +56,8 @@ class NemotronConfig(ModelConfig):
         decoder_hidden_size: predictor and joint width.
         num_decoder_layers: LSTM layers.
         max_symbols_per_step: labels greedy search may emit on one frame.
-        num_prompts: prompt slots of the one-hot the projector was trained on.
+        num_prompts: prompt slots of the one-hot the projector was trained on (0: no prompt
+            projector, the English ``nemotron_asr_streaming`` release).
         prompt_intermediate_size: hidden width of the prompt projector.
         default_prompt_id: the prompt used when a request names no language.
         prompt_dictionary: language string -> prompt id (the checkpoint's processor table).
@@ -76,7 +77,9 @@ class NemotronConfig(ModelConfig):
     def __post_init__(self) -> None:
         if not 0 <= self.blank_id < self.vocab_size:
             raise ValueError(f"blank_id={self.blank_id} is outside the vocabulary (size {self.vocab_size})")
-        if not 0 <= self.default_prompt_id < self.num_prompts:
+        if self.num_prompts < 0:
+            raise ValueError(f"num_prompts={self.num_prompts} must be >= 0")
+        if self.num_prompts and not 0 <= self.default_prompt_id < self.num_prompts:
             raise ValueError(f"default_prompt_id={self.default_prompt_id} is not one of {self.num_prompts} prompts")
         bad = {k: v for k, v in self.prompt_dictionary.items() if not 0 <= v < self.num_prompts}
         if bad:

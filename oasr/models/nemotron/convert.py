@@ -1,4 +1,5 @@
-"""Hugging Face Nemotron 3.5 ASR checkpoints (``Nemotron3_5AsrForRNNT.save_pretrained`` directories).
+"""Hugging Face Nemotron 3.5 ASR checkpoints (``Nemotron3_5AsrForRNNT.save_pretrained`` directories),
+and the English ``NemotronAsrStreamingForRNNT`` ones (``nemotron_asr_streaming``: no prompt projector).
 
 A directory holds ``config.json`` (``model_type: nemotron3_5_asr`` with a nested
 ``encoder_config``), ``model.safetensors`` (or ``.bin`` / sharded), ``tokenizer.json`` and
@@ -30,6 +31,9 @@ from oasr.models.registry import CheckpointBundle
 
 ARCH = "nemotron"
 MODEL_TYPE = "nemotron3_5_asr"
+# The English streaming release: the same encoder and transducer without the prompt projector.
+STREAMING_EN_MODEL_TYPE = "nemotron_asr_streaming"
+MODEL_TYPES = (MODEL_TYPE, STREAMING_EN_MODEL_TYPE)
 
 _TRANSDUCER_RENAMES = (
     (re.compile(r"^decoder\."), "predictor."),
@@ -75,7 +79,8 @@ def _feature_spec(fe: Mapping[str, Any], source: Path, num_mel_bins: int) -> Fea
 
 
 class HFNemotronConverter:
-    """A transformers ``Nemotron3_5AsrForRNNT`` directory (config.json ``model_type: nemotron3_5_asr``)."""
+    """A transformers ``Nemotron3_5AsrForRNNT`` (config.json ``model_type: nemotron3_5_asr``) or
+    ``NemotronAsrStreamingForRNNT`` (``nemotron_asr_streaming``) directory."""
 
     architecture = ARCH
     auto_detect = True
@@ -83,20 +88,21 @@ class HFNemotronConverter:
     capability_drop_hints: Mapping[str, str] = {}
 
     def can_load(self, path: Path) -> bool:
-        return Path(path).is_dir() and model_type(Path(path)) == MODEL_TYPE
+        return Path(path).is_dir() and model_type(Path(path)) in MODEL_TYPES
 
     def load(self, path: Path) -> CheckpointBundle:
         path = Path(path)
         cfg_file = path / "config.json"
         hf = read_json(cfg_file)
-        if hf.get("model_type") != MODEL_TYPE:
-            raise LoadError(f"{cfg_file}: model_type={hf.get('model_type')!r} is not {MODEL_TYPE!r}")
+        if hf.get("model_type") not in MODEL_TYPES:
+            raise LoadError(f"{cfg_file}: model_type={hf.get('model_type')!r} is not one of {MODEL_TYPES}")
+        prompted = hf["model_type"] == MODEL_TYPE
         if hf.get("hidden_act", "relu") != "relu":
             raise LoadError(f"{cfg_file}: joint hidden_act={hf['hidden_act']!r} is not supported (relu)")
         encoder = _encoder_config(hf.get("encoder_config") or {}, str(cfg_file))
         proc_file = path / "processor_config.json"
         proc = read_json(proc_file) if proc_file.is_file() else {}
-        table = proc.get("prompt_dictionary") or {}
+        table = (proc.get("prompt_dictionary") or {}) if prompted else {}
         if not isinstance(table, dict):
             raise LoadError(f"{proc_file}: prompt_dictionary is not a mapping")
         vocab_size = int(hf.get("vocab_size", 13088))
@@ -108,7 +114,7 @@ class HFNemotronConverter:
                 decoder_hidden_size=int(hf.get("decoder_hidden_size", 640)),
                 num_decoder_layers=int(hf.get("num_decoder_layers", 2)),
                 max_symbols_per_step=int(hf.get("max_symbols_per_step", 10)),
-                num_prompts=int(hf.get("num_prompts", 128)),
+                num_prompts=int(hf.get("num_prompts", 128)) if prompted else 0,
                 prompt_intermediate_size=int(hf.get("prompt_intermediate_size", 2048)),
                 default_prompt_id=int(hf.get("default_prompt_id", 101)),
                 prompt_dictionary={str(k): int(v) for k, v in table.items()},
@@ -117,18 +123,8 @@ class HFNemotronConverter:
             raise LoadError(f"{cfg_file} / {proc_file.name}: {e}") from e
 
         state = transducer_state(load_hf_weights(path))
-        w1, b1 = state.pop("prompt_projector.linear_1.weight", None), state.pop("prompt_projector.linear_1.bias", None)
-        d, p, i = encoder.hidden_size, config.num_prompts, config.prompt_intermediate_size
-        if w1 is None or b1 is None or tuple(w1.shape) != (i, d + p) or tuple(b1.shape) != (i,):
-            got = None if w1 is None else tuple(w1.shape)
-            raise LoadError(
-                f"{path}: prompt_projector.linear_1 must be ({i}, {d} + {p}) with a bias (hidden + num_prompts "
-                f"inputs), got weight {got}"
-            )
-        state["prompt_projector.linear_1.weight"] = w1[:, :d].contiguous()
-        state["prompt_projector.prompt_table.weight"] = (w1[:, d:].T.to(torch.float64) + b1.to(torch.float64)).to(
-            w1.dtype
-        )
+        if prompted:
+            self._fold_prompt_table(state, path, config)
 
         fe = proc.get("feature_extractor") if isinstance(proc.get("feature_extractor"), dict) else {}
         pre = path / "preprocessor_config.json"
@@ -147,9 +143,28 @@ class HFNemotronConverter:
                 params={
                     "blank_id": config.blank_id,
                     "max_symbols_per_step": config.max_symbols_per_step,
-                    "languages": tuple(sorted({k.split("-")[0].lower() for k in table if k != "auto"})),
+                    # The streaming release is English-only; Nemotron 3.5 names its languages in the table.
+                    "languages": tuple(sorted({k.split("-")[0].lower() for k in table if k != "auto"}))
+                    if prompted
+                    else ("en",),
                 },
             ),
             source=str(path),
             format="huggingface",
         )
+
+    @staticmethod
+    def _fold_prompt_table(state: dict[str, torch.Tensor], path: Path, config: NemotronConfig) -> None:
+        """``linear_1`` (I, D + P) + bias -> ``linear_1`` (I, D) and ``prompt_table.weight`` (P, I)."""
+        w1 = state.pop("prompt_projector.linear_1.weight", None)
+        b1 = state.pop("prompt_projector.linear_1.bias", None)
+        d, p, i = config.encoder.hidden_size, config.num_prompts, config.prompt_intermediate_size
+        if w1 is None or b1 is None or tuple(w1.shape) != (i, d + p) or tuple(b1.shape) != (i,):
+            got = None if w1 is None else tuple(w1.shape)
+            raise LoadError(
+                f"{path}: prompt_projector.linear_1 must be ({i}, {d} + {p}) with a bias (hidden + num_prompts "
+                f"inputs), got weight {got}"
+            )
+        state["prompt_projector.linear_1.weight"] = w1[:, :d].contiguous()
+        table = w1[:, d:].T.to(torch.float64) + b1.to(torch.float64)  # one rounding from the concat's
+        state["prompt_projector.prompt_table.weight"] = table.to(w1.dtype)

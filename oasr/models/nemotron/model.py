@@ -1,4 +1,5 @@
-"""Nemotron 3.5 ASR: cache-aware FastConformer + language prompt + LSTM RNN-T (HF ``nemotron3_5_asr``).
+"""Nemotron 3.5 ASR: cache-aware FastConformer + language prompt + LSTM RNN-T (HF ``nemotron3_5_asr``;
+its English predecessor ``nemotron_asr_streaming`` is the same model without the prompt projector).
 
     feats (B, T, F) -> causal depthwise-separable 8x Conv2d subsampling -> x sqrt(D)
     -> N x [ x + 0.5 FF(LN x); x + chunked-limited RelPosXL-MHSA(LN x); x + causal Conv(LN x);
@@ -351,7 +352,9 @@ class NemotronRnntModel(BaseAsrModel):
         super().__init__(config)
         d, dj = config.encoder.hidden_size, config.decoder_hidden_size
         self.encoder = NemotronEncoder(config.encoder)
-        self.prompt_projector = PromptProjector(d, config.prompt_intermediate_size, config.num_prompts)
+        self.prompt_projector = (
+            PromptProjector(d, config.prompt_intermediate_size, config.num_prompts) if config.num_prompts else None
+        )
         self.predictor = LstmPredictor(config.vocab_size, dj, config.num_decoder_layers, config.blank_id)
         self.joiner = AdditiveJoint(d, dj, config.vocab_size)
 
@@ -365,10 +368,19 @@ class NemotronRnntModel(BaseAsrModel):
 
     @property
     def encoder_options(self) -> frozenset[str]:
-        return frozenset({"language"})
+        """``language`` where the checkpoint has a prompt projector (none on the English release)."""
+        return frozenset({"language"}) if self.prompt_projector is not None else frozenset()
 
     def resolve_prompt_id(self, language: str | None) -> int:
-        """``language`` (an ISO code, a locale of the table, or None) -> prompt id (see ``resolve_prompt_id``)."""
+        """``language`` (an ISO code, a locale of the table, or None) -> prompt id (see ``resolve_prompt_id``).
+
+        Raises:
+            ValueError: an unknown or ambiguous code, or any language on a checkpoint without prompts.
+        """
+        if self.prompt_projector is None:
+            if language is None:
+                return 0
+            raise ValueError(f"language {language!r}: this checkpoint has no language prompt (its config has none)")
         return resolve_prompt_id(self.config.prompt_dictionary, language, self.config.default_prompt_id)
 
     def prompt_ids(self, languages: list[str | None] | None, batch_size: int, device=None) -> torch.Tensor:
@@ -390,6 +402,10 @@ class NemotronRnntModel(BaseAsrModel):
         """
         hidden, lens = self.encoder(feats, feat_lens)
         b = hidden.shape[0]
+        if self.prompt_projector is None:
+            if prompt_ids is not None and bool((torch.as_tensor(prompt_ids) != 0).any()):
+                raise ValueError("prompt_ids given to a checkpoint without a language prompt")
+            return hidden, lens
         if prompt_ids is None:
             prompt_ids = torch.full((b,), self.config.default_prompt_id, dtype=torch.long, device=hidden.device)
         prompt_ids = torch.as_tensor(prompt_ids, dtype=torch.long, device=hidden.device).reshape(-1)
