@@ -10,7 +10,7 @@ from oasr.audio.features import (
     log_mel_spectrogram,
     mel_filters,
 )
-from oasr.audio.io import SAMPLE_RATE, AudioDecodeError, AudioSource, iter_audio, load_audio
+from oasr.audio.io import SAMPLE_RATE, AudioDecodeError, AudioSource, AudioTooLong, iter_audio, load_audio
 from oasr.audio.stream import FeatureSource, InMemoryMel, SpooledMel, features_from
 
 __all__ = [
@@ -19,6 +19,7 @@ __all__ = [
     "N_SAMPLES",
     "SAMPLE_RATE",
     "AudioDecodeError",
+    "AudioTooLong",
     "AudioSource",
     "FeatureSource",
     "InMemoryMel",

@@ -108,6 +108,9 @@ _ARRAY_PIECE = 1 << 16
 # Decoded frames are grouped up to this many samples before resampling: one soxr call
 # per few tenths of a second instead of per packet keeps hour-long files fast.
 _GROUP_SAMPLES = 1 << 14
+# Containers at a lower rate are refused: no speech fits under 2 kHz of bandwidth, and a
+# header that claims 1 Hz makes a 20-kB file 10,000 s of audio to resample and decode.
+MIN_INPUT_SAMPLE_RATE = 4000
 # The resampler may round the output length up by a sample; allow 1 ms on max_duration_s.
 _MAX_DURATION_SLACK_S = 1e-3
 
@@ -120,6 +123,11 @@ _INT_SCALE = {
 class AudioDecodeError(ValueError):
     """The input is not decodable audio: empty, not audio, truncated, corrupt,
     non-finite, or longer than allowed. The message names the problem and the input."""
+
+
+class AudioTooLong(AudioDecodeError):
+    """The audio is longer than the caller's ``max_duration_s`` (from the container's
+    header before decoding, or counted while decoding when the header lies)."""
 
 
 @functools.cache
@@ -265,7 +273,7 @@ def _resample_and_chunk(
             return
         n_total += y.size
         if limit is not None and n_total > limit:
-            raise AudioDecodeError(
+            raise AudioTooLong(
                 f"audio is longer than max_duration_s={max_duration_s:g} "
                 f"(stopped decoding at {n_total / out_rate:.1f} s): {name}"
             )
@@ -311,7 +319,7 @@ def _check_rate(what: str, rate: int) -> None:
 
 def _check_declared_length(declared_s: float, max_duration_s: float | None, name: str) -> None:
     if max_duration_s is not None and declared_s > max_duration_s:
-        raise AudioDecodeError(f"audio is {declared_s:.1f} s, longer than max_duration_s={max_duration_s:g}: {name}")
+        raise AudioTooLong(f"audio is {declared_s:.1f} s, longer than max_duration_s={max_duration_s:g}: {name}")
 
 
 # ---------------------------------------------------------------------------
@@ -431,6 +439,12 @@ def _container_pieces(source: object, name: str, max_duration_s: float | None) -
             kinds = ", ".join(s.type for s in container.streams) or "none"
             raise AudioDecodeError(f"not an audio file (no audio stream; streams: {kinds}): {name}")
         stream = container.streams.audio[0]
+        rate = stream.codec_context.sample_rate or stream.rate
+        if rate and rate < MIN_INPUT_SAMPLE_RATE:
+            raise AudioDecodeError(
+                f"the audio's sample rate is {rate} Hz, below the {MIN_INPUT_SAMPLE_RATE} Hz oasr decodes "
+                f"(not speech audio, or a corrupt header): {name}"
+            )
         declared_s = _declared_seconds(container, stream, head)
         if declared_s is not None:
             _check_declared_length(declared_s, max_duration_s, name)
@@ -455,11 +469,16 @@ def _container_pieces(source: object, name: str, max_duration_s: float | None) -
                     if frame.samples == 0:
                         continue
                     unrecovered = None
+                    if frame.sample_rate < MIN_INPUT_SAMPLE_RATE:
+                        raise AudioDecodeError(
+                            f"the audio's sample rate is {frame.sample_rate} Hz, below the "
+                            f"{MIN_INPUT_SAMPLE_RATE} Hz oasr decodes: {name}"
+                        )
                     if frame.sample_rate != group_rate and group:
                         yield _join(group), group_rate
                         group, n_group = [], 0
                     group_rate = frame.sample_rate
-                    group.append(_frame_to_mono(frame))
+                    group.append(_frame_to_mono(frame, name))
                     n_group += frame.samples
                     decoded_s += frame.samples / frame.sample_rate
                     if n_group >= _GROUP_SAMPLES:
@@ -497,11 +516,14 @@ def _join(parts: list[np.ndarray]) -> np.ndarray:
     return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
 
-def _frame_to_mono(frame: av.AudioFrame) -> np.ndarray:
+def _frame_to_mono(frame: av.AudioFrame, name: str) -> np.ndarray:
     """One decoded frame as float32 mono ``(samples,)``: scale integer PCM, average channels."""
     raw = frame.to_ndarray()
     fmt = frame.format.name.rstrip("p")
     if fmt in ("flt", "dbl"):
+        # Only float sample formats can carry NaN / inf; such audio would decode to garbage.
+        if not np.isfinite(raw).all():
+            raise AudioDecodeError(f"audio contains NaN or infinite samples: {name}")
         x = raw
     elif fmt == "u8":
         x = (raw.astype(np.float32) - 128.0) * np.float32(1.0 / 128.0)

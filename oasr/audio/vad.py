@@ -237,15 +237,79 @@ class _BatchedSilero:
         count = -(-samples.numel() // w)
         padded = torch.zeros(ctx + count * w)
         padded[ctx : ctx + samples.numel()] = samples
+        probs, _ = self.windows(padded, None)
+        return probs
+
+    @torch.inference_mode()
+    def windows(self, padded: torch.Tensor, state: Any) -> tuple[torch.Tensor, Any]:
+        """Probabilities of the whole windows of ``padded`` (``context`` samples of history,
+        then ``k * window`` new ones), and the LSTM state after them.
+
+        Shapes:
+            padded: (context + k * window,) -> (k,)
+        """
+        w, ctx = self.window, self.context
         windows = padded.unfold(0, ctx + w, w)  # each window behind the context the model saw
         probs = []
-        state = None
-        for i in range(0, count, self.BLOCK):
+        for i in range(0, windows.shape[0], self.BLOCK):
             features = self.encoder(self.stft(windows[i : i + self.BLOCK]))  # (b, hidden, 1)
             hidden, state = self.lstm(features.squeeze(-1).unsqueeze(1), state)  # (b, 1, hidden)
             out = self.head(hidden.squeeze(1).unsqueeze(-1))  # (b, 1, 1)
             probs.append(out.reshape(out.shape[0], -1).mean(1))
-        return torch.cat(probs) if probs else torch.zeros(0)
+        return (torch.cat(probs) if probs else torch.zeros(0)), state
+
+
+class SpeechProbabilityStream:
+    """``speech_probabilities`` fed piece by piece, as audio is decoded: the same windows
+    (and so the same probabilities, to float rounding), with memory bounded by one block of
+    windows whatever the duration.
+
+    Args:
+        sampling_rate: 8000 or 16000.
+    """
+
+    def __init__(self, sampling_rate: int) -> None:
+        if sampling_rate not in _VAD_RATES:
+            raise ValueError(f"Silero VAD takes 8000 or 16000 Hz audio, got {sampling_rate}")
+        self.net = load_vad_model()[sampling_rate]
+        self.history = torch.zeros(self.net.context)  # the samples before the pending ones
+        self.pending: list[torch.Tensor] = []
+        self.n_pending = 0
+        self.state: Any = None
+        self.probs: list[torch.Tensor] = []
+        self.num_samples = 0
+
+    def feed(self, samples: np.ndarray) -> None:
+        """Add the next samples (any length)."""
+        piece = torch.from_numpy(np.ascontiguousarray(samples, dtype=np.float32).reshape(-1))
+        self.pending.append(piece)
+        self.n_pending += piece.numel()
+        self.num_samples += piece.numel()
+        if self.n_pending >= self.net.BLOCK * self.net.window:
+            self._run(final=False)
+
+    def finish(self) -> np.ndarray:
+        """The probability of every window fed (the last one zero-padded)."""
+        self._run(final=True)
+        return torch.cat(self.probs).numpy() if self.probs else np.zeros(0, np.float32)
+
+    def _run(self, *, final: bool) -> None:
+        w = self.net.window
+        pending = torch.cat(self.pending) if self.pending else torch.zeros(0)
+        whole = pending.numel() // w
+        if final and pending.numel() % w:
+            whole += 1
+            pending = torch.cat([pending, torch.zeros(whole * w - pending.numel())])
+        if whole == 0:
+            return
+        used = whole * w
+        padded = torch.cat([self.history, pending[:used]])
+        probs, self.state = self.net.windows(padded, self.state)
+        self.probs.append(probs)
+        self.history = padded[-self.net.context :].clone()
+        rest = pending[used:].clone()
+        self.pending = [rest] if rest.numel() else []
+        self.n_pending = rest.numel()
 
 
 def load_vad_model() -> dict[int, _BatchedSilero]:
@@ -298,7 +362,6 @@ def speech_spans(
     Raises:
         ImportError: silero-vad is not installed.
     """
-    options = options or VadOptions()
     samples = np.asarray(audio, dtype=np.float32).reshape(-1)
     rate = sampling_rate
     if rate not in _VAD_RATES:
@@ -307,18 +370,31 @@ def speech_spans(
         samples = soxr.resample(samples, sampling_rate, 16000).astype(np.float32, copy=False)
         rate = 16000
     probs = speech_probabilities(samples, rate)
+    return spans_from_probabilities(probs, len(samples), rate, len(audio), sampling_rate, options)
+
+
+def spans_from_probabilities(
+    probs: np.ndarray,
+    vad_samples: int,
+    vad_rate: int,
+    n: int,
+    sampling_rate: int,
+    options: VadOptions | None = None,
+) -> list[tuple[int, int]]:
+    """``speech_spans`` from Silero's window probabilities of ``vad_samples`` samples at
+    ``vad_rate``, counted in the ``n`` samples of the audio at ``sampling_rate``."""
+    options = options or VadOptions()
     stamps = require_silero().get_speech_timestamps_from_probs(
         probs.tolist(),
-        sampling_rate=rate,
+        sampling_rate=vad_rate,
         threshold=options.threshold,
         min_speech_duration_ms=options.min_speech_duration_ms,
         max_speech_duration_s=options.max_speech_duration_s,
         min_silence_duration_ms=options.min_silence_duration_ms,
         speech_pad_ms=options.speech_pad_ms,
-        audio_length_samples=len(samples),
+        audio_length_samples=vad_samples,
     )
-    scale = sampling_rate / rate
-    n = len(audio)
+    scale = sampling_rate / vad_rate
     spans: list[tuple[int, int]] = []
     for stamp in stamps:
         start = min(n, round(stamp["start"] * scale))

@@ -10,6 +10,17 @@ a timeout) aborts the request and frees its rows at the next step.
 
 The queue is bounded: past ``EngineConfig.max_queue_size`` admitted requests,
 ``transcribe`` raises ``EngineOverloaded`` at once.
+
+One request never takes the loop down. Everything the thread does to the strategy
+(admit, step, abort) runs under the decode's inference mode, and each of those calls
+is guarded on its own: a request the strategy refuses, or whose abort fails, fails
+alone. A failing ``step`` cannot say which request caused it, so the requests that
+were running are aborted (the strategy is rebuilt if they will not leave) and decoded
+again one at a time ("quarantine", each prepared afresh from its source): the one that
+fails alone gets the error, the others finish with the result they give solo, and new
+requests wait meanwhile. If the loop dies all the same (a bug outside a step), every
+waiting and new request fails with ``EngineStopped`` at once, ``is_running`` turns
+False and the death callbacks run (the server then exits so a supervisor restarts it).
 """
 
 from __future__ import annotations
@@ -19,13 +30,15 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections import deque
+from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
+from oasr.engine.chunking import VadSplitter
 from oasr.engine.config import TranscribeOptions
 from oasr.engine.decode.base import EngineOverloaded, Request, StepEvent
 from oasr.engine.engine import EngineCore
@@ -39,7 +52,13 @@ class RequestTimeout(TimeoutError):
 
 
 class EngineStopped(RuntimeError):
-    """The engine has been shut down."""
+    """The engine has been shut down, or its decode loop died."""
+
+
+Timeout = float | Callable[[float], float] | None
+"""Seconds a request may take from admission; or a function of its audio's duration
+(seconds) giving that budget once the audio is decoded (before that, the budget of the
+longest audio the engine admits)."""
 
 
 @dataclass
@@ -48,6 +67,9 @@ class _Handle:
     future: asyncio.Future
     events: asyncio.Queue | None = None
     submitted: float = field(default_factory=time.monotonic)
+    budget: float = 0.0  # seconds from admission it may take (for the timeout message)
+    request: Request | None = None  # as submitted (source + options), to decode it again in quarantine
+    delivered: int = 0  # segment / delta events delivered (a quarantined rerun skips as many)
 
     def deliver(self, event: StepEvent) -> None:
         if self.events is not None:
@@ -74,6 +96,7 @@ class EngineStats:
     finished: int = 0
     failed: int = 0
     aborted: int = 0
+    quarantined: int = 0  # requests decoded again alone after a failure beside them
     audio_seconds: float = 0.0
 
 
@@ -93,10 +116,17 @@ class AsyncEngine(EngineCore):
         self._stop = threading.Event()
         self._executor = ThreadPoolExecutor(prepare_workers, thread_name_prefix="oasr-prepare")
         self._stats = EngineStats()
-        self._counts = {"finished": 0, "failed": 0, "aborted": 0}
+        self._counts = {"finished": 0, "failed": 0, "aborted": 0, "quarantined": 0}
         self._admitted = 0
         self._preparing = 0
         self._audio_seconds = 0.0
+        self._death: BaseException | None = None
+        self._death_callbacks: list[Callable[[BaseException], None]] = []
+        self._live: set[str] = set()  # request ids the strategy holds
+        self._quarantine: deque[str] = deque()  # request ids to decode again, one at a time
+        self._suspect: str | None = None  # the quarantined request decoding now
+        self._held: deque[Request] = deque()  # admitted while a quarantine runs
+        self._replaying: dict[str, int] = {}  # rerun request id -> segment / delta events still to skip
         self._thread = threading.Thread(target=self._run, name="oasr-engine", daemon=True)
         self._thread.start()
 
@@ -105,7 +135,19 @@ class AsyncEngine(EngineCore):
     @property
     def is_running(self) -> bool:
         """Whether the decode thread is alive and accepting requests."""
-        return self._thread.is_alive() and not self._stop.is_set()
+        return self._thread.is_alive() and not self._stop.is_set() and self._death is None
+
+    @property
+    def death(self) -> BaseException | None:
+        """What killed the decode loop (None while it runs or after a clean shutdown)."""
+        return self._death
+
+    def add_death_callback(self, fn: Callable[[BaseException], None]) -> None:
+        """Call ``fn(exc)`` once if the decode loop dies (from the engine thread; at once
+        if it is already dead)."""
+        self._death_callbacks.append(fn)
+        if self._death is not None:
+            fn(self._death)
 
     def stats(self) -> EngineStats:
         """The latest snapshot (cheap; safe from any thread)."""
@@ -127,7 +169,8 @@ class AsyncEngine(EngineCore):
         Args:
             source: a path, bytes, a binary file object or a waveform.
             options: validated options (``make_options``).
-            timeout: seconds before the request is aborted with ``RequestTimeout``.
+            timeout: seconds before the request is aborted with ``RequestTimeout``, or a
+                function of the audio's duration giving them (see ``Timeout``).
             min_duration_s: shorter audio is refused with a ValueError.
 
         Raises:
@@ -136,12 +179,11 @@ class AsyncEngine(EngineCore):
             RequestTimeout: ``timeout`` elapsed (the request was aborted).
         """
         loop = asyncio.get_running_loop()
-        deadline = None if timeout is None else loop.time() + timeout
-        rid, handle = await self._admit(source, options, request_id, deadline, min_duration_s, stream=False)
+        rid, handle, deadline = await self._admit(source, options, request_id, timeout, min_duration_s, stream=False)
         try:
             return await _wait(asyncio.shield(handle.future), deadline, loop)
         except asyncio.TimeoutError:
-            raise RequestTimeout(f"request {rid} did not finish within {timeout} s and was aborted") from None
+            raise _timed_out(rid, handle) from None
         finally:
             self._release(rid, handle)
 
@@ -158,8 +200,7 @@ class AsyncEngine(EngineCore):
         for a strategy that streams text, each ``delta`` event), then the ``finished``
         event with the whole output. Closing the iterator early aborts the request."""
         loop = asyncio.get_running_loop()
-        deadline = None if timeout is None else loop.time() + timeout
-        rid, handle = await self._admit(source, options, request_id, deadline, min_duration_s, stream=True)
+        rid, handle, deadline = await self._admit(source, options, request_id, timeout, min_duration_s, stream=True)
         try:
             while True:
                 event = await _wait(handle.events.get(), deadline, loop)  # type: ignore[union-attr]
@@ -169,12 +210,16 @@ class AsyncEngine(EngineCore):
                 if event.kind == "finished":
                     return
         except asyncio.TimeoutError:
-            raise RequestTimeout(f"request {rid} did not finish within {timeout} s and was aborted") from None
+            raise _timed_out(rid, handle) from None
         finally:
             self._release(rid, handle)
 
-    async def _admit(self, source, options, request_id, deadline, min_duration_s, *, stream: bool):
-        """Prepare (decode + featurise) in the pool, then hand the request to the engine thread."""
+    async def _admit(self, source, options, request_id, timeout: Timeout, min_duration_s, *, stream: bool):
+        """Prepare (decode + featurise) in the pool, then hand the request to the engine thread.
+
+        Returns ``(request id, handle, deadline)``, the deadline on the loop's clock (None: none)."""
+        if self._death is not None:
+            raise EngineStopped(f"the engine's decode loop died ({type(self._death).__name__}: {self._death})")
         if self._stop.is_set():
             raise EngineStopped("the engine has been shut down")
         if self._admitted >= self.config.max_queue_size:
@@ -183,6 +228,9 @@ class AsyncEngine(EngineCore):
                 f"max_queue_size={self.config.max_queue_size})"
             )
         loop = asyncio.get_running_loop()
+        submitted = loop.time()
+        longest = self.config.max_audio_s if self.config.max_audio_s is not None else 4 * 3600.0
+        deadline = _deadline(timeout, longest, submitted)
         rid = request_id or self.new_request_id()
         self._admitted += 1
         self._preparing += 1
@@ -198,15 +246,26 @@ class AsyncEngine(EngineCore):
         except BaseException as e:
             self._admitted -= 1
             if isinstance(e, asyncio.TimeoutError):
-                raise RequestTimeout(f"request {rid} timed out while its audio was being decoded") from None
+                budget = (deadline or submitted) - submitted
+                raise RequestTimeout(
+                    f"request {rid} timed out after {budget:.0f} s while its audio was being decoded"
+                ) from None
             raise
         finally:
             self._preparing -= 1
         handle = _Handle(loop, loop.create_future(), asyncio.Queue() if stream else None)
+        handle.request = Request(rid, source, options, duration=request.duration)
         self._handles[rid] = handle
+        if self._death is not None:  # died while this request was being prepared
+            _close_features(request)
+            self._handles.pop(rid, None)
+            self._admitted -= 1
+            raise EngineStopped(f"the engine's decode loop died ({type(self._death).__name__}: {self._death})")
         self._inbox.put(("add", request))
         self._wake.set()
-        return rid, handle
+        deadline = _deadline(timeout, request.duration, submitted)
+        handle.budget = 0.0 if deadline is None else deadline - submitted
+        return rid, handle, deadline
 
     def _release(self, rid: str, handle: _Handle) -> None:
         self._admitted -= 1
@@ -223,8 +282,12 @@ class AsyncEngine(EngineCore):
         self._wake.set()
         self._thread.join(timeout=30)
         self._executor.shutdown(wait=False, cancel_futures=True)
+        self._fail_all(EngineStopped("the engine was shut down"))
+
+    def _fail_all(self, exc: BaseException) -> None:
         for h in list(self._handles.values()):
-            h.loop.call_soon_threadsafe(_fail_handle, h, EngineStopped("the engine was shut down"))
+            if not h.loop.is_closed():
+                h.loop.call_soon_threadsafe(_fail_handle, h, exc)
 
     # -- the engine thread ----------------------------------------------------------------
 
@@ -232,39 +295,149 @@ class AsyncEngine(EngineCore):
         # Fix this thread's intra-op thread count now: VAD in a prepare worker runs with
         # torch's count briefly at 1, which a thread starting its first op then would keep.
         torch.get_num_threads()
-        strategy = self.splitter
+        try:
+            with torch.inference_mode():  # every tensor the strategy writes, it writes here
+                self._loop()
+        except BaseException as e:  # noqa: BLE001 - the loop is dead whatever killed it
+            self._die(e)
+
+    def _loop(self) -> None:
         while not self._stop.is_set():
-            if strategy.num_unfinished() == 0 and self._inbox.empty():
+            strategy = self.splitter
+            if strategy.num_unfinished() == 0 and self._inbox.empty() and not self._quarantine:
                 self._wake.wait(timeout=1.0)
                 self._wake.clear()
             while not self._inbox.empty():
                 kind, arg = self._inbox.get_nowait()
                 if kind == "add":
-                    try:
-                        strategy.add_request(arg)
-                        self._audio_seconds += arg.duration
-                    except Exception as e:  # a request the strategy refuses fails alone
-                        self._deliver(StepEvent(arg.request_id, "error", error=e))
-                elif kind == "abort" and strategy.abort(arg):
-                    self._counts["aborted"] += 1
+                    if self._quarantine or self._suspect is not None:
+                        self._held.append(arg)  # admitted once the quarantine is over
+                    else:
+                        self._add(arg)
+                elif kind == "abort":
+                    self._abort(arg)
             if strategy.num_unfinished() == 0:
-                self._publish()
-                continue
+                self._next_in_quarantine()
+                if strategy.num_unfinished() == 0:
+                    self._publish()
+                    continue
+            running = sorted(self._live)
             try:
                 events = strategy.step()
-            except Exception as e:  # a bug in a step: fail what is running, keep serving
-                log.exception("decode step failed; failing %d running requests", strategy.num_unfinished())
-                events = [StepEvent(rid, "error", error=e) for rid in list(self._handles)]
-                for rid in list(self._handles):
-                    strategy.abort(rid)
+            except Exception as e:
+                events = self._step_failed(e, running)
             for event in events:
-                if event.kind == "finished":
-                    self._counts["finished"] += 1
-                elif event.kind == "error":
-                    self._counts["failed"] += 1
-                self._deliver(event)
+                self._count_and_deliver(event)
             self._stats.steps += 1
             self._publish()
+
+    def _add(self, request: Request) -> None:
+        """Admit a prepared request; one the strategy refuses fails alone."""
+        self._audio_seconds += request.duration
+        try:
+            self.splitter.add_request(request)
+            self._live.add(request.request_id)
+        except Exception as e:
+            self._safe_abort(request.request_id)  # whatever part of it the strategy took
+            _close_features(request)
+            self._count_and_deliver(StepEvent(request.request_id, "error", error=e))
+
+    def _abort(self, rid: str) -> None:
+        self._quarantine = deque(q for q in self._quarantine if q != rid)
+        self._held = deque(r for r in self._held if r.request_id != rid)
+        if self._safe_abort(rid):
+            self._counts["aborted"] += 1
+
+    def _safe_abort(self, rid: str) -> bool:
+        """Abort ``rid`` in the strategy; a failing abort is logged and the strategy rebuilt
+        if the request will not leave it (the others then go through quarantine)."""
+        known = rid in self._live
+        self._live.discard(rid)
+        try:
+            return self.splitter.abort(rid) or known
+        except Exception:
+            log.exception("aborting request %s failed; its neighbours are decoded again one by one", rid)
+            others = sorted(self._live)
+            self._reset_strategy()
+            self._quarantine.extend(others)
+            self._counts["quarantined"] += len(others)
+            return True
+
+    def _step_failed(self, error: Exception, running: list[str]) -> list[StepEvent]:
+        """A step raised: the request decoding alone in quarantine fails; otherwise every
+        running request is decoded again, one at a time, to find the one that fails."""
+        if self._suspect is not None and running == [self._suspect]:
+            log.error("request %s failed decoding alone: %s: %s", self._suspect, type(error).__name__, error)
+            rid, self._suspect = self._suspect, None
+            self._reset_strategy()
+            self._next_in_quarantine()
+            return [StepEvent(rid, "error", error=error)]
+        log.exception("decode step failed; decoding its %d requests again one at a time", len(running))
+        self._reset_strategy()
+        self._suspect = None
+        fresh = [r for r in running if r not in self._quarantine]
+        self._quarantine.extend(fresh)
+        self._counts["quarantined"] += len(fresh)
+        return []
+
+    def _reset_strategy(self) -> None:
+        """A fresh strategy over the same model: the old one's state is not trusted after a
+        failure, and everything it held is decoded again or has failed."""
+        self._live.clear()
+        self.strategy = self.build_strategy()
+        self.splitter = VadSplitter(self.strategy, self.sampling_rate)
+
+    def _next_in_quarantine(self) -> None:
+        """Decode the next quarantined request alone (prepared again from its source); once
+        none is left, admit the requests that arrived meanwhile."""
+        if self._suspect is not None:  # the last one finished alone: it was innocent
+            self._suspect = None
+        while self._quarantine:
+            rid = self._quarantine.popleft()
+            handle = self._handles.get(rid)
+            if handle is None or handle.request is None:
+                continue
+            submitted = handle.request
+            try:
+                _rewind(submitted.source)
+                request = self.splitter.prepare(Request(rid, submitted.source, submitted.options))
+                self._replaying[rid] = handle.delivered
+                self._suspect = rid
+                self.splitter.add_request(request)
+                self._live.add(rid)
+                return
+            except Exception as e:
+                self._suspect = None
+                self._safe_abort(rid)
+                self._count_and_deliver(StepEvent(rid, "error", error=e))
+        while self._held:
+            self._add(self._held.popleft())
+
+    def _count_and_deliver(self, event: StepEvent) -> None:
+        if event.kind in ("finished", "error"):
+            self._counts[event.kind if event.kind == "finished" else "failed"] += 1
+            self._replaying.pop(event.request_id, None)
+            self._live.discard(event.request_id)
+        elif event.kind in ("segment", "delta"):
+            skip = self._replaying.get(event.request_id, 0)
+            if skip:  # a rerun in quarantine: the caller has these already
+                self._replaying[event.request_id] = skip - 1
+                return
+            handle = self._handles.get(event.request_id)
+            if handle is not None:
+                handle.delivered += 1
+        self._deliver(event)
+
+    def _die(self, exc: BaseException) -> None:
+        """The loop is dead: fail everything now and tell whoever supervises the process."""
+        log.critical("the decode loop died: %s: %s", type(exc).__name__, exc, exc_info=exc)
+        self._death = exc
+        self._fail_all(EngineStopped(f"the engine's decode loop died ({type(exc).__name__}: {exc})"))
+        for fn in self._death_callbacks:
+            try:
+                fn(exc)
+            except Exception:
+                log.exception("a death callback failed")
 
     def _deliver(self, event: StepEvent) -> None:
         handle = self._handles.get(event.request_id)
@@ -282,6 +455,7 @@ class AsyncEngine(EngineCore):
             finished=self._counts["finished"],
             failed=self._counts["failed"],
             aborted=self._counts["aborted"],
+            quarantined=self._counts["quarantined"],
             audio_seconds=self._audio_seconds,
         )
 
@@ -294,6 +468,29 @@ async def _wait(awaitable, deadline: float | None, loop: asyncio.AbstractEventLo
 
 def _fail_handle(handle: _Handle, exc: BaseException) -> None:
     handle.deliver(StepEvent("", "error", error=exc))
+
+
+def _deadline(timeout: Timeout, duration: float, start: float) -> float | None:
+    if timeout is None:
+        return None
+    return start + (timeout(duration) if callable(timeout) else timeout)
+
+
+def _timed_out(rid: str, handle: _Handle) -> RequestTimeout:
+    return RequestTimeout(f"request {rid} did not finish within its {handle.budget:.0f}-s budget and was aborted")
+
+
+def _rewind(source: Any) -> None:
+    """Put a file-object source back at its start (it is read again in quarantine)."""
+    seek = getattr(source, "seek", None)
+    if seek is not None:
+        seek(0)
+
+
+def _close_features(request: Request) -> None:
+    close = getattr(request.features, "close", None)
+    if close is not None:
+        close()
 
 
 def _too_short(duration: float, minimum: float) -> ValueError:

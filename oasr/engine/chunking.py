@@ -26,21 +26,34 @@ the untranscribed tail once more: when a chunk's last segment ends ``TAIL_S`` or
 before the chunk does, its audio from there on is decoded as a request of its own, whose
 segments follow the chunk's (once per chunk; the tail's own tail is not decoded again).
 
-The whole waveform of a ``vad_filter`` request is in memory while VAD runs (about
-230 MB per hour at 16 kHz); afterwards the chunks' features are kept, and, where
-tails may be decoded again, each chunk's audio until the chunk is done.
+VAD runs while the audio is decoded, a piece at a time (``SpeechProbabilityStream``),
+and the decoded samples are kept in memory up to ``SPOOL_AFTER_S`` and in a temporary
+file past it, so the memory a ``vad_filter`` request takes does not grow with its
+duration; the file lives only until the chunks' samples are cut out of it. Afterwards
+the chunks' features are kept, and, where tails may be decoded again, each chunk's
+audio until the chunk is done.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import tempfile
 from collections import deque
 from dataclasses import dataclass, field
 
 import numpy as np
+import torch
 
-from oasr.audio.io import load_audio
-from oasr.audio.vad import CHUNK_S, SpeechChunk, merge_spans, require_silero, speech_spans
+from oasr.audio.io import iter_audio
+from oasr.audio.vad import (
+    CHUNK_S,
+    SpeechChunk,
+    SpeechProbabilityStream,
+    merge_spans,
+    require_silero,
+    spans_from_probabilities,
+    speech_spans,
+)
 from oasr.engine.config import TranscribeOptions
 from oasr.engine.decode.base import DecodeStrategy, Request, StepEvent
 from oasr.engine.decode.ctc.words import is_no_space_char
@@ -48,6 +61,41 @@ from oasr.engine.outputs import RequestOutput, Segment, Word
 
 FRAMES_PER_SECOND = 100  # Segment.seek counts 10 ms feature frames
 TAIL_S = 2.0  # a chunk whose segments end this much before it does has its tail decoded again
+SPOOL_AFTER_S = 600.0  # a vad_filter request's samples past this many seconds go to a temporary file
+
+
+class _SampleSpool:
+    """Decoded samples, in memory up to ``limit`` of them and in a temporary file past it."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.pieces: list[np.ndarray] = []
+        self.size = 0
+        self.file = None
+
+    def append(self, piece: np.ndarray) -> None:
+        self.size += piece.size
+        if self.file is None and self.size > self.limit:
+            self.file = tempfile.TemporaryFile(prefix="oasr-vad-")
+            for p in self.pieces:
+                self.file.write(p.astype(np.float32, copy=False).tobytes())
+            self.pieces = []
+        if self.file is None:
+            self.pieces.append(piece)
+        else:
+            self.file.write(piece.astype(np.float32, copy=False).tobytes())
+
+    def samples(self) -> np.ndarray:
+        """All the samples (a read-only memory map of the file past the limit)."""
+        if self.file is None:
+            return np.concatenate(self.pieces) if self.pieces else np.zeros(0, np.float32)
+        self.file.flush()
+        return np.memmap(self.file, dtype=np.float32, mode="r", shape=(self.size,))
+
+    def close(self) -> None:
+        if self.file is not None:
+            self.file.close()
+        self.pieces = []
 
 
 class VadChunks:
@@ -149,11 +197,17 @@ class VadSplitter:
         if request.features is not None:
             return request
         sr = self.sampling_rate
-        audio = load_audio(request.source, sr)
-        chunks = merge_spans(speech_spans(audio, sr, opts.vad_options()), sr, CHUNK_S)
-        audios: list[np.ndarray] | None = [] if self._decodes_tails(opts) else None
+        spool = _SampleSpool(round(SPOOL_AFTER_S * sr))
         prepared: list[Request] = []
+        chunks: list[SpeechChunk] = []
         try:
+            audio = self._decode_with_vad(request, spool)
+            if isinstance(audio, tuple):
+                audio, spans = audio
+            else:
+                spans = speech_spans(audio, sr, opts.vad_options())
+            chunks = merge_spans(spans, sr, CHUNK_S)
+            audios: list[np.ndarray] | None = [] if self._decodes_tails(opts) else None
             for i, chunk in enumerate(chunks):
                 samples = chunk.audio(audio)
                 if audios is not None:
@@ -163,10 +217,28 @@ class VadSplitter:
         except BaseException:
             VadChunks(chunks, prepared).close()
             raise
+        finally:
+            spool.close()
         request.features = VadChunks(chunks, prepared, audios)
-        request.duration = len(audio) / sr
+        request.duration = spool.size / sr
         return request
 
+    def _decode_with_vad(self, request: Request, spool: _SampleSpool):
+        """Decode the request's audio into ``spool``; at a rate Silero takes, run VAD on the
+        pieces as they come and return ``(samples, spans)``, else just the samples."""
+        sr = self.sampling_rate
+        stream = SpeechProbabilityStream(sr) if sr in (8000, 16000) else None
+        for piece in iter_audio(request.source, sr, max_duration_s=self.strategy.config.max_audio_s):
+            spool.append(piece)
+            if stream is not None:
+                stream.feed(piece)
+        audio = spool.samples()
+        if stream is None:
+            return audio
+        spans = spans_from_probabilities(stream.finish(), spool.size, sr, spool.size, sr, request.options.vad_options())
+        return audio, spans
+
+    @torch.inference_mode()
     def add_request(self, request: Request) -> None:
         """Admit a prepared request (a ``vad_filter`` one as all its chunks)."""
         if request.options is None or not request.options.vad_filter:
@@ -197,8 +269,11 @@ class VadSplitter:
         if not parent.parts:
             self.empty.append(parent)
 
+    @torch.inference_mode()
     def abort(self, request_id: str) -> bool:
-        """Drop a request wherever it is (a cut one with all its chunks); True if it was known."""
+        """Drop a request wherever it is (a cut one with all its chunks); True if it was known.
+
+        Runs under the same inference mode as ``step``: freeing rows moves K/V the step wrote."""
         parent = self.parents.pop(request_id, None)
         if parent is None:
             return self.strategy.abort(request_id)
@@ -226,6 +301,7 @@ class VadSplitter:
 
     # -- the step ------------------------------------------------------------------------
 
+    @torch.inference_mode()
     def step(self) -> list[StepEvent]:
         """One step of the strategy, with the chunks' events turned into their requests' events."""
         events: list[StepEvent] = []

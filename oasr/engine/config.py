@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,7 +29,10 @@ class EngineConfig:
         ctc_window_s: CTC decoding: the longest stretch of audio encoded in one pass
             (bounds attention memory); longer inputs are cut at the quietest 100 ms of
             the last third of each window and the windows decoded independently.
-        ctc_max_audio_s: CTC decoding: longer inputs are refused (None: no limit).
+        max_audio_s: longer inputs are refused with ``oasr.audio.AudioTooLong``, for every
+            family and path (plain, VAD, streamed answers): checked from the container's
+            header before decoding and counted while decoding, so a header that lies cannot
+            get past it. None: no limit (a speech-LLM keeps its own, shorter one).
         lm_path: CTC decoding: an n-gram LM (ARPA or KenLM binary) fused into prefix
             beam search at word boundaries (needs the ``kenlm`` package, the ``lm``
             extra); None for no LM.
@@ -63,7 +67,7 @@ class EngineConfig:
     decode_type: str | None = None
     max_queue_size: int = 1024
     ctc_window_s: float = 30.0
-    ctc_max_audio_s: float | None = 4 * 3600.0
+    max_audio_s: float | None = 4 * 3600.0
     lm_path: str | None = None
     lm_alpha: float = 0.5
     lm_beta: float = 1.0
@@ -91,8 +95,8 @@ class EngineConfig:
             raise ValueError(f"EngineConfig.quantize must be None or 'int8', got {self.quantize!r}")
         if not self.ctc_window_s >= 1.0:
             raise ValueError(f"EngineConfig.ctc_window_s must be >= 1 s, got {self.ctc_window_s}")
-        if self.ctc_max_audio_s is not None and not self.ctc_max_audio_s > 0:
-            raise ValueError(f"EngineConfig.ctc_max_audio_s must be > 0 or None, got {self.ctc_max_audio_s}")
+        if self.max_audio_s is not None and not self.max_audio_s > 0:
+            raise ValueError(f"EngineConfig.max_audio_s must be > 0 or None, got {self.max_audio_s}")
 
 
 @dataclass(frozen=True)
@@ -214,8 +218,20 @@ class TranscribeOptions:
             raise ValueError(f"best_of must be >= 1, got {self.best_of}")
         if self.patience <= 0:
             raise ValueError(f"patience must be > 0, got {self.patience}")
-        if any(t < 0 for t in self.temperatures) or not self.temperatures:
+        if not self.temperatures or not all(t >= 0 for t in self.temperatures):
             raise ValueError(f"temperature must be >= 0 (a value or a non-empty sequence), got {self.temperature!r}")
+        for t in self.temperatures:
+            # Sampling divides float32 log-probs by t: a t that is 0 or subnormal there (1e-300)
+            # would turn the best token's 0 into 0/0 = NaN; one past float32's range into 0.
+            if t > 0 and not _FLOAT32.tiny <= t <= _FLOAT32.max:
+                raise ValueError(
+                    f"temperature {t!r} cannot be represented in float32, which sampling computes in: use 0 "
+                    f"(greedy) or a value in [{_FLOAT32.tiny:.3g}, {_FLOAT32.max:.3g}]"
+                )
+        for name in _FINITE_FIELDS:
+            value = getattr(self, name)
+            if value is not None and not math.isfinite(value):
+                raise ValueError(f"{name} must be a finite number, got {value!r}")
         if self.max_new_tokens is not None and self.max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
         if self.language_detection_segments < 1:
@@ -262,6 +278,26 @@ class TranscribeOptions:
 
     def replace(self, **changes: Any) -> TranscribeOptions:
         return dataclasses.replace(self, **changes)
+
+
+_FLOAT32 = torch.finfo(torch.float32)
+# Float options that must be finite when set (NaN passes every comparison-based range check).
+_FINITE_FIELDS = (
+    "patience",
+    "length_penalty",
+    "repetition_penalty",
+    "compression_ratio_threshold",
+    "log_prob_threshold",
+    "no_speech_threshold",
+    "prompt_reset_on_temperature",
+    "max_initial_timestamp",
+    "language_detection_threshold",
+    "hallucination_silence_threshold",
+    "ctc_weight",
+    "reverse_weight",
+    "hotword_weight",
+    "top_p",
+)
 
 
 def _whole_input(clips: str | tuple[float, ...]) -> bool:

@@ -29,6 +29,7 @@ from oasr.engine.decode.base import (
     RequestCancelled,
     build_decode_strategy,
 )
+from oasr.engine.faults import with_faults
 from oasr.engine.outputs import RequestOutput
 from oasr.layers.quant import quantize_linears_
 from oasr.models.loaders import LoadedModel, load_pretrained
@@ -69,9 +70,13 @@ class EngineCore:
         if config.quantize is not None:
             # In place: a LoadedModel passed in is quantized too.
             quantize_linears_(self.loaded.model, config.quantize)
-        self.strategy: DecodeStrategy = build_decode_strategy(self.loaded, config)
+        self.strategy: DecodeStrategy = self.build_strategy()
         self.splitter = VadSplitter(self.strategy, self.sampling_rate)
         self._ids = itertools.count()
+
+    def build_strategy(self) -> DecodeStrategy:
+        """A new decode strategy over the loaded model (checks the model's capability)."""
+        return with_faults(build_decode_strategy(self.loaded, self.config))
 
     @property
     def model(self):

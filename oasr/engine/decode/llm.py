@@ -293,6 +293,8 @@ class LlmDecodeStrategy(DecodeStrategy):
         self.spec = params
         front_limit = getattr(self.frontend, "max_duration_s", None)
         self.max_audio_s = float(params.get("max_audio_s") or front_limit or DEFAULT_MAX_AUDIO_S)
+        if config.max_audio_s is not None:
+            self.max_audio_s = min(self.max_audio_s, config.max_audio_s)
         self.stop_ids = frozenset(int(t) for t in model.stop_ids)
         self.context_len = int(getattr(self.decoder.cfg, "max_position_embeddings", 32768))
         self.max_rows = config.max_batch_size

@@ -188,7 +188,11 @@ class AedDecodeStrategy(DecodeStrategy):
     def prepare(self, request: Request) -> Request:
         if request.features is None:
             request.features = features_from(
-                request.source, self.n_mels, sampling_rate=self.sampling_rate, device=self.device
+                request.source,
+                self.n_mels,
+                sampling_rate=self.sampling_rate,
+                device=self.device,
+                max_duration_s=self.config.max_audio_s,
             )
             request.duration = request.features.duration
         return request

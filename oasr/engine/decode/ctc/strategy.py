@@ -3,7 +3,7 @@
 Life of a request:
 
 1. ``prepare`` (off the engine loop): decode the audio at the front end's rate
-   (``load_audio``; inputs longer than ``EngineConfig.ctc_max_audio_s`` are refused),
+   (``load_audio``; inputs longer than ``EngineConfig.max_audio_s`` are refused),
    cut it into windows of at most ``EngineConfig.ctc_window_s`` and featurise each
    with the checkpoint's front end (``build_frontend(feature_spec)``). Windows are
    plain cuts at the quietest 100 ms (lowest mean energy) of the last third of each
@@ -281,7 +281,7 @@ class CtcDecodeStrategy(DecodeStrategy):
 
     def prepare(self, request: Request) -> Request:
         if request.features is None:
-            audio = load_audio(request.source, self.sampling_rate, max_duration_s=self.config.ctc_max_audio_s)
+            audio = load_audio(request.source, self.sampling_rate, max_duration_s=self.config.max_audio_s)
             sr = self.sampling_rate
             # Features are computed where the model runs (on a GPU, the waveform goes up once).
             wave = torch.from_numpy(audio).to(self.device)

@@ -188,8 +188,7 @@ class ParaformerDecodeStrategy(DecodeStrategy):
 
     def prepare(self, request: Request) -> Request:
         if request.features is None:
-            limit = getattr(self.config, "ctc_max_audio_s", None)
-            audio = load_audio(request.source, self.sampling_rate, max_duration_s=limit)
+            audio = load_audio(request.source, self.sampling_rate, max_duration_s=self.config.max_audio_s)
             sr = self.sampling_rate
             wave = torch.from_numpy(audio)
             windows = [
