@@ -75,3 +75,10 @@ def test_other_directories_are_not_claimed(tmp_path):
     assert not HFNemotronConverter().can_load(tmp_path)
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "parakeet_ctc"}))
     assert not HFNemotronConverter().can_load(tmp_path)
+
+
+def test_table_languages_are_iso_codes():
+    from oasr.models.nemotron.convert import _table_languages
+
+    table = {"en-US": 0, "en": 0, "enGB": 1, "es-ES": 2, "esES": 2, "zh-ZH": 4, "auto": 101, "yue-HK": 9}
+    assert _table_languages(table) == ("en", "es", "yue", "zh")
