@@ -200,3 +200,20 @@ def test_engine_transcribes_like_batched_greedy(reference, audio_dir):
         assert len(expected) >= 3
         assert [t for seg in out.segments for t in seg.tokens] == expected
         assert out.text.strip() == loaded.tokenizer.decode(expected).strip()
+
+
+def test_engine_prefix_beam_search(reference, audio_dir):
+    from oasr.audio import load_audio
+    from oasr.audio.frontends import build_frontend
+    from oasr.engine.decode.ctc.search import ctc_prefix_beam_search
+
+    clip = str(AUDIO / "jfk.wav")
+    out = oasr.ASREngine(reference.path).transcribe(clip, beam_size=4)
+    loaded = oasr.load_pretrained(reference.path)
+    feats = build_frontend(loaded.feature_spec)(load_audio(clip))
+    with torch.no_grad():
+        log_probs, lens = loaded.model.forward_offline(feats[None], torch.tensor([feats.shape[0]]))
+    special = [i for i in loaded.tokenizer_spec.special_ids if i != 0]
+    best = ctc_prefix_beam_search(log_probs[0, : int(lens[0])], 4, 0, special)[0]
+    assert [t for seg in out.segments for t in seg.tokens] == list(best.tokens)
+    assert len(best.tokens) >= 3
