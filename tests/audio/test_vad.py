@@ -14,6 +14,7 @@ import torch
 from oasr.audio.vad import (
     CHUNK_S,
     SpeechChunk,
+    SpeechProbabilityStream,
     VadOptions,
     merge_spans,
     require_silero,
@@ -210,3 +211,24 @@ def _coalesced(spans):
         else:
             out.append((a, b))
     return out
+
+
+@pytest.mark.parametrize("rate", [16000, 8000])
+def test_probabilities_fed_piece_by_piece_equal_the_whole(vad_recording, rate, monkeypatch):
+    """VAD run on the pieces of audio as they are decoded (pieces of 1, 37 and 9,999 samples,
+    blocks of 64 windows so that many blocks run) gives the whole-array probabilities."""
+    _silero_or_skip()
+    audio = vad_recording.audio[: 40 * SR]
+    if rate != SR:
+        audio = soxr.resample(audio, SR, rate).astype(np.float32)
+    whole = speech_probabilities(audio, rate)
+    stream = SpeechProbabilityStream(rate)
+    monkeypatch.setattr(stream.net, "BLOCK", 64)
+    sizes, at = [1, 37, 9999], 0
+    while at < len(audio):
+        n = sizes[at % 3]
+        stream.feed(audio[at : at + n])
+        at += n
+    pieces = stream.finish()
+    assert pieces.shape == whole.shape
+    np.testing.assert_allclose(pieces, whole, atol=1e-5, rtol=0)
