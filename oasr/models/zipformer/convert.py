@@ -121,6 +121,10 @@ def looks_like_icefall(path: Path) -> bool:
     directory = _directory(path)
     if not directory.is_dir() or (directory / "train.yaml").is_file():
         return False
+    # A FunASR directory (config.yaml declares its model:) is the paraformer family's, tokens.txt or not.
+    funasr = directory / "config.yaml"
+    if funasr.is_file() and re.search(r"(?m)^model:", funasr.read_text(encoding="utf-8", errors="replace")):
+        return False
     if not (path.is_file() or any(directory.glob("*.pt"))):
         return False
     if (directory / "tokens.txt").is_file() or (directory / "bpe.model").is_file():
@@ -379,8 +383,19 @@ def tokenizer_spec(ckpt: IcefallCheckpoint, vocab: int) -> tuple[TokenizerSpec, 
         return TokenizerSpec(kind="table", path=str(tokens), special_ids=tuple(special)), blank
     bpe = ckpt.directory / "bpe.model"
     if bpe.is_file():
-        blank = int(ckpt.overrides.get("blank_id", 0))
-        return TokenizerSpec(kind="sentencepiece", path=str(bpe), special_ids=(blank,)), blank
+        import sentencepiece
+
+        try:
+            sp = sentencepiece.SentencePieceProcessor(model_file=str(bpe))
+        except (OSError, RuntimeError) as e:
+            raise LoadError(f"{bpe}: not a sentencepiece model: {e}") from e
+        if sp.get_piece_size() != vocab:
+            raise LoadError(f"{bpe}: {sp.get_piece_size()} pieces but the model's output has {vocab}")
+        blank = int(
+            ckpt.overrides.get("blank_id", sp.piece_to_id("<blk>") if sp.piece_to_id("<blk>") != sp.unk_id() else 0)
+        )
+        special = sorted({blank} | {i for i in range(vocab) if sp.is_control(i) or sp.is_unknown(i)})
+        return TokenizerSpec(kind="sentencepiece", path=str(bpe), special_ids=tuple(special)), blank
     raise LoadError(
         f"{ckpt.directory}: no tokens.txt or bpe.model beside {ckpt.weights.name} "
         f"(icefall's data/lang_bpe_*/tokens.txt; copy it into the directory)"

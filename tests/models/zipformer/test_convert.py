@@ -217,3 +217,36 @@ def test_engine_prefix_beam_search(reference, audio_dir):
     best = ctc_prefix_beam_search(log_probs[0, : int(lens[0])], 4, 0, special)[0]
     assert [t for seg in out.segments for t in seg.tokens] == list(best.tokens)
     assert len(best.tokens) >= 3
+
+
+def _train_bpe(path, vocab_size: int) -> None:
+    import io
+
+    spm = pytest.importorskip("sentencepiece")
+    text = ["the cat sat on the mat", "a bad cab", "the bat ate a date", "set the tea at ten"] * 20
+    buf = io.BytesIO()
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(text),
+        model_writer=buf,
+        vocab_size=vocab_size,
+        model_type="bpe",
+        unk_id=2,
+        bos_id=-1,
+        eos_id=-1,
+        user_defined_symbols=["<blk>", "<sos/eos>"],
+        minloglevel=2,
+    )
+    path.write_bytes(buf.getvalue())
+
+
+def test_bpe_model_instead_of_tokens_txt(reference, tmp_path):
+    d = _copy(reference, tmp_path)
+    (d / "tokens.txt").unlink()
+    _train_bpe(d / "bpe.model", len(TOKENS))
+    loaded = oasr.load_pretrained(d)
+    assert loaded.tokenizer_spec.kind == "sentencepiece" and loaded.model.blank_id == 0
+    assert 0 in loaded.tokenizer_spec.special_ids and 2 in loaded.tokenizer_spec.special_ids
+    assert loaded.tokenizer.decode(loaded.tokenizer.encode("the cat")) == "the cat"
+    _train_bpe(d / "bpe.model", len(TOKENS) - 3)
+    with pytest.raises(LoadError, match="pieces but the model's output has"):
+        oasr.load_pretrained(d)
