@@ -15,6 +15,7 @@ from oasr.models.base import LoadError
 from oasr.models.paraformer.convert import read_cmvn
 from oasr.models.paraformer.frontend import apply_lfr
 from oasr.models.registry import detect_architecture
+from oasr.models.zipformer.convert import looks_like_icefall
 from tests.models.paraformer.conftest import write_oasr_funasr_dir
 
 
@@ -124,6 +125,9 @@ def test_tokens_txt_is_read_as_the_token_list(oasr_dir, layout):
     (oasr_dir / "tokens.json").unlink()
     lines = tokens if layout == "one a line" else [f"{t} {i}" for i, t in enumerate(tokens)]
     (oasr_dir / "tokens.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    # Named: icefall's sniff (a .pt beside tokens.txt) claims this directory too.
-    loaded = oasr.load_pretrained(str(oasr_dir), architecture="paraformer")
+    # A .pt beside tokens.txt is icefall's layout too: the config.yaml naming a FunASR model decides.
+    assert not looks_like_icefall(oasr_dir) and not looks_like_icefall(oasr_dir / "model.pt")
+    assert detect_architecture(oasr_dir)[0] == "paraformer"
+    loaded = oasr.load_pretrained(str(oasr_dir))
+    assert loaded.architecture == "paraformer"
     assert [loaded.tokenizer.id_to_token(i) for i in range(len(tokens))] == tokens
