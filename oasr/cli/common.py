@@ -125,6 +125,19 @@ def add_model_engine_options(g) -> None:
         help="record decoder steps into CUDA graphs and replay them (auto: on CUDA when the decoder supports it)",
     )
     g.add_argument(
+        "--architecture",
+        default=None,
+        metavar="NAME",
+        help="load the checkpoint as this architecture (e.g. an icefall hybrid as 'transducer'); default: detect it",
+    )
+    g.add_argument(
+        "--max-audio-seconds",
+        type=positive_float,
+        default=None,
+        metavar="S",
+        help="longer audio is refused (checked from the header, enforced while decoding; default 4 h)",
+    )
+    g.add_argument(
         "--sequence-packing",
         choices=("auto", "on", "off"),
         default=None,
@@ -145,7 +158,7 @@ def add_decode_options(parser: argparse.ArgumentParser, *, language: bool = True
         type=positive_int,
         default=None,
         metavar="N",
-        help="beams at temperature 0 (1: greedy; default 5)",
+        help="beams at temperature 0 (1: greedy; default: the model's decoder's own, Whisper 5, CTC / transducer 1)",
     )
     g.add_argument(
         "--best-of", type=positive_int, default=None, metavar="N", help="samples at temperature > 0 (default 5)"
@@ -302,6 +315,8 @@ def engine_extras(args: argparse.Namespace) -> dict[str, Any]:
         ("lm_alpha", "lm_alpha"),
         ("lm_beta", "lm_beta"),
         ("quantize", "quantize"),
+        ("max_audio_seconds", "max_audio_s"),
+        ("architecture", "architecture"),
     ):
         value = getattr(args, arg, None)
         if value is not None:

@@ -24,6 +24,8 @@ class EngineConfig:
         max_batch_size: encoder windows per batch, and decode rows (times the beam)
             per running batch.
         decode_type: decode family to use; None is the model's default.
+        architecture: load the checkpoint as this registered architecture (e.g. an icefall
+            hybrid as "transducer" rather than the auto-detected "zipformer"); None detects it.
         max_queue_size: requests admitted but not finished before ``add_request``
             refuses with ``EngineOverloaded``.
         ctc_window_s: CTC decoding: the longest stretch of audio encoded in one pass
@@ -65,6 +67,7 @@ class EngineConfig:
     num_threads: int = 0
     max_batch_size: int = 8
     decode_type: str | None = None
+    architecture: str | None = None
     max_queue_size: int = 1024
     ctc_window_s: float = 30.0
     max_audio_s: float | None = 4 * 3600.0
@@ -106,7 +109,9 @@ class TranscribeOptions:
     Attributes:
         language: ISO code or name; None detects it (multilingual models).
         task: "transcribe" or "translate".
-        beam_size: beams at temperature 0 (1 = greedy).
+        beam_size: beams at temperature 0 (1 = greedy); None: the decode strategy's own
+            default (Whisper: faster-whisper's 5; CTC, transducer, Paraformer: 1, greedy, as
+            their references decode by default).
         best_of: independent samples at temperature > 0.
         patience: beam search patience factor.
         length_penalty: exponential length penalty of beam scores.
@@ -166,7 +171,7 @@ class TranscribeOptions:
 
     language: str | None = None
     task: str = "transcribe"
-    beam_size: int = 5
+    beam_size: int | None = None
     best_of: int = 5
     patience: float = 1.0
     length_penalty: float = 1.0
@@ -198,6 +203,8 @@ class TranscribeOptions:
     ctc_weight: float | None = None
     reverse_weight: float | None = None
     hotword_weight: float = 1.5
+    max_sym_per_frame: int | None = None
+    blank_penalty: float = 0.0
     top_k: int = 0
     top_p: float = 1.0
     context: str | None = None
@@ -212,7 +219,7 @@ class TranscribeOptions:
     def __post_init__(self) -> None:
         if self.task not in ("transcribe", "translate"):
             raise ValueError(f"task must be 'transcribe' or 'translate', got {self.task!r}")
-        if self.beam_size < 1:
+        if self.beam_size is not None and self.beam_size < 1:
             raise ValueError(f"beam_size must be >= 1, got {self.beam_size}")
         if self.best_of < 1:
             raise ValueError(f"best_of must be >= 1, got {self.best_of}")
@@ -296,6 +303,7 @@ _FINITE_FIELDS = (
     "ctc_weight",
     "reverse_weight",
     "hotword_weight",
+    "blank_penalty",
     "top_p",
 )
 

@@ -66,7 +66,9 @@ class EngineCore:
         if isinstance(model, LoadedModel):
             self.loaded = model
         else:
-            self.loaded = load_pretrained(model, device=config.device, dtype=config.torch_dtype())
+            self.loaded = load_pretrained(
+                model, architecture=config.architecture, device=config.device, dtype=config.torch_dtype()
+            )
         if config.quantize is not None:
             # In place: a LoadedModel passed in is quantized too.
             quantize_linears_(self.loaded.model, config.quantize)

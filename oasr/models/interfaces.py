@@ -36,8 +36,16 @@ CAPABILITIES: dict[DecodeType, Capability] = {
         "teacher-forced through the attention decoder over the encoder output",
     ),
     DecodeType.TRANSDUCER: Capability(
-        requires=("encode_offline", "predictor.init_state", "predictor.predict", "predictor.advance", "joiner"),
-        why="frame-synchronous search advances an opaque predictor state and joins it with each encoder frame",
+        requires=(
+            "encode_offline",
+            "predictor.init_state",
+            "predictor.predict",
+            "predictor.advance",
+            "joiner",
+            "transducer_search",
+        ),
+        why="frame-synchronous search advances an opaque predictor state and joins it with each encoder frame; "
+        "the model runs it over a batch (transducer_search), the engine times and formats its emissions",
     ),
     DecodeType.AED: Capability(
         requires=(

@@ -92,6 +92,8 @@ class DecodeStrategy(abc.ABC):
     """
 
     decode_type: DecodeType
+    default_beam_size: ClassVar[int] = 1
+    """What ``beam_size=None`` means for this strategy (its reference's default)."""
     streams_text: bool = False
     packs_rows: ClassVar[bool] = False
     stops_early: ClassVar[bool] = False
@@ -114,6 +116,8 @@ class DecodeStrategy(abc.ABC):
         Raises:
             ValueError: an option this strategy / checkpoint cannot honour.
         """
+        if options.beam_size is None:
+            options = options.replace(beam_size=self.default_beam_size)
         if options.word_timestamps and not self.word_timing_modes:
             raise ValueError(
                 f"word_timestamps=True is not available: {type(self.model).__name__} decoded by "
@@ -159,6 +163,7 @@ _STRATEGIES: dict[DecodeType, str] = {
     DecodeType.LLM: "oasr.engine.decode.llm:LlmDecodeStrategy",
     DecodeType.CTC: "oasr.engine.decode.ctc:CtcDecodeStrategy",
     DecodeType.CTC_AED_RESCORING: "oasr.engine.decode.ctc:CtcRescoringStrategy",
+    DecodeType.TRANSDUCER: "oasr.engine.decode.transducer:TransducerDecodeStrategy",
     DecodeType.PARAFORMER: "oasr.engine.decode.paraformer:ParaformerDecodeStrategy",
 }
 

@@ -38,7 +38,7 @@ from oasr.layers.relpos_xl import RelPositionMultiHeadAttentionXL, xl_relative_p
 from oasr.models.base import BaseAsrModel, BaseEncoder, DecodeType
 from oasr.models.nemotron.config import NemotronConfig, NemotronEncoderConfig
 from oasr.models.nemotron.predictor import AdditiveJoint, LstmPredictor
-from oasr.models.nemotron.search import GreedyResult, greedy_search
+from oasr.models.nemotron.search import GreedyResult, greedy_search, nemo_transducer_search
 
 # Queries per offline attention block (rounded up to whole attention chunks).
 OFFLINE_BLOCK_FRAMES = 64
@@ -414,6 +414,9 @@ class NemotronRnntModel(BaseAsrModel):
         if bool(((prompt_ids < 0) | (prompt_ids >= self.config.num_prompts)).any()):
             raise ValueError(f"prompt_ids {prompt_ids.tolist()} outside the {self.config.num_prompts} prompts")
         return self.prompt_projector(hidden, prompt_ids), lens
+
+    transducer_search = nemo_transducer_search
+    """The engine's transducer search (``oasr.engine.decode.transducer``): batched greedy."""
 
     @torch.no_grad()
     def greedy_decode(

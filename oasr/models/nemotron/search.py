@@ -33,28 +33,39 @@ class GreedyResult:
         tokens: emitted label ids per row (blank never appears).
         frames: the encoder frame each label was emitted at.
         durations: TDT only: each label's predicted duration in frames (None for RNN-T).
+        token_logprobs: each label's log-probability under the joint.
+        scores: per row, the log-probability of every symbol chosen (blanks included).
     """
 
     tokens: list[list[int]]
     frames: list[list[int]]
     durations: list[list[int]] | None = None
+    token_logprobs: list[list[float]] | None = None
+    scores: list[float] | None = None
 
 
-def _collect(
-    steps: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]], batch: int, with_durations: bool
-) -> GreedyResult:
-    """Turn per-step (emit, token, frame, duration) tensors into per-row lists (one host copy)."""
+def _collect(steps: list[tuple[torch.Tensor, ...]], batch: int, with_durations: bool) -> GreedyResult:
+    """Turn per-step (emit, token, frame, duration, log-prob, active) tensors into per-row
+    lists (one host copy)."""
     if not steps:
         empty = [[] for _ in range(batch)]
-        return GreedyResult(empty, [[] for _ in range(batch)], [[] for _ in range(batch)] if with_durations else None)
-    emit, tok, frame, dur = (torch.stack(x, dim=1).cpu() for x in zip(*steps))  # each (B, steps)
-    tokens, frames, durations = [], [], []
+        return GreedyResult(
+            empty,
+            [[] for _ in range(batch)],
+            [[] for _ in range(batch)] if with_durations else None,
+            [[] for _ in range(batch)],
+            [0.0] * batch,
+        )
+    emit, tok, frame, dur, logp, active = (torch.stack(x, dim=1).cpu() for x in zip(*steps))  # each (B, steps)
+    tokens, frames, durations, logprobs = [], [], [], []
     for b in range(batch):
         keep = emit[b]
         tokens.append(tok[b][keep].tolist())
         frames.append(frame[b][keep].tolist())
         durations.append(dur[b][keep].tolist())
-    return GreedyResult(tokens, frames, durations if with_durations else None)
+        logprobs.append(logp[b][keep].tolist())
+    scores = (logp.double() * active).sum(dim=1).tolist()
+    return GreedyResult(tokens, frames, durations if with_durations else None, logprobs, scores)
 
 
 @torch.no_grad()
@@ -67,6 +78,7 @@ def greedy_search(
     blank_id: int,
     max_symbols_per_step: int,
     durations: Sequence[int] | None = None,
+    blank_penalty: float = 0.0,
 ) -> GreedyResult:
     """Greedy RNN-T (``durations`` None) or TDT search over a padded batch.
 
@@ -78,6 +90,7 @@ def greedy_search(
         blank_id: the blank label.
         max_symbols_per_step: labels a row may emit on one frame before it is moved on (>= 1).
         durations: the TDT duration values, in the order of the joint's duration logits.
+        blank_penalty: subtracted from the blank logit before the argmax (0: NeMo's search).
 
     Returns:
         GreedyResult (with ``durations`` for TDT).
@@ -108,6 +121,8 @@ def greedy_search(
             break
         frame = enc_proj[rows, t.clamp(max=max(t_max - 1, 0))]  # (B, Dj)
         logits = joint.join(frame, predictor.predict(state))  # (B, V [+ D])
+        if blank_penalty:
+            logits[:, blank_id] -= blank_penalty
         tokens = logits[:, :vocab].argmax(dim=-1)
         blank = tokens == blank_id
         if dur_values is None:
@@ -123,11 +138,42 @@ def greedy_search(
             advance = torch.where(force, one, advance)
             symbols = torch.where(force, torch.zeros_like(symbols), symbols)
         emit = active & ~blank
-        steps.append((emit, tokens, t.clone(), advance))
+        chosen = logits[:, :vocab].float().log_softmax(dim=-1).gather(1, tokens[:, None])[:, 0]
+        steps.append((emit, tokens, t.clone(), advance, chosen, active))
         t = t + torch.where(active, advance, torch.zeros_like(advance))
         if bool(emit.any()):
             state = predictor.advance(state, tokens, emit)
     return _collect(steps, b, dur_values is not None)
 
 
-__all__ = ["GreedyResult", "greedy_search"]
+def nemo_transducer_search(
+    model,
+    enc: torch.Tensor,
+    enc_lens: torch.Tensor,
+    *,
+    beam_size: int,
+    max_sym_per_frame: int | None,
+    blank_penalty: float,
+    context_graph=None,
+) -> GreedyResult:
+    """The engine's ``transducer_search`` for a NeMo LSTM transducer (RNN-T, or TDT where the model
+    has ``durations``): batched greedy only.
+
+    Raises:
+        ValueError: ``beam_size`` > 1 or hotwords: the recurrent predictor cannot be beam-searched here.
+    """
+    if beam_size > 1 or context_graph is not None:
+        raise ValueError(f"{type(model).__name__} decodes greedily only (its predictor is recurrent)")
+    return greedy_search(
+        model.joiner,
+        model.predictor,
+        enc,
+        enc_lens,
+        blank_id=model.blank_id,
+        max_symbols_per_step=max_sym_per_frame or model.config.max_symbols_per_step,
+        durations=getattr(model, "durations", None) or None,
+        blank_penalty=blank_penalty,
+    )
+
+
+__all__ = ["GreedyResult", "greedy_search", "nemo_transducer_search"]

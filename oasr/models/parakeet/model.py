@@ -35,7 +35,7 @@ from oasr.layers.packing import Packing
 from oasr.layers.relpos_xl import RelPositionMultiHeadAttentionXL, xl_relative_positions
 from oasr.models.base import BaseAsrModel, BaseEncoder, DecodeType
 from oasr.models.nemotron.predictor import AdditiveJoint, LstmPredictor
-from oasr.models.nemotron.search import GreedyResult, greedy_search
+from oasr.models.nemotron.search import GreedyResult, greedy_search, nemo_transducer_search
 from oasr.models.parakeet.config import ParakeetConfig, ParakeetEncoderConfig, ParakeetTransducerConfig
 
 
@@ -268,6 +268,9 @@ class ParakeetTransducerModel(BaseAsrModel):
     def durations(self) -> tuple[int, ...]:
         """TDT duration values (empty for RNN-T)."""
         return tuple(self.config.durations)
+
+    transducer_search = nemo_transducer_search
+    """The engine's transducer search (``oasr.engine.decode.transducer``): batched greedy RNN-T / TDT."""
 
     @torch.no_grad()
     def greedy_decode(self, feats: torch.Tensor, feat_lens: torch.Tensor) -> GreedyResult:

@@ -23,6 +23,7 @@ from oasr.layers import Conv1d, CtcProjection, Embedding, Linear, Relu, Tanh
 from oasr.models.base import BaseAsrModel, DecodeType
 from oasr.models.decoders.base import Joiner, TransducerPredictor
 from oasr.models.transducer.config import TransducerConfig
+from oasr.models.transducer.search import TransducerResult, greedy_search, modified_beam_search
 from oasr.models.zipformer.model import ZipformerEncoder
 
 
@@ -149,6 +150,31 @@ class TransducerModel(BaseAsrModel):
             )
         hidden, lens = self.encoder(feats, feat_lens)
         return self.ctc_output(hidden), lens
+
+    def transducer_search(
+        self,
+        enc: torch.Tensor,
+        enc_lens: torch.Tensor,
+        *,
+        beam_size: int,
+        max_sym_per_frame: int | None,
+        blank_penalty: float,
+        context_graph: Any = None,
+    ) -> TransducerResult:
+        """The engine's transducer search: icefall's greedy search (``beam_size`` 1; one symbol
+        per frame unless ``max_sym_per_frame`` says more) or modified beam search with beam
+        ``beam_size`` (hotwords through ``context_graph``), batched over the rows.
+
+        Shapes:
+            enc: (B, T', D), enc_lens: (B,)
+        """
+        if beam_size == 1 and context_graph is None:
+            return greedy_search(
+                self, enc, enc_lens, max_sym_per_frame=max_sym_per_frame or 1, blank_penalty=blank_penalty
+            )
+        return modified_beam_search(
+            self, enc, enc_lens, beam=beam_size, blank_penalty=blank_penalty, context_graph=context_graph
+        )
 
 
 __all__ = ["IcefallJoiner", "StatelessPredictor", "TransducerModel"]

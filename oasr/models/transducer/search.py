@@ -46,6 +46,7 @@ class TransducerResult:
     tokens: list[list[int]]
     frames: list[list[int]]
     scores: list[float] = field(default_factory=list)
+    token_logprobs: list[list[float]] = field(default_factory=list)  # greedy: each token's log-probability
 
 
 def _check(model: Any, enc: torch.Tensor, enc_lens: torch.Tensor) -> torch.Tensor:
@@ -94,17 +95,22 @@ def greedy_search(
     on_frame = torch.zeros_like(frame)  # symbols emitted on the current frame
     tokens: list[list[int]] = [[] for _ in range(b)]
     frames: list[list[int]] = [[] for _ in range(b)]
+    logprobs: list[list[float]] = [[] for _ in range(b)]
+    score = torch.zeros(b, dtype=torch.float64, device=enc.device)  # log-prob of the chosen symbols, blanks included
     active = frame < enc_lens
     while bool(active.any()):
         logits = joiner.join(enc_proj[rows, frame.clamp(max=max(t_max - 1, 0))], pred_proj)  # (B, V)
         if blank_penalty:
             logits[:, blank] -= blank_penalty
         best = logits.argmax(dim=-1)
+        chosen = logits.float().log_softmax(dim=-1).gather(1, best[:, None])[:, 0]  # (B,)
+        score += torch.where(active, chosen, torch.zeros_like(chosen)).double()
         emit = active & (best != blank)
         if bool(emit.any()):
             for i in emit.nonzero()[:, 0].tolist():
                 tokens[i].append(int(best[i]))
                 frames[i].append(int(frame[i]))
+                logprobs[i].append(float(chosen[i]))
             state = predictor.advance(state, best, emit)
             pred_proj = torch.where(emit[:, None], joiner.decoder_proj(predictor.predict(state)), pred_proj)
         on_frame = torch.where(emit, on_frame + 1, on_frame)
@@ -112,7 +118,7 @@ def greedy_search(
         frame = frame + move.long()
         on_frame = torch.where(move, torch.zeros_like(on_frame), on_frame)
         active = frame < enc_lens
-    return TransducerResult(tokens=tokens, frames=frames)
+    return TransducerResult(tokens=tokens, frames=frames, scores=score.tolist(), token_logprobs=logprobs)
 
 
 @torch.inference_mode()
@@ -157,7 +163,9 @@ def modified_beam_search(
     context = int(predictor.init_state(1, enc.device).shape[1])
     # Slot j of row i is flat hypothesis i * k + j; empty slots score -inf.
     windows = predictor.init_state(b * k, enc.device)  # (B * k, context)
-    scores = torch.full((b, k), float("-inf"), dtype=enc_proj.dtype, device=enc.device)
+    # Scores accumulate in at least float32 (icefall starts them as float32 zeros).
+    score_dtype = torch.promote_types(enc_proj.dtype, torch.float32)
+    scores = torch.full((b, k), float("-inf"), dtype=score_dtype, device=enc.device)
     scores[:, 0] = 0.0
     start = context_graph.initial() if context_graph is not None else None
     # Per row, per slot: (labels, emission frames, context-graph state).

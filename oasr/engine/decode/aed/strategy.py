@@ -170,6 +170,8 @@ class AedDecodeStrategy(DecodeStrategy):
     def word_timing_modes(self) -> tuple[str, ...]:
         return ("attention",) if hasattr(self.decoder, "cross_attention") else ()
 
+    default_beam_size = 5  # faster-whisper's
+
     def validate(self, options: TranscribeOptions) -> TranscribeOptions:
         options = super().validate(options)
         lang = normalize_language(options.language)

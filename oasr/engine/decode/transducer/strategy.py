@@ -1,0 +1,151 @@
+"""The ``transducer`` decode strategy: frame-synchronous transducer search over batched windows.
+
+A transducer request lives exactly as a CTC one does (``oasr.engine.decode.ctc.strategy``):
+``prepare`` decodes the audio and cuts it into windows of at most ``ctc_window_s``; each
+``step`` encodes up to ``max_batch_size`` windows of any requests in one padded
+``encode_offline``; the rows are searched; segments, token and word times come from the
+emission frames through the same frame-synchronous timing CTC uses, and go out in time
+order. What differs is the search, which the model runs over the whole batch at once:
+
+* ``beam_size`` 1 (the default, as icefall's ``greedy_search`` and NeMo's greedy decoding):
+  greedy search batched over every row, at most ``max_sym_per_frame`` symbols per frame
+  (None: the model's own default, icefall's 1 or the NeMo checkpoint's
+  ``max_symbols_per_step``) and ``blank_penalty`` subtracted from the blank logit; a TDT
+  model advances each row by its predicted duration;
+* ``beam_size`` k > 1: icefall's modified beam search with beam k (one symbol per frame,
+  hypotheses merged by label sequence), batched across requests; hotwords bias it through a
+  context graph (``hotwords`` / ``hotword_weight``) as icefall and sherpa-onnx do. A model
+  whose predictor keeps a recurrent state (``label_window_state`` False) refuses it.
+
+The model answers through the contract: ``encode_offline``, ``predictor.label_window_state``
+and ``transducer_search(enc, enc_lens, *, beam_size, max_sym_per_frame, blank_penalty,
+context_graph)`` returning per-row tokens, emission frames, and (greedy) each token's
+log-probability. A model whose ``encoder_options`` include ``language`` conditions each row
+on its request's language: ``prompt_ids(languages, batch_size, device)`` maps them and
+``encode_offline`` takes them as its third argument.
+
+A word's probability is the mean probability of its tokens where the search reports them
+(greedy); beam search reports the best hypothesis's score, and each of its tokens is given
+the hypothesis's mean per-frame probability. ``avg_logprob`` is the hypothesis's
+log-probability per encoder frame (greedy: of the chosen symbols, blanks included).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from oasr.audio.frontends import pad_features
+from oasr.engine.config import EngineConfig, TranscribeOptions
+from oasr.engine.decode.base import StepEvent
+from oasr.engine.decode.ctc.search import CtcHypothesis
+from oasr.engine.decode.ctc.strategy import CtcDecodeStrategy, _Req
+from oasr.models.base import DecodeType
+from oasr.models.loaders import LoadedModel
+
+
+class TransducerDecodeStrategy(CtcDecodeStrategy):
+    """Batched greedy / modified-beam transducer decoding (see the module notes)."""
+
+    decode_type = DecodeType.TRANSDUCER
+    best_path_only = False
+    packs_rows = False  # the search reads a padded (B, T', D) encoder output
+
+    def __init__(self, loaded: LoadedModel, config: EngineConfig) -> None:
+        if config.lm_path:
+            raise ValueError("lm_path: n-gram LM fusion applies to CTC beam search, not to the transducer strategy")
+        super().__init__(loaded, config)
+        self.label_window = bool(getattr(self.model.predictor, "label_window_state", False))
+        self.prompted = "language" in self.model.encoder_options
+
+    def validate(self, options: TranscribeOptions) -> TranscribeOptions:
+        what = f"{type(self.model).__name__} decoded by 'transducer'"
+        if options.beam_size is None:
+            options = options.replace(beam_size=self.default_beam_size)
+        if options.beam_size > 1 and not self.label_window:
+            raise ValueError(
+                f"beam_size={options.beam_size}: {what} has a recurrent predictor, which beam search cannot "
+                f"reorder; use beam_size=1 (greedy)"
+            )
+        if options.max_sym_per_frame is not None and options.max_sym_per_frame < 1:
+            raise ValueError(f"max_sym_per_frame must be >= 1, got {options.max_sym_per_frame}")
+        if options.beam_size > 1 and options.max_sym_per_frame not in (None, 1):
+            raise ValueError("max_sym_per_frame applies to greedy search; modified beam search emits one per frame")
+        if self.prompted and options.language is not None:
+            self.model.resolve_prompt_id(options.language)  # ValueError for an unknown / ambiguous code
+            return super().validate(options.replace(language=None)).replace(language=options.language)
+        return super().validate(options)
+
+    def _run_batch(self, batch: list[tuple[_Req, int]], events: list[StepEvent]) -> None:
+        self.counters["windows_encoded"] += len(batch)
+        self.counters["batches"] += 1
+        feats, lens = pad_features([r.windows[i].feats for r, i in batch])
+        min_frames = 4 * self.subsampling  # room for the subsampling convolutions; rows keep their lengths
+        if feats.shape[1] < min_frames:
+            feats = torch.nn.functional.pad(feats, (0, 0, 0, min_frames - feats.shape[1]))
+        feats = feats.to(device=self.device, dtype=self.dtype)
+        lens = lens.to(self.device)
+        if self.prompted:
+            prompts = self.model.prompt_ids([r.opts.language for r, _ in batch], len(batch), self.device)
+            enc, enc_lens = self.model.encode_offline(feats, lens, prompts)
+        else:
+            enc, enc_lens = self.model.encode_offline(feats, lens)
+        n_frames = [min(int(n), enc.shape[1]) for n in enc_lens.tolist()]
+        # Rows searched together share their search settings.
+        groups: dict[tuple, list[int]] = {}
+        for row, (req, _) in enumerate(batch):
+            key = (req.beam, req.opts.max_sym_per_frame, req.opts.blank_penalty, req.hotwords is not None)
+            groups.setdefault(key, []).append(row)
+        for (beam, max_sym, penalty, biased), rows in groups.items():
+            try:
+                if biased:  # each request its own phrases: one row at a time
+                    parts = [
+                        (self._search(enc, enc_lens, [r], beam, max_sym, penalty, batch[r][0].hotwords), 0)
+                        for r in rows
+                    ]
+                else:
+                    res = self._search(enc, enc_lens, rows, beam, max_sym, penalty, None)
+                    parts = [(res, j) for j in range(len(rows))]
+                found = [
+                    (res.tokens[j], res.frames[j], _nth(res.token_logprobs, j), _nth(res.scores, j)) for res, j in parts
+                ]
+            except Exception as e:  # a failing search fails the requests of its rows alone
+                for r in rows:
+                    self._fail(batch[r][0], e, events)
+                continue
+            for r, (tokens, frames, logprobs, score) in zip(rows, found):
+                req, index = batch[r]
+                if req.done:
+                    continue
+                n = n_frames[r]
+                if logprobs is not None:
+                    probs = [math.exp(x) for x in logprobs]
+                else:
+                    probs = [math.exp((score or 0.0) / max(1, n))] * len(tokens)
+                hyp = CtcHypothesis(tuple(tokens), tuple(frames), float(score or 0.0))
+                try:
+                    req.results[index] = self._window_segments(req, index, hyp, probs, n)
+                except Exception as e:
+                    self._fail(req, e, events)
+                    continue
+                self._touched[req.rid] = req
+
+    def _search(self, enc, enc_lens, rows: list[int], beam: int, max_sym, penalty: float, hotwords):
+        """The model's search over ``rows`` of the encoder output."""
+        idx = torch.tensor(rows, device=enc.device)
+        return self.model.transducer_search(
+            enc.index_select(0, idx),
+            enc_lens.index_select(0, idx),
+            beam_size=beam,
+            max_sym_per_frame=max_sym,
+            blank_penalty=penalty,
+            context_graph=hotwords,
+        )
+
+
+def _nth(values, j: int):
+    return values[j] if values else None
+
+
+__all__ = ["TransducerDecodeStrategy"]
