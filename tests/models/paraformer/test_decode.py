@@ -113,3 +113,27 @@ def test_silence_and_a_too_short_input_give_empty_transcripts(oasr_dir):
     assert engine.transcribe(torch.zeros(100).numpy()).text == ""  # shorter than one 25 ms frame
     out = engine.transcribe(torch.zeros(8000).numpy(), word_timestamps=True)
     assert all(s.text and s.words for s in out.segments)  # whatever a random model says is timed
+
+
+def test_a_batch_takes_the_oldest_window_and_those_nearest_its_length(oasr_dir, monkeypatch):
+    """Rows are padded to the longest: the strategy groups like lengths (oldest first), and the
+    texts do not depend on the grouping."""
+    from oasr.engine.decode.paraformer import strategy as mod
+
+    seconds = [6.0, 1.0, 5.5, 1.2, 6.2, 0.9]
+    rng = torch.Generator().manual_seed(0)
+    clips = [(0.1 * torch.randn(int(16000 * s), generator=rng)).numpy() for s in seconds]
+    alone = [oasr.ASREngine(str(oasr_dir), max_batch_size=1).transcribe(c).text for c in clips]
+
+    seen: list[list[int]] = []
+    real = mod.decode_batch
+
+    def recording(model, feats, device, dtype):
+        seen.append([f.shape[0] for f in feats])
+        return real(model, feats, device, dtype)
+
+    monkeypatch.setattr(mod, "decode_batch", recording)
+    engine = oasr.ASREngine(str(oasr_dir), max_batch_size=3)
+    assert [o.text for o in engine.transcribe(clips)] == alone
+    lfr = [len(engine.strategy.frontend(torch.from_numpy(c))) for c in clips]
+    assert seen == [[lfr[0], lfr[2], lfr[4]], [lfr[1], lfr[3], lfr[5]]]
