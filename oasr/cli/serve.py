@@ -2,15 +2,21 @@
 ``/v1/audio/translations``, ``/v1/models``, ``/health``, ``/metrics``) over one model
 with continuous batching.
 
-The model is loaded before the server binds its port, so a model that does not load
-exits with code 2 and its message (as the other subcommands). Stop with Ctrl-C or
-SIGTERM: the server stops accepting, lets running requests finish for up to
-``--graceful-shutdown`` seconds, then shuts the engine down.
+Start-up binds the port first (taken: exit 2 with a message, before any model load),
+then loads the model (a model that does not load exits with code 2 and its message, as
+the other subcommands), then decodes one second of silence (fails: exit 2, the server
+does not start); only then does it listen, so ``/health`` says ok only for an engine
+that has decoded. Stop with Ctrl-C or SIGTERM: the server stops accepting, lets running
+requests finish for up to ``--graceful-shutdown`` seconds, answers the rest 503, then
+shuts the engine down. If the engine's decode loop dies, waiting requests get 503,
+``/health`` says 503 and the process exits with code 3 so that a supervisor restarts it
+(see ``oasr.server.lifecycle``).
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import ctypes
 import os
 import sys
@@ -46,7 +52,13 @@ def _port(text: str) -> int:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from oasr.server.settings import DEFAULT_MAX_QUEUE, DEFAULT_MAX_UPLOAD_MB
+    from oasr.server.settings import (
+        DEFAULT_MAX_QUEUE,
+        DEFAULT_MAX_UPLOAD_MB,
+        DEFAULT_UPLOAD_IDLE_S,
+        TIMEOUT_BASE_S,
+        TIMEOUT_PER_AUDIO_S,
+    )
 
     p = subparsers.add_parser(
         NAME,
@@ -118,7 +130,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         type=positive_float,
         default=None,
         metavar="S",
-        help="seconds a request may spend decoding audio and transcribing before it gets 504 (default: no limit)",
+        help="seconds a request may spend decoding audio and transcribing before it gets 504 and is aborted "
+        f"(default: {TIMEOUT_BASE_S:g} s plus {TIMEOUT_PER_AUDIO_S:g} s per second of audio)",
+    )
+    s.add_argument(
+        "--upload-idle-timeout",
+        type=positive_float,
+        default=DEFAULT_UPLOAD_IDLE_S,
+        metavar="S",
+        help=f"an upload that sends nothing for this long is closed with 408 (default {DEFAULT_UPLOAD_IDLE_S:g})",
     )
     s.add_argument(
         "--min-duration",
@@ -163,7 +183,7 @@ def fix_malloc_mmap_threshold(threshold: int = 128 * 1024) -> bool:
 
 
 def settings_from_args(args: argparse.Namespace):
-    from oasr.server.settings import ServerSettings
+    from oasr.server.settings import DEFAULT_MAX_AUDIO_S, ServerSettings
 
     return ServerSettings(
         model=args.model,
@@ -174,6 +194,8 @@ def settings_from_args(args: argparse.Namespace):
         max_upload_mb=args.max_upload_mb,
         max_queue=args.max_queue,
         request_timeout_s=args.request_timeout,
+        upload_idle_s=args.upload_idle_timeout,
+        max_audio_s=args.max_audio_seconds if args.max_audio_seconds is not None else DEFAULT_MAX_AUDIO_S,
         min_duration_s=args.min_duration,
         beam_size=args.beam_size,
         best_of=args.best_of,
@@ -188,9 +210,10 @@ def settings_from_args(args: argparse.Namespace):
 
 def run(args: argparse.Namespace) -> int:
     try:
-        import uvicorn
+        import uvicorn  # noqa: F401 - checked here so that a missing extra is one clear message
 
         from oasr.server.app import build_engine, create_app
+        from oasr.server.lifecycle import EXIT_ENGINE_DIED, bind_socket, run_server, warm_up
     except ImportError as e:
         raise CliError(f"the server needs its extra: pip install 'oasr[server]' ({e})", exit_code=2) from None
     from oasr.models.loaders import ModelNotFoundError
@@ -198,25 +221,31 @@ def run(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
     fix_malloc_mmap_threshold()
     try:
-        engine = build_engine(settings)
-    except ModelNotFoundError as e:
+        sock = bind_socket(settings.host, settings.port)
+    except OSError as e:
         raise CliError(str(e), exit_code=2) from None
-    except (ValueError, OSError, RuntimeError) as e:
-        raise CliError(f"could not load model {args.model or '(default)'}: {e}", exit_code=2) from None
-    try:
-        app = create_app(settings, engine)
-        config = uvicorn.Config(
-            app,
-            host=settings.host,
-            port=settings.port,
-            log_level=settings.log_level,
-            timeout_graceful_shutdown=args.graceful_shutdown,
-        )
-        server = uvicorn.Server(config)
-        server.run()
-        if not server.started:
-            print(f"oasr {NAME}: the server did not start (see the messages above)", file=sys.stderr)
-            return 1
-        return 0
-    finally:
-        engine.shutdown()
+    with sock:
+        try:
+            engine = build_engine(settings)
+        except ModelNotFoundError as e:
+            raise CliError(str(e), exit_code=2) from None
+        except (ValueError, OSError, RuntimeError) as e:
+            raise CliError(f"could not load model {args.model or '(default)'}: {e}", exit_code=2) from None
+        except Exception as e:  # a format library's own error (a truncated safetensors file ...)
+            raise CliError(
+                f"could not load model {args.model or '(default)'}: {type(e).__name__}: {e}", exit_code=2
+            ) from None
+        try:
+            try:
+                asyncio.run(warm_up(engine, settings))
+            except RuntimeError as e:
+                raise CliError(f"model {args.model or '(default)'} loaded but {e}; not starting", exit_code=2) from None
+            app = create_app(settings, engine)
+            code = run_server(app, settings, sock, graceful_s=args.graceful_shutdown, engine=engine)
+        finally:
+            engine.shutdown()
+    if code == EXIT_ENGINE_DIED:
+        print(f"oasr {NAME}: the engine stopped ({engine.death!r}); exiting for a restart", file=sys.stderr)
+    elif code:
+        print(f"oasr {NAME}: the server did not start (see the messages above)", file=sys.stderr)
+    return code

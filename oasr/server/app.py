@@ -11,13 +11,15 @@ body is read:
   limit is refused with 413 at once, without reading the body, and the bytes
   actually received are counted as they arrive (chunked uploads, or a lying
   header), failing the request with 413 as soon as they pass the limit. Nothing
-  is buffered: Starlette's multipart parser spools file parts to disk past 1 MiB.
+  is buffered: Starlette's multipart parser spools file parts to disk past 1 MiB;
+* closes an upload that sends nothing for ``--upload-idle-timeout`` seconds with 408.
 
 Exception handlers turn every error into OpenAI's error body (``oasr.server.errors``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import logging
 import time
@@ -29,7 +31,8 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from oasr.server.errors import APIError, UploadTooLarge, bad_request, error_for_status
+from oasr.server.errors import APIError, UploadIdle, UploadTooLarge, bad_request, error_for_status
+from oasr.server.lifecycle import Drain, ShuttingDown
 from oasr.server.metrics import ServerMetrics
 from oasr.server.protocol import ModelCard, ModelList
 from oasr.server.routes import router
@@ -60,15 +63,17 @@ def create_app(settings: ServerSettings | None = None, engine=None) -> FastAPI:
     settings = settings or ServerSettings()
     state = {"engine": engine}
     metrics = ServerMetrics(lambda: state["engine"])
+    drain = Drain()
 
     def attach(app: FastAPI, eng) -> None:
         state["engine"] = eng
         app.state.engine = eng
-        app.state.transcription = OpenAIServingTranscription(eng, settings, metrics)
-        app.state.translation = OpenAIServingTranslation(eng, settings, metrics)
+        app.state.transcription = OpenAIServingTranscription(eng, settings, metrics, drain)
+        app.state.translation = OpenAIServingTranslation(eng, settings, metrics, drain)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
+        drain.bind(asyncio.get_running_loop())
         owned = None
         if state["engine"] is None:
             owned = await run_in_threadpool(build_engine, settings)
@@ -87,6 +92,7 @@ def create_app(settings: ServerSettings | None = None, engine=None) -> FastAPI:
     )
     app.state.settings = settings
     app.state.metrics = metrics
+    app.state.drain = drain
     app.state.engine = None
     created = int(time.time())
     primary = settings.model_names[0]
@@ -117,6 +123,14 @@ def _install_error_handlers(app: FastAPI) -> None:
     async def _too_large(request: Request, exc: UploadTooLarge):
         return exc.api_error().response()
 
+    @app.exception_handler(UploadIdle)
+    async def _idle(request: Request, exc: UploadIdle):
+        return exc.api_error().response()
+
+    @app.exception_handler(ShuttingDown)
+    async def _shutting_down(request: Request, exc: ShuttingDown):
+        return APIError(503, str(exc), code="server_shutting_down").response()
+
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException):
         detail = exc.detail if isinstance(exc.detail, str) else None
@@ -145,6 +159,7 @@ class GateMiddleware:
         self.app = app
         self.metrics = metrics
         self.limit = settings.max_upload_bytes
+        self.idle_s = settings.upload_idle_s
         self.api_key = settings.api_key.encode() if settings.api_key else None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -176,7 +191,7 @@ class GateMiddleware:
             if refusal is not None:
                 await refusal.response()(scope, receive, send_wrapper)
                 return
-            await self.app(scope, _limited(receive, self.limit), send_wrapper)
+            await self.app(scope, _limited(receive, self.limit, self.idle_s), send_wrapper)
         finally:
             metrics.in_flight.dec()
             label = "499" if scope.get(CLIENT_GONE) else str(status)
@@ -220,17 +235,25 @@ def _header(scope: Scope, name: bytes) -> str | None:
     return None
 
 
-def _limited(receive: Receive, limit: int) -> Receive:
-    """``receive`` that raises ``UploadTooLarge`` once more than ``limit`` body bytes arrived."""
+def _limited(receive: Receive, limit: int, idle_s: float) -> Receive:
+    """``receive`` that raises ``UploadTooLarge`` once more than ``limit`` body bytes arrived,
+    and ``UploadIdle`` when the body stops arriving for ``idle_s`` seconds."""
     received = 0
+    complete = False
 
     async def wrapper() -> Message:
-        nonlocal received
-        message = await receive()
+        nonlocal received, complete
+        if complete:  # the body is in: what follows is the wait for a disconnect
+            return await receive()
+        try:
+            message = await asyncio.wait_for(receive(), idle_s)
+        except asyncio.TimeoutError:
+            raise UploadIdle(idle_s) from None
         if message["type"] == "http.request":
             received += len(message.get("body", b""))
             if received > limit:
                 raise UploadTooLarge(limit)
+            complete = not message.get("more_body", False)
         return message
 
     return wrapper

@@ -8,11 +8,12 @@ Status codes and ``type`` values:
 401   authentication_error      missing or wrong ``Authorization: Bearer`` key
 404   not_found_error           unknown ``model`` name, unknown route
 405   invalid_request_error     wrong method for a route
+408   timeout_error             the upload sent nothing for ``--upload-idle-timeout``
 413   invalid_request_error     request body over ``--max-upload-mb``
 429   rate_limit_error          the engine queue is full (``--max-queue``); retry
 499   client_closed_request     (logged / counted only: the client went away)
 500   server_error              a bug; the server keeps serving
-503   service_unavailable       the engine has stopped
+503   service_unavailable       the engine has stopped, or the server is shutting down
 504   timeout_error             the request ran past ``--request-timeout``
 ====  ========================  ==================================================
 """
@@ -82,6 +83,17 @@ class UploadTooLarge(Exception):
 
     def api_error(self) -> APIError:
         return APIError(413, str(self), code="upload_too_large")
+
+
+class UploadIdle(Exception):
+    """The request body stopped arriving for ``--upload-idle-timeout`` seconds."""
+
+    def __init__(self, idle_s: float) -> None:
+        super().__init__(f"the upload sent nothing for {idle_s:g} s (--upload-idle-timeout); closing it")
+        self.idle_s = idle_s
+
+    def api_error(self) -> APIError:
+        return APIError(408, str(self), code="upload_idle_timeout", headers={"Connection": "close"})
 
 
 def bad_request(message: str, param: str | None = None, code: str | None = "invalid_value") -> APIError:

@@ -10,7 +10,7 @@ from starlette.datastructures import FormData, UploadFile
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect
 
-from oasr.server.errors import CLIENT_CLOSED_REQUEST, APIError, UploadTooLarge, bad_request
+from oasr.server.errors import CLIENT_CLOSED_REQUEST, APIError, UploadIdle, UploadTooLarge, bad_request
 from oasr.server.protocol import (
     ErrorResponse,
     FormError,
@@ -25,7 +25,7 @@ from oasr.server.serving import CLIENT_GONE, engine_alive
 
 router = APIRouter()
 
-_ERRORS = {status: {"model": ErrorResponse} for status in (400, 401, 404, 413, 429, 504)}
+_ERRORS = {status: {"model": ErrorResponse} for status in (400, 401, 404, 408, 413, 429, 503, 504)}
 _MAX_FORM_FIELDS = 64
 
 
@@ -39,7 +39,7 @@ async def read_form(request: Request, request_cls: type[TranslationRequest]):
         )
     try:
         form: FormData = await request.form(max_files=4, max_fields=_MAX_FORM_FIELDS)
-    except UploadTooLarge as e:
+    except (UploadTooLarge, UploadIdle) as e:
         raise e.api_error() from None
     except HTTPException as e:  # malformed multipart, too many parts
         raise bad_request(f"malformed multipart body: {e.detail}", code="invalid_body") from None
@@ -52,7 +52,7 @@ async def read_form(request: Request, request_cls: type[TranslationRequest]):
 
 async def _audio(request: Request, request_cls: type[TranslationRequest], serving) -> Response:
     try:
-        req, upload = await read_form(request, request_cls)
+        req, upload = await serving.drain.race(read_form(request, request_cls))
     except ClientDisconnect:
         request.scope[CLIENT_GONE] = True
         return Response(status_code=CLIENT_CLOSED_REQUEST)

@@ -33,7 +33,10 @@ Decoding policy:
 
 Every request runs while the client is watched: a client that disconnects has its
 request cancelled (the engine aborts it and frees its rows), counted in
-``oasr_requests_cancelled_total`` and logged with status 499.
+``oasr_requests_cancelled_total`` and logged with status 499. It also runs against a
+time budget (``--request-timeout``; by default 60 s plus 4 s per second of audio, known
+once the audio is decoded): past it, 504 and the rows are freed. A request the server
+cannot finish before its graceful shutdown ends gets 503 (``oasr.server.lifecycle``).
 """
 
 from __future__ import annotations
@@ -50,13 +53,14 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response, Streami
 from starlette.datastructures import UploadFile
 from starlette.types import Receive, Scope, Send
 
-from oasr.audio import AudioDecodeError
+from oasr.audio import AudioDecodeError, AudioTooLong
 from oasr.engine.async_engine import EngineStopped, RequestTimeout
 from oasr.engine.config import TranscribeOptions
 from oasr.engine.decode.base import EngineOverloaded, StepEvent
 from oasr.engine.outputs import RequestOutput
 from oasr.formatting import format_output, json_dict, verbose_json_dict
 from oasr.server.errors import CLIENT_CLOSED_REQUEST, APIError, bad_request
+from oasr.server.lifecycle import Drain, ShuttingDown
 from oasr.server.metrics import ServerMetrics
 from oasr.server.protocol import (
     ServerVad,
@@ -68,7 +72,7 @@ from oasr.server.protocol import (
     TranslationResponse,
     UsageDuration,
 )
-from oasr.server.settings import ServerSettings
+from oasr.server.settings import TIMEOUT_BASE_S, TIMEOUT_PER_AUDIO_S, ServerSettings
 
 log = logging.getLogger("oasr.server")
 
@@ -86,10 +90,11 @@ class OpenAIServingSpeechToText:
     task = "transcribe"
     endpoint = "transcriptions"
 
-    def __init__(self, engine, settings: ServerSettings, metrics: ServerMetrics) -> None:
+    def __init__(self, engine, settings: ServerSettings, metrics: ServerMetrics, drain: Drain | None = None) -> None:
         self.engine = engine
         self.settings = settings
         self.metrics = metrics
+        self.drain = drain or Drain()
         # The engine measures n_samples / rate (a correctly rounded division), so a clip of
         # exactly min_duration_s (1600 samples for 0.1 s at 16 kHz) compares equal and passes.
         self.min_duration_s = settings.min_duration_s
@@ -171,34 +176,43 @@ class OpenAIServingSpeechToText:
 
     def _transcribe(self, source, options: TranscribeOptions):
         return self.engine.transcribe(
-            source, options, timeout=self.settings.request_timeout_s, min_duration_s=self.min_duration_s
+            source, options, timeout=self.settings.request_budget, min_duration_s=self.min_duration_s
         )
 
     async def _until_disconnect(self, awaitable, raw_request: Request):
-        """Await ``awaitable`` while watching the client; cancel it (raising ``ClientGone``)
-        if the client disconnects first."""
+        """Await ``awaitable`` while watching the client and the shutdown drain; cancel it
+        (raising ``ClientGone`` / ``ShuttingDown``) if the client disconnects or the drain
+        fires first."""
         work = asyncio.ensure_future(awaitable)
         watch = asyncio.ensure_future(_wait_for_disconnect(raw_request.receive))
+        drained = asyncio.ensure_future(self.drain.wait())
         try:
-            await asyncio.wait({work, watch}, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait({work, watch, drained}, return_when=asyncio.FIRST_COMPLETED)
             if not work.done():
                 work.cancel()
                 with contextlib.suppress(BaseException):
                     await work
+                if not watch.done():
+                    raise ShuttingDown("the server is shutting down and could not finish this request")
                 self.metrics.cancelled.inc()
                 raise ClientGone()
             return work.result()
         finally:
-            for task in (work, watch):
+            for task in (work, watch, drained):
                 if not task.done():
                     task.cancel()
             with contextlib.suppress(BaseException):
                 await watch
+            with contextlib.suppress(BaseException):
+                await drained
 
     def engine_error(self, exc: BaseException, filename: str) -> APIError:
         """The HTTP answer for an exception from the engine."""
         if isinstance(exc, APIError):
             return exc
+        if isinstance(exc, AudioTooLong):
+            message = str(exc).replace("<SpooledTemporaryFile>", repr(filename))
+            return bad_request(message, param="file", code="audio_too_long")
         if isinstance(exc, AudioDecodeError):
             message = str(exc).replace("<SpooledTemporaryFile>", repr(filename))
             return bad_request(message, param="file", code="invalid_audio")
@@ -206,7 +220,14 @@ class OpenAIServingSpeechToText:
             return APIError(429, str(exc), code="engine_overloaded", headers={"Retry-After": "1"})
         if isinstance(exc, RequestTimeout):
             limit = self.settings.request_timeout_s
-            return APIError(504, f"the request did not finish within --request-timeout {limit:g} s", code="timeout")
+            budget = (
+                f"{limit:g} s"
+                if limit is not None
+                else f"{TIMEOUT_BASE_S:g} s + {TIMEOUT_PER_AUDIO_S:g} s per s of audio"
+            )
+            return APIError(504, f"the request did not finish within --request-timeout ({budget})", code="timeout")
+        if isinstance(exc, ShuttingDown):
+            return APIError(503, str(exc), code="server_shutting_down")
         if isinstance(exc, EngineStopped):
             return APIError(503, str(exc), code="engine_stopped")
         if isinstance(exc, ValueError):
@@ -219,7 +240,9 @@ class OpenAIServingSpeechToText:
     def render(self, out: RequestOutput, req: TranslationRequest) -> Response:
         fmt = req.response_format
         if fmt == "json":
-            return JSONResponse(self._json(out).model_dump(exclude_none=True))
+            body = self._json(out).model_dump(exclude_none=True)
+            body.setdefault("language", None)  # null when nothing was decoded (VAD found no speech)
+            return JSONResponse(body)
         if fmt == "verbose_json":
             granularities = req.granularities
             doc = verbose_json_dict(out, words="word" in granularities)
@@ -242,7 +265,7 @@ class OpenAIServingSpeechToText:
 
     async def _create_stream(self, req, source, options, raw_request: Request, filename: str) -> Response:
         events = self.engine.stream(
-            source, options, timeout=self.settings.request_timeout_s, min_duration_s=self.min_duration_s
+            source, options, timeout=self.settings.request_budget, min_duration_s=self.min_duration_s
         )
         try:
             # Audio problems and a full queue surface before the first event: answer them as 4xx.
@@ -250,7 +273,7 @@ class OpenAIServingSpeechToText:
         except BaseException:
             await events.aclose()
             raise
-        stream = _TranscriptStream(self, first, events, filename)
+        stream = _TranscriptStream(self, first, events, filename, self.drain)
         return _SSEResponse(stream, raw_request)
 
 
@@ -290,8 +313,11 @@ def _sse(payload: dict | str) -> bytes:
 class _TranscriptStream:
     """The SSE events of one streamed transcription, closed exactly once."""
 
-    def __init__(self, serving: OpenAIServingSpeechToText, first: StepEvent, events, filename: str) -> None:
+    def __init__(
+        self, serving: OpenAIServingSpeechToText, first: StepEvent, events, filename: str, drain: Drain | None = None
+    ) -> None:
         self.serving = serving
+        self.drain = drain or Drain()  # fires: the stream ends with a 503 error event
         self.first = first
         self.events = events
         self.filename = filename
@@ -319,7 +345,7 @@ class _TranscriptStream:
                     yield _sse(TranscriptTextDone(text=json_dict(event.output)["text"]).model_dump())
                     self.completed = True
                     break
-                event = await self.events.__anext__()
+                event = await self.drain.race(self.events.__anext__())
         except StopAsyncIteration:
             pass
         except Exception as e:  # after the headers: report in the stream

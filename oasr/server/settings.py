@@ -9,6 +9,11 @@ from typing import Any
 
 DEFAULT_MAX_UPLOAD_MB = 25.0  # OpenAI's limit for /v1/audio uploads
 DEFAULT_MAX_QUEUE = 256
+DEFAULT_MAX_AUDIO_S = 4 * 3600.0  # EngineConfig.max_audio_s's default
+DEFAULT_UPLOAD_IDLE_S = 60.0
+# The default per-request budget: a base plus a share per second of audio (a number given replaces it).
+TIMEOUT_BASE_S = 60.0
+TIMEOUT_PER_AUDIO_S = 4.0
 
 
 @dataclass(frozen=True)
@@ -27,7 +32,11 @@ class ServerSettings:
         max_queue: requests admitted (decoding audio, queued or running) before new
             ones are refused with 429 (``EngineConfig.max_queue_size``).
         request_timeout_s: seconds a request may spend in the engine (audio decoding
-            plus transcription; not the upload) before it is aborted with 504; None: no limit.
+            plus transcription; not the upload) before it is aborted with 504; None: the
+            default budget, ``TIMEOUT_BASE_S`` plus ``TIMEOUT_PER_AUDIO_S`` per second of audio.
+        max_audio_s: longer audio is refused with 400 ``audio_too_long``
+            (``EngineConfig.max_audio_s``; None: no limit).
+        upload_idle_s: an upload that sends nothing for this long is closed with 408.
         min_duration_s: shorter audio is refused with 400.
         beam_size: beams at temperature 0 (1: greedy, the server default).
         best_of: samples per fallback temperature > 0.
@@ -44,6 +53,8 @@ class ServerSettings:
     max_upload_mb: float = DEFAULT_MAX_UPLOAD_MB
     max_queue: int = DEFAULT_MAX_QUEUE
     request_timeout_s: float | None = None
+    max_audio_s: float | None = DEFAULT_MAX_AUDIO_S
+    upload_idle_s: float = DEFAULT_UPLOAD_IDLE_S
     min_duration_s: float = 0.1
     beam_size: int = 1
     best_of: int = 5
@@ -62,6 +73,10 @@ class ServerSettings:
             raise ValueError(f"max_queue must be >= 1, got {self.max_queue}")
         if self.request_timeout_s is not None and not self.request_timeout_s > 0:
             raise ValueError(f"request_timeout_s must be > 0 or None, got {self.request_timeout_s}")
+        if self.max_audio_s is not None and not self.max_audio_s > 0:
+            raise ValueError(f"max_audio_s must be > 0 or None, got {self.max_audio_s}")
+        if not self.upload_idle_s > 0:
+            raise ValueError(f"upload_idle_s must be > 0, got {self.upload_idle_s}")
         if self.min_duration_s < 0:
             raise ValueError(f"min_duration_s must be >= 0, got {self.min_duration_s}")
         if self.beam_size < 1 or self.best_of < 1:
@@ -72,6 +87,12 @@ class ServerSettings:
     @property
     def max_upload_bytes(self) -> int:
         return int(self.max_upload_mb * 1024 * 1024)
+
+    def request_budget(self, duration_s: float) -> float:
+        """Seconds a request of ``duration_s`` seconds of audio may take (see ``request_timeout_s``)."""
+        if self.request_timeout_s is not None:
+            return self.request_timeout_s
+        return TIMEOUT_BASE_S + TIMEOUT_PER_AUDIO_S * duration_s
 
     @property
     def model_names(self) -> tuple[str, ...]:
@@ -92,5 +113,6 @@ class ServerSettings:
             "num_threads": self.num_threads,
             "max_batch_size": self.max_batch_size,
             "max_queue_size": self.max_queue,
+            "max_audio_s": self.max_audio_s,
             **self.extra_engine_config,
         }
