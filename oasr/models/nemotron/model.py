@@ -54,7 +54,7 @@ class _SubsamplingStage(nn.Module):
 
     def __init__(self, channels: int, kernel: int, stride: int) -> None:
         super().__init__()
-        self.depthwise_conv = Conv2d(channels, channels, kernel, stride=stride, groups=channels)
+        self.depthwise_conv = Conv2d(channels, channels, kernel, stride=stride, padding=kernel - 1, groups=channels)
         self.pointwise_conv = Conv2d(channels, channels, 1)
 
 
@@ -73,8 +73,13 @@ class NemotronSubsampling(nn.Module):
     def __init__(self, cfg: NemotronEncoderConfig) -> None:
         super().__init__()
         k, s, c = cfg.subsampling_conv_kernel_size, cfg.subsampling_conv_stride, cfg.subsampling_conv_channels
+        if k < s:
+            raise ValueError(f"subsampling kernel {k} is shorter than its stride {s}")
         self.kernel_size, self.stride = k, s
         self.pad = (k - 1, s - 1)
+        # conv_in's one-channel input is padded as it is; the depthwise convs pad (k - 1) on both sides
+        # and their surplus last output row / column is cut: the kept outputs see exactly the
+        # (k - 1, s - 1) causal padding, without a padded copy of a C-channel map.
         self.conv_in = Conv2d(1, c, k, stride=s)
         self.layers = nn.ModuleList(_SubsamplingStage(c, k, s) for _ in range(cfg.num_subsampling_layers - 1))
         freq = cfg.num_mel_bins
@@ -92,17 +97,24 @@ class NemotronSubsampling(nn.Module):
         return lengths
 
     def _strided(self, conv: Conv2d, x: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        x = conv(F.pad(x, (*self.pad, *self.pad)))  # (freq left, right, time left, right)
-        return x, self._reduce(lengths)
+        """One causal strided depthwise conv. (B, C, T, F) -> (B, C, T', F'), lengths after it"""
+        t_out, f_out = self._reduce(x.shape[2]), self._reduce(x.shape[3])
+        return conv(x)[:, :, :t_out, :f_out], self._reduce(lengths)
+
+    @staticmethod
+    def _mask_relu(x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        """Zero the frames past each row's end, then ReLU, in place on a fresh conv output
+        (the stage activations are the largest tensors of a long utterance)."""
+        return x.mul_(_valid(lengths, x.shape[2])[:, None, :, None].to(x.dtype)).relu_()
 
     def forward(self, feats: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         x = (feats * _valid(lengths, feats.shape[1])[..., None].to(feats.dtype))[:, None]  # (B, 1, T, F)
-        x, lengths = self._strided(self.conv_in, x, lengths)
-        x = torch.relu(x * _valid(lengths, x.shape[2])[:, None, :, None].to(x.dtype))
+        x = self.conv_in(F.pad(x, (*self.pad, *self.pad)))  # (freq left, right, time left, right)
+        x = self._mask_relu(x, self._reduce(lengths))
+        lengths = self._reduce(lengths)
         for stage in self.layers:
             x, lengths = self._strided(stage.depthwise_conv, x, lengths)
-            x = stage.pointwise_conv(x)
-            x = torch.relu(x * _valid(lengths, x.shape[2])[:, None, :, None].to(x.dtype))
+            x = self._mask_relu(stage.pointwise_conv(x), lengths)
         b, c, t, f = x.shape
         x = x.transpose(1, 2).reshape(b, t, c * f)  # (B, T', C * F'), channel-major
         return self.linear(x), lengths
