@@ -48,6 +48,8 @@ class ZipformerEncoderConfig(ModelConfig):
         chunk_size: for a causal model, the attention / convolution chunk in embed frames
             (icefall evaluates releases at 16); <= 0 means full context.
         left_context_frames: for a causal model, embed frames of left context (128); < 0 is unlimited.
+        tail_pad_frames: feature frames of log(1e-10) appended to every row before encoding, as
+            icefall's decode.py does for causal models (30: it completes the last chunk); 0 = none.
     """
 
     num_mel_bins: int = 80
@@ -66,6 +68,7 @@ class ZipformerEncoderConfig(ModelConfig):
     causal: bool = False
     chunk_size: int = 16
     left_context_frames: int = 128
+    tail_pad_frames: int = 0
 
     def __post_init__(self) -> None:
         n = len(self.downsampling_factor)
@@ -84,6 +87,8 @@ class ZipformerEncoderConfig(ModelConfig):
             raise ValueError(f"output_downsampling_factor={self.output_downsampling_factor}: icefall only uses 2")
         if self.num_mel_bins < 7:
             raise ValueError(f"num_mel_bins={self.num_mel_bins}: the embed needs at least 7 features")
+        if self.tail_pad_frames < 0:
+            raise ValueError(f"tail_pad_frames={self.tail_pad_frames} must be >= 0")
         if self.pos_dim % 2:
             raise ValueError(f"pos_dim={self.pos_dim} must be even")
         if self.chunked and any(self.chunk_size % d for d in self.downsampling_factor):

@@ -53,6 +53,7 @@ FBANK_PARAMS: dict[str, Any] = {
 DEFAULT_POS_HEAD_DIM = 4
 DEFAULT_CHUNK_SIZE = 16
 DEFAULT_LEFT_CONTEXT_FRAMES = 128
+CAUSAL_TAIL_PAD_FRAMES = 30  # icefall's decode.py pads causal models' features by 30 LOG_EPS frames
 
 # Tensors icefall keeps that no inference path reads.
 UNUSED_PREFIXES = ("simple_am_proj.", "simple_lm_proj.")
@@ -309,8 +310,10 @@ def encoder_config(ckpt: IcefallCheckpoint) -> ZipformerEncoderConfig:
         "causal": causal,
         "chunk_size": DEFAULT_CHUNK_SIZE,
         "left_context_frames": DEFAULT_LEFT_CONTEXT_FRAMES,
+        "tail_pad_frames": CAUSAL_TAIL_PAD_FRAMES if causal else 0,
     }
-    shape_fixed = {k for k in fields if k not in ("chunk_size", "left_context_frames", "num_mel_bins")}
+    free = ("chunk_size", "left_context_frames", "tail_pad_frames")
+    shape_fixed = {k for k in fields if k not in (*free, "num_mel_bins")}
     for key, value in o.items():
         if key in shape_fixed and key not in ("num_heads", "query_head_dim", "pos_head_dim", "value_head_dim"):
             want = tuple(value) if isinstance(value, list) else value
@@ -318,7 +321,7 @@ def encoder_config(ckpt: IcefallCheckpoint) -> ZipformerEncoderConfig:
                 raise LoadError(
                     f"{ckpt.directory / 'config.json'}: {key}={value!r} contradicts the checkpoint's {fields[key]!r}"
                 )
-    for key in ("chunk_size", "left_context_frames"):
+    for key in free:
         if key in o:
             fields[key] = o[key]
     if "num_heads" in o or "query_head_dim" in o or "value_head_dim" in o:

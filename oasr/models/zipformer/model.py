@@ -25,7 +25,8 @@ and its ConvNeXt and chunk-causal convolution see padding): the embed zeroes fra
 each row's end before the ConvNeXt, downsampling repeats each row's own last frame,
 attention masks padded keys, the convolution modules zero padded frames, and a row shorter
 than the chunk scales its chunk as it would alone. A causal model runs offline with
-icefall's chunked attention mask and chunk-causal convolutions (chunk 16, left context 128).
+icefall's chunked attention mask and chunk-causal convolutions (chunk 16, left context 128),
+its features padded by 30 frames of log(1e-10) first, as icefall's decode.py evaluates them.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from oasr.models.base import BaseAsrModel, BaseEncoder, DecodeType
 from oasr.models.zipformer.config import ZipformerConfig, ZipformerEncoderConfig
 
 MASK_SCORE = -1000.0  # icefall fills masked attention scores with -1000, not -inf
+LOG_EPS = math.log(1e-10)  # icefall's padding value for log-mel features
 
 
 def _valid(lengths: torch.Tensor, n: int) -> torch.Tensor:
@@ -401,7 +403,24 @@ class ZipformerEncoder(BaseEncoder):
     def output_lengths(self, feat_lens: torch.Tensor) -> torch.Tensor:
         """Encoder frames for ``feat_lens`` feature frames."""
         f = self.config.output_downsampling_factor
-        return (Conv2dSubsampling.output_lengths(feat_lens) + f - 1) // f
+        return (Conv2dSubsampling.output_lengths(feat_lens + self.config.tail_pad_frames) + f - 1) // f
+
+    def pad_tail(self, feats: torch.Tensor, feat_lens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Append ``tail_pad_frames`` frames of log(1e-10) right after each row's last frame
+        (icefall's decode.py does so for causal models; a no-op when 0).
+
+        Shapes:
+            feats: (B, T, F), feat_lens: (B,) -> (B, T + n, F), (B,) + n
+        """
+        n = self.config.tail_pad_frames
+        feat_lens = feat_lens.to(device=feats.device, dtype=torch.long)
+        if n <= 0:
+            return feats, feat_lens
+        b, t, f = feats.shape
+        out = torch.cat((feats, feats.new_zeros(b, n, f)), dim=1)
+        idx = torch.arange(t + n, device=feats.device)[None, :]
+        tail = (idx >= feat_lens[:, None]) & (idx < feat_lens[:, None] + n)  # (B, T + n)
+        return out.masked_fill(tail[..., None], LOG_EPS), feat_lens + n
 
     def embed(self, feats: torch.Tensor, feat_lens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The Conv2dSubsampling embed. -> (B, (T - 7) // 2, encoder_dim[0]), (B,)"""
@@ -445,7 +464,7 @@ class ZipformerEncoder(BaseEncoder):
         return torch.cat(pieces, dim=-1)
 
     def forward(self, feats: torch.Tensor, feat_lens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        x, lengths = self.embed(feats, feat_lens)
+        x, lengths = self.embed(*self.pad_tail(feats, feat_lens))
         x, lengths, _ = self.forward_stacks(x, lengths)
         return x, lengths
 

@@ -6,6 +6,7 @@ fbank features of real clips of unequal lengths."""
 
 from __future__ import annotations
 
+import math
 import os
 
 os.environ.setdefault("TORCH_COMPILE_DISABLE", "1")  # icefall wraps Swoosh in torch.compile
@@ -145,12 +146,21 @@ def reference(request, tmp_path_factory, features) -> Reference:
     return _REFERENCES[causal]
 
 
+def icefall_input(feats: torch.Tensor, causal: bool) -> torch.Tensor:
+    """One clip's features as icefall's decode.py feeds a model: a causal one gets 30 frames of
+    LOG_EPS (log(1e-10)) appended. (T, F) -> (T [+ 30], F)"""
+    if not causal:
+        return feats
+    return torch.nn.functional.pad(feats, (0, 0, 0, 30), value=math.log(1e-10))
+
+
 def reference_encoded(reference: Reference, features: list[torch.Tensor]) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """icefall's ``forward_encoder`` of each clip alone, (1, T', D) and (1,), computed once."""
     if reference.causal not in _ENCODED:
         with torch.no_grad():
             _ENCODED[reference.causal] = [
-                reference.model.forward_encoder(f[None], torch.tensor([f.shape[0]])) for f in features
+                reference.model.forward_encoder(f[None], torch.tensor([f.shape[0]]))
+                for f in (icefall_input(f, reference.causal) for f in features)
             ]
     return _ENCODED[reference.causal]
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import oasr
-from tests.models.zipformer.conftest import _ENCODED, pad, parity
+from tests.models.zipformer.conftest import _ENCODED, icefall_input, pad, parity
 
 COSINE = 0.99999
 MAX_ABS = 1e-9
@@ -27,7 +27,7 @@ def ref_out(reference, features):
     """Per clip, alone: embed, each stack's output (B, T, C), encoder output, CTC log-probs."""
     model = reference.model
     outs = []
-    for f in features:
+    for f in (icefall_input(f, reference.causal) for f in features):
         stacks: list[torch.Tensor] = []
         hooks = [
             s.register_forward_hook(lambda _m, _i, out, acc=stacks: acc.append(out.permute(1, 0, 2)))
@@ -54,7 +54,7 @@ def ours_out(ours, features):
     model = ours.model.double()
     feats, lens = pad(features)
     with torch.no_grad():
-        embed, embed_lens = model.encoder.embed(feats, lens)
+        embed, embed_lens = model.encoder.embed(*model.encoder.pad_tail(feats, lens))
         enc, enc_lens, stacks = model.encoder.forward_stacks(embed, embed_lens)
         log_probs = model.ctc_output.logits(enc).log_softmax(-1)
         fused, fused_lens = model.forward_offline(feats, lens)
