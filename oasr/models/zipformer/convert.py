@@ -136,8 +136,11 @@ def looks_like_icefall(path: Path) -> bool:
 def _load_state(weights: Path) -> dict[str, torch.Tensor]:
     try:
         obj = torch.load(weights, map_location="cpu", weights_only=True, mmap=True)
-    except Exception as e:  # truncated zip, a pickle of something else, ...
-        raise LoadError(f"{weights}: cannot be read as a torch checkpoint (truncated or corrupt?): {e}") from e
+    except Exception:
+        try:  # a legacy (pre-zip) torch.save file cannot be memory-mapped
+            obj = torch.load(weights, map_location="cpu", weights_only=True)
+        except Exception as e:  # truncated zip, a pickle of something else, ...
+            raise LoadError(f"{weights}: cannot be read as a torch checkpoint (truncated or corrupt?): {e}") from e
     if isinstance(obj, Mapping) and isinstance(obj.get("model"), Mapping):
         obj = obj["model"]
     if not isinstance(obj, Mapping) or not all(isinstance(v, torch.Tensor) for v in obj.values()):

@@ -257,3 +257,10 @@ def test_bpe_model_instead_of_tokens_txt(reference, tmp_path):
     _train_bpe(d / "bpe.model", len(TOKENS) - 3)
     with pytest.raises(LoadError, match="pieces but the model's output has"):
         oasr.load_pretrained(d)
+
+
+def test_legacy_torch_save_format_loads(reference, tmp_path):
+    d = _copy(reference, tmp_path)
+    sd = torch.load(d / "pretrained.pt", weights_only=True)
+    torch.save(sd, d / "pretrained.pt", _use_new_zipfile_serialization=False)  # cannot be memory-mapped
+    assert oasr.load_pretrained(d).model.architecture == "zipformer"
