@@ -22,6 +22,7 @@ one (``oasr.models.transducer.convert``).
 from __future__ import annotations
 
 import json
+import pickle
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -139,6 +140,12 @@ def _load_state(weights: Path) -> dict[str, torch.Tensor]:
     except Exception:
         try:  # a legacy (pre-zip) torch.save file cannot be memory-mapped
             obj = torch.load(weights, map_location="cpu", weights_only=True)
+        except pickle.UnpicklingError as e:
+            raise LoadError(
+                f"{weights}: holds Python objects besides tensors (a training checkpoint with its params?), "
+                f"which oasr does not unpickle; export the model with icefall's export.py "
+                f"(pretrained.pt, {{'model': state_dict}}) or re-save just torch.load(...)['model']"
+            ) from e
         except Exception as e:  # truncated zip, a pickle of something else, ...
             raise LoadError(f"{weights}: cannot be read as a torch checkpoint (truncated or corrupt?): {e}") from e
     if isinstance(obj, Mapping) and isinstance(obj.get("model"), Mapping):

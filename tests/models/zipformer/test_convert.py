@@ -152,6 +152,13 @@ def test_bad_directories_get_clear_errors(reference, tmp_path):
     with pytest.raises(LoadError, match="feed_forward3"):
         oasr.load_pretrained(missing)
 
+    training = _copy(reference, tmp_path, "training")
+    sd = torch.load(training / "pretrained.pt", weights_only=True)["model"]
+    torch.save({"model": sd, "exp_dir": tmp_path}, training / "epoch-3.pt")  # a Path: not a plain tensor file
+    (training / "pretrained.pt").unlink()
+    with pytest.raises(LoadError, match="holds Python objects besides tensors"):
+        oasr.load_pretrained(training, architecture="zipformer")
+
     two = _copy(reference, tmp_path, "two")
     shutil.move(two / "pretrained.pt", two / "epoch-1.pt")
     shutil.copy(two / "epoch-1.pt", two / "epoch-2.pt")
