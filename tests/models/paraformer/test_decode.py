@@ -133,7 +133,14 @@ def test_a_batch_takes_the_oldest_window_and_those_nearest_its_length(oasr_dir, 
         return real(model, feats, device, dtype)
 
     monkeypatch.setattr(mod, "decode_batch", recording)
-    engine = oasr.ASREngine(str(oasr_dir), max_batch_size=3)
+    engine = oasr.ASREngine(str(oasr_dir), max_batch_size=3, encoder_batch_size=3)
     assert [o.text for o in engine.transcribe(clips)] == alone
     lfr = [len(engine.strategy.frontend(torch.from_numpy(c))) for c in clips]
     assert seen == [[lfr[0], lfr[2], lfr[4]], [lfr[1], lfr[3], lfr[5]]]
+
+    # On a CPU the default passes one window at a time (the step still takes three).
+    seen.clear()
+    engine = oasr.ASREngine(str(oasr_dir), max_batch_size=3)
+    assert engine.strategy.encoder_batch == 1
+    assert [o.text for o in engine.transcribe(clips)] == alone
+    assert seen == [[lfr[k]] for k in (0, 2, 4, 1, 3, 5)]
