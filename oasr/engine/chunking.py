@@ -170,6 +170,10 @@ class VadSplitter:
     def streams_text(self) -> bool:
         return self.strategy.streams_text
 
+    @property
+    def prompt_option(self) -> str | None:
+        return self.strategy.prompt_option
+
     # -- admission ---------------------------------------------------------------------
 
     def validate(self, options: TranscribeOptions) -> TranscribeOptions:

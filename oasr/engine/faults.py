@@ -76,6 +76,10 @@ class FaultInjection(DecodeStrategy):
         return self.inner.stops_early
 
     @property
+    def prompt_option(self) -> str | None:  # type: ignore[override]
+        return self.inner.prompt_option
+
+    @property
     def word_timing_modes(self) -> tuple[str, ...]:
         return self.inner.word_timing_modes
 

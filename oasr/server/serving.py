@@ -8,7 +8,8 @@ Decoding policy:
   "increase the temperature on failure", i.e. oasr's fallback sequence
   (0.0, 0.2, ..., 1.0, ``best_of`` = ``--best-of`` samples each); ``0 < t <= 1``
   decodes at that one temperature (``best_of`` samples).
-* ``prompt`` is the ``initial_prompt``; ``language`` (transcriptions only) an ISO
+* ``prompt`` is the option the decode strategy takes free text in: Whisper's
+  ``initial_prompt``, a speech-LLM's ``context`` (the system turn); ``language`` (transcriptions only) an ISO
   code (English names are accepted too); the translations route sets
   ``task="translate"`` (a model that cannot translate, e.g. an English-only one,
   answers 400 with ``param="model"``, ``code="unsupported_task"``).
@@ -152,7 +153,8 @@ class OpenAIServingSpeechToText:
         if req.temperature > 0:
             steps.append(("temperature", {"temperature": req.temperature}))
         if req.prompt:
-            steps.append(("prompt", {"initial_prompt": req.prompt}))
+            # Whisper's initial_prompt, a speech-LLM's context (its system turn), ...
+            steps.append(("prompt", {self.engine.splitter.prompt_option or "initial_prompt": req.prompt}))
         if "word" in req.granularities:
             steps.append(("timestamp_granularities", {"word_timestamps": True}))
         chunking = getattr(req, "chunking_strategy", None)

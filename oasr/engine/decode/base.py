@@ -94,6 +94,9 @@ class DecodeStrategy(abc.ABC):
     decode_type: DecodeType
     default_beam_size: ClassVar[int] = 1
     """What ``beam_size=None`` means for this strategy (its reference's default)."""
+    prompt_option: ClassVar[str | None] = None
+    """The option a free-text prompt (OpenAI's ``prompt`` field) becomes: ``initial_prompt``
+    for Whisper, ``context`` (the system turn) for a speech-LLM; None: the strategy takes none."""
     streams_text: bool = False
     packs_rows: ClassVar[bool] = False
     stops_early: ClassVar[bool] = False

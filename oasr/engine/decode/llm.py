@@ -274,6 +274,8 @@ class _Req:
 class LlmDecodeStrategy(DecodeStrategy):
     """Speech-LLM decoding (greedy or sampled) over continuous batches of a per-row K/V pool."""
 
+    prompt_option = "context"
+
     decode_type = DecodeType.LLM
     streams_text = True
 

@@ -171,6 +171,7 @@ class AedDecodeStrategy(DecodeStrategy):
         return ("attention",) if hasattr(self.decoder, "cross_attention") else ()
 
     default_beam_size = 5  # faster-whisper's
+    prompt_option = "initial_prompt"
 
     def validate(self, options: TranscribeOptions) -> TranscribeOptions:
         options = super().validate(options)
