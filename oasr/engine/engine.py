@@ -178,7 +178,7 @@ class ASREngine(EngineCore):
         """
         if on_token is not None and not self.splitter.streams_text:
             raise ValueError(
-                f"on_token needs a decode strategy that streams text; {self.strategy.decode_type.value!r} "
+                f"on_token needs a decode strategy that streams text; {str(self.strategy.decode_type)!r} "
                 f"reports whole segments"
             )
         opts = self.make_options(**options)

@@ -554,7 +554,7 @@ class BaseAsrModel(nn.Module):
     def forward_offline(self, feats: torch.Tensor, feat_lens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Fused encoder + head -> log-probs (B, T', V), lens (B,) (CTC-style models)."""
         raise NotImplementedError(
-            f"{type(self).__name__} has no fused encoder+head forward; it decodes through {self.decode_type.value!r}"
+            f"{type(self).__name__} has no fused encoder+head forward; it decodes through {str(self.decode_type)!r}"
         )
 
     ctc_projection: nn.Module | None = None

@@ -110,10 +110,36 @@ def _resolve(obj: Any, path: str) -> Any:
     return _MISSING if value is None else value
 
 
+_PLUGIN_CAPABILITIES: dict[str, Capability] = {}
+
+
+def register_capability(name: str, requires: tuple[str, ...], why: str) -> None:
+    """Declare what a model must have to be decoded by a plugin decode type ``name`` (the
+    built-in ones are in ``CAPABILITIES``)."""
+    if name in {d.value for d in DecodeType}:
+        raise ValueError(f"{name!r} is a built-in decode type; its requirements are in CAPABILITIES")
+    _PLUGIN_CAPABILITIES[str(name)] = Capability(tuple(requires), why)
+
+
+def capability(decode_type: DecodeType | str) -> Capability | None:
+    """The requirements of ``decode_type`` (built-in or registered), or None if it has none."""
+    name = str(decode_type)
+    for dt, cap in CAPABILITIES.items():
+        if dt.value == name:
+            return cap
+    return _PLUGIN_CAPABILITIES.get(name)
+
+
 def missing_members(model: Any, decode_type: DecodeType | str) -> list[str]:
-    """The members of ``CAPABILITIES[decode_type]`` that ``model`` does not provide."""
-    cap = CAPABILITIES[DecodeType(decode_type)]
+    """The members of ``decode_type``'s requirements that ``model`` does not provide."""
+    cap = capability(decode_type)
+    if cap is None:
+        raise CapabilityError(f"unknown decode type {str(decode_type)!r}; known: {known_decode_types()}")
     return [p for p in cap.requires if _resolve(model, p) is _MISSING]
+
+
+def known_decode_types() -> list[str]:
+    return [d.value for d in DecodeType] + list(_PLUGIN_CAPABILITIES)
 
 
 def require_capability(model: Any, decode_type: DecodeType | str) -> None:
@@ -123,22 +149,17 @@ def require_capability(model: Any, decode_type: DecodeType | str) -> None:
         CapabilityError: naming the decode type, the model, and the missing members
             (or the capabilities it does advertise).
     """
-    try:
-        dt = DecodeType(decode_type)
-    except ValueError:
-        raise CapabilityError(
-            f"unknown decode type {decode_type!r}; expected one of {[d.value for d in DecodeType]}"
-        ) from None
+    dt = str(decode_type)
+    cap = capability(dt)
+    if cap is None:
+        raise CapabilityError(f"unknown decode type {dt!r}; expected one of {known_decode_types()}")
     name = type(model).__name__
-    advertised = frozenset(getattr(model, "capabilities", ()))
+    advertised = {str(d) for d in getattr(model, "capabilities", ())}
     if dt not in advertised:
-        raise CapabilityError(
-            f"{name} does not serve decode type {dt.value!r}; it serves "
-            f"{sorted(d.value for d in advertised) or 'nothing'}"
-        )
+        raise CapabilityError(f"{name} does not serve decode type {dt!r}; it serves {sorted(advertised) or 'nothing'}")
     missing = missing_members(model, dt)
     if missing:
-        raise CapabilityError(f"{name} advertises {dt.value!r} but lacks {missing} ({CAPABILITIES[dt].why})")
+        raise CapabilityError(f"{name} advertises {dt!r} but lacks {missing} ({cap.why})")
 
 
 def validate_capabilities(model: Any) -> None:
@@ -148,10 +169,10 @@ def validate_capabilities(model: Any) -> None:
     if not caps:
         raise CapabilityError(f"{type(model).__name__} advertises no decode type")
     default = getattr(model, "default_decode_type", None)
-    if default not in caps:
+    if default is None or str(default) not in {str(d) for d in caps}:
         raise CapabilityError(
             f"{type(model).__name__}.default_decode_type={default!r} is not among its capabilities "
-            f"{sorted(d.value for d in caps)}"
+            f"{sorted(str(d) for d in caps)}"
         )
     for dt in caps:
         require_capability(model, dt)

@@ -12,7 +12,6 @@ strategies, so there is one implementation of decoding.
 from __future__ import annotations
 
 import abc
-import importlib
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -106,7 +105,7 @@ class DecodeStrategy(abc.ABC):
         self.model = loaded.model
         self.config = config
         if config.sequence_packing and not self.packs_rows:
-            raise ValueError(f"sequence_packing=True: the {self.decode_type.value!r} strategy pads its encoder batches")
+            raise ValueError(f"sequence_packing=True: the {str(self.decode_type)!r} strategy pads its encoder batches")
 
     @property
     def word_timing_modes(self) -> tuple[str, ...]:
@@ -124,7 +123,7 @@ class DecodeStrategy(abc.ABC):
         if options.word_timestamps and not self.word_timing_modes:
             raise ValueError(
                 f"word_timestamps=True is not available: {type(self.model).__name__} decoded by "
-                f"{self.decode_type.value!r} cannot time words"
+                f"{str(self.decode_type)!r} cannot time words"
             )
         return options
 
@@ -161,32 +160,26 @@ class DecodeStrategy(abc.ABC):
         return {}
 
 
-_STRATEGIES: dict[DecodeType, str] = {
-    DecodeType.AED: "oasr.engine.decode.aed:AedDecodeStrategy",
-    DecodeType.LLM: "oasr.engine.decode.llm:LlmDecodeStrategy",
-    DecodeType.CTC: "oasr.engine.decode.ctc:CtcDecodeStrategy",
-    DecodeType.CTC_AED_RESCORING: "oasr.engine.decode.ctc:CtcRescoringStrategy",
-    DecodeType.TRANSDUCER: "oasr.engine.decode.transducer:TransducerDecodeStrategy",
-    DecodeType.PARAFORMER: "oasr.engine.decode.paraformer:ParaformerDecodeStrategy",
-}
-
-
 def build_decode_strategy(loaded: LoadedModel, config: EngineConfig) -> DecodeStrategy:
-    """Pick and build the strategy for the configured (or default) decode type.
+    """Pick and build the strategy for the configured (or default) decode type, from the
+    decode-strategy registry (``oasr.engine.decode.registry``: built-ins and plugins).
 
     The model's capability is checked here, once, so a checkpoint that advertises
     what it cannot serve fails at engine construction naming the missing members.
 
     Raises:
-        CapabilityError: the model cannot serve the decode type, or oasr has no
-            strategy for it yet.
+        CapabilityError: the model cannot serve the decode type, or no strategy is
+            registered for it.
     """
+    from oasr.engine.decode.registry import decode_strategy_class, list_decode_strategies
+
     model = loaded.model
-    decode_type = DecodeType(config.decode_type) if config.decode_type else model.decode_type
+    decode_type = str(config.decode_type or model.decode_type)
     require_capability(model, decode_type)
-    ref = _STRATEGIES.get(decode_type)
-    if ref is None:
-        raise CapabilityError(f"no decode strategy is available for {decode_type.value!r} yet")
-    module, _, name = ref.partition(":")
-    cls = getattr(importlib.import_module(module), name)
+    try:
+        cls = decode_strategy_class(decode_type)
+    except KeyError:
+        raise CapabilityError(
+            f"no decode strategy is registered for {decode_type!r}; registered: {list_decode_strategies()}"
+        ) from None
     return cls(loaded, config)

@@ -176,9 +176,9 @@ class CtcDecodeStrategy(DecodeStrategy):
     def __init__(self, loaded: LoadedModel, config: EngineConfig) -> None:
         super().__init__(loaded, config)
         if loaded.tokenizer is None:
-            raise ValueError(f"the {self.decode_type.value} strategy needs the checkpoint's tokenizer")
+            raise ValueError(f"the {self.decode_type} strategy needs the checkpoint's tokenizer")
         if loaded.feature_spec is None:
-            raise ValueError(f"the {self.decode_type.value} strategy needs the checkpoint's FeatureSpec")
+            raise ValueError(f"the {self.decode_type} strategy needs the checkpoint's FeatureSpec")
         self.tokenizer = loaded.tokenizer
         self.frontend = build_frontend(loaded.feature_spec)
         self.sampling_rate = int(self.frontend.sampling_rate)
@@ -218,7 +218,7 @@ class CtcDecodeStrategy(DecodeStrategy):
             return supported
         if enabled and not supported:
             raise ValueError(
-                f"sequence_packing=True: {type(self.model).__name__} decoded by {self.decode_type.value!r} "
+                f"sequence_packing=True: {type(self.model).__name__} decoded by {str(self.decode_type)!r} "
                 f"cannot encode packed rows"
             )
         return bool(enabled)
@@ -231,7 +231,7 @@ class CtcDecodeStrategy(DecodeStrategy):
 
     def validate(self, options: TranscribeOptions) -> TranscribeOptions:
         options = super().validate(options)
-        what = f"{type(self.model).__name__} decoded by {self.decode_type.value!r}"
+        what = f"{type(self.model).__name__} decoded by {str(self.decode_type)!r}"
         if options.task != "transcribe":
             raise ValueError(f"task={options.task!r}: {what} can only transcribe")
         if options.initial_prompt is not None:

@@ -1,0 +1,123 @@
+"""The decode-strategy registry: decode-type names -> strategy classes, built-ins and plugins alike.
+
+A strategy is registered with a lazy ``"module:Class"`` string, so its modules are imported only
+when an engine asks for it. The built-in strategies register through the same
+``register_decode_strategy`` call as everyone else. Out-of-tree strategies arrive through the
+``oasr.decode_strategies`` entry-point group: an entry point is a callable that registers, or a
+module whose import registers; a broken plugin warns and is skipped, never taking the built-ins
+down. A plugin decode type names what a model must have to be decoded by it with
+``oasr.models.interfaces.register_capability``, called from its ``oasr.models`` entry point
+(the model layer checks a checkpoint's capabilities when it loads it).
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import threading
+import warnings
+from typing import Any
+
+ENTRY_POINT_GROUP = "oasr.decode_strategies"
+
+_BUILTIN: tuple[tuple[str, str], ...] = (
+    ("aed", "oasr.engine.decode.aed:AedDecodeStrategy"),
+    ("llm", "oasr.engine.decode.llm:LlmDecodeStrategy"),
+    ("ctc", "oasr.engine.decode.ctc:CtcDecodeStrategy"),
+    ("ctc_aed_rescoring", "oasr.engine.decode.ctc:CtcRescoringStrategy"),
+    ("transducer", "oasr.engine.decode.transducer:TransducerDecodeStrategy"),
+    ("paraformer", "oasr.engine.decode.paraformer:ParaformerDecodeStrategy"),
+)
+
+_TABLE: dict[str, str | type] = {}
+_ORIGIN: dict[str, str] = {}
+_LOCK = threading.RLock()
+_LOADED = False
+_CURRENT_ORIGIN = "builtin"
+
+
+def register_decode_strategy(name: str, strategy: str | type, *, overwrite: bool = False) -> None:
+    """Register the strategy that decodes decode type ``name``.
+
+    Args:
+        name: the decode-type name (``EngineConfig.decode_type``, a model's capabilities).
+        strategy: a ``DecodeStrategy`` subclass, or ``"module:Class"`` imported when first used.
+        overwrite: replace an existing registration instead of refusing.
+
+    Raises:
+        ValueError: ``name`` is taken (and not ``overwrite``), or ``strategy`` is malformed.
+    """
+    name = str(name)
+    if isinstance(strategy, str) and ":" not in strategy:
+        raise ValueError(f"strategy reference {strategy!r} must be 'module:Class'")
+    with _LOCK:
+        if name in _TABLE and not overwrite:
+            raise ValueError(f"decode strategy {name!r} is already registered ({_ORIGIN[name]})")
+        _TABLE[name] = strategy
+        _ORIGIN[name] = _CURRENT_ORIGIN
+
+
+def _ensure_loaded() -> None:
+    global _LOADED, _CURRENT_ORIGIN
+    with _LOCK:
+        if _LOADED:
+            return
+        _LOADED = True
+        for name, ref in _BUILTIN:
+            register_decode_strategy(name, ref, overwrite=True)
+        for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+            dist = getattr(ep, "dist", None)
+            _CURRENT_ORIGIN = f"plugin:{dist.name if dist is not None else ep.value}"
+            try:
+                obj = ep.load()
+                if callable(obj):
+                    obj()
+            except Exception as exc:  # a broken plugin must not take the built-ins down
+                warnings.warn(
+                    f"oasr: skipping decode-strategy plugin {ep.name!r} ({ep.value}): {type(exc).__name__}: {exc}",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
+            finally:
+                _CURRENT_ORIGIN = "builtin"
+
+
+def reload_decode_strategies() -> None:
+    """Forget all registrations and discover the built-ins and plugins again (after installing one)."""
+    global _LOADED
+    with _LOCK:
+        _TABLE.clear()
+        _ORIGIN.clear()
+        _LOADED = False
+    _ensure_loaded()
+
+
+def list_decode_strategies() -> list[str]:
+    """The registered decode-type names."""
+    _ensure_loaded()
+    return list(_TABLE)
+
+
+def decode_strategy_class(name: str) -> Any:
+    """The strategy class registered for ``name`` (imported on first use).
+
+    Raises:
+        KeyError: nothing is registered under ``name``.
+    """
+    _ensure_loaded()
+    ref = _TABLE[str(name)]
+    if isinstance(ref, str):
+        module, _, attr = ref.partition(":")
+        ref = getattr(importlib.import_module(module), attr)
+        with _LOCK:
+            _TABLE[str(name)] = ref
+    return ref
+
+
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "decode_strategy_class",
+    "list_decode_strategies",
+    "register_decode_strategy",
+    "reload_decode_strategies",
+]
