@@ -122,6 +122,33 @@ class CacheSpec:
     fixed_attention_window: int | None = None
 
 
+StreamingStates = list[torch.Tensor]
+"""The stateful streaming form's per-batch state: a flat list of tensors whose layout the
+encoder owns (icefall's ``get_init_states`` / ``streaming_forward`` convention)."""
+
+
+@dataclass
+class PagedCacheView:
+    """What one paged streaming chunk reads and writes, for a batch of streams.
+
+    Attributes:
+        k, v: the K/V pool, (n_layers, n_blocks, n_kv_heads, block_size, head_dim).
+        block_tables: (B, max_blocks) the pool blocks of each stream, in order (-1: none).
+        cache_lens: (B,) encoder frames already cached per stream.
+        conv: per-layer convolution tails, (n_layers, n_slots, channels, frames), or None.
+        slots: (B,) each stream's slot in ``conv`` and in the stream-state buffers.
+        states: the ``StreamStateSpec`` buffers by name, each with its slot axis.
+    """
+
+    k: torch.Tensor
+    v: torch.Tensor
+    block_tables: torch.Tensor
+    cache_lens: torch.Tensor
+    conv: torch.Tensor | None
+    slots: torch.Tensor
+    states: dict[str, torch.Tensor] = field(default_factory=dict)
+
+
 @dataclass(frozen=True)
 class StreamingGeometry:
     """Feature frames a streaming encoder consumes per chunk.
@@ -419,6 +446,15 @@ class BaseEncoder(nn.Module):
 
     @property
     @unimplemented
+    def num_attention_layers(self) -> int:
+        """Attention layers with a K/V cache (``CacheSpec.n_layers``; paged streaming)."""
+        raise StreamingNotSupported(
+            f"{type(self).__name__}.num_attention_layers is a paged-streaming member; this encoder "
+            f"declares streaming_kind={self.streaming_kind!r} and keeps no paged K/V cache"
+        )
+
+    @property
+    @unimplemented
     def n_kv_head(self) -> int:
         """K/V heads per layer of the paged streaming cache."""
         raise StreamingNotSupported(
@@ -477,28 +513,53 @@ class BaseEncoder(nn.Module):
         )
 
     @unimplemented
-    def forward_chunk_paged(self, *args: Any, **kwargs: Any) -> Any:
-        """One streaming chunk over the paged K/V pool (paged-streaming encoders)."""
+    def forward_chunk_paged(
+        self, feats: torch.Tensor, feat_lens: torch.Tensor, cache: PagedCacheView
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """One streaming chunk of a batch of streams over the paged K/V pool (paged-streaming
+        encoders): reads each stream's history from ``cache`` and appends the chunk's K/V and
+        convolution tails to it.
+
+        Shapes:
+            feats: (B, T, F) the chunk's feature frames (``streaming_geometry`` window),
+            feat_lens: (B,) -> hidden (B, T', D), hidden_lens (B,)
+        """
         raise StreamingNotSupported(
             f"{type(self).__name__} declares streaming_kind={self.streaming_kind!r}: it has no "
             f"paged chunk forward; serve it offline"
         )
 
     @unimplemented
-    def get_streaming_init_states(self, *args: Any, **kwargs: Any) -> Any:
-        """Fresh per-stream states (stateful-streaming encoders)."""
+    def get_streaming_init_states(self, batch_size: int, device: torch.device | str | None = None) -> StreamingStates:
+        """Fresh states for ``batch_size`` streams (stateful-streaming encoders)."""
         raise StreamingNotSupported(
             f"{type(self).__name__} declares streaming_kind={self.streaming_kind!r}: it keeps "
             f"no per-stream state; serve it offline"
         )
 
     @unimplemented
-    def streaming_forward(self, *args: Any, **kwargs: Any) -> Any:
-        """``(x, lens, states) -> (y, lens, new_states)`` (stateful-streaming encoders)."""
+    def streaming_forward(
+        self, feats: torch.Tensor, feat_lens: torch.Tensor, states: StreamingStates
+    ) -> tuple[torch.Tensor, torch.Tensor, StreamingStates]:
+        """One chunk of a batch of streams: a pure function of the chunk and the states.
+
+        Shapes:
+            feats: (B, T, F), feat_lens: (B,) -> hidden (B, T', D), hidden_lens (B,), new states
+        """
         raise StreamingNotSupported(
             f"{type(self).__name__} declares streaming_kind={self.streaming_kind!r}: it has no "
             f"stateful streaming forward; serve it offline"
         )
+
+    @unimplemented
+    def stack_streaming_states(self, states: list[StreamingStates]) -> StreamingStates:
+        """One batch state from the states of single streams (stateful streaming)."""
+        raise StreamingNotSupported(f"{type(self).__name__} keeps no per-stream state to stack")
+
+    @unimplemented
+    def unstack_streaming_states(self, states: StreamingStates) -> list[StreamingStates]:
+        """The states of single streams from one batch state (stateful streaming)."""
+        raise StreamingNotSupported(f"{type(self).__name__} keeps no per-stream state to unstack")
 
 
 class BaseAsrModel(nn.Module):
@@ -638,20 +699,24 @@ class BaseAsrModel(nn.Module):
         if self.encoder.streaming_kind != "paged":
             return CacheSpec(0, 0, 0, stream_states=self.encoder.streaming_state_specs)
         return CacheSpec(
-            n_layers=len(getattr(self.encoder, "layers", ())),
+            n_layers=self.encoder.num_attention_layers,
             n_kv_heads=self.encoder.n_kv_head,
             head_dim=self.encoder.head_dim,
             stream_states=self.encoder.streaming_state_specs,
             fixed_attention_window=self.encoder.fixed_attention_window,
         )
 
-    def encode_chunk_paged(self, *args: Any, **kwargs: Any) -> Any:
-        """Encoder-only streaming chunk over the paged pool."""
-        return self.encoder.forward_chunk_paged(*args, **kwargs)
+    def encode_chunk_paged(
+        self, feats: torch.Tensor, feat_lens: torch.Tensor, cache: PagedCacheView
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Encoder-only streaming chunk over the paged pool (``BaseEncoder.forward_chunk_paged``)."""
+        return self.encoder.forward_chunk_paged(feats, feat_lens, cache)
 
     @unimplemented
-    def forward_chunk_paged(self, *args: Any, **kwargs: Any) -> Any:
-        """Fused encoder + head streaming chunk over the paged pool."""
+    def forward_chunk_paged(
+        self, feats: torch.Tensor, feat_lens: torch.Tensor, cache: PagedCacheView
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Fused encoder + head streaming chunk over the paged pool -> log-probs (B, T', V), lens."""
         raise StreamingNotSupported(
             f"{type(self).__name__} declares streaming_kind={self.encoder.streaming_kind!r}: "
             f"streaming service mode needs a paged-streaming encoder"

@@ -67,9 +67,14 @@ def test_streaming_declarations_are_consistent(name):
         with pytest.raises(StreamingNotSupported, match="streaming_kind='none'"):
             enc.streaming_geometry(8)
         with pytest.raises(StreamingNotSupported):
-            model.forward_chunk_paged()
-        with pytest.raises(StreamingNotSupported, match="paged-streaming"):
-            _ = enc.n_kv_head
+            model.forward_chunk_paged(torch.zeros(1, 8, 80), torch.tensor([8]), None)
+        with pytest.raises(StreamingNotSupported):
+            enc.get_streaming_init_states(1)
+        with pytest.raises(StreamingNotSupported):
+            enc.streaming_forward(torch.zeros(1, 8, 80), torch.tensor([8]), [])
+        for member in ("n_kv_head", "num_attention_layers"):
+            with pytest.raises(StreamingNotSupported, match="paged-streaming"):
+                getattr(enc, member)
     else:
         assert model.cache_spec is not None
 
