@@ -325,6 +325,12 @@ class _TranscriptStream:
         self.filename = filename
         self.completed = False
         self.closed = False
+        self._next: asyncio.Future | None = None  # the pending read of ``events``
+
+    async def _next_event(self) -> StepEvent:
+        """The next engine event, or ``ShuttingDown`` when the drain fires first."""
+        self._next = asyncio.ensure_future(self.events.__anext__())
+        return await self.drain.race(self._next)
 
     async def body(self) -> AsyncIterator[bytes]:
         held = ""  # whitespace not sent yet: sent only if more text follows
@@ -347,7 +353,7 @@ class _TranscriptStream:
                     yield _sse(TranscriptTextDone(text=json_dict(event.output)["text"]).model_dump())
                     self.completed = True
                     break
-                event = await self.drain.race(self.events.__anext__())
+                event = await self._next_event()
         except StopAsyncIteration:
             pass
         except Exception as e:  # after the headers: report in the stream
@@ -359,6 +365,10 @@ class _TranscriptStream:
         if self.closed:
             return
         self.closed = True
+        if self._next is not None and not self._next.done():
+            # The body was cancelled while reading: let that read end before closing the generator.
+            self._next.cancel()
+            await asyncio.wait({self._next})
         await self.events.aclose()
         if not self.completed:
             scope[CLIENT_GONE] = True
