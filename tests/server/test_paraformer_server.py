@@ -227,26 +227,31 @@ def test_bad_audio_is_400_and_the_request_beside_it_keeps_its_text(server, clips
     assert _healthy(server)
 
 
-def _wait_metric(server, name: str, at_least: float, limit_s: float = 30.0) -> float:
+def _engine_ended(server) -> float:
+    """Requests the engine has finished, aborted or failed."""
+    m = server.metrics()
+    return sum(metric(m, "oasr_engine_requests_total", outcome=o) for o in ("finished", "aborted", "failed"))
+
+
+def _until(condition, limit_s: float = 30.0) -> bool:
     import time
 
     deadline = time.monotonic() + limit_s
-    value = 0.0
     while time.monotonic() < deadline:
-        value = metric(server.metrics(), name)
-        if value >= at_least:
-            break
+        if condition():
+            return True
         time.sleep(0.02)
-    return value
+    return False
 
 
-@pytest.mark.parametrize("moment", ["mid_upload", "after_upload"])
+@pytest.mark.parametrize("moment", ["mid_upload", "after_admission"])
 def test_hang_up_leaves_a_concurrent_request_its_solo_text(server, clips, solo, moment):
     from oasr.audio import load_audio
 
     speech = load_audio(str(clips[OTHER]), 16000)
     long_victim = wav_bytes(np.tile(speech, int(np.ceil(100 / (len(speech) / 16000)))))  # 100 s, under the limit
     victim = HangUp(server.port, long_victim)
+    ended = _engine_ended(server)
     innocent: dict[str, object] = {}
 
     def run_innocent() -> None:
@@ -255,14 +260,20 @@ def test_hang_up_leaves_a_concurrent_request_its_solo_text(server, clips, solo, 
     thread = threading.Thread(target=run_innocent)
     if moment == "mid_upload":
         victim.send(len(victim.data) // 2)  # headers and half the body: never admitted
-        thread.start()
     else:
-        victim.send()  # the whole upload: admitted, then gone
-        thread.start()
-        _wait_metric(server, "oasr_queue_depth", 1, limit_s=5)
+        victim.send()  # the whole upload; dropped once the engine holds it (or has already done it)
+        admitted = _until(lambda: metric(server.metrics(), "oasr_queue_depth") >= 1 or _engine_ended(server) > ended)
+        assert admitted, "the victim never reached the engine"
+    thread.start()
     victim.hang_up()
     thread.join(timeout=120)
     assert (innocent["r"].status_code, innocent["r"].json()["text"]) == (200, solo[ZH])
+    # Nothing is left held for the victim: the queue drains (an admitted victim is dropped
+    # wherever the hang-up finds it: being prepared, queued or decoded).
+    assert _until(lambda: metric(server.metrics(), "oasr_queue_depth") == 0)
+    if moment == "mid_upload":
+        assert _engine_ended(server) == ended + 1  # the innocent only: the victim never reached the engine
+    assert metric(server.metrics(), "oasr_engine_requests_total", outcome="failed") == 0
     assert _healthy(server)
     r = _post(server, clips[OTHER].read_bytes())
     assert (r.status_code, r.json()["text"]) == (200, solo[OTHER])
