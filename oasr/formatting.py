@@ -35,6 +35,7 @@ import math
 import re
 from typing import Any
 
+from oasr import languages
 from oasr.engine.outputs import RequestOutput, Segment
 
 __all__ = [
@@ -80,11 +81,7 @@ def format_timestamp(seconds: float, *, decimal_marker: str = ",") -> str:
 def language_name(language: str | None) -> str | None:
     """The lower-case English name of an ISO code (``"en"`` -> ``"english"``), as OpenAI
     reports languages; unknown codes are returned unchanged."""
-    if language is None:
-        return None
-    from oasr.models.whisper.tokenizer import LANGUAGES
-
-    return LANGUAGES.get(language.lower(), language)
+    return languages.language_name(language)
 
 
 def _ms(seconds: float) -> float:

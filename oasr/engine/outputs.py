@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import zlib
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -77,3 +78,10 @@ class RequestOutput:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def compression_ratio(text: str) -> float:
+    """gzip (zlib) compression ratio of the UTF-8 text, as Whisper computes it (0 for no text):
+    high values mean repetition."""
+    data = text.encode("utf-8")
+    return len(data) / len(zlib.compress(data)) if data else 0.0

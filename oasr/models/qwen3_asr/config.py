@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from oasr.languages import names_of
 from oasr.models.base import LoadError, ModelConfig
 from oasr.models.decoders.causal_lm import CausalLmConfig
 
@@ -35,38 +36,10 @@ AUDIO_PAD_TOKEN = "<|audio_pad|>"
 ASR_TEXT_TOKEN = "<asr_text>"
 
 # The forced-language names the model was trained with ("language {Name}<asr_text>"), by ISO code.
-LANGUAGE_CODE_TO_NAME: dict[str, str] = {
-    "ar": "Arabic",
-    "yue": "Cantonese",
-    "zh": "Chinese",
-    "cs": "Czech",
-    "da": "Danish",
-    "nl": "Dutch",
-    "en": "English",
-    "fil": "Filipino",
-    "fi": "Finnish",
-    "fr": "French",
-    "de": "German",
-    "el": "Greek",
-    "hi": "Hindi",
-    "hu": "Hungarian",
-    "id": "Indonesian",
-    "it": "Italian",
-    "ja": "Japanese",
-    "ko": "Korean",
-    "mk": "Macedonian",
-    "ms": "Malay",
-    "fa": "Persian",
-    "pl": "Polish",
-    "pt": "Portuguese",
-    "ro": "Romanian",
-    "ru": "Russian",
-    "es": "Spanish",
-    "sv": "Swedish",
-    "th": "Thai",
-    "tr": "Turkish",
-    "vi": "Vietnamese",
-}
+LANGUAGE_CODE_TO_NAME: dict[str, str] = names_of(
+    ("ar", "yue", "zh", "cs", "da", "nl", "en", "fil", "fi", "fr", "de", "el", "hi", "hu", "id")
+    + ("it", "ja", "ko", "mk", "ms", "fa", "pl", "pt", "ro", "ru", "es", "sv", "th", "tr", "vi")
+)
 
 # transformers' Qwen3ASREncoderConfig defaults (the -hf layout).
 _HF_AUDIO_DEFAULTS: dict[str, Any] = {

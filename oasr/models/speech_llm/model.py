@@ -19,6 +19,7 @@ import re
 import torch
 from torch import nn
 
+from oasr.languages import names_of
 from oasr.layers import Conv1d, Embedding, Gelu, LayerNorm, Linear, LinearActivation
 from oasr.models.base import BaseAsrModel, BaseEncoder, DecodeType
 from oasr.models.decoders.causal_lm import CausalLm, PromptTokenizerMixin
@@ -146,16 +147,7 @@ DEFAULT_SYSTEM = "You are a helpful assistant."
 
 # The languages and dialects the Qwen2-Audio model card names for speech recognition,
 # by the tag code its ASR prompt uses.
-LANGUAGES: dict[str, str] = {
-    "en": "English",
-    "zh": "Chinese",
-    "yue": "Cantonese",
-    "fr": "French",
-    "it": "Italian",
-    "es": "Spanish",
-    "de": "German",
-    "ja": "Japanese",
-}
+LANGUAGES: dict[str, str] = names_of(("en", "zh", "yue", "fr", "it", "es", "de", "ja"))
 _CODE_OF_NAME = {name.lower(): code for code, name in LANGUAGES.items()}
 _LEADING_TAG = re.compile(r"^\s*<\|([a-z]{2,3})\|>")
 

@@ -23,7 +23,6 @@ path of the K/V pool.
 from __future__ import annotations
 
 import math
-import zlib
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -37,7 +36,7 @@ from oasr.engine.decode.aed.prompt import MAX_LENGTH, PromptPlan, build_prompt, 
 from oasr.engine.decode.aed.search import BeamSearch, GreedySearch, SamplingSearch, TaskSearch
 from oasr.engine.decode.aed.timing import add_word_timestamps, find_alignment
 from oasr.engine.decode.base import DecodeStrategy, Request, StepEvent
-from oasr.engine.outputs import RequestOutput, Segment, Word
+from oasr.engine.outputs import RequestOutput, Segment, Word, compression_ratio
 from oasr.models.base import DecodeType
 from oasr.models.decoders import DecoderState, KVPool
 from oasr.models.decoders.graphs import step_graphs_for
@@ -49,12 +48,6 @@ TIME_PER_FRAME = 0.01
 TIME_PRECISION = 0.02
 INPUT_STRIDE = 2
 PUNCTUATION = "\"'“¿([{-\"'.。,，!！?？:：”)]}、"
-
-
-def compression_ratio(text: str) -> float:
-    """gzip (zlib) compression ratio of the UTF-8 text; high values mean repetition."""
-    data = text.encode("utf-8")
-    return len(data) / len(zlib.compress(data))
 
 
 # ---------------------------------------------------------------------------

@@ -47,7 +47,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import zlib
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -68,7 +67,8 @@ from oasr.engine.decode.ctc.search import (
     ctc_prefix_beam_search,
 )
 from oasr.engine.decode.ctc.words import TokenPieces, group_words, token_times
-from oasr.engine.outputs import RequestOutput, Segment, Word
+from oasr.engine.outputs import RequestOutput, Segment, Word, compression_ratio
+from oasr.languages import code_of
 from oasr.models.base import DecodeType
 from oasr.models.loaders import LoadedModel
 
@@ -108,11 +108,6 @@ def plan_windows(audio: np.ndarray, sampling_rate: int, window_s: float) -> list
         start = cut
     windows.append((start, n))
     return windows
-
-
-def compression_ratio(text: str) -> float:
-    data = text.encode("utf-8")
-    return len(data) / len(zlib.compress(data)) if data else 0.0
 
 
 @dataclass
@@ -268,10 +263,7 @@ class CtcDecodeStrategy(DecodeStrategy):
         if options.language is not None:
             lang = str(options.language).lower()
             if lang not in self.languages:
-                # An English name ("English") names its ISO code, as for Whisper.
-                from oasr.models.whisper.tokenizer import LANGUAGES
-
-                lang = {name: code for code, name in LANGUAGES.items()}.get(lang, lang)
+                lang = code_of(lang)  # an English name ("English") names its ISO code, as for Whisper
             if lang not in self.languages:
                 declared = list(self.languages) or "no language (leave language unset)"
                 raise ValueError(f"language={options.language!r}: this checkpoint declares {declared}")
