@@ -56,10 +56,15 @@ CAPABILITIES: dict[DecodeType, Capability] = {
             "decoder.select",
             "decoder.merge",
             "decoder.can_merge",
+            "aed_vocabulary",
+            "default_alignment_heads",
+            "window_frames",
+            "n_mels",
         ),
         why="label-synchronous decoding prefills prompts over the encoder window into a "
         "per-row K/V pool, steps one token per row, and selects / merges rows for beams "
-        "and continuous batching",
+        "and continuous batching; the model supplies its vocabulary's prompts and specials, "
+        "its word-timing heads and its window geometry, so the engine imports no family",
     ),
     DecodeType.PARAFORMER: Capability(
         requires=("encode_offline", "predictor", "decoder"),

@@ -389,3 +389,28 @@ class WhisperModel(BaseAsrModel):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """(B, n_mels, 3000) log-mel windows -> (B, 1500, D) states, (B,) lengths."""
         return self.encoder(feats, feat_lens)
+
+    # -- what the aed strategy asks of the model (the AED capability) --------------------
+
+    def aed_vocabulary(self, tokenizer):
+        """Whisper's view of ``tokenizer`` (specials, prompts, languages, word splitting):
+        multilingual when the vocabulary has Whisper's multilingual size (>= 51865)."""
+        from oasr.models.whisper.tokenizer import WhisperTokenizer
+
+        return WhisperTokenizer.from_tokenizer(tokenizer, multilingual=self.config.n_vocab >= 51865)
+
+    @property
+    def default_alignment_heads(self) -> list[tuple[int, int]]:
+        """Cross-attention heads that time words when the checkpoint names none: every head of
+        the upper half of the decoder layers (as openai-whisper and faster-whisper do)."""
+        n, heads = self.config.n_text_layer, self.config.n_text_head
+        return [(layer, h) for layer in range(n // 2, n) for h in range(heads)]
+
+    @property
+    def window_frames(self) -> int:
+        """Mel frames of one encoder window (3000: 30 s)."""
+        return 2 * self.config.n_audio_ctx
+
+    @property
+    def n_mels(self) -> int:
+        return self.config.n_mels

@@ -12,13 +12,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from oasr.models.whisper.tokenizer import WhisperTokenizer
+from oasr.engine.decode.aed.vocabulary import AedVocabulary
 
 MAX_LENGTH = 448  # Whisper's decoder context
 
 
 def build_prompt(
-    tok: WhisperTokenizer,
+    tok: AedVocabulary,
     previous_tokens: Sequence[int],
     *,
     language: str | None,
@@ -81,7 +81,7 @@ class PromptPlan:
     timestamp_rules: bool
 
 
-def plan_prompt(prompt: Sequence[int], tok: WhisperTokenizer, max_length: int = MAX_LENGTH) -> PromptPlan:
+def plan_prompt(prompt: Sequence[int], tok: AedVocabulary, max_length: int = MAX_LENGTH) -> PromptPlan:
     """Split a prompt into prefill / forced prefix and derive the window's token budget.
 
     The budget is ``min(max_length // 2, max_length - start)`` where ``start`` is the

@@ -37,11 +37,11 @@ from oasr.engine.decode.aed.search import BeamSearch, GreedySearch, SamplingSear
 from oasr.engine.decode.aed.timing import add_word_timestamps, find_alignment
 from oasr.engine.decode.base import DecodeStrategy, Request, StepEvent
 from oasr.engine.outputs import RequestOutput, Segment, Word, compression_ratio
+from oasr.languages import normalize_language
 from oasr.models.base import DecodeType
 from oasr.models.decoders import DecoderState, KVPool
 from oasr.models.decoders.graphs import step_graphs_for
 from oasr.models.loaders import LoadedModel
-from oasr.models.whisper.tokenizer import WhisperTokenizer, normalize_language
 
 FRAMES_PER_SECOND = 100
 TIME_PER_FRAME = 0.01
@@ -128,24 +128,20 @@ class AedDecodeStrategy(DecodeStrategy):
             raise ValueError("the aed strategy needs the checkpoint's tokenizer")
         model = self.model
         self.decoder = model.decoder
-        cfg = model.config
-        self.n_vocab = cfg.n_vocab
-        self.tok = WhisperTokenizer.from_tokenizer(loaded.tokenizer, multilingual=cfg.n_vocab >= 51865)
+        self.tok = model.aed_vocabulary(loaded.tokenizer)
         sp = self.tok.special
         self.ts_ids = TimestampIds(eot=sp.eot, no_timestamps=sp.no_timestamps, timestamp_begin=sp.timestamp_begin)
         params = dict(loaded.decoding_spec.params) if loaded.decoding_spec is not None else {}
-        heads = params.get("alignment_heads") or [
-            [li, h] for li in range(cfg.n_text_layer // 2, cfg.n_text_layer) for h in range(cfg.n_text_head)
-        ]
+        heads = params.get("alignment_heads") or model.default_alignment_heads
         self.alignment_heads = [(int(a), int(b)) for a, b in heads]
         begin = params.get("begin_suppress_tokens") or (self.tok.encode(" ")[:1] + [sp.eot])
         self.begin_suppress = tuple(int(t) for t in begin)
         lang_ids = params.get("lang_ids") or [i for _, i in sp.language_ids]
         self.lang_ids = [int(i) for i in lang_ids if self.tok.id_to_language.get(int(i))]
         fparams = dict(loaded.feature_spec.params) if loaded.feature_spec is not None else {}
-        self.n_mels = int(fparams.get("n_mels", cfg.n_mels))
+        self.n_mels = int(fparams.get("n_mels", model.n_mels))
         self.sampling_rate = loaded.feature_spec.sampling_rate if loaded.feature_spec is not None else 16000
-        self.n_frames = 2 * cfg.n_audio_ctx  # mel frames per window (3000)
+        self.n_frames = model.window_frames  # mel frames per window (3000)
         self.device = model.device
         self.dtype = model.compute_dtype
         self.max_groups = config.max_batch_size

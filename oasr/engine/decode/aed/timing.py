@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from oasr.models.whisper.tokenizer import WhisperTokenizer
+from oasr.engine.decode.aed.vocabulary import AedVocabulary
 
 TOKENS_PER_SECOND = 50  # encoder frames per second
 SENTENCE_END_MARKS = ".。!！?？"
@@ -107,7 +107,7 @@ class WordTiming:
 
 def find_alignment(
     decoder,
-    tok: WhisperTokenizer,
+    tok: AedVocabulary,
     memory: torch.Tensor,
     sot_sequence: Sequence[int],
     text_tokens: Sequence[int],
