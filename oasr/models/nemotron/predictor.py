@@ -62,8 +62,8 @@ class LstmPredictor(TransducerPredictor):
 
     def _step(self, tokens: torch.Tensor, h: torch.Tensor, c: torch.Tensor) -> LstmState:
         """One label per row through the network. tokens (B,) -> LstmState"""
-        out, (h, c) = self.lstm(self.embedding(tokens)[:, None, :], (h, c))  # (B, 1, H)
-        return LstmState(h, c, self.decoder_projector(out[:, 0]))
+        out, (h, c) = self.lstm.step(self.embedding(tokens), h, c)  # (B, H)
+        return LstmState(h, c, self.decoder_projector(out))
 
     def init_state(self, batch_size: int, device: torch.device | str | None = None) -> LstmState:
         """The LSTM's response to blank from a zero state, for ``batch_size`` rows."""
