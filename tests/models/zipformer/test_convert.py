@@ -195,12 +195,16 @@ def test_fbank_snip_edges_false_matches_kaldi(audio_dir):
     assert kaldi_fbank(x[:79], snip_edges=False).shape == (0, 80)
 
 
-def test_engine_transcribes_like_batched_greedy(reference, audio_dir):
+@pytest.fixture(scope="module")
+def engine(reference, audio_dir):
+    return oasr.ASREngine(reference.path)
+
+
+def test_engine_transcribes_like_batched_greedy(reference, engine):
     from oasr.audio import load_audio
     from oasr.audio.frontends import build_frontend
 
     clips = [str(AUDIO / "jfk.wav"), str(AUDIO / "speechbrain_spk1_snt1.wav")]
-    engine = oasr.ASREngine(reference.path)
     outs = engine.transcribe(clips, beam_size=1)
     loaded = oasr.load_pretrained(reference.path)
     frontend = build_frontend(loaded.feature_spec)
@@ -216,13 +220,13 @@ def test_engine_transcribes_like_batched_greedy(reference, audio_dir):
         assert out.text.strip() == loaded.tokenizer.decode(expected).strip()
 
 
-def test_engine_prefix_beam_search(reference, audio_dir):
+def test_engine_prefix_beam_search(reference, engine):
     from oasr.audio import load_audio
     from oasr.audio.frontends import build_frontend
     from oasr.engine.decode.ctc.search import ctc_prefix_beam_search
 
     clip = str(AUDIO / "jfk.wav")
-    out = oasr.ASREngine(reference.path).transcribe(clip, beam_size=4)
+    out = engine.transcribe(clip, beam_size=4)
     loaded = oasr.load_pretrained(reference.path)
     feats = build_frontend(loaded.feature_spec)(load_audio(clip))
     with torch.no_grad():
