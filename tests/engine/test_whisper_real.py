@@ -75,8 +75,10 @@ def _tokens(segments) -> list[int]:
 
 
 def test_english_corpus_wer_matches_faster_whisper(pair, clips):
+    """Every fourth English clip (the whole corpus is benchmarks/whisper_corpus_wer.py's: it took
+    318 s here as a test)."""
     name, engine, fw = pair
-    english = [(row, a) for row, a in clips if row["language"] == "en" and row["duration_s"] <= 30]
+    english = [(row, a) for row, a in clips if row["language"] == "en" and row["duration_s"] <= 30][::4]
     opts = dict(beam_size=1, temperature=0.0, language="en")
     outs = engine.transcribe([a for _, a in english], **opts)
     ours = error_rates([(row["text"], o.text, "en") for (row, _), o in zip(english, outs)])["en"]
@@ -84,7 +86,7 @@ def test_english_corpus_wer_matches_faster_whisper(pair, clips):
         [(row["text"], "".join(s.text for s in _fw_run(fw, a, **opts)[0]), "en") for row, a in english]
     )["en"]
     print(f"{name}: {len(english)} clips, oasr WER {ours.rate:.4f}, faster-whisper WER {theirs.rate:.4f}")
-    assert ours.reference_units == theirs.reference_units > 1000
+    assert ours.reference_units == theirs.reference_units > 250
     assert abs(ours.rate - theirs.rate) <= 0.01
     assert ours.rate < (0.2 if name == "whisper-base" else 0.25)  # sanity: real transcripts, not noise
 
