@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from oasr.audio.frontends import Frontend
-from oasr.models.base import FeatureSpec
+from oasr.specs import FeatureSpec
 
 __all__ = ["KaldiFbank", "kaldi_fbank", "kaldi_mel_banks"]
 

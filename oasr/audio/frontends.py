@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from oasr.models.base import FeatureSpec
+from oasr.specs import FeatureSpec
 
 _FRONTENDS: dict[str, str] = {
     "kaldi_fbank": "oasr.audio.fbank:KaldiFbank",

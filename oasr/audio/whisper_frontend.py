@@ -25,7 +25,7 @@ import torch
 
 from oasr.audio.features import CHUNK_LENGTH, HOP_LENGTH, N_FFT, log_mel_batch, log_mel_spectrogram
 from oasr.audio.frontends import Frontend
-from oasr.models.base import FeatureSpec
+from oasr.specs import FeatureSpec
 
 _PARAMS = ("n_mels", "n_fft", "hop_length", "chunk_length", "pad_to_chunk", "min_length")
 

@@ -8,15 +8,47 @@ off before the log-softmax, so the log-probs are over the real vocabulary exactl
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 
 from oasr.layers.linear import Linear
 
+GEMM_ALIGNMENT = 8
+PAD_LOGIT = -1.0e4  # finite (fp16-safe) and far below any real logit: padding never wins argmax
+
+
+def align_out_features(n: int, multiple: int = GEMM_ALIGNMENT) -> int:
+    """Round an output width up to the GEMM alignment."""
+    return int(math.ceil(n / multiple) * multiple)
+
+
+def pad_output_projection(
+    weight: torch.Tensor, bias: torch.Tensor | None, multiple: int = GEMM_ALIGNMENT
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Widen an output projection to an aligned width.
+
+    Padding rows get zero weights and a ``PAD_LOGIT`` bias, so they can never win
+    an argmax and contribute ~nothing to a softmax.
+
+    Shapes:
+        weight: (V, D), bias: (V,) or None -> (V', D), (V',) with V' = align(V)
+    """
+    v, d = weight.shape
+    v_pad = align_out_features(v, multiple)
+    if bias is None:
+        bias = torch.zeros(v, dtype=weight.dtype, device=weight.device)
+    if v_pad == v:
+        return weight, bias
+    w = torch.zeros(v_pad, d, dtype=weight.dtype, device=weight.device)
+    w[:v] = weight
+    b = torch.full((v_pad,), PAD_LOGIT, dtype=bias.dtype, device=bias.device)
+    b[:v] = bias
+    return w, b
+
 
 def _aligned(n: int) -> int:
-    from oasr.models.base import align_out_features
-
     return align_out_features(n)
 
 
@@ -38,8 +70,6 @@ class CtcProjection(Linear):
         self.vocab_size = vocab_size
         self.padded_size = self.out_features
         if self.padded_size != vocab_size:
-            from oasr.models.base import PAD_LOGIT
-
             with torch.no_grad():
                 self.weight[vocab_size:].zero_()
                 if self.bias is not None:
@@ -56,8 +86,6 @@ class CtcProjection(Linear):
             raise ValueError(f"CTC head has {weight.shape[0]} rows; the model's vocabulary is {self.vocab_size}")
         if self.padded_size == self.vocab_size:
             return weight, bias
-        from oasr.models.base import pad_output_projection
-
         return pad_output_projection(weight, bias)
 
     def logits(self, x: torch.Tensor) -> torch.Tensor:

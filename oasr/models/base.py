@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-import math
 import types
 import typing
 from collections.abc import Callable, Iterable, Mapping
@@ -26,22 +25,11 @@ from typing import Any, ClassVar, Literal, TypeVar
 import torch
 from torch import nn
 
+from oasr.layers.ctc import GEMM_ALIGNMENT, PAD_LOGIT, align_out_features, pad_output_projection  # noqa: F401
+from oasr.specs import DecodeType, DecodingSpec, FeatureSpec, TokenizerSpec  # noqa: F401 (the contract's names)
+
 StreamingKind = Literal["paged", "slot", "stateful", "none"]
 STREAMING_KINDS: tuple[str, ...] = ("paged", "slot", "stateful", "none")
-
-
-class DecodeType(str, enum.Enum):
-    """The decode families a checkpoint can serve."""
-
-    CTC = "ctc"
-    CTC_AED_RESCORING = "ctc_aed_rescoring"
-    TRANSDUCER = "transducer"
-    AED = "aed"
-    PARAFORMER = "paraformer"
-    LLM = "llm"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 class StreamingNotSupported(NotImplementedError):
@@ -209,49 +197,6 @@ class LoadReport:
 # Specs a checkpoint carries besides its weights
 
 
-@dataclass(frozen=True)
-class TokenizerSpec:
-    """How to build the tokenizer of a checkpoint.
-
-    Attributes:
-        kind: "huggingface" (tokenizer.json), "sentencepiece", "table" (a units file)
-            or "none".
-        path: the file to load.
-        special_ids: ids the decoder emits that are not text (filtered before detokenising).
-    """
-
-    kind: str
-    path: str | None = None
-    special_ids: tuple[int, ...] = ()
-
-
-@dataclass(frozen=True)
-class FeatureSpec:
-    """The acoustic front end a checkpoint expects.
-
-    Attributes:
-        kind: "whisper_mel", "kaldi_fbank", "lasr_mel", "nemo_mel", ...
-        sampling_rate: input rate in Hz.
-        params: front-end parameters (n_mels, n_fft, hop_length, chunk_length, ...).
-    """
-
-    kind: str
-    sampling_rate: int = 16000
-    params: Mapping[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class DecodingSpec:
-    """Decoding defaults a checkpoint carries (e.g. a Hugging Face generation_config).
-
-    ``params`` holds family-specific ids and lists (suppress tokens, language ids,
-    alignment heads, ...) that the decode strategy of ``decode_type`` reads.
-    """
-
-    decode_type: DecodeType
-    params: Mapping[str, Any] = field(default_factory=dict)
-
-
 # ---------------------------------------------------------------------------
 # Config deserialisation
 
@@ -375,39 +320,6 @@ class ModelConfig:
 
 # ---------------------------------------------------------------------------
 # Output-projection alignment
-
-
-GEMM_ALIGNMENT = 8
-PAD_LOGIT = -1.0e4  # finite (fp16-safe) and far below any real logit: padding never wins argmax
-
-
-def align_out_features(n: int, multiple: int = GEMM_ALIGNMENT) -> int:
-    """Round an output width up to the GEMM alignment."""
-    return int(math.ceil(n / multiple) * multiple)
-
-
-def pad_output_projection(
-    weight: torch.Tensor, bias: torch.Tensor | None, multiple: int = GEMM_ALIGNMENT
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Widen an output projection to an aligned width.
-
-    Padding rows get zero weights and a ``PAD_LOGIT`` bias, so they can never win
-    an argmax and contribute ~nothing to a softmax.
-
-    Shapes:
-        weight: (V, D), bias: (V,) or None -> (V', D), (V',) with V' = align(V)
-    """
-    v, d = weight.shape
-    v_pad = align_out_features(v, multiple)
-    if bias is None:
-        bias = torch.zeros(v, dtype=weight.dtype, device=weight.device)
-    if v_pad == v:
-        return weight, bias
-    w = torch.zeros(v_pad, d, dtype=weight.dtype, device=weight.device)
-    w[:v] = weight
-    b = torch.full((v_pad,), PAD_LOGIT, dtype=bias.dtype, device=bias.device)
-    b[:v] = bias
-    return w, b
 
 
 # ---------------------------------------------------------------------------

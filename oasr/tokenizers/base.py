@@ -7,7 +7,7 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
-from oasr.models.base import TokenizerSpec
+from oasr.specs import TokenizerSpec
 
 
 class Tokenizer(abc.ABC):
