@@ -144,8 +144,8 @@ def token_times(
     for i, p in enumerate(peaks):
         start = max(offset_s, p - half) if i == 0 else max((peaks[i - 1] + p) / 2, p - half)
         end = p + half if i == len(peaks) - 1 else min((p + peaks[i + 1]) / 2, p + half)
-        if end_s is not None:
-            end = min(end, end_s)
+        if end_s is not None:  # a spike in padding past the audio (a causal model's tail) ends with it
+            start, end = min(start, end_s), min(end, end_s)
         spans.append((start, max(start, end)))
     return spans
 
