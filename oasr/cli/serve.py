@@ -25,7 +25,6 @@ from oasr.cli.common import (
     CliError,
     add_model_engine_options,
     engine_extras,
-    finite_float,
     nonnegative_int,
     positive_float,
     positive_int,
@@ -99,20 +98,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     g.add_argument(
         "--best-of", type=positive_int, default=5, metavar="N", help="samples per fallback temperature (default 5)"
-    )
-    g.add_argument(
-        "--max-sym-per-frame",
-        type=positive_int,
-        default=None,
-        metavar="N",
-        help="transducer greedy search: symbols per encoder frame at most (default: the model's, icefall 1)",
-    )
-    g.add_argument(
-        "--blank-penalty",
-        type=finite_float,
-        default=None,
-        metavar="X",
-        help="transducer: subtracted from the blank logit before the search (default 0)",
     )
 
     add_model_engine_options(g)
@@ -214,8 +199,6 @@ def settings_from_args(args: argparse.Namespace):
         min_duration_s=args.min_duration,
         beam_size=args.beam_size,
         best_of=args.best_of,
-        max_sym_per_frame=args.max_sym_per_frame,
-        blank_penalty=args.blank_penalty,
         device=resolve_device(args.device),
         dtype=args.dtype,
         num_threads=args.threads,
