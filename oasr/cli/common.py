@@ -4,6 +4,7 @@ running a batch of files so that one bad file does not stop the others."""
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -52,6 +53,16 @@ def positive_float(text: str) -> float:
         raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
     if not value > 0:
         raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    return value
+
+
+def finite_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number, got {text}")
     return value
 
 
@@ -199,6 +210,20 @@ def add_decode_options(parser: argparse.ArgumentParser, *, language: bool = True
         "--hotword-weight", type=float, default=None, metavar="W", help="CTC: bonus per hotword token (default 1.5)"
     )
     g.add_argument(
+        "--max-sym-per-frame",
+        type=positive_int,
+        default=None,
+        metavar="N",
+        help="transducer greedy search: symbols emitted per encoder frame at most (default: the model's, icefall 1)",
+    )
+    g.add_argument(
+        "--blank-penalty",
+        type=finite_float,
+        default=None,
+        metavar="X",
+        help="transducer: subtracted from the blank logit before the search (default 0)",
+    )
+    g.add_argument(
         "--ctc-weight", type=float, default=None, metavar="W", help="attention rescoring: weight of the CTC score"
     )
     g.add_argument(
@@ -232,6 +257,8 @@ _OPTION_NAMES = (
     "initial_prompt",
     "hotwords",
     "hotword_weight",
+    "max_sym_per_frame",
+    "blank_penalty",
     "ctc_weight",
     "reverse_weight",
     "context",

@@ -25,6 +25,7 @@ from oasr.cli.common import (
     CliError,
     add_model_engine_options,
     engine_extras,
+    finite_float,
     nonnegative_int,
     positive_float,
     positive_int,
@@ -98,6 +99,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     g.add_argument(
         "--best-of", type=positive_int, default=5, metavar="N", help="samples per fallback temperature (default 5)"
+    )
+    g.add_argument(
+        "--max-sym-per-frame",
+        type=positive_int,
+        default=None,
+        metavar="N",
+        help="transducer greedy search: symbols per encoder frame at most (default: the model's, icefall 1)",
+    )
+    g.add_argument(
+        "--blank-penalty",
+        type=finite_float,
+        default=None,
+        metavar="X",
+        help="transducer: subtracted from the blank logit before the search (default 0)",
     )
 
     add_model_engine_options(g)
@@ -199,6 +214,8 @@ def settings_from_args(args: argparse.Namespace):
         min_duration_s=args.min_duration,
         beam_size=args.beam_size,
         best_of=args.best_of,
+        max_sym_per_frame=args.max_sym_per_frame,
+        blank_penalty=args.blank_penalty,
         device=resolve_device(args.device),
         dtype=args.dtype,
         num_threads=args.threads,
@@ -237,9 +254,9 @@ def run(args: argparse.Namespace) -> int:
             ) from None
         try:
             try:  # options the model cannot honour (a beam on a recurrent transducer): one line, exit 2
-                engine.make_options(task="transcribe", beam_size=settings.beam_size, best_of=settings.best_of)
+                engine.make_options(task="transcribe", **settings.decode_options())
             except (TypeError, ValueError) as e:
-                what = f"--beam-size {settings.beam_size} --best-of {settings.best_of}"
+                what = " ".join(f"--{k.replace('_', '-')} {v}" for k, v in settings.decode_options().items())
                 raise CliError(f"{what}: {e}; not starting", exit_code=2) from None
             try:
                 asyncio.run(warm_up(engine, settings))

@@ -123,7 +123,7 @@ async def warm_up(engine, settings) -> None:
     """
     import numpy as np
 
-    options = engine.make_options(task="transcribe", beam_size=settings.beam_size, best_of=settings.best_of)
+    options = engine.make_options(task="transcribe", **settings.decode_options())
     silence = np.zeros(engine.sampling_rate, dtype=np.float32)
     try:
         await engine.transcribe(silence, options, timeout=settings.request_budget(1.0))

@@ -144,9 +144,7 @@ class OpenAIServingSpeechToText:
 
     def build_options(self, req: TranslationRequest) -> TranscribeOptions:
         """The engine options for ``req``; a value the engine refuses is a 400 naming its field."""
-        steps: list[tuple[str, dict[str, Any]]] = [
-            ("model", {"task": self.task, "beam_size": self.settings.beam_size, "best_of": self.settings.best_of})
-        ]
+        steps: list[tuple[str, dict[str, Any]]] = [("model", {"task": self.task, **self.settings.decode_options()})]
         language = getattr(req, "language", None)
         if language:
             steps.append(("language", {"language": language}))

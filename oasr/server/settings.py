@@ -40,6 +40,7 @@ class ServerSettings:
         min_duration_s: shorter audio is refused with 400.
         beam_size: beams at temperature 0 (1: greedy, the server default).
         best_of: samples per fallback temperature > 0.
+        max_sym_per_frame, blank_penalty: transducer search options (None: the strategy's default).
         device, dtype, num_threads, max_batch_size: ``EngineConfig`` fields.
         prepare_workers: threads decoding audio / computing features.
         log_level: uvicorn's log level.
@@ -58,6 +59,8 @@ class ServerSettings:
     min_duration_s: float = 0.1
     beam_size: int = 1
     best_of: int = 5
+    max_sym_per_frame: int | None = None
+    blank_penalty: float | None = None
     device: str = "cpu"
     dtype: str | None = None
     num_threads: int = 0
@@ -83,6 +86,14 @@ class ServerSettings:
             raise ValueError("beam_size and best_of must be >= 1")
         if any(not name for name in self.served_model_names):
             raise ValueError("served model names must not be empty")
+
+    def decode_options(self) -> dict[str, Any]:
+        """The server-wide ``TranscribeOptions`` every request starts from (unset ones left out)."""
+        options: dict[str, Any] = {"beam_size": self.beam_size, "best_of": self.best_of}
+        for name in ("max_sym_per_frame", "blank_penalty"):
+            if getattr(self, name) is not None:
+                options[name] = getattr(self, name)
+        return options
 
     @property
     def max_upload_bytes(self) -> int:
