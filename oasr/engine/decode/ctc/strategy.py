@@ -47,17 +47,15 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from oasr.audio.frontends import build_frontend, pad_features
-from oasr.audio.io import load_audio
+from oasr.audio.frontends import pad_features
 from oasr.engine.config import EngineConfig, TranscribeOptions
-from oasr.engine.decode.base import DecodeStrategy, Request, StepEvent
+from oasr.engine.decode.base import Request, StepEvent
 from oasr.engine.decode.ctc.lm import ContextGraph, LmFusion, NgramLanguageModel
 from oasr.engine.decode.ctc.rescoring import attention_rescoring
 from oasr.engine.decode.ctc.search import (
@@ -67,88 +65,21 @@ from oasr.engine.decode.ctc.search import (
     ctc_prefix_beam_search,
 )
 from oasr.engine.decode.ctc.words import TokenPieces, group_words, token_times
-from oasr.engine.outputs import RequestOutput, Segment, Word, compression_ratio
+from oasr.engine.decode.windowed import WindowedRequest, WindowedStrategy, plan_windows
+from oasr.engine.outputs import Word, compression_ratio
 from oasr.languages import code_of
 from oasr.models.base import DecodeType
 from oasr.models.loaders import LoadedModel
 
 SEGMENT_GAP_S = 1.5  # a longer silence between two words' spikes starts a new segment
-CUT_SEARCH_FRACTION = 1 / 3  # windows are cut in their last third ...
-CUT_SPAN_S = 0.1  # ... at the quietest stretch of this length
-LOOKAHEAD_BATCHES = 8  # waiting windows considered when filling a batch, in batches
 PACK_MIN_PADDING = 0.1  # with sequence packing, batches padded by less than this share of frames stay padded
 _SAMPLING_FREE = (TranscribeOptions().temperatures, (0.0,))
 
 
-def plan_windows(audio: np.ndarray, sampling_rate: int, window_s: float) -> list[tuple[int, int]]:
-    """Cut points of ``audio`` into windows of at most ``window_s`` seconds.
-
-    Each window longer than the limit is cut at the centre of the quietest
-    ``CUT_SPAN_S`` (lowest mean square over 10 ms hops) in its last third.
-
-    Returns:
-        (start, end) sample indices covering the audio, in order.
-    """
-    n = len(audio)
-    max_n = max(1, int(window_s * sampling_rate))
-    hop = max(1, sampling_rate // 100)
-    span = max(1, round(CUT_SPAN_S * sampling_rate / hop))
-    windows = []
-    start = 0
-    while n - start > max_n:
-        lo = start + int(max_n * (1 - CUT_SEARCH_FRACTION))
-        k = (start + max_n - lo) // hop
-        if k >= span:
-            power = np.square(audio[lo : lo + k * hop], dtype=np.float64).reshape(k, hop).mean(axis=1)
-            smooth = np.convolve(power, np.ones(span), mode="valid")
-            cut = lo + (int(np.argmin(smooth)) * hop) + (span * hop) // 2
-        else:
-            cut = start + max_n
-        windows.append((start, cut))
-        start = cut
-    windows.append((start, n))
-    return windows
-
-
 @dataclass
-class CtcWindow:
-    """One window of a request: where it is and its features.
-
-    Shapes:
-        feats: (T, F) front-end features.
-    """
-
-    start_s: float
-    end_s: float
-    feats: torch.Tensor
-
-
-class CtcFeatures:
-    """What ``prepare`` made of a request: its windows' features."""
-
-    def __init__(self, windows: list[CtcWindow], duration: float) -> None:
-        self.windows = windows
-        self.duration = duration
-
-    def close(self) -> None:
-        self.windows = []
-
-
-@dataclass
-class _Req:
-    request: Request
-    opts: TranscribeOptions
-    windows: list[CtcWindow]
-    results: list[list[dict] | None]
-    beam: int
-    hotwords: ContextGraph | None
-    emitted: int = 0
-    segments: list[Segment] = field(default_factory=list)
-    done: bool = False
-
-    @property
-    def rid(self) -> str:
-        return self.request.request_id
+class _Req(WindowedRequest):
+    beam: int = 1
+    hotwords: ContextGraph | None = None
 
     @property
     def greedy(self) -> bool:
@@ -160,7 +91,7 @@ _RowDecoder = Callable[[int, _Req], tuple[CtcHypothesis, list[float], int]]
 """Decodes row ``i`` of a run batch: (hypothesis, token probabilities, encoder frames)."""
 
 
-class CtcDecodeStrategy(DecodeStrategy):
+class CtcDecodeStrategy(WindowedStrategy):
     """Offline CTC decoding (greedy / prefix beam, LM and hotword fusion) over batched windows."""
 
     decode_type = DecodeType.CTC
@@ -170,13 +101,6 @@ class CtcDecodeStrategy(DecodeStrategy):
 
     def __init__(self, loaded: LoadedModel, config: EngineConfig) -> None:
         super().__init__(loaded, config)
-        if loaded.tokenizer is None:
-            raise ValueError(f"the {self.decode_type} strategy needs the checkpoint's tokenizer")
-        if loaded.feature_spec is None:
-            raise ValueError(f"the {self.decode_type} strategy needs the checkpoint's FeatureSpec")
-        self.tokenizer = loaded.tokenizer
-        self.frontend = build_frontend(loaded.feature_spec)
-        self.sampling_rate = int(self.frontend.sampling_rate)
         self.blank_id = int(self.model.blank_id)
         special = loaded.tokenizer_spec.special_ids if loaded.tokenizer_spec is not None else ()
         self.skip_ids = frozenset(int(i) for i in special) - {self.blank_id}
@@ -191,20 +115,8 @@ class CtcDecodeStrategy(DecodeStrategy):
             if config.lm_path
             else None
         )
-        self.device = self.model.device
-        self.dtype = self.model.compute_dtype
         self.packing = self._packing(config.sequence_packing)
-        self.requests: dict[str, _Req] = {}
-        self.pending: deque[tuple[_Req, int]] = deque()
-        self._touched: dict[str, _Req] = {}
-        self._last_batch = 0
-        self.counters = {
-            "windows_encoded": 0,
-            "batches": 0,
-            "best_path_batches": 0,
-            "packed_batches": 0,
-            "requests_finished": 0,
-        }
+        self.counters.update(best_path_batches=0, packed_batches=0)
 
     def _packing(self, enabled: bool | None) -> bool:
         """Resolve ``EngineConfig.sequence_packing`` (None: on when the model packs)."""
@@ -271,91 +183,15 @@ class CtcDecodeStrategy(DecodeStrategy):
                 options = options.replace(language=lang)
         return options
 
-    def prepare(self, request: Request) -> Request:
-        if request.features is None:
-            audio = load_audio(request.source, self.sampling_rate, max_duration_s=self.config.max_audio_s)
-            sr = self.sampling_rate
-            # Features are computed where the model runs (on a GPU, the waveform goes up once).
-            wave = torch.from_numpy(audio).to(self.device)
-            windows = [
-                CtcWindow(a / sr, b / sr, self.frontend(wave[a:b]))
-                for a, b in plan_windows(audio, sr, self.config.ctc_window_s)
-            ]
-            request.duration = len(audio) / sr
-            request.features = CtcFeatures(windows, request.duration)
-        return request
-
-    def add_request(self, request: Request) -> None:
-        if request.request_id in self.requests:
-            raise ValueError(f"duplicate request id {request.request_id!r}")
-        if request.features is None:
-            self.prepare(request)
+    def _new_request(self, request: Request, windows: list) -> _Req:
         opts = request.options
         hotwords = ContextGraph.from_text(opts.hotwords, self.tokenizer, opts.hotword_weight) if opts.hotwords else None
-        windows = list(request.features.windows)
-        req = _Req(request, opts, windows, [None] * len(windows), opts.beam_size, hotwords)
-        self.requests[req.rid] = req
-        for i, w in enumerate(windows):
-            if w.feats.shape[0] == 0:
-                req.results[i] = []
-            else:
-                self.pending.append((req, i))
-        self._touched[req.rid] = req
+        return _Req(request, opts, windows, [None] * len(windows), beam=opts.beam_size, hotwords=hotwords)
 
-    def abort(self, request_id: str) -> bool:
-        req = self.requests.pop(request_id, None)
-        if req is None:
-            return False
-        self._retire(req)
-        return True
-
-    def _retire(self, req: _Req) -> None:
-        req.done = True
-        req.windows = []
-        self._touched.pop(req.rid, None)
-        if any(r is req for r, _ in self.pending):
-            self.pending = deque(item for item in self.pending if item[0] is not req)
-        features = req.request.features
-        if features is not None:
-            features.close()
-
-    def num_unfinished(self) -> int:
-        return len(self.requests)
-
-    def stats(self) -> dict[str, float]:
-        return {
-            "running_rows": self._last_batch if self.requests else 0,
-            "waiting_tasks": len(self.pending),
-            **self.counters,
-        }
+    def _language(self, req: _Req) -> str | None:
+        return req.opts.language or (self.languages[0] if len(self.languages) == 1 else None)
 
     # -- the step ------------------------------------------------------------------------
-
-    def step(self) -> list[StepEvent]:
-        events: list[StepEvent] = []
-        batch = self._take_batch()
-        if batch:
-            with torch.inference_mode():
-                self._run_batch(batch, events)
-        self._flush(events)
-        return events
-
-    def _take_batch(self) -> list[tuple[_Req, int]]:
-        n = self.config.max_batch_size
-        if len(self.pending) <= n:
-            batch = list(self.pending)
-            self.pending.clear()
-        else:
-            anchor = self.pending[0]
-            length = anchor[0].windows[anchor[1]].feats.shape[0]
-            ahead = list(itertools.islice(self.pending, 1, 1 + LOOKAHEAD_BATCHES * n))
-            dist = [abs(r.windows[i].feats.shape[0] - length) for r, i in ahead]
-            chosen = sorted(sorted(range(len(ahead)), key=lambda j: (dist[j], j))[: n - 1])
-            batch = [anchor] + [ahead[j] for j in chosen]
-            taken = {(id(r), i) for r, i in batch}
-            self.pending = deque(item for item in self.pending if (id(item[0]), item[1]) not in taken)
-        self._last_batch = len(batch)
-        return batch
 
     def _forward(self, feats: torch.Tensor, lens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, object]:
         """Log-probs (B, T', V) float32, lengths (B,), and what the row search needs besides."""
@@ -372,8 +208,6 @@ class CtcDecodeStrategy(DecodeStrategy):
 
     def _run_batch(self, batch: list[tuple[_Req, int]], events: list[StepEvent]) -> None:
         rows = [r.windows[i].feats for r, i in batch]
-        self.counters["windows_encoded"] += len(batch)
-        self.counters["batches"] += 1
         greedy = self.best_path_only and all(r.greedy for r, _ in batch)
         frames = [f.shape[0] for f in rows]
         if self.packing and len(rows) * max(frames) > (1 + PACK_MIN_PADDING) * sum(frames):
@@ -452,11 +286,6 @@ class CtcDecodeStrategy(DecodeStrategy):
 
         return decode_row
 
-    def _fail(self, req: _Req, exc: BaseException, events: list[StepEvent]) -> None:
-        if self.requests.pop(req.rid, None) is not None:
-            self._retire(req)
-            events.append(StepEvent(req.rid, "error", error=exc))
-
     # -- results ------------------------------------------------------------------------
 
     def _window_segments(
@@ -516,34 +345,6 @@ class CtcDecodeStrategy(DecodeStrategy):
             )
         return segments
 
-    def _flush(self, events: list[StepEvent]) -> None:
-        """Emit the segments of windows done in order, and finish complete requests."""
-        touched, self._touched = self._touched, {}
-        for req in touched.values():
-            if req.done:
-                continue
-            while req.emitted < len(req.results) and req.results[req.emitted] is not None:
-                for seg in req.results[req.emitted]:  # type: ignore[union-attr]
-                    segment = Segment(id=len(req.segments) + 1, **seg)
-                    req.segments.append(segment)
-                    events.append(StepEvent(req.rid, "segment", segment=segment))
-                req.emitted += 1
-            if req.emitted == len(req.results):
-                self.requests.pop(req.rid, None)
-                self._retire(req)
-                self.counters["requests_finished"] += 1
-                language = req.opts.language or (self.languages[0] if len(self.languages) == 1 else None)
-                output = RequestOutput(
-                    request_id=req.rid,
-                    text="".join(s.text for s in req.segments).strip(),
-                    segments=req.segments,
-                    language=language,
-                    language_probability=1.0 if language is not None else None,
-                    duration=req.request.duration,
-                    task="transcribe",
-                )
-                events.append(StepEvent(req.rid, "finished", output=output))
-
 
 class CtcRescoringStrategy(CtcDecodeStrategy):
     """CTC prefix beam search n-best, re-ranked by the attention decoder (WeNet's attention rescoring)."""
@@ -571,4 +372,4 @@ class CtcRescoringStrategy(CtcDecodeStrategy):
         return attention_rescoring(self.model.decoder, enc[row : row + 1, :n], n, nbest, ctc_weight, reverse_weight)
 
 
-__all__ = ["CtcDecodeStrategy", "CtcFeatures", "CtcRescoringStrategy", "CtcWindow", "plan_windows"]
+__all__ = ["CtcDecodeStrategy", "CtcRescoringStrategy", "plan_windows"]

@@ -24,21 +24,18 @@ those are refused with a ValueError naming the option. ``beam_size`` has no effe
 
 from __future__ import annotations
 
-import zlib
-from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from oasr.audio.frontends import build_frontend, pad_features
-from oasr.audio.io import load_audio
+from oasr.audio.frontends import pad_features
 from oasr.engine.config import EngineConfig, TranscribeOptions
-from oasr.engine.decode.base import DecodeStrategy, Request, StepEvent
-from oasr.engine.decode.ctc.strategy import plan_windows
+from oasr.engine.decode.base import StepEvent
 from oasr.engine.decode.paraformer.text import group_pieces, is_cjk, join_words
 from oasr.engine.decode.paraformer.timestamps import sequential_cif_peaks, token_times
-from oasr.engine.outputs import RequestOutput, Segment, Word
+from oasr.engine.decode.windowed import Window, WindowedFeatures, WindowedRequest, WindowedStrategy
+from oasr.engine.outputs import Word, compression_ratio
 from oasr.models.base import DecodeType
 from oasr.models.loaders import LoadedModel
 
@@ -58,39 +55,8 @@ class CifToken:
     end: float
 
 
-@dataclass
-class ParaformerWindow:
-    """One window of a request. Shapes: feats (T, lfr_m * n_mels) LFR features before CMVN."""
-
-    start_s: float
-    end_s: float
-    feats: torch.Tensor
-
-
-@dataclass
-class _Req:
-    request: Request
-    opts: TranscribeOptions
-    windows: list[ParaformerWindow]
-    results: list[list[dict] | None]
-    emitted: int = 0
-    segments: list[Segment] = field(default_factory=list)
-    done: bool = False
-
-    @property
-    def rid(self) -> str:
-        return self.request.request_id
-
-
-class ParaformerFeatures:
-    """What ``prepare`` made of a request: its windows' features."""
-
-    def __init__(self, windows: list[ParaformerWindow], duration: float) -> None:
-        self.windows = windows
-        self.duration = duration
-
-    def close(self) -> None:
-        self.windows = []
+ParaformerWindow = Window  # feats (T, lfr_m * n_mels): LFR features before CMVN
+ParaformerFeatures = WindowedFeatures
 
 
 def greedy_tokens(log_probs: torch.Tensor, n: int, skip: frozenset[int]) -> tuple[list[int], list[float], list[int]]:
@@ -119,34 +85,16 @@ def cif_token_spans(
     return token_times(cif.fires[row, :t], cif.alphas[row, :t], n_tokens, upsample_rate=1)
 
 
-def compression_ratio(text: str) -> float:
-    data = text.encode("utf-8")
-    return len(data) / len(zlib.compress(data)) if data else 0.0
-
-
-class ParaformerDecodeStrategy(DecodeStrategy):
+class ParaformerDecodeStrategy(WindowedStrategy):
     """Batched encoder + CIF + parallel decoder over the windows of all admitted requests."""
 
     decode_type = DecodeType.PARAFORMER
+    features_on_device = False  # funasr's fbank runs on the CPU
 
     def __init__(self, loaded: LoadedModel, config: EngineConfig) -> None:
         super().__init__(loaded, config)
-        if loaded.tokenizer is None:
-            raise ValueError("the paraformer strategy needs the checkpoint's token list")
-        if loaded.feature_spec is None:
-            raise ValueError("the paraformer strategy needs the checkpoint's FeatureSpec")
-        self.tokenizer = loaded.tokenizer
-        self.frontend = build_frontend(loaded.feature_spec)
-        self.sampling_rate = int(self.frontend.sampling_rate)
         cfg = self.model.config
         self.skip = frozenset({cfg.blank_id, cfg.sos, cfg.eos})
-        self.device = self.model.device
-        self.dtype = self.model.compute_dtype
-        self.requests: dict[str, _Req] = {}
-        self.pending: deque[tuple[_Req, int]] = deque()
-        self._touched: dict[str, _Req] = {}
-        self._last_batch = 0
-        self.counters = {"windows_encoded": 0, "batches": 0, "requests_finished": 0}
         # Windows per model pass. On a CPU one window's GEMMs already fill the cores, padding a
         # batch to its longest window is pure waste, and int8 layers keep their integer kernel
         # only for small row counts (1 thread, paraformer-large shape, 16 clips of 5-20 s:
@@ -192,116 +140,32 @@ class ParaformerDecodeStrategy(DecodeStrategy):
             raise ValueError(f"clip_timestamps={options.clip_timestamps!r}: {what} transcribes whole inputs")
         return options
 
-    def prepare(self, request: Request) -> Request:
-        if request.features is None:
-            audio = load_audio(request.source, self.sampling_rate, max_duration_s=self.config.max_audio_s)
-            sr = self.sampling_rate
-            wave = torch.from_numpy(audio)
-            windows = [
-                ParaformerWindow(a / sr, b / sr, self.frontend(wave[a:b]))
-                for a, b in plan_windows(audio, sr, self.config.ctc_window_s)
-            ]
-            request.duration = len(audio) / sr
-            request.features = ParaformerFeatures(windows, request.duration)
-        return request
-
-    def add_request(self, request: Request) -> None:
-        if request.request_id in self.requests:
-            raise ValueError(f"duplicate request id {request.request_id!r}")
-        if request.features is None:
-            self.prepare(request)
-        windows = list(request.features.windows)
-        req = _Req(request, request.options, windows, [None] * len(windows))
-        self.requests[req.rid] = req
-        for i, w in enumerate(windows):
-            if w.feats.shape[0] == 0:
-                req.results[i] = []
-            else:
-                self.pending.append((req, i))
-        self._touched[req.rid] = req
-
-    def abort(self, request_id: str) -> bool:
-        req = self.requests.pop(request_id, None)
-        if req is None:
-            return False
-        self._retire(req)
-        return True
-
-    def _retire(self, req: _Req) -> None:
-        req.done = True
-        req.windows = []
-        self._touched.pop(req.rid, None)
-        if any(r is req for r, _ in self.pending):
-            self.pending = deque(item for item in self.pending if item[0] is not req)
-        if req.request.features is not None:
-            req.request.features.close()
-
-    def num_unfinished(self) -> int:
-        return len(self.requests)
-
-    def stats(self) -> dict[str, float]:
-        return {
-            "running_rows": self._last_batch if self.requests else 0,
-            "waiting_tasks": len(self.pending),
-            **self.counters,
-        }
-
     # -- the step ------------------------------------------------------------------------
 
-    def step(self) -> list[StepEvent]:
-        events: list[StepEvent] = []
-        batch = self._next_batch(self.config.max_batch_size)
-        self._last_batch = len(batch)
-        if batch:
-            try:
-                feats = [r.windows[i].feats for r, i in batch]
-                rows = []
-                with torch.inference_mode():
-                    for k in range(0, len(feats), self.encoder_batch):
-                        part = feats[k : k + self.encoder_batch]
-                        rows += decode_batch(self.model, part, self.device, self.dtype)
-            except Exception as e:  # a failed batch fails its requests, not the engine
-                for req, _ in batch:
-                    self._fail(req, e, events)
-                rows = []
-            self.counters["windows_encoded"] += len(batch)
-            self.counters["batches"] += 1
-            for (req, index), row in zip(batch, rows):
-                if req.done:
-                    continue
-                win = req.windows[index]
-                tokens = [
-                    CifToken(t, self.tokenizer.id_to_token(t) or "", p, win.start_s + s / 1000, win.start_s + e / 1000)
-                    for t, p, (s, e) in zip(*row)
-                ]
-                req.results[index] = self._window_segments(req, win, tokens)
-                self._touched[req.rid] = req
-        self._flush(events)
-        return events
-
-    def _next_batch(self, n: int) -> list[tuple[_Req, int]]:
-        """The oldest pending window and the ``n - 1`` others nearest to it in length: every row
-        is padded to the longest, so a batch of like lengths wastes the least (on a CPU a
-        5-s window beside a 20-s one costs as much as a 20-s one)."""
-        if len(self.pending) <= n:
-            batch = list(self.pending)
-            self.pending.clear()
-            return batch
-        items = list(self.pending)
-        sizes = [r.windows[i].feats.shape[0] for r, i in items]
-        nearest = sorted(range(1, len(items)), key=lambda k: (abs(sizes[k] - sizes[0]), k))[: n - 1]
-        chosen = {0, *nearest}
-        self.pending = deque(item for k, item in enumerate(items) if k not in chosen)
-        return [items[k] for k in sorted(chosen)]
-
-    def _fail(self, req: _Req, exc: BaseException, events: list[StepEvent]) -> None:
-        if self.requests.pop(req.rid, None) is not None:
-            self._retire(req)
-            events.append(StepEvent(req.rid, "error", error=exc))
+    def _run_batch(self, batch: list[tuple[WindowedRequest, int]], events: list[StepEvent]) -> None:
+        try:
+            feats = [r.windows[i].feats for r, i in batch]
+            rows = []
+            for k in range(0, len(feats), self.encoder_batch):
+                rows += decode_batch(self.model, feats[k : k + self.encoder_batch], self.device, self.dtype)
+        except Exception as e:  # a failed batch fails its requests, not the engine
+            for req, _ in batch:
+                self._fail(req, e, events)
+            return
+        for (req, index), row in zip(batch, rows):
+            if req.done:
+                continue
+            win = req.windows[index]
+            tokens = [
+                CifToken(t, self.tokenizer.id_to_token(t) or "", p, win.start_s + s / 1000, win.start_s + e / 1000)
+                for t, p, (s, e) in zip(*row)
+            ]
+            req.results[index] = self._window_segments(req, win, tokens)
+            self._touched[req.rid] = req
 
     # -- results ------------------------------------------------------------------------
 
-    def _window_segments(self, req: _Req, win: ParaformerWindow, tokens: list[CifToken]) -> list[dict]:
+    def _window_segments(self, req: WindowedRequest, win: Window, tokens: list[CifToken]) -> list[dict]:
         words = group_pieces([t.piece for t in tokens])
         texts = join_words(words)
         seek = round(win.start_s / 0.01)
@@ -339,31 +203,11 @@ class ParaformerDecodeStrategy(DecodeStrategy):
             )
         return segments
 
-    def _flush(self, events: list[StepEvent]) -> None:
-        touched, self._touched = self._touched, {}
-        for req in touched.values():
-            if req.done:
-                continue
-            while req.emitted < len(req.results) and req.results[req.emitted] is not None:
-                for seg in req.results[req.emitted]:  # type: ignore[union-attr]
-                    if req.segments and not _is_cjk_boundary(req.segments[-1].text, seg["text"]):
-                        seg = {**seg, "text": " " + seg["text"]}
-                    segment = Segment(id=len(req.segments) + 1, **seg)
-                    req.segments.append(segment)
-                    events.append(StepEvent(req.rid, "segment", segment=segment))
-                req.emitted += 1
-            if req.emitted == len(req.results):
-                self.requests.pop(req.rid, None)
-                self._retire(req)
-                self.counters["requests_finished"] += 1
-                output = RequestOutput(
-                    request_id=req.rid,
-                    text="".join(s.text for s in req.segments).strip(),
-                    segments=req.segments,
-                    duration=req.request.duration,
-                    task="transcribe",
-                )
-                events.append(StepEvent(req.rid, "finished", output=output))
+    def _segment_text(self, req: WindowedRequest, seg: dict) -> dict:
+        """A space joins two segments unless either side of the join is a CJK character."""
+        if req.segments and not _is_cjk_boundary(req.segments[-1].text, seg["text"]):
+            return {**seg, "text": " " + seg["text"]}
+        return seg
 
 
 def _is_cjk_boundary(before: str, after: str) -> bool:

@@ -78,8 +78,6 @@ class TransducerDecodeStrategy(CtcDecodeStrategy):
         return super().validate(options)
 
     def _run_batch(self, batch: list[tuple[_Req, int]], events: list[StepEvent]) -> None:
-        self.counters["windows_encoded"] += len(batch)
-        self.counters["batches"] += 1
         feats, lens = pad_features([r.windows[i].feats for r, i in batch])
         min_frames = 4 * self.subsampling  # room for the subsampling convolutions; rows keep their lengths
         if feats.shape[1] < min_frames:
