@@ -46,7 +46,7 @@ __all__ = [
 CHUNK_S = 30.0
 """The most speech one chunk holds: a Whisper window."""
 
-_INSTALL_HINT = "pip install 'oasr[vad]'"
+_INSTALL_HINT = "pip install 'oasr-engine[vad]'"
 _VAD_RATES = (8000, 16000)  # what the Silero model takes; other rates are resampled to 16 kHz
 _import_lock = threading.RLock()
 _models: dict[int, Any] | None = None

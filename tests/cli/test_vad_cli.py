@@ -37,7 +37,7 @@ def test_vad_without_silero_exits_2_with_install_hint(monkeypatch, capsys):
     code = main(["transcribe", "x.wav", "--vad", "--no-progress"])
     assert code == 2
     err = capsys.readouterr().err
-    assert "--vad" in err and "pip install 'oasr[vad]'" in err and "Traceback" not in err
+    assert "--vad" in err and "pip install 'oasr-engine[vad]'" in err and "Traceback" not in err
 
 
 @pytest.mark.real_weights

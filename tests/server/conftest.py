@@ -28,9 +28,11 @@ TINY = "tiny.en"
 # The server's decoding defaults (greedy at temperature 0, fallback on, best_of 5).
 SERVER_DEFAULTS = {"beam_size": 1, "best_of": 5}
 
-needs_tiny = pytest.mark.skipif(bundled_path(TINY) is None, reason="tiny.en is not installed (oasr[whisper-tiny-en])")
+needs_tiny = pytest.mark.skipif(
+    bundled_path(TINY) is None, reason="tiny.en is not installed (oasr-engine[whisper-tiny-en])"
+)
 needs_base = pytest.mark.skipif(
-    bundled_path("whisper-base") is None, reason="whisper-base is not installed (oasr[whisper-base])"
+    bundled_path("whisper-base") is None, reason="whisper-base is not installed (oasr-engine[whisper-base])"
 )
 
 

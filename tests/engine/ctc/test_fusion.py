@@ -18,7 +18,7 @@ from .conftest import EOS, HIGH_HZ, LOW_HZ, make_loaded, tone_audio
 from .conftest import UNK as UNK_ID
 
 HAS_KENLM = importlib.util.find_spec("kenlm") is not None
-needs_kenlm = pytest.mark.skipif(not HAS_KENLM, reason="kenlm is not installed (pip install 'oasr[lm]')")
+needs_kenlm = pytest.mark.skipif(not HAS_KENLM, reason="kenlm is not installed (pip install 'oasr-engine[lm]')")
 
 UNITS = ["<blank>", "\u2581i", "\u2581red", "\u2581read", "\u2581books", "\u2581re", "ad", "<unk>"]
 BLANK, I, RED, READ, BOOKS, RE, AD, UNK = range(len(UNITS))
