@@ -88,9 +88,9 @@ def test_vad_options_are_validated():
 
 def test_missing_silero_is_a_clear_import_error(monkeypatch):
     monkeypatch.setitem(sys.modules, "silero_vad", None)  # import fails as if not installed
-    with pytest.raises(ImportError, match=r"pip install 'oasr\[vad\]'"):
+    with pytest.raises(ImportError, match=r"pip install 'oasr-engine\[vad\]'"):
         require_silero()
-    with pytest.raises(ImportError, match=r"oasr\[vad\]"):
+    with pytest.raises(ImportError, match=r"oasr-engine\[vad\]"):
         speech_spans(np.zeros(SR, dtype=np.float32))
 
 

@@ -152,9 +152,9 @@ def test_vad_options_are_checked(engine, monkeypatch):
     import sys
 
     monkeypatch.setitem(sys.modules, "silero_vad", None)
-    with pytest.raises(ImportError, match=r"pip install 'oasr\[vad\]'"):
+    with pytest.raises(ImportError, match=r"pip install 'oasr-engine\[vad\]'"):
         engine.make_options(vad_filter=True)
-    with pytest.raises(ImportError, match=r"oasr\[vad\]"):
+    with pytest.raises(ImportError, match=r"oasr-engine\[vad\]"):
         engine.transcribe(np.zeros(SR, dtype=np.float32), vad_filter=True)
 
 

