@@ -1,16 +1,36 @@
 """oasr: an open speech-recognition inference engine on PyTorch."""
 
-from oasr.models import from_pretrained, list_models, load_pretrained
+from __future__ import annotations
 
-__version__ = "0.1.0"
+import importlib
+import importlib.metadata
+
+try:  # the installed distribution's version (`oasr-engine` on PyPI)
+    __version__ = importlib.metadata.version("oasr-engine")
+except importlib.metadata.PackageNotFoundError:  # a source tree on sys.path, not installed
+    __version__ = "0.1.0"
 
 __all__ = ["ASREngine", "EngineConfig", "__version__", "from_pretrained", "list_models", "load_pretrained"]
 
+# Imported on first use: torch, the models and the engine (audio decoding) load only when asked for,
+# so `oasr --help` and `oasr models` start without torch.
+_EXPORTS: dict[str, str] = {
+    "from_pretrained": "oasr.models",
+    "list_models": "oasr.models",
+    "load_pretrained": "oasr.models",
+    "ASREngine": "oasr.engine",
+    "EngineConfig": "oasr.engine",
+}
+
 
 def __getattr__(name: str):
-    # The engine pulls in audio decoding; import it only when asked for.
-    if name in ("ASREngine", "EngineConfig"):
-        from oasr.engine import ASREngine, EngineConfig
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'oasr' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
 
-        return {"ASREngine": ASREngine, "EngineConfig": EngineConfig}[name]
-    raise AttributeError(name)
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

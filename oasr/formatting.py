@@ -33,10 +33,12 @@ from __future__ import annotations
 import json
 import math
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from oasr import languages
-from oasr.engine.outputs import RequestOutput, Segment
+
+if TYPE_CHECKING:  # annotations only: the CLI reads FORMATS for `--help` without loading the engine
+    from oasr.engine.outputs import RequestOutput, Segment
 
 __all__ = [
     "EXTENSIONS",

@@ -9,9 +9,10 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from oasr.engine.outputs import RequestOutput
+if TYPE_CHECKING:  # the engine (and torch) load when a command runs, not for `oasr --help`
+    from oasr.engine.outputs import RequestOutput
 
 
 class CliError(Exception):

@@ -25,6 +25,17 @@ from oasr.cli.common import CliError
 SUBCOMMANDS: tuple[str, ...] = ("transcribe", "evaluate", "models", "serve", "bench")
 
 
+class _VersionAction(argparse.Action):
+    """``--version`` that imports torch only when asked (``oasr --help`` loads no torch)."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, help=None):
+        super().__init__(option_strings, dest=dest, default=default, nargs=0, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(_version())  # stdout, as argparse's own "version" action
+        parser.exit()
+
+
 def _version() -> str:
     from oasr import __version__
 
@@ -42,7 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="oasr",
         description="oasr: speech recognition inference on PyTorch.",
     )
-    parser.add_argument("--version", action="version", version=_version())
+    parser.add_argument("--version", action=_VersionAction, help="show the versions of oasr, torch and Python")
     subparsers = parser.add_subparsers(title="commands", dest="command", metavar="COMMAND")
     subparsers.required = True
     for name in SUBCOMMANDS:

@@ -1,25 +1,30 @@
 """The model layer: contract, capabilities, registry, loaders and families."""
 
-from oasr.models.base import (
-    BaseAsrModel,
-    BaseEncoder,
-    CacheSpec,
-    DecodeType,
-    LoadError,
-    LoadReport,
-    StreamStateSpec,
-    coerce_config,
-)
-from oasr.models.interfaces import CAPABILITIES, CapabilityError, require_capability
-from oasr.models.loaders import LoadedModel, from_pretrained, load_pretrained
-from oasr.models.registry import (
-    CheckpointBundle,
-    CheckpointConverter,
-    build_model_from_checkpoint,
-    list_models,
-    load_checkpoint_bundle,
-    register_model,
-)
+from __future__ import annotations
+
+import importlib
+
+# name -> defining module; imported on first access so that the registry listing needs no torch
+_EXPORTS: dict[str, str] = {
+    **dict.fromkeys(
+        ("BaseAsrModel", "BaseEncoder", "CacheSpec", "DecodeType", "LoadError", "LoadReport", "StreamStateSpec"),
+        "oasr.models.base",
+    ),
+    "coerce_config": "oasr.models.base",
+    **dict.fromkeys(("CAPABILITIES", "CapabilityError", "require_capability"), "oasr.models.interfaces"),
+    **dict.fromkeys(("LoadedModel", "from_pretrained", "load_pretrained"), "oasr.models.loaders"),
+    **dict.fromkeys(
+        (
+            "CheckpointBundle",
+            "CheckpointConverter",
+            "build_model_from_checkpoint",
+            "list_models",
+            "load_checkpoint_bundle",
+            "register_model",
+        ),
+        "oasr.models.registry",
+    ),
+}
 
 __all__ = [
     "CAPABILITIES",
@@ -43,3 +48,16 @@ __all__ = [
     "register_model",
     "require_capability",
 ]
+
+
+def __getattr__(name: str):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'oasr.models' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

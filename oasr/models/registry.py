@@ -29,18 +29,12 @@ import warnings
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-import torch
+if TYPE_CHECKING:  # torch and the model contract load on first use: `oasr models` lists names without them
+    import torch
 
-from oasr.models.base import (
-    BaseAsrModel,
-    DecodingSpec,
-    FeatureSpec,
-    LoadError,
-    LoadReport,
-    TokenizerSpec,
-)
+    from oasr.models.base import BaseAsrModel, DecodingSpec, FeatureSpec, LoadReport, TokenizerSpec
 
 ENTRY_POINT_GROUP = "oasr.models"
 
@@ -127,6 +121,8 @@ class ModelInfo:
     origin: str = "builtin"
 
     def model_class(self) -> type[BaseAsrModel]:
+        from oasr.models.base import BaseAsrModel
+
         cls = _import_object(self.model)
         if not (isinstance(cls, type) and issubclass(cls, BaseAsrModel)):
             raise TypeError(f"architecture {self.name!r}: {self.model!r} is not a BaseAsrModel subclass")
@@ -268,6 +264,8 @@ def load_checkpoint_bundle(
 @contextlib.contextmanager
 def _skip_init() -> Iterator[None]:
     """Build modules without random initialisation: every tensor is about to be loaded."""
+    import torch
+
     names = (
         "kaiming_uniform_",
         "kaiming_normal_",
@@ -299,6 +297,8 @@ def account_load(report: LoadReport, converter: Any, architecture: str) -> list[
     Raises:
         LoadError: a model tensor is missing (the message carries the hints that fired).
     """
+    from oasr.models.base import LoadError
+
     expected = tuple(getattr(converter, "expected_unused_prefixes", ()))
     hints: Mapping[str, str] = getattr(converter, "capability_drop_hints", {}) or {}
     fired: dict[str, list[str]] = {}
@@ -345,6 +345,10 @@ def check_finite(state_dict: Mapping[str, torch.Tensor], source: str) -> None:
     Raises:
         LoadError: naming the weight file(s) and the first non-finite tensor.
     """
+    import torch
+
+    from oasr.models.base import LoadError
+
     for name, tensor in state_dict.items():
         if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
             bad = int((~torch.isfinite(tensor)).sum())

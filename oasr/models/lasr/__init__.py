@@ -1,7 +1,9 @@
 """LASR (Google's MedASR, Hugging Face ``lasr``): conformer-CTC with rotary attention,
 decoded by the ``ctc`` strategy."""
 
-from oasr.models.lasr.config import LasrConfig
+from __future__ import annotations
+
+import importlib
 
 __all__ = ["LasrConfig", "register"]
 
@@ -16,3 +18,14 @@ def register() -> None:
         ("oasr.models.lasr.convert:HFLasrConverter",),
         overwrite=True,
     )
+
+
+# The config module loads torch (through the model contract); import it on first use so that
+# registering the family (`oasr models`) needs no torch.
+_CONFIG_NAMES = ("LasrConfig",)
+
+
+def __getattr__(name: str):
+    if name in _CONFIG_NAMES:
+        return getattr(importlib.import_module("oasr.models.lasr.config"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,7 +1,9 @@
 """Nemotron 3.5 ASR (NVIDIA cache-aware FastConformer + language prompt + LSTM RNN-T,
 Hugging Face ``nemotron3_5_asr`` layout)."""
 
-from oasr.models.nemotron.config import NemotronConfig, NemotronEncoderConfig
+from __future__ import annotations
+
+import importlib
 
 __all__ = ["NemotronConfig", "NemotronEncoderConfig", "register"]
 
@@ -14,3 +16,14 @@ def register() -> None:
         "oasr.models.nemotron.model:NemotronRnntModel",
         ("oasr.models.nemotron.convert:HFNemotronConverter",),
     )
+
+
+# The config module loads torch (through the model contract); import it on first use so that
+# registering the family (`oasr models`) needs no torch.
+_CONFIG_NAMES = ("NemotronConfig", "NemotronEncoderConfig")
+
+
+def __getattr__(name: str):
+    if name in _CONFIG_NAMES:
+        return getattr(importlib.import_module("oasr.models.nemotron.config"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

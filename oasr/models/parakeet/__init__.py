@@ -1,7 +1,9 @@
 """Parakeet (NVIDIA FastConformer + CTC, RNN-T or TDT; Hugging Face ``parakeet_ctc`` /
 ``parakeet_rnnt`` / ``parakeet_tdt`` layouts)."""
 
-from oasr.models.parakeet.config import ParakeetConfig, ParakeetEncoderConfig, ParakeetTransducerConfig
+from __future__ import annotations
+
+import importlib
 
 __all__ = ["ParakeetConfig", "ParakeetEncoderConfig", "ParakeetTransducerConfig", "register"]
 
@@ -20,3 +22,14 @@ def register() -> None:
         "oasr.models.parakeet.model:ParakeetTransducerModel",
         ("oasr.models.parakeet.convert:HFParakeetTransducerConverter",),
     )
+
+
+# The config module loads torch (through the model contract); import it on first use so that
+# registering the family (`oasr models`) needs no torch.
+_CONFIG_NAMES = ("ParakeetConfig", "ParakeetEncoderConfig", "ParakeetTransducerConfig")
+
+
+def __getattr__(name: str):
+    if name in _CONFIG_NAMES:
+        return getattr(importlib.import_module("oasr.models.parakeet.config"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

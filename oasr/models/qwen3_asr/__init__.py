@@ -1,7 +1,9 @@
 """Qwen3-ASR (Qwen team): a windowed audio tower feeding a Qwen3 causal LM, decoded by the
 ``llm`` strategy. Reads the transformers ``qwen3_asr`` layout and the original release."""
 
-from oasr.models.qwen3_asr.config import QWEN3_ASR_SIZES, Qwen3AsrAudioConfig, Qwen3AsrConfig
+from __future__ import annotations
+
+import importlib
 
 __all__ = ["QWEN3_ASR_SIZES", "Qwen3AsrAudioConfig", "Qwen3AsrConfig", "register"]
 
@@ -19,3 +21,14 @@ def register() -> None:
         ),
         overwrite=True,
     )
+
+
+# The config module loads torch (through the model contract); import it on first use so that
+# registering the family (`oasr models`) needs no torch.
+_CONFIG_NAMES = ("QWEN3_ASR_SIZES", "Qwen3AsrAudioConfig", "Qwen3AsrConfig")
+
+
+def __getattr__(name: str):
+    if name in _CONFIG_NAMES:
+        return getattr(importlib.import_module("oasr.models.qwen3_asr.config"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

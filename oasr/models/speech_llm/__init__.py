@@ -1,7 +1,9 @@
 """Qwen2-Audio (speech LLM): a Whisper-geometry audio tower feeding a Qwen2 causal LM,
 decoded by the ``llm`` strategy."""
 
-from oasr.models.speech_llm.config import Qwen2AudioConfig, Qwen2AudioEncoderConfig
+from __future__ import annotations
+
+import importlib
 
 __all__ = ["Qwen2AudioConfig", "Qwen2AudioEncoderConfig", "register"]
 
@@ -15,3 +17,14 @@ def register() -> None:
         ("oasr.models.speech_llm.convert:HFQwen2AudioConverter",),
         overwrite=True,
     )
+
+
+# The config module loads torch (through the model contract); import it on first use so that
+# registering the family (`oasr models`) needs no torch.
+_CONFIG_NAMES = ("Qwen2AudioConfig", "Qwen2AudioEncoderConfig")
+
+
+def __getattr__(name: str):
+    if name in _CONFIG_NAMES:
+        return getattr(importlib.import_module("oasr.models.speech_llm.config"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

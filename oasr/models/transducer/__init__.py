@@ -1,7 +1,9 @@
 """icefall stateless transducer: a Zipformer2 encoder, the stateless predictor and the joiner
 (transducer-only releases auto-detect here; hybrids load with ``architecture="transducer"``)."""
 
-from oasr.models.transducer.config import TransducerConfig
+from __future__ import annotations
+
+import importlib
 
 __all__ = ["TransducerConfig", "register"]
 
@@ -17,3 +19,14 @@ def register() -> None:
             "oasr.models.transducer.convert:IcefallHybridTransducerConverter",
         ),
     )
+
+
+# The config module loads torch (through the model contract); import it on first use so that
+# registering the family (`oasr models`) needs no torch.
+_CONFIG_NAMES = ("TransducerConfig",)
+
+
+def __getattr__(name: str):
+    if name in _CONFIG_NAMES:
+        return getattr(importlib.import_module("oasr.models.transducer.config"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

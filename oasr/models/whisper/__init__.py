@@ -1,6 +1,8 @@
 """Whisper (OpenAI): encoder-decoder ASR, decoded by the ``aed`` strategy."""
 
-from oasr.models.whisper.config import WHISPER_SIZES, WhisperConfig
+from __future__ import annotations
+
+import importlib
 
 __all__ = ["WHISPER_SIZES", "WhisperConfig", "register"]
 
@@ -17,3 +19,14 @@ def register() -> None:
             "oasr.models.whisper.convert:OpenAIWhisperConverter",
         ),
     )
+
+
+# The config module loads torch (through the model contract); import it on first use so that
+# registering the family (`oasr models`) needs no torch.
+_CONFIG_NAMES = ("WHISPER_SIZES", "WhisperConfig")
+
+
+def __getattr__(name: str):
+    if name in _CONFIG_NAMES:
+        return getattr(importlib.import_module("oasr.models.whisper.config"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
