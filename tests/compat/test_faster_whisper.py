@@ -271,3 +271,51 @@ def test_detect_language(model):
     language, probability, probs = model.detect_language(load_audio(JFK))
     assert language == "en" and probability > 0.9
     assert probs[0] == (language, probability) and len(probs) == 99
+
+
+@pytest.mark.parametrize(
+    ("compute_type", "dtype", "quantize"),
+    [
+        ("default", None, None),
+        ("float32", "float32", None),
+        ("float16", "float16", None),
+        ("bfloat16", "bfloat16", None),
+        ("int8", "float32", "int8"),
+        ("int8_float32", "float32", "int8"),
+        ("int8_bfloat16", "bfloat16", "int8"),
+    ],
+)
+def test_constructor_maps_onto_the_engine(monkeypatch, compute_type, dtype, quantize):
+    import types
+
+    import oasr.engine
+
+    seen = {}
+
+    class FakeEngine:
+        def __init__(self, model, **kwargs):
+            seen.update(model=model, **kwargs)
+            special = types.SimpleNamespace(is_multilingual=False)
+            self.strategy = types.SimpleNamespace(tok=types.SimpleNamespace(special=special))
+
+    monkeypatch.setattr(oasr.engine, "ASREngine", FakeEngine)
+    model = WhisperModel("tiny.en", device="cpu", compute_type=compute_type, cpu_threads=3, num_workers=12)
+    assert seen == {
+        "model": "tiny.en",
+        "architecture": "whisper",
+        "device": "cpu",
+        "dtype": dtype,
+        "quantize": quantize,
+        "num_threads": 3,
+        "max_batch_size": 12,
+    }
+    assert model.supported_languages == ["en"]
+    WhisperModel("/some/ct2/dir", device="cuda", device_index=[1])
+    assert seen["model"] == "/some/ct2/dir" and seen["device"] == "cuda:1"
+
+
+@needs_base
+def test_audio_from_a_binary_file_object():
+    with open(JFK, "rb") as f:
+        wave = fw_compat._load(f)
+    np.testing.assert_array_equal(wave, load_audio(JFK))
