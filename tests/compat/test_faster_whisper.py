@@ -46,8 +46,18 @@ def model():
 
 @pytest.fixture(scope="module")
 def jfk_words(model):
-    """faster-whisper's test_transcribe call: default options, word timestamps."""
-    segments, info = model.transcribe(JFK, word_timestamps=True)
+    """faster-whisper's test_transcribe call (word timestamps), greedy: its default beam of 5 costs 5x the
+    time on a loaded 2-core machine and checks nothing more here (beam search: tests/engine)."""
+    segments, info = model.transcribe(JFK, word_timestamps=True, beam_size=1)
+    return list(segments), info
+
+
+@pytest.fixture(scope="module")
+def jfk_batched(model):
+    """faster-whisper's batched call (VAD chunks, no timestamps), with word timestamps, greedy."""
+    segments, info = BatchedInferencePipeline(model=model).transcribe(
+        JFK, batch_size=16, word_timestamps=True, beam_size=1
+    )
     return list(segments), info
 
 
@@ -152,7 +162,9 @@ def test_transcribe(jfk_words):
     assert info.language == "en" == top_lang
     assert info.language_probability > 0.9 and abs(info.language_probability - top_p) < 1e-16
     assert info.duration == 11 and info.duration_after_vad == 11
-    assert info.transcription_options.word_timestamps and info.transcription_options.beam_size == 5
+    opts = info.transcription_options
+    assert opts.word_timestamps and opts.beam_size == 1 and opts.best_of == 5
+    assert opts.temperatures == [0.0, 0.2, 0.4, 0.6, 0.8, 1.0] and opts.suppress_tokens == [-1]
     # faster-whisper's tiny gives one segment; whisper-base splits the same words in two.
     assert _norm("".join(s.text for s in segments)) == _norm(JFK_TEXT)
     for segment in segments:
@@ -165,7 +177,7 @@ def test_transcribe(jfk_words):
 @needs_base
 def test_transcribe_equals_real_faster_whisper(jfk_words, real_fw):
     ours, _ = jfk_words
-    theirs, info = real_fw.transcribe(JFK, word_timestamps=True)
+    theirs, info = real_fw.transcribe(JFK, word_timestamps=True, beam_size=1)
     theirs = list(theirs)
     assert info.language == "en"
     assert [s.text for s in ours] == [s.text for s in theirs]
@@ -177,10 +189,9 @@ def test_transcribe_equals_real_faster_whisper(jfk_words, real_fw):
 
 
 @needs_base
-def test_monotonic_timestamps(jfk_words, model):
+def test_monotonic_timestamps(jfk_words, jfk_batched):
     # faster-whisper checks this on physicsworks.wav (not shared here); jfk.wav with both pipelines.
-    batched, binfo = BatchedInferencePipeline(model).transcribe(JFK, word_timestamps=True, beam_size=1)
-    for segments, info in (jfk_words, (list(batched), binfo)):
+    for segments, info in (jfk_words, jfk_batched):
         for i, segment in enumerate(segments):
             assert segment.start <= segment.end
             if i + 1 < len(segments):
@@ -191,10 +202,8 @@ def test_monotonic_timestamps(jfk_words, model):
 
 
 @needs_base
-def test_batched_transcribe_decodes_each_chunk_once(model):
-    pipeline = BatchedInferencePipeline(model=model)
-    segments, info = pipeline.transcribe(JFK, batch_size=16, word_timestamps=True, beam_size=1)
-    segments = list(segments)
+def test_batched_transcribe_decodes_each_chunk_once(jfk_batched):
+    segments, info = jfk_batched
     assert info.language == "en" and info.language_probability > 0.7
     assert 10 < info.duration_after_vad <= 11
     # one VAD chunk, decoded once: no second pass over the silence after the last word
