@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.metadata
+import importlib.util
 
 try:  # the installed distribution's version (`oasr-engine` on PyPI)
     __version__ = importlib.metadata.version("oasr-engine")
@@ -26,6 +27,8 @@ _EXPORTS: dict[str, str] = {
 def __getattr__(name: str):
     module = _EXPORTS.get(name)
     if module is None:
+        if not name.startswith("_") and importlib.util.find_spec(f"{__name__}.{name}") is not None:
+            return importlib.import_module(f"{__name__}.{name}")  # a submodule, as eager imports left it
         raise AttributeError(f"module 'oasr' has no attribute {name!r}")
     value = getattr(importlib.import_module(module), name)
     globals()[name] = value

@@ -74,3 +74,12 @@ def test_lazy_package_attributes_resolve():
         oasr.no_such_name  # noqa: B018
     with pytest.raises(AttributeError, match="no_such_name"):
         oasr.models.no_such_name  # noqa: B018
+
+
+def test_submodules_resolve_as_attributes_after_a_bare_import():
+    code = (
+        "import oasr; assert oasr.models.bundled.ALIASES; assert oasr.models.registry.list_models(); "
+        "assert oasr.audio.load_audio"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
