@@ -22,14 +22,21 @@ from oasr.layers.embedding import Conv1d
 __all__ = ["BiasNorm", "Bypass", "ChunkCausalDepthwiseConv1d", "SimpleDownsample", "swoosh_l", "swoosh_r"]
 
 
+# log(1 + e^z) as softplus, not icefall's logaddexp(0, z): one fused op instead of a zeros
+# tensor and logaddexp (the activations took ~20 % of a Zipformer-medium encoder pass on a CPU).
+# Past the threshold softplus returns z itself: at 40 that is within e^-40 of the exact value
+# (below float64's rounding of z), and e^40 still fits the float32 that half types compute in.
+_SOFTPLUS_THRESHOLD = 40.0
+
+
 def swoosh_l(x: torch.Tensor) -> torch.Tensor:
     """icefall's SwooshL: log(1 + e^(x - 4)) - 0.08 x - 0.035."""
-    return torch.logaddexp(torch.zeros_like(x), x - 4.0) - 0.08 * x - 0.035
+    return F.softplus(x - 4.0, threshold=_SOFTPLUS_THRESHOLD) - 0.08 * x - 0.035
 
 
 def swoosh_r(x: torch.Tensor) -> torch.Tensor:
     """icefall's SwooshR: log(1 + e^(x - 1)) - 0.08 x - 0.313261687."""
-    return torch.logaddexp(torch.zeros_like(x), x - 1.0) - 0.08 * x - 0.313261687
+    return F.softplus(x - 1.0, threshold=_SOFTPLUS_THRESHOLD) - 0.08 * x - 0.313261687
 
 
 class BiasNorm(nn.Module):
