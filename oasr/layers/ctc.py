@@ -75,6 +75,22 @@ class CtcProjection(Linear):
                 if self.bias is not None:
                     self.bias[vocab_size:].fill_(PAD_LOGIT)
 
+    def adapt_checkpoint(self, prefix: str, state_dict):
+        """The load hook (``BaseAsrModel.load_weights``): a checkpoint's (V, D) head under
+        ``prefix`` widened to the allocated GEMM-aligned width.
+
+        Raises:
+            ValueError: the checkpoint's head does not have the model's vocabulary.
+        """
+        weight = state_dict.get(f"{prefix}weight")
+        if self.padded_size == self.vocab_size or weight is None or weight.shape[0] == self.padded_size:
+            return state_dict
+        state = dict(state_dict)
+        state[f"{prefix}weight"], bias = self.pad_checkpoint(weight, state.get(f"{prefix}bias"))
+        if bias is not None:
+            state[f"{prefix}bias"] = bias
+        return state
+
     def pad_checkpoint(
         self, weight: torch.Tensor, bias: torch.Tensor | None
     ) -> tuple[torch.Tensor, torch.Tensor | None]:

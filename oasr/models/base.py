@@ -530,76 +530,11 @@ class BaseAsrModel(nn.Module):
             f"{type(self).__name__} has no fused encoder+head forward; it decodes through {str(self.decode_type)!r}"
         )
 
-    ctc_projection: nn.Module | None = None
-    """The ``CtcProjection`` of a CTC family (set by the family), used by
-    ``forward_offline_best_path``; None where the family has none."""
-
-    def ctc_log_probs(self, hidden: torch.Tensor) -> torch.Tensor:
-        """CTC log-probabilities of encoder states, through the family's ``ctc_projection``.
-
-        Shapes:
-            hidden: (B, T', D) -> (B, T', V) float32
-
-        Raises:
-            NotImplementedError: the family has no CTC head.
-        """
-        head = self.ctc_projection
-        if head is None:
-            raise NotImplementedError(f"{type(self).__name__} has no CTC head")
-        return head(hidden)
-
-    def forward_offline_best_path(
-        self, feats: torch.Tensor, feat_lens: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """What greedy CTC decoding reads: each frame's best symbol and its log-probability.
-
-        With a ``ctc_projection``: the encoder, then the head's ``best_path`` (max and
-        log-sum-exp of the logits, no (B, T', V) log-probs); otherwise from
-        ``forward_offline``'s log-probs.
-
-        Shapes:
-            -> log-prob (B, T') float32, id (B, T') int64, lens (B,)
-        """
-        head = self.ctc_projection
-        if head is None:
-            log_probs, lens = self.forward_offline(feats, feat_lens)
-            top, ids = log_probs.max(dim=-1)
-            return top, ids, lens
-        hidden, lens = self.encode_offline(feats, feat_lens)
-        top, ids = head.best_path(hidden)
-        return top, ids, lens
-
     @property
     def supports_packing(self) -> bool:
-        """Whether ``forward_offline_packed`` serves: the encoder encodes packed rows and
-        the family has a CTC head."""
-        return not is_unimplemented(self.encoder.forward_packed) and self.ctc_projection is not None
-
-    def encode_offline_packed(self, feats: torch.Tensor, cu_seqlens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Encoder only over packed rows (``BaseEncoder.forward_packed``).
-
-        Shapes:
-            feats: (N, F), cu_seqlens: (B + 1,) -> hidden (N', D), cu_seqlens (B + 1,)
-        """
-        if feats.dim() != 2:
-            raise ValueError(f"packed features must be (N, F) rows end to end, got {tuple(feats.shape)}")
-        return self.encoder.forward_packed(feats, cu_seqlens)
-
-    def forward_offline_packed(
-        self, feats: torch.Tensor, cu_seqlens: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Gapless variable-length forward over packed rows (sequence packing): the
-        encoder, then the CTC head, with no frame spent on padding outside attention.
-
-        Shapes:
-            feats: (N, F), cu_seqlens: (B + 1,) -> log-probs (N', V) float32, cu_seqlens (B + 1,)
-        """
-        if not self.supports_packing:
-            raise NotImplementedError(
-                f"{type(self).__name__} does not support sequence packing; the engine pads batches instead"
-            )
-        hidden, cu = self.encode_offline_packed(feats, cu_seqlens)
-        return self.ctc_projection(hidden), cu
+        """Whether the model encodes packed rows (``CtcMixin.forward_offline_packed``); False
+        unless a family says otherwise."""
+        return False
 
     # -- streaming ----------------------------------------------------------------
 
@@ -673,7 +608,7 @@ class BaseAsrModel(nn.Module):
         Raises:
             LoadError: a tensor whose shape does not match the model's.
         """
-        state_dict = self._widen_ctc_head(state_dict)
+        state_dict = self._adapt_checkpoint(state_dict)
         own = dict(self.named_parameters())
         own.update({k: v for k, v in self.named_buffers() if k not in own and self._is_persistent(k)})
         mapped, unexpected = [], []
@@ -696,22 +631,19 @@ class BaseAsrModel(nn.Module):
             )
         return LoadReport.build(own.keys(), mapped, unexpected=unexpected)
 
-    def _widen_ctc_head(self, state_dict: Mapping[str, torch.Tensor]) -> Mapping[str, torch.Tensor]:
-        head = self.ctc_projection
-        if head is None or head.padded_size == head.vocab_size:
-            return state_dict
-        name = next(n for n, m in self.named_modules() if m is head)
-        weight = state_dict.get(f"{name}.weight")
-        if weight is None or weight.shape[0] == head.padded_size:
-            return state_dict
-        state = dict(state_dict)
-        try:
-            state[f"{name}.weight"], bias = head.pad_checkpoint(weight, state.get(f"{name}.bias"))
-        except ValueError as e:
-            raise LoadError(f"{type(self).__name__}: {e}") from e
-        if bias is not None:
-            state[f"{name}.bias"] = bias
-        return state
+    def _adapt_checkpoint(self, state_dict: Mapping[str, torch.Tensor]) -> Mapping[str, torch.Tensor]:
+        """Let each submodule that declares ``adapt_checkpoint(prefix, state_dict)`` bring its
+        tensors to its own layout (e.g. ``CtcProjection`` widens a head to its GEMM-aligned
+        width); a module that cannot raises ``ValueError``, reported as a ``LoadError``."""
+        for name, module in self.named_modules():
+            adapt = getattr(module, "adapt_checkpoint", None)
+            if adapt is None or module is self:
+                continue
+            try:
+                state_dict = adapt(f"{name}." if name else "", state_dict)
+            except ValueError as e:
+                raise LoadError(f"{type(self).__name__}: {e}") from e
+        return state_dict
 
     def _is_persistent(self, buffer_name: str) -> bool:
         module_name, _, leaf = buffer_name.rpartition(".")

@@ -26,7 +26,7 @@ class Capability:
 
 CAPABILITIES: dict[DecodeType, Capability] = {
     DecodeType.CTC: Capability(
-        requires=("forward_offline", "blank_id", "encoder.subsampling_rate"),
+        requires=("forward_offline", "forward_offline_best_path", "blank_id", "encoder.subsampling_rate"),
         why="CTC decoding reads log-probs from the fused encoder+head forward, collapses "
         "them around the model's blank id, and times tokens by the subsampling rate",
     ),

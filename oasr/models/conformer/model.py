@@ -37,6 +37,7 @@ from oasr.layers.packing import Packing
 from oasr.layers.relpos import RelPositionalEncoding, RelPositionMultiHeadedAttention
 from oasr.models.base import BaseAsrModel, BaseEncoder, DecodeType
 from oasr.models.conformer.config import ConformerEncoderConfig, ConformerModelConfig
+from oasr.models.ctc import CtcMixin
 from oasr.models.decoders.transformer_decoder import BiTransformerDecoder
 
 
@@ -367,7 +368,7 @@ class ConformerEncoder(BaseEncoder):
         return x
 
 
-class ConformerModel(BaseAsrModel):
+class ConformerModel(CtcMixin, BaseAsrModel):
     """A WeNet U2 / U2++ model served through its CTC head, with attention rescoring
     when the checkpoint's decoder was built.
 

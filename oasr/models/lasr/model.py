@@ -39,6 +39,7 @@ from oasr.layers import (
 )
 from oasr.layers.packing import Packing, as_packed, as_rows
 from oasr.models.base import BaseAsrModel, BaseEncoder, DecodeType
+from oasr.models.ctc import CtcMixin
 from oasr.models.lasr.config import LasrConfig
 
 
@@ -228,7 +229,7 @@ class LasrEncoder(BaseEncoder):
         return self.subsampler(feats), lens
 
 
-class LasrModel(BaseAsrModel):
+class LasrModel(CtcMixin, BaseAsrModel):
     """LASR encoder + CTC head (offline-only; decoded by the ``ctc`` strategy)."""
 
     architecture = "lasr"

@@ -34,6 +34,7 @@ from oasr.layers import ConformerConvolution, Conv2d, CtcProjection, FeedForward
 from oasr.layers.packing import Packing
 from oasr.layers.relpos_xl import RelPositionMultiHeadAttentionXL, xl_relative_positions
 from oasr.models.base import BaseAsrModel, BaseEncoder, DecodeType
+from oasr.models.ctc import CtcMixin
 from oasr.models.nemotron.predictor import AdditiveJoint, LstmPredictor
 from oasr.models.nemotron.search import GreedyResult, greedy_search, nemo_transducer_search
 from oasr.models.parakeet.config import ParakeetConfig, ParakeetEncoderConfig, ParakeetTransducerConfig
@@ -204,7 +205,7 @@ class ParakeetEncoder(BaseEncoder):
         return x, lengths
 
 
-class ParakeetCtcModel(BaseAsrModel):
+class ParakeetCtcModel(CtcMixin, BaseAsrModel):
     """FastConformer + CTC head; the blank is the last id."""
 
     architecture = "parakeet"

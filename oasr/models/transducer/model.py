@@ -21,6 +21,7 @@ import torch
 
 from oasr.layers import Conv1d, CtcProjection, Embedding, Linear, Relu, Tanh
 from oasr.models.base import BaseAsrModel, DecodeType
+from oasr.models.ctc import CtcMixin
 from oasr.models.decoders.base import Joiner, TransducerPredictor
 from oasr.models.transducer.config import TransducerConfig
 from oasr.models.transducer.search import TransducerResult, greedy_search, modified_beam_search
@@ -99,7 +100,7 @@ class IcefallJoiner(Joiner):
         return self.output_linear(self.tanh(enc_proj + pred_proj))
 
 
-class TransducerModel(BaseAsrModel):
+class TransducerModel(CtcMixin, BaseAsrModel):
     """Zipformer2 encoder + stateless predictor + joiner; a hybrid checkpoint's CTC head
     makes it serve CTC too."""
 

@@ -43,6 +43,7 @@ from torch import nn
 from oasr.layers import Conv1d, Conv2d, CtcProjection, Linear, Tanh
 from oasr.layers.zipformer import BiasNorm, Bypass, ChunkCausalDepthwiseConv1d, SimpleDownsample, swoosh_l, swoosh_r
 from oasr.models.base import BaseAsrModel, BaseEncoder, DecodeType
+from oasr.models.ctc import CtcMixin
 from oasr.models.zipformer.config import ZipformerConfig, ZipformerEncoderConfig
 
 MASK_SCORE = -1000.0  # icefall fills masked attention scores with -1000, not -inf
@@ -476,7 +477,7 @@ def _convert_num_channels(x: torch.Tensor, dim: int) -> torch.Tensor:
     return F.pad(x, (0, dim - x.shape[-1]))
 
 
-class ZipformerCtcModel(BaseAsrModel):
+class ZipformerCtcModel(CtcMixin, BaseAsrModel):
     """Zipformer2 encoder + icefall's CTC head (``ctc_output``); the blank is id 0."""
 
     architecture = "zipformer"

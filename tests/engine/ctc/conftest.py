@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from oasr.models.base import BaseAsrModel, BaseEncoder, DecodeType, DecodingSpec, FeatureSpec, LoadReport, TokenizerSpec
+from oasr.models.ctc import CtcMixin
 from oasr.models.loaders import LoadedModel
 from oasr.tokenizers import TableTokenizer
 
@@ -62,7 +63,7 @@ class FakeDecoder(nn.Module):
         return torch.tensor([self.bonus * h.count(self.liked) - 0.1 * len(h) for h in hyps], dtype=torch.float64)
 
 
-class ToneCtcModel(BaseAsrModel):
+class ToneCtcModel(CtcMixin, BaseAsrModel):
     architecture = "test_tone_ctc"
     capabilities = frozenset({DecodeType.CTC, DecodeType.CTC_AED_RESCORING})
     default_decode_type = DecodeType.CTC
