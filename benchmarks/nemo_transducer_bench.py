@@ -28,7 +28,9 @@ seconds; peak RSS is the process's VmHWM during the run (reset before each throu
     python benchmarks/nemo_transducer_bench.py --rounds 1 --threads 1 --memory-minutes 1 2 4 8 \\
         --json benchmarks/results/nemo_transducer_cpu.json
 
-``--memory-minutes`` adds the peak RSS of the Nemotron encoder over one input of each length.
+``--memory-minutes`` adds the peak RSS of the Nemotron encoder over one input of each length, each
+in a fresh process. (The in-process peak RSS figures of the comparison are a floor: the process's
+allocator reuses what the other side freed.)
 
 ``--models`` picks ``nemotron``, ``tdt`` or both; ``--threads`` is torch's intra-op threads for both sides.
 Needs transformers >= 5.24 (the test extra).
@@ -284,25 +286,43 @@ def _oasr(engine, clips) -> list[list[int]]:
     return [[t for seg in out.segments for t in seg.tokens] for out in outs]
 
 
+_MEMORY_CHILD = """
+import re, sys, time, numpy as np, torch
+sys.path.insert(0, {repo!r})
+import oasr
+from oasr.audio.frontends import build_frontend
+def _status_kb(key):
+    return int(re.search(key + r":\\s+(\\d+) kB", open("/proc/self/status").read()).group(1))
+torch.set_num_threads({threads})
+engine = oasr.ASREngine({path!r}, dtype="float32", num_threads={threads})
+wave = np.resize(np.load({stream!r}), int({minutes} * 60 * 16000)).astype(np.float32)
+x = torch.as_tensor(build_frontend(engine.loaded.feature_spec)(wave))[None].float()
+base = _status_kb("VmRSS")
+open("/proc/self/clear_refs", "w").write("5")
+t0 = time.perf_counter()
+with torch.inference_mode():
+    engine.model.encode_offline(x, torch.tensor([x.shape[1]]))
+print((_status_kb("VmHWM") - base) / 1024, time.perf_counter() - t0)
+"""
+
+
 def memory_sweep(clips, minutes: list[float], threads: int, layers: int) -> dict:
     """Peak RSS growth of the Nemotron encoder (``encode_offline``, one row) over ``minutes`` of
-    speech in one piece: the offline chunked_limited attention in query blocks keeps it linear in T."""
-    import oasr
-    from oasr.audio.frontends import build_frontend
+    speech in one piece, each length in a fresh process (VmHWM over VmRSS after the model and the
+    features are in memory): the offline chunked_limited attention in query blocks keeps it linear in T."""
+    import subprocess
 
-    stream = np.concatenate(clips)
     out: dict[str, dict[str, float]] = {}
     with tempfile.TemporaryDirectory(prefix="oasr_nemotron_mem_") as tmp:
         torch.manual_seed(0)
         model, _, _ = build("nemotron", Path(tmp), clips[0][: 4 * 16000], layers)
         del model
-        engine = oasr.ASREngine(tmp, dtype="float32", num_threads=threads)
-        frontend = build_frontend(engine.loaded.feature_spec)  # the checkpoint's own front end
+        stream = Path(tmp) / "stream.npy"
+        np.save(stream, np.concatenate(clips))
         for m in minutes:
-            wave = np.resize(stream, int(m * 60 * 16000)).astype(np.float32)
-            x = torch.as_tensor(frontend(wave))[None].float()
-            with torch.inference_mode():
-                seconds, _, grew = timed(lambda x=x: engine.model.encode_offline(x, torch.tensor([x.shape[1]])))
+            code = _MEMORY_CHILD.format(repo=str(REPO), threads=threads, path=tmp, stream=str(stream), minutes=m)
+            res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+            grew, seconds = (float(v) for v in res.stdout.split()[-2:])
             out[f"{m:g} min"] = {"peak_rss_growth_mib": round(grew), "seconds": round(seconds, 1)}
             print(f"[memory] {m:g} min: peak RSS +{grew:.0f} MiB, {seconds:.1f} s", flush=True)
     return out
