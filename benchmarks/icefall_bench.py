@@ -23,7 +23,7 @@ Each round times, alternating, over the whole corpus:
 * oasr ``ASREngine(dir, architecture="transducer")`` at ``max_batch_size`` 1 and 8, greedy and
   ``beam_size=4``.
 
-    python benchmarks/icefall_bench.py --rounds 1 --threads 1 --json benchmarks/results/icefall_cpu.json
+    python benchmarks/icefall_bench.py --rounds 3 --threads 1 --json benchmarks/results/icefall_cpu.json
 
 Needs the zipformer package (see ``.ci/run``) and ``TORCH_COMPILE_DISABLE=1`` (set here).
 """
