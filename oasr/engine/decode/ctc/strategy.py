@@ -73,7 +73,6 @@ from oasr.models.loaders import LoadedModel
 
 SEGMENT_GAP_S = 1.5  # a longer silence between two words' spikes starts a new segment
 PACK_MIN_PADDING = 0.1  # with sequence packing, batches padded by less than this share of frames stay padded
-_SAMPLING_FREE = (TranscribeOptions().temperatures, (0.0,))
 
 
 @dataclass
@@ -138,32 +137,6 @@ class CtcDecodeStrategy(WindowedStrategy):
 
     def validate(self, options: TranscribeOptions) -> TranscribeOptions:
         options = super().validate(options)
-        what = f"{type(self.model).__name__} decoded by {str(self.decode_type)!r}"
-        if options.task != "transcribe":
-            raise ValueError(f"task={options.task!r}: {what} can only transcribe")
-        if options.initial_prompt is not None:
-            raise ValueError(f"initial_prompt: {what} takes no prompt")
-        if options.prefix is not None:
-            raise ValueError(f"prefix: {what} cannot be forced to start with a text")
-        if options.temperatures not in _SAMPLING_FREE:
-            raise ValueError(
-                f"temperature={options.temperature!r}: {what} does not sample; use 0 (or leave the default)"
-            )
-        if options.multilingual:
-            raise ValueError(f"multilingual=True: {what} does not detect languages")
-        for name, default, why in (
-            ("top_k", 0, "does not sample"),
-            ("top_p", 1.0, "does not sample"),
-            ("context", None, "takes no prompt (hotwords boost phrases)"),
-        ):
-            value = getattr(options, name, default)
-            if value != default:
-                raise ValueError(f"{name}={value!r}: {what} {why}")
-        clips = options.clip_timestamps
-        if isinstance(clips, str):
-            clips = [float(x) for x in clips.split(",")] if clips.strip() else []
-        if list(clips) not in ([], [0.0]):
-            raise ValueError(f"clip_timestamps={options.clip_timestamps!r}: {what} transcribes whole inputs")
         if self.decode_type is DecodeType.CTC:
             for name in ("ctc_weight", "reverse_weight"):
                 if getattr(options, name) is not None:

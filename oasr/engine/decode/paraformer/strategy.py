@@ -41,7 +41,6 @@ from oasr.models.loaders import LoadedModel
 
 SEGMENT_GAP_S = 1.5  # a longer silence between two tokens starts a new segment
 BICIF_UPSAMPLE_RATE = 3  # funasr times BiCif's upsampled head at a fixed 3x (20 ms) rate
-_SAMPLING_FREE = (TranscribeOptions().temperatures, (0.0,))
 
 
 @dataclass
@@ -110,34 +109,15 @@ class ParaformerDecodeStrategy(WindowedStrategy):
     def validate(self, options: TranscribeOptions) -> TranscribeOptions:
         options = super().validate(options)
         what = f"{type(self.model).__name__} decoded by 'paraformer'"
-        if options.task != "transcribe":
-            raise ValueError(f"task={options.task!r}: {what} can only transcribe")
-        if options.initial_prompt is not None:
-            raise ValueError(f"initial_prompt: {what} takes no prompt")
-        if options.prefix is not None:
-            raise ValueError(f"prefix: {what} cannot be forced to start with a text")
-        if options.temperatures not in _SAMPLING_FREE:
-            raise ValueError(f"temperature={options.temperature!r}: {what} does not sample; use 0")
-        if options.multilingual:
-            raise ValueError(f"multilingual=True: {what} does not detect languages")
         if options.language is not None:
             raise ValueError(f"language={options.language!r}: {what} takes no language (leave it unset)")
-        for name, default, why in (
-            ("hotwords", None, "has no hotword biasing"),
-            ("top_k", 0, "does not sample"),
-            ("top_p", 1.0, "does not sample"),
-            ("context", None, "takes no prompt"),
-            ("ctc_weight", None, "has no CTC rescoring"),
-            ("reverse_weight", None, "has no CTC rescoring"),
+        for name, why in (
+            ("hotwords", "has no hotword biasing"),
+            ("ctc_weight", "has no CTC rescoring"),
+            ("reverse_weight", "has no CTC rescoring"),
         ):
-            value = getattr(options, name, default)
-            if value is not None and value != default and value != "":
-                raise ValueError(f"{name}={value!r}: {what} {why}")
-        clips = options.clip_timestamps
-        if isinstance(clips, str):
-            clips = [float(x) for x in clips.split(",")] if clips.strip() else []
-        if list(clips) not in ([], [0.0]):
-            raise ValueError(f"clip_timestamps={options.clip_timestamps!r}: {what} transcribes whole inputs")
+            if getattr(options, name) not in (None, ""):
+                raise ValueError(f"{name}={getattr(options, name)!r}: {what} {why}")
         return options
 
     # -- the step ------------------------------------------------------------------------
