@@ -281,6 +281,9 @@ class TranscribeOptions:
         for key in ("suppress_tokens", "temperature", "clip_timestamps", "initial_prompt"):
             if isinstance(kwargs.get(key), list):
                 kwargs[key] = tuple(kwargs[key])
+        language = kwargs.get("language")
+        if isinstance(language, str) and language.strip().lower() in ("", "auto"):
+            kwargs["language"] = None  # detect it (a family without language identification: none forced)
         return cls(**kwargs)
 
     def replace(self, **changes: Any) -> TranscribeOptions:

@@ -84,3 +84,21 @@ def test_one_bad_input_does_not_sink_a_batch(engine, good, tmp_path):
     with pytest.raises(AudioDecodeError):
         engine.transcribe([good, str(bad)], beam_size=1)
     assert engine.strategy.num_unfinished() == 0
+
+
+def test_language_auto_means_detect_for_python_and_cli(engine, good, audio_dir):
+    """``language="auto"`` (the README's spelling; the server's too) is "detect": the same text
+    as no language, from Python and from ``oasr transcribe -l auto``; a real unknown code is
+    still refused."""
+    from oasr.cli.main import main
+
+    assert engine.make_options(language="auto") == engine.make_options() == engine.make_options(language=" AUTO ")
+    want = engine.transcribe(good, beam_size=1).text
+    assert engine.transcribe(good, beam_size=1, language="auto").text == want
+    with pytest.raises(ValueError, match="unknown language"):
+        engine.make_options(language="klingon")
+    out = audio_dir / "jfk.wav"
+    assert main(["transcribe", str(out), "--model", "whisper-tiny.en", "-l", "auto", "--beam-size", "1"]) in (
+        0,
+        None,
+    )
