@@ -168,6 +168,29 @@ def register_model(
         _REGISTRY[name] = ModelInfo(name, model, tuple(converters), origin=_CURRENT_ORIGIN)
 
 
+def run_entry_points(group: str, what: str) -> Iterator[str]:
+    """Run every entry point of ``group`` (a callable that registers is called; a module
+    registers on import), yielding its origin ("plugin:<distribution>") just before it runs and
+    "builtin" after, so the caller can record who registered what. A broken plugin warns
+    ("oasr: skipping <what> plugin ...") and is skipped, never taking the built-ins down.
+    Shared by the model and decode-strategy registries."""
+    for ep in importlib.metadata.entry_points(group=group):
+        dist = getattr(ep, "dist", None)
+        yield f"plugin:{dist.name if dist is not None else ep.value}"
+        try:
+            obj = ep.load()
+            if callable(obj):
+                obj()
+        except Exception as exc:  # a broken plugin must not take the built-ins down
+            warnings.warn(
+                f"oasr: skipping {what} plugin {ep.name!r} ({ep.value}): {type(exc).__name__}: {exc}",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+        finally:
+            yield "builtin"
+
+
 def _ensure_loaded() -> None:
     global _LOADED, _CURRENT_ORIGIN
     with _LOCK:
@@ -176,21 +199,8 @@ def _ensure_loaded() -> None:
         _LOADED = True
         for pkg in _BUILTIN_PACKAGES:
             importlib.import_module(pkg).register()
-        for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
-            dist = getattr(ep, "dist", None)
-            _CURRENT_ORIGIN = f"plugin:{dist.name if dist is not None else ep.value}"
-            try:
-                obj = ep.load()
-                if callable(obj):
-                    obj()
-            except Exception as exc:  # a broken plugin must not take the built-ins down
-                warnings.warn(
-                    f"oasr: skipping model plugin {ep.name!r} ({ep.value}): {type(exc).__name__}: {exc}",
-                    RuntimeWarning,
-                    stacklevel=2,
-                )
-            finally:
-                _CURRENT_ORIGIN = "builtin"
+        for origin in run_entry_points(ENTRY_POINT_GROUP, "model"):
+            _CURRENT_ORIGIN = origin
 
 
 def reload_registry() -> None:

@@ -13,10 +13,10 @@ down. A plugin decode type names what a model must have to be decoded by it with
 from __future__ import annotations
 
 import importlib
-import importlib.metadata
 import threading
-import warnings
 from typing import Any
+
+from oasr.models.registry import run_entry_points
 
 ENTRY_POINT_GROUP = "oasr.decode_strategies"
 
@@ -65,21 +65,8 @@ def _ensure_loaded() -> None:
         _LOADED = True
         for name, ref in _BUILTIN:
             register_decode_strategy(name, ref, overwrite=True)
-        for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
-            dist = getattr(ep, "dist", None)
-            _CURRENT_ORIGIN = f"plugin:{dist.name if dist is not None else ep.value}"
-            try:
-                obj = ep.load()
-                if callable(obj):
-                    obj()
-            except Exception as exc:  # a broken plugin must not take the built-ins down
-                warnings.warn(
-                    f"oasr: skipping decode-strategy plugin {ep.name!r} ({ep.value}): {type(exc).__name__}: {exc}",
-                    RuntimeWarning,
-                    stacklevel=2,
-                )
-            finally:
-                _CURRENT_ORIGIN = "builtin"
+        for origin in run_entry_points(ENTRY_POINT_GROUP, "decode-strategy"):
+            _CURRENT_ORIGIN = origin
 
 
 def reload_decode_strategies() -> None:
