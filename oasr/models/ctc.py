@@ -17,6 +17,15 @@ class CtcMixin:
     """The ``CtcProjection`` of a CTC family (set by the family), used by
     ``forward_offline_best_path``; None where the family has none."""
 
+    def forward_offline(self, feats: torch.Tensor, feat_lens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Encoder + CTC head (a family with more to its fused forward overrides this).
+
+        Shapes:
+            feats: (B, T, F), feat_lens: (B,) -> log_probs (B, T', V) float32, lens (B,)
+        """
+        hidden, lens = self.encode_offline(feats, feat_lens)
+        return self.ctc_log_probs(hidden), lens
+
     def ctc_log_probs(self, hidden: torch.Tensor) -> torch.Tensor:
         """CTC log-probabilities of encoder states, through the family's ``ctc_projection``.
 

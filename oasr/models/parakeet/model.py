@@ -231,15 +231,6 @@ class ParakeetCtcModel(CtcMixin, BaseAsrModel):
     def ctc_projection(self) -> CtcProjection:
         return self.ctc_head
 
-    def forward_offline(self, feats: torch.Tensor, feat_lens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Encoder + CTC head.
-
-        Shapes:
-            feats: (B, T, F), feat_lens: (B,) -> log_probs (B, T', V) float32, lens (B,)
-        """
-        hidden, lens = self.encoder(feats, feat_lens)
-        return self.ctc_head(hidden), lens
-
 
 class ParakeetTransducerModel(BaseAsrModel):
     """FastConformer + NeMo LSTM transducer: RNN-T, or TDT when the config has ``durations``."""

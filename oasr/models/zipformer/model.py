@@ -502,12 +502,3 @@ class ZipformerCtcModel(CtcMixin, BaseAsrModel):
     @property
     def ctc_projection(self) -> CtcProjection:
         return self.ctc_output
-
-    def forward_offline(self, feats: torch.Tensor, feat_lens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Encoder + CTC head.
-
-        Shapes:
-            feats: (B, T, F), feat_lens: (B,) -> log_probs (B, T', V) float32, lens (B,)
-        """
-        hidden, lens = self.encoder(feats, feat_lens)
-        return self.ctc_output(hidden), lens
