@@ -1,4 +1,4 @@
-"""Render a ``RequestOutput`` as text, JSON, verbose JSON, SRT or WebVTT.
+"""Render a ``RequestOutput`` as text, JSON, verbose JSON, SRT, WebVTT or TSV.
 
 Shared by the command line (``oasr transcribe -f ...``) and the HTTP server
 (``response_format=...``), so both write the same bytes for the same transcript.
@@ -26,6 +26,14 @@ Choices:
   would end the cue block early); line breaks inside a cue's text are collapsed,
   and WebVTT text has ``&``, ``<`` and ``>`` escaped (which also breaks up ``-->``),
   as the WebVTT grammar requires.
+* Subtitle cues never run past the end of the audio: every time is clamped to
+  ``out.duration`` (when it is known, > 0), as the last window's timestamps may overshoot.
+* When every segment with text has timed words (``word_timestamps``), SRT and WebVTT
+  cues are laid out from the words, as openai-whisper's subtitle writers do: a cue
+  spans its first word's start to its last word's end, and a ``SubtitleLayout`` may
+  cut and wrap them (see its docstring). Without words, a cue is a segment.
+* TSV is openai-whisper's: a ``start<TAB>end<TAB>text`` header, then one line per
+  segment with the times in integer milliseconds (tabs in the text become spaces).
 """
 
 from __future__ import annotations
@@ -33,6 +41,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from oasr import languages
@@ -43,33 +52,80 @@ if TYPE_CHECKING:  # annotations only: the CLI reads FORMATS for `--help` withou
 __all__ = [
     "EXTENSIONS",
     "FORMATS",
+    "SubtitleLayout",
     "format_output",
     "format_timestamp",
     "json_dict",
     "language_name",
     "to_json",
     "to_srt",
+    "subtitle_cues",
     "to_text",
+    "to_tsv",
     "to_verbose_json",
     "to_vtt",
     "verbose_json_dict",
 ]
 
-FORMATS: tuple[str, ...] = ("text", "json", "verbose_json", "srt", "vtt")
-"""The output formats, by the names OpenAI's ``response_format`` uses."""
+FORMATS: tuple[str, ...] = ("text", "json", "verbose_json", "srt", "vtt", "tsv")
+"""The output formats, by the names OpenAI's ``response_format`` uses (and openai-whisper's ``tsv``)."""
 
-EXTENSIONS: dict[str, str] = {"text": "txt", "json": "json", "verbose_json": "verbose_json", "srt": "srt", "vtt": "vtt"}
+EXTENSIONS: dict[str, str] = {
+    "text": "txt",
+    "json": "json",
+    "verbose_json": "verbose_json",
+    "srt": "srt",
+    "vtt": "vtt",
+    "tsv": "tsv",
+}
 """File extension (without the dot) written for each format."""
+
+PAUSE_S = 3.0
+"""With both ``max_line_width`` and ``max_line_count``, a word starting this long after the
+previous word's start begins a new cue (openai-whisper's rule)."""
+
+
+@dataclass(frozen=True)
+class SubtitleLayout:
+    """How word-timed subtitle cues are cut and wrapped (openai-whisper's ``--max_line_width``,
+    ``--max_line_count``, ``--max_words_per_line``, ``--highlight_words``).
+
+    Words are placed in order. A word that would take a line past ``max_line_width``
+    characters starts a new line; with ``max_line_count`` too, a cue that already holds
+    that many lines (or a pause of ``PAUSE_S``) starts a new cue, and cues may run across
+    segments. Without both, every segment starts a new cue and, with
+    ``max_words_per_line``, so does every run of that many words of a segment.
+
+    Attributes:
+        max_line_width: characters per line (None: no limit).
+        max_line_count: lines per cue; takes effect with ``max_line_width`` only.
+        max_words_per_line: words per cue while cues follow segments (None: no limit).
+        highlight_words: one cue per word besides the others, with that word in ``<u>...</u>``
+            (and a cue without highlight over any gap between words).
+    """
+
+    max_line_width: int | None = None
+    max_line_count: int | None = None
+    max_words_per_line: int | None = None
+    highlight_words: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("max_line_width", "max_line_count", "max_words_per_line"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ValueError(f"{name} must be >= 1, got {value}")
+
 
 _LINE_BREAKS = re.compile(r"\s*[\r\n]+\s*")
 _INT_ARRAY = re.compile(r"\[\n\s*(-?\d+(?:,\n\s*-?\d+)*)\n\s*\]")
 
 
-def format_timestamp(seconds: float, *, decimal_marker: str = ",") -> str:
+def format_timestamp(seconds: float, *, decimal_marker: str = ",", always_include_hours: bool = True) -> str:
     """``HH:MM:SS<marker>mmm`` for ``seconds`` (rounded to the nearest millisecond).
 
     Negative or non-finite times are clamped to 0; hours are at least two digits and
-    are not wrapped at 24 or 100.
+    are not wrapped at 24 or 100. With ``always_include_hours=False`` the hours are left
+    out below one hour (``MM:SS.mmm``, as openai-whisper prints segments).
     """
     if not math.isfinite(seconds) or seconds < 0:
         seconds = 0.0
@@ -77,7 +133,8 @@ def format_timestamp(seconds: float, *, decimal_marker: str = ",") -> str:
     hours, rest = divmod(total_ms, 3_600_000)
     minutes, rest = divmod(rest, 60_000)
     secs, millis = divmod(rest, 1000)
-    return f"{hours:02d}:{minutes:02d}:{secs:02d}{decimal_marker}{millis:03d}"
+    hh = f"{hours:02d}:" if always_include_hours or hours else ""
+    return f"{hh}{minutes:02d}:{secs:02d}{decimal_marker}{millis:03d}"
 
 
 def language_name(language: str | None) -> str | None:
@@ -90,14 +147,95 @@ def _ms(seconds: float) -> float:
     return round(float(seconds), 3)
 
 
-def _cues(out: RequestOutput) -> list[tuple[float, float, str]]:
+def _clamp(seconds: float, duration: float) -> float:
+    seconds = max(0.0, float(seconds))
+    return min(seconds, duration) if duration > 0 else seconds
+
+
+def _segment_cues(out: RequestOutput, escape) -> list[tuple[float, float, str]]:
     cues = []
+    duration = float(out.duration)
     for seg in out.segments:
         text = _LINE_BREAKS.sub(" ", seg.text).strip()
         if not text:
             continue
-        start = max(0.0, float(seg.start))
-        cues.append((start, max(start, float(seg.end)), text))
+        start = _clamp(seg.start, duration)
+        cues.append((start, max(start, _clamp(seg.end, duration)), escape(text)))
+    return cues
+
+
+def _has_words(out: RequestOutput) -> bool:
+    texts = [seg for seg in out.segments if seg.text.strip()]
+    return bool(texts) and all(seg.words for seg in texts)
+
+
+def _word_lines(out: RequestOutput, layout: SubtitleLayout) -> list[list[tuple[float, float, str]]]:
+    """The words of ``out`` grouped into cues; a word's text starts with ``\n`` where it
+    begins a new line of its cue (and is stripped where it begins a line)."""
+    width = layout.max_line_width or math.inf
+    run = layout.max_words_per_line or math.inf
+    count = layout.max_line_count
+    follow_segments = layout.max_line_width is None or count is None
+    cues: list[list[tuple[float, float, str]]] = []
+    cue: list[tuple[float, float, str]] = []
+    line_len, lines = 0, 1
+    words = [w for seg in out.segments for w in seg.words or ()]
+    last_start = words[0].start if words else 0.0
+    for seg in out.segments:
+        for k, w in enumerate(seg.words or ()):
+            text = _LINE_BREAKS.sub(" ", w.word)
+            pause = not follow_segments and w.start - last_start > PAUSE_S
+            new_cue_here = follow_segments and k % run == 0 and bool(cue)
+            if line_len > 0 and line_len + len(text) <= width and not pause and not new_cue_here:
+                line_len += len(text)
+            else:
+                text = text.strip()
+                if new_cue_here or (cue and count is not None and (pause or lines >= count)):
+                    cues.append(cue)
+                    cue, lines = [], 1
+                elif line_len > 0:
+                    lines += 1
+                    text = "\n" + text
+                line_len = len(text.strip())
+            cue.append((float(w.start), float(w.end), text))
+            last_start = w.start
+    if cue:
+        cues.append(cue)
+    return cues
+
+
+def subtitle_cues(
+    out: RequestOutput, layout: SubtitleLayout | None = None, *, escape=lambda text: text
+) -> list[tuple[float, float, str]]:
+    """The ``(start, end, text)`` cues SRT and WebVTT write for ``out`` (see the module notes).
+
+    Args:
+        layout: how word-timed cues are cut and wrapped (None: one cue per segment's words).
+        escape: applied to each piece of cue text (WebVTT escapes ``&<>``) before the
+            highlight tags are added.
+    """
+    layout = layout or SubtitleLayout()
+    if not _has_words(out):
+        return _segment_cues(out, escape)
+    duration = float(out.duration)
+    cues = []
+    for words in _word_lines(out, layout):
+        pieces = [escape(text) for _, _, text in words]
+        text = "".join(pieces)
+        if not text.strip():
+            continue
+        start, end = _clamp(words[0][0], duration), _clamp(words[-1][1], duration)
+        if not layout.highlight_words:
+            cues.append((start, max(start, end), text))
+            continue
+        shown = start
+        for i, (w_start, w_end, _) in enumerate(words):
+            w_start, w_end = _clamp(w_start, duration), _clamp(w_end, duration)
+            if round(shown * 1000) != round(w_start * 1000):
+                cues.append((shown, max(shown, w_start), text))
+            marked = re.sub(r"^(\s*)(.*)$", r"\1<u>\2</u>", pieces[i], flags=re.DOTALL)
+            cues.append((w_start, max(w_start, w_end), "".join(pieces[:i]) + marked + "".join(pieces[i + 1 :])))
+            shown = w_end
     return cues
 
 
@@ -162,11 +300,11 @@ def to_verbose_json(out: RequestOutput, words: bool = False) -> str:
     return text + "\n"
 
 
-def to_srt(out: RequestOutput) -> str:
-    """SubRip subtitles, one cue per segment."""
+def to_srt(out: RequestOutput, layout: SubtitleLayout | None = None) -> str:
+    """SubRip subtitles: one cue per segment, or laid out from the words (``subtitle_cues``)."""
     blocks = [
         f"{n}\n{format_timestamp(start)} --> {format_timestamp(end)}\n{text}\n"
-        for n, (start, end, text) in enumerate(_cues(out), start=1)
+        for n, (start, end, text) in enumerate(subtitle_cues(out, layout), start=1)
     ]
     return "\n".join(blocks)
 
@@ -175,22 +313,38 @@ def _vtt_escape(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
-def to_vtt(out: RequestOutput) -> str:
-    """WebVTT subtitles, one cue per segment."""
+def to_vtt(out: RequestOutput, layout: SubtitleLayout | None = None) -> str:
+    """WebVTT subtitles: one cue per segment, or laid out from the words (``subtitle_cues``)."""
     blocks = ["WEBVTT\n"]
-    for start, end, text in _cues(out):
+    for start, end, text in subtitle_cues(out, layout, escape=_vtt_escape):
         a = format_timestamp(start, decimal_marker=".")
         b = format_timestamp(end, decimal_marker=".")
-        blocks.append(f"{a} --> {b}\n{_vtt_escape(text)}\n")
+        blocks.append(f"{a} --> {b}\n{text}\n")
     return "\n".join(blocks)
 
 
-def format_output(out: RequestOutput, fmt: str, *, words: bool | None = None) -> str:
+def to_tsv(out: RequestOutput) -> str:
+    """openai-whisper's TSV: a ``start<TAB>end<TAB>text`` header, then a line per segment with
+    integer milliseconds (clamped to the audio's duration)."""
+    lines = ["start\tend\ttext"]
+    duration = float(out.duration)
+    for seg in out.segments:
+        start = _clamp(seg.start, duration)
+        end = max(start, _clamp(seg.end, duration))
+        text = _LINE_BREAKS.sub(" ", seg.text).strip().replace("\t", " ")
+        lines.append(f"{round(1000 * start)}\t{round(1000 * end)}\t{text}")
+    return "\n".join(lines) + "\n"
+
+
+def format_output(
+    out: RequestOutput, fmt: str, *, words: bool | None = None, layout: SubtitleLayout | None = None
+) -> str:
     """Render ``out`` in format ``fmt`` (one of ``FORMATS``).
 
     Args:
         words: for ``verbose_json``, whether to add the top-level word list; None adds
             it when the engine timed words.
+        layout: for ``srt`` / ``vtt``, how word-timed cues are cut (ignored by the others).
 
     Raises:
         ValueError: an unknown format, naming the known ones.
@@ -204,7 +358,9 @@ def format_output(out: RequestOutput, fmt: str, *, words: bool | None = None) ->
             words = any(seg.words for seg in out.segments)
         return to_verbose_json(out, words)
     if fmt == "srt":
-        return to_srt(out)
+        return to_srt(out, layout)
     if fmt == "vtt":
-        return to_vtt(out)
+        return to_vtt(out, layout)
+    if fmt == "tsv":
+        return to_tsv(out)
     raise ValueError(f"unknown output format {fmt!r}; expected one of {', '.join(FORMATS)}")
