@@ -11,7 +11,7 @@ _EXPORTS: dict[str, str] = {
         ("BaseAsrModel", "BaseEncoder", "CacheSpec", "DecodeType", "LoadError", "LoadReport", "StreamStateSpec"),
         "oasr.models.base",
     ),
-    "coerce_config": "oasr.models.base",
+    **dict.fromkeys(("ModelConfig", "coerce_config"), "oasr.models.configs"),
     **dict.fromkeys(("CAPABILITIES", "CapabilityError", "require_capability"), "oasr.models.interfaces"),
     **dict.fromkeys(("LoadedModel", "from_pretrained", "load_pretrained"), "oasr.models.loaders"),
     **dict.fromkeys(
@@ -39,6 +39,7 @@ __all__ = [
     "LoadError",
     "LoadReport",
     "LoadedModel",
+    "ModelConfig",
     "StreamStateSpec",
     "build_model_from_checkpoint",
     "coerce_config",

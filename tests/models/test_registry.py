@@ -18,9 +18,8 @@ from oasr.models.base import (
     DecodeType,
     LoadError,
     LoadReport,
-    ModelConfig,
-    coerce_config,
 )
+from oasr.models.configs import ModelConfig, coerce_config
 from oasr.models.registry import CheckpointBundle, account_load, build_model_from_checkpoint, list_models
 
 # ---------------------------------------------------------------------------

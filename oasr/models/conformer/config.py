@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from oasr.models.base import ModelConfig
+from oasr.models.configs import ModelConfig
 from oasr.models.decoders.transformer_decoder import TransformerDecoderConfig
 
 # WeNet ``input_layer`` -> (subsampling rate, right context in feature frames)

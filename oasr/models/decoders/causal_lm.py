@@ -30,7 +30,7 @@ import torch
 from torch import nn
 
 from oasr.layers import Embedding, Linear, LinearActivation, NeoxRotaryEmbedding, RMSNorm, attention
-from oasr.models.base import ModelConfig
+from oasr.models.configs import ModelConfig
 from oasr.models.decoders.base import BaseDecoder
 from oasr.models.decoders.kv_pool import DecoderState, KVPool, PoolExhausted, RowGroups
 

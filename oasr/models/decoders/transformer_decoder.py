@@ -23,8 +23,9 @@ import torch
 from torch import nn
 
 from oasr.layers import Embedding, FeedForward, LayerNorm, Linear, attention
+from oasr.layers.ctc import align_out_features
 from oasr.layers.relpos import PositionalEncoding
-from oasr.models.base import ModelConfig, align_out_features
+from oasr.models.configs import ModelConfig
 
 # ---------------------------------------------------------------------------
 # Config

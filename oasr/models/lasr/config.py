@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from oasr.layers import ACTIVATIONS
-from oasr.models.base import ModelConfig
+from oasr.models.configs import ModelConfig
 
 
 @dataclass

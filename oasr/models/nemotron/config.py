@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from oasr.models.base import ModelConfig
+from oasr.models.configs import ModelConfig
 from oasr.models.parakeet.config import ParakeetEncoderConfig
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from oasr.models.base import ModelConfig
+from oasr.models.configs import ModelConfig
 
 PREDICTORS = ("CifPredictorV2", "CifPredictorV3")
 UPSAMPLE_TYPES = ("cnn", "cnn_blstm")

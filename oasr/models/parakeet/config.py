@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from oasr.layers.activation import ACTIVATIONS
-from oasr.models.base import ModelConfig
+from oasr.models.configs import ModelConfig
 
 
 @dataclass

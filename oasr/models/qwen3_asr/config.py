@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from oasr.languages import names_of
-from oasr.models.base import LoadError, ModelConfig
+from oasr.models.base import LoadError
+from oasr.models.configs import ModelConfig
 from oasr.models.decoders.causal_lm import CausalLmConfig
 
 # Special tokens of the Qwen3-ASR tokenizer.

@@ -13,7 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from oasr.models.base import LoadError, ModelConfig
+from oasr.models.base import LoadError
+from oasr.models.configs import ModelConfig
 from oasr.models.decoders.causal_lm import CausalLmConfig
 
 # The special tokens of the Qwen2-Audio tokenizer, by the names its processor uses.

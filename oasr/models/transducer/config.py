@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from oasr.models.base import ModelConfig
+from oasr.models.configs import ModelConfig
 from oasr.models.zipformer.config import ZipformerEncoderConfig
 
 

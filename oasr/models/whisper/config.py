@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from oasr.models.base import ModelConfig
+from oasr.models.configs import ModelConfig
 
 
 @dataclass

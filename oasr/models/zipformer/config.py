@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from oasr.models.base import ModelConfig
+from oasr.models.configs import ModelConfig
 
 _PER_STACK = (
     "encoder_dim",

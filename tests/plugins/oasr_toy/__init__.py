@@ -20,7 +20,8 @@ from torch import nn
 from oasr.audio import load_audio
 from oasr.engine.decode.base import DecodeStrategy, Request, StepEvent
 from oasr.engine.outputs import RequestOutput, Segment
-from oasr.models.base import BaseAsrModel, FeatureSpec, ModelConfig
+from oasr.models.base import BaseAsrModel, FeatureSpec
+from oasr.models.configs import ModelConfig
 
 DECODE_TYPE = "toy_energy"
 
