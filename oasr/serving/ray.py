@@ -1,0 +1,293 @@
+"""``oasr serve --ray``: the OpenAI-compatible app as a Ray Serve deployment of engine replicas.
+
+Each replica is one Ray actor holding one ``AsyncEngine`` (its own continuous batching) and
+the unchanged FastAPI app of ``oasr.server.app.create_app`` (every route, format, SSE, the
+limits and the API key of ``ServerSettings``); Ray Serve's HTTP proxy spreads requests over
+the replicas. The life of a replica:
+
+1. the constructor loads the model (``build_engine``) and decodes one second of silence
+   (``warm_up``) -- a replica that cannot decode never takes traffic, and Ray retries it;
+2. ``__serve_build_asgi_app__`` wraps the engine in ``create_app`` and adds the replica's
+   id as the ``x-oasr-replica`` response header and as ``oasr_replica_info{replica}`` on
+   ``/metrics`` (each scrape of ``/metrics`` answers from one replica; Ray's own per-replica
+   series, ``ray_serve_*`` with a ``replica`` label, are on each node's Ray metrics port);
+3. ``check_health`` (called by the Serve controller every ``health_check_period_s``) fails
+   once the engine's decode loop has died, so Ray replaces the replica; the requests still
+   waiting on it are answered 503 at once by the app's drain, as in a single process;
+4. a replica actor that dies (killed, OOM, node lost) is restarted by the Serve controller;
+   the requests that were in flight on it get a 5xx from the proxy (never retried: an audio
+   request is not known to be idempotent), the others carry on on the other replicas.
+
+Entry points: ``build_app(model=..., **options)`` (Python) and ``app_builder(args)`` (named
+by ``serve run oasr.serving.ray:app_builder model=whisper-base num_replicas=2`` or a Serve
+config file, ``examples/ray_serve.yaml``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import os
+from typing import Any
+
+from ray import serve
+from ray.serve.config import AutoscalingConfig
+
+from oasr.server.settings import ServerSettings
+
+log = logging.getLogger("oasr.serving")
+
+REPLICA_HEADER = "x-oasr-replica"
+DEPLOYMENT_NAME = "OasrServer"
+DEFAULT_APP_NAME = "oasr"
+
+_SETTINGS_FIELDS = {f.name: f for f in dataclasses.fields(ServerSettings)}
+_DEPLOYMENT_KEYS = (
+    "num_replicas",
+    "autoscaling",
+    "num_cpus",
+    "num_gpus",
+    "max_ongoing_requests",
+    "ray_actor_options",
+    "health_check_period_s",
+    "graceful_shutdown_timeout_s",
+)
+
+
+class ReplicaHeader:
+    """ASGI middleware: every HTTP response names the replica that answered it."""
+
+    def __init__(self, app, replica: str) -> None:
+        self.app = app
+        self.value = replica.encode("latin-1")
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def send_with_header(message) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = [*message.get("headers", ()), (REPLICA_HEADER.encode(), self.value)]
+            await send(message)
+
+        await self.app(scope, receive, send_with_header)
+
+
+class _ReplicaCollector:
+    """``oasr_replica_info{replica,deployment,node}`` = 1 on the answering replica's ``/metrics``."""
+
+    def __init__(self, replica: str, deployment: str) -> None:
+        self.labels = [replica, deployment, os.uname().nodename]
+
+    def collect(self):
+        from prometheus_client.core import GaugeMetricFamily
+
+        info = GaugeMetricFamily(
+            "oasr_replica_info",
+            "The Ray Serve replica this scrape was answered by",
+            labels=["replica", "deployment", "node"],
+        )
+        info.add_metric(self.labels, 1.0)
+        yield info
+
+
+@serve.ingress()
+class OasrServer:
+    """One engine replica (see the module notes); built by ``build_app``, not directly."""
+
+    async def __init__(self, settings: ServerSettings) -> None:
+        from oasr.server.app import build_engine
+        from oasr.server.lifecycle import warm_up
+
+        settings = dataclasses.replace(settings, device=_local_device(settings.device))
+        self.settings = settings
+        context = serve.get_replica_context()
+        self.replica_id = context.replica_tag
+        self.deployment = context.deployment
+        self.engine = await asyncio.to_thread(build_engine, settings)
+        try:
+            self.engine.make_options(task="transcribe", **settings.decode_options())
+            await warm_up(self.engine, settings)
+        except BaseException:
+            self.engine.shutdown()
+            raise
+        log.info("oasr replica %s: %s loaded on %s", self.replica_id, settings.model_names[0], settings.device)
+
+    def __serve_build_asgi_app__(self):
+        from oasr.server.app import create_app
+
+        app = create_app(self.settings, self.engine)
+        drain = app.state.drain
+        self.engine.add_death_callback(lambda exc: drain.fire_after(0.0))
+        app.state.metrics.registry.register(_ReplicaCollector(self.replica_id, self.deployment))
+        app.add_middleware(ReplicaHeader, replica=self.replica_id)
+        return app
+
+    def check_health(self) -> None:
+        """Raise once the engine's decode loop is gone (Ray then replaces this replica)."""
+        if not self.engine.is_running:
+            raise RuntimeError(f"oasr replica {self.replica_id}: the engine stopped ({self.engine.death!r})")
+
+    def __del__(self) -> None:
+        engine = getattr(self, "engine", None)
+        if engine is not None:
+            engine.shutdown()
+
+
+def _local_device(device: str) -> str:
+    """``auto`` resolved on the replica's own node (the driver may have no GPU)."""
+    if device != "auto":
+        return device
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def parse_autoscale(text: str) -> tuple[int, int]:
+    """``MIN:MAX`` -> ``(min, max)`` replicas.
+
+    Raises:
+        ValueError: not two integers with 0 <= MIN <= MAX and MAX >= 1.
+    """
+    low, sep, high = str(text).partition(":")
+    try:
+        lo, hi = int(low), int(high)
+    except ValueError:
+        raise ValueError(f"autoscale must be MIN:MAX replicas, got {text!r}") from None
+    if not sep or lo < 0 or hi < 1 or lo > hi:
+        raise ValueError(f"autoscale must be MIN:MAX with 0 <= MIN <= MAX and MAX >= 1, got {text!r}")
+    return lo, hi
+
+
+def build_app(
+    model: str | os.PathLike | None = None,
+    *,
+    num_replicas: int = 1,
+    autoscaling: str | tuple[int, int] | dict[str, Any] | None = None,
+    num_cpus: float = 1.0,
+    num_gpus: float = 0.0,
+    max_ongoing_requests: int | None = None,
+    ray_actor_options: dict[str, Any] | None = None,
+    health_check_period_s: float = 10.0,
+    graceful_shutdown_timeout_s: float = 20.0,
+    settings: ServerSettings | None = None,
+    **engine_options: Any,
+) -> serve.Application:
+    """The oasr server as a Ray Serve application (``serve.run(build_app(...))``).
+
+    Args:
+        model: what each replica loads (a directory on every node, a bundled name, a Hub id;
+            None: the default bundled model).
+        num_replicas: engine replicas (ignored when ``autoscaling`` is given).
+        autoscaling: ``"MIN:MAX"``, ``(min, max)`` or a Ray ``AutoscalingConfig`` dict; the
+            target is ``max_ongoing_requests / 2`` requests per replica unless the dict says.
+        num_cpus, num_gpus: Ray resources per replica (fractions allowed: ``num_gpus=0.5``
+            puts two replicas on one GPU).
+        max_ongoing_requests: requests the proxy sends one replica at once (default
+            ``2 * max_batch_size``, enough to fill a decode batch; the rest wait in the proxy).
+        ray_actor_options: more Ray actor options (``runtime_env``, ``resources``, ...);
+            ``num_cpus`` / ``num_gpus`` above win.
+        health_check_period_s, graceful_shutdown_timeout_s: Ray Serve's, per replica.
+        settings: a whole ``ServerSettings`` (then ``model`` and ``engine_options`` must not
+            be given).
+        **engine_options: ``ServerSettings`` fields (``api_key``, ``max_queue``,
+            ``max_upload_mb``, ``beam_size``, ``device``, ``num_threads``, ``max_batch_size``,
+            ...) and ``EngineConfig`` fields (``quantize``, ``decode_type``, ...).
+
+    Raises:
+        TypeError: an option that is neither a settings nor an engine field (named).
+        ValueError: a bad replica / resource count.
+    """
+    if settings is None:
+        settings = make_settings(model, **engine_options)
+    elif model is not None or engine_options:
+        raise TypeError("build_app: give either settings= or model= and options, not both")
+    if num_cpus < 0 or num_gpus < 0:
+        raise ValueError(f"num_cpus / num_gpus must be >= 0, got {num_cpus} / {num_gpus}")
+    ongoing = max_ongoing_requests or 2 * settings.max_batch_size
+    actor_options = {**(ray_actor_options or {}), "num_cpus": num_cpus, "num_gpus": num_gpus}
+    options: dict[str, Any] = {
+        "name": DEPLOYMENT_NAME,
+        "ray_actor_options": actor_options,
+        "max_ongoing_requests": ongoing,
+        "health_check_period_s": health_check_period_s,
+        "graceful_shutdown_timeout_s": graceful_shutdown_timeout_s,
+    }
+    if autoscaling is not None:
+        options["autoscaling_config"] = _autoscaling_config(autoscaling, ongoing)
+        options["num_replicas"] = "auto"
+    else:
+        if int(num_replicas) < 1:
+            raise ValueError(f"num_replicas must be >= 1, got {num_replicas}")
+        options["num_replicas"] = int(num_replicas)
+    deployment = serve.deployment(OasrServer).options(**options)
+    return deployment.bind(settings)
+
+
+def _autoscaling_config(autoscaling, ongoing: int) -> dict[str, Any]:
+    if isinstance(autoscaling, dict):
+        config = dict(autoscaling)
+    else:
+        lo, hi = parse_autoscale(autoscaling) if isinstance(autoscaling, str) else map(int, autoscaling)
+        config = {"min_replicas": lo, "max_replicas": hi}
+    config.setdefault("target_ongoing_requests", max(1, ongoing // 2))
+    AutoscalingConfig(**config)  # validated here, with Ray's message, rather than on the cluster
+    return config
+
+
+def make_settings(model: str | os.PathLike | None = None, **options: Any) -> ServerSettings:
+    """``ServerSettings`` from keyword options; ``EngineConfig`` fields go to ``extra_engine_config``.
+
+    Raises:
+        TypeError: an unknown option (named).
+    """
+    from oasr.engine.config import EngineConfig
+
+    engine_fields = {f.name for f in dataclasses.fields(EngineConfig)}
+    fields: dict[str, Any] = {"model": os.fspath(model) if model is not None else None}
+    extra: dict[str, Any] = dict(options.pop("extra_engine_config", None) or {})
+    for key, value in options.items():
+        if key in _SETTINGS_FIELDS:
+            fields[key] = value
+        elif key in engine_fields:
+            extra[key] = value
+        else:
+            raise TypeError(f"unknown oasr serving option {key!r} (not a ServerSettings or EngineConfig field)")
+    if isinstance(fields.get("served_model_names"), (list, str)):
+        names = fields["served_model_names"]
+        fields["served_model_names"] = tuple([names] if isinstance(names, str) else names)
+    return ServerSettings(**fields, extra_engine_config=extra)
+
+
+def app_builder(args: dict[str, Any]) -> serve.Application:
+    """The builder ``serve run`` / a Serve config file name (``oasr.serving.ray:app_builder``).
+
+    ``args`` are ``build_app``'s keyword arguments; values given as strings on the ``serve
+    run`` command line (``num_replicas=2``) are converted to the option's type.
+    """
+    return build_app(**{key: _coerce(key, value) for key, value in dict(args).items()})
+
+
+_NUMERIC = {"num_replicas": int, "num_cpus": float, "num_gpus": float, "max_ongoing_requests": int}
+_NUMERIC |= {"health_check_period_s": float, "graceful_shutdown_timeout_s": float}
+
+
+def _coerce(key: str, value: Any) -> Any:
+    if not isinstance(value, str):
+        return value
+    kind = _NUMERIC.get(key)
+    if kind is None and key in _SETTINGS_FIELDS:
+        default = _SETTINGS_FIELDS[key].default
+        kind = type(default) if isinstance(default, (bool, int, float)) and default is not None else None
+        if key in ("request_timeout_s", "max_audio_s", "blank_penalty"):
+            kind = float
+        elif key == "max_sym_per_frame":
+            kind = int
+    if kind is bool:
+        return value.strip().lower() in ("1", "true", "yes", "on")
+    try:
+        return kind(value) if kind is not None else value
+    except ValueError:
+        raise ValueError(f"{key}={value!r}: expected {kind.__name__}") from None
