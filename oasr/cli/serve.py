@@ -31,6 +31,8 @@ from oasr.cli.common import (
     positive_int,
     resolve_device,
 )
+from oasr.cli.ray_flags import add_serve_options as add_ray_serve_options
+from oasr.cli.ray_flags import run_ray_serve
 
 NAME = "serve"
 
@@ -175,6 +177,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default="info",
         help="uvicorn's log level (default info)",
     )
+    add_ray_serve_options(p)
     p.set_defaults(func=run, parser=p)
 
 
@@ -226,6 +229,8 @@ def settings_from_args(args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.ray:
+        return run_ray_serve(args)
     try:
         import uvicorn  # noqa: F401 - checked here so that a missing extra is one clear message
 

@@ -35,6 +35,8 @@ from oasr.cli.common import (
     progress_bar,
     run_batch,
 )
+from oasr.cli.ray_flags import add_transcribe_options as add_ray_transcribe_options
+from oasr.cli.ray_flags import run_ray_transcribe
 
 NAME = "transcribe"
 
@@ -60,6 +62,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     add_decode_options(p)
     add_engine_options(p)
+    add_ray_transcribe_options(p)
     p.set_defaults(func=run, parser=p)
 
 
@@ -80,6 +83,8 @@ def _sources(files: list[str], parser: argparse.ArgumentParser) -> list[Source]:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.ray:
+        return run_ray_transcribe(args)
     from oasr.formatting import EXTENSIONS, FORMATS, format_output
 
     parser: argparse.ArgumentParser = args.parser

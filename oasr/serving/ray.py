@@ -34,6 +34,7 @@ from typing import Any
 from ray import serve
 from ray.serve.config import AutoscalingConfig
 
+from oasr.cli.ray_flags import parse_autoscale
 from oasr.server.settings import ServerSettings
 
 log = logging.getLogger("oasr.serving")
@@ -43,16 +44,6 @@ DEPLOYMENT_NAME = "OasrServer"
 DEFAULT_APP_NAME = "oasr"
 
 _SETTINGS_FIELDS = {f.name: f for f in dataclasses.fields(ServerSettings)}
-_DEPLOYMENT_KEYS = (
-    "num_replicas",
-    "autoscaling",
-    "num_cpus",
-    "num_gpus",
-    "max_ongoing_requests",
-    "ray_actor_options",
-    "health_check_period_s",
-    "graceful_shutdown_timeout_s",
-)
 
 
 class ReplicaHeader:
@@ -145,22 +136,6 @@ def _local_device(device: str) -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def parse_autoscale(text: str) -> tuple[int, int]:
-    """``MIN:MAX`` -> ``(min, max)`` replicas.
-
-    Raises:
-        ValueError: not two integers with 0 <= MIN <= MAX and MAX >= 1.
-    """
-    low, sep, high = str(text).partition(":")
-    try:
-        lo, hi = int(low), int(high)
-    except ValueError:
-        raise ValueError(f"autoscale must be MIN:MAX replicas, got {text!r}") from None
-    if not sep or lo < 0 or hi < 1 or lo > hi:
-        raise ValueError(f"autoscale must be MIN:MAX with 0 <= MIN <= MAX and MAX >= 1, got {text!r}")
-    return lo, hi
-
-
 def build_app(
     model: str | os.PathLike | None = None,
     *,
@@ -172,6 +147,7 @@ def build_app(
     ray_actor_options: dict[str, Any] | None = None,
     health_check_period_s: float = 10.0,
     graceful_shutdown_timeout_s: float = 20.0,
+    max_constructor_retry_count: int = 3,
     settings: ServerSettings | None = None,
     **engine_options: Any,
 ) -> serve.Application:
@@ -190,6 +166,8 @@ def build_app(
         ray_actor_options: more Ray actor options (``runtime_env``, ``resources``, ...);
             ``num_cpus`` / ``num_gpus`` above win.
         health_check_period_s, graceful_shutdown_timeout_s: Ray Serve's, per replica.
+        max_constructor_retry_count: replica starts that may fail (a model that does not load)
+            before the deployment is declared failed (Ray's default, 20, hides a typo for minutes).
         settings: a whole ``ServerSettings`` (then ``model`` and ``engine_options`` must not
             be given).
         **engine_options: ``ServerSettings`` fields (``api_key``, ``max_queue``,
@@ -214,6 +192,7 @@ def build_app(
         "max_ongoing_requests": ongoing,
         "health_check_period_s": health_check_period_s,
         "graceful_shutdown_timeout_s": graceful_shutdown_timeout_s,
+        "max_constructor_retry_count": max_constructor_retry_count,
     }
     if autoscaling is not None:
         options["autoscaling_config"] = _autoscaling_config(autoscaling, ongoing)
@@ -271,6 +250,7 @@ def app_builder(args: dict[str, Any]) -> serve.Application:
 
 
 _NUMERIC = {"num_replicas": int, "num_cpus": float, "num_gpus": float, "max_ongoing_requests": int}
+_NUMERIC |= {"max_constructor_retry_count": int}
 _NUMERIC |= {"health_check_period_s": float, "graceful_shutdown_timeout_s": float}
 
 

@@ -293,7 +293,9 @@ def _run(items, pending, model, formats, engine_options, decode_options, address
     logging.getLogger("ray.data").setLevel(logging.WARNING)
     context = ray.data.DataContext.get_current()
     context.enable_progress_bars = False  # ours counts files; Ray's count blocks
-    blocks = max(1, min(len(pending), -(-len(pending) // batch_size)))
+    # at least two batches an actor, so that every actor gets work and one slow batch does not hold the end
+    batch_size = max(1, min(batch_size, -(-len(pending) // (2 * num_actors))))
+    blocks = -(-len(pending) // batch_size)
     dataset = ray.data.from_items([{"index": i, "audio": items[i].audio} for i in pending], override_num_blocks=blocks)
     dataset = dataset.map_batches(
         Transcriber,
