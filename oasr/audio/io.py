@@ -432,7 +432,8 @@ def _container_pieces(source: object, name: str, max_duration_s: float | None) -
     except av.error.EOFError as e:
         raise AudioDecodeError(f"truncated or corrupt audio: {name}: data ends inside the header") from e
     except av.error.FFmpegError as e:
-        raise AudioDecodeError(f"not an audio file (unrecognised or corrupt data): {name}: {e}") from e
+        # strerror: FFmpeg's reason without its errno and its own copy of the file name
+        raise AudioDecodeError(f"not an audio file (unrecognised or corrupt data): {name}: {e.strerror or e}") from e
 
     with container:
         if not container.streams.audio:

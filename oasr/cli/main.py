@@ -7,7 +7,11 @@ errors found after parsing). Adding one (``serve``, ``bench``, ...) is one modul
 and one entry in ``SUBCOMMANDS``.
 
 Exit codes: 0 success; 1 some input failed (its message on stderr); 2 usage
-errors (argparse's message) and no usable model; 130 interrupted.
+errors and no usable model; 130 interrupted.
+
+A usage error is two lines on stderr, ``oasr transcribe: error: <what>`` and a pointer to
+``--help``, not argparse's usage block (which for ``transcribe`` runs to fifteen lines
+and hides the message).
 """
 
 from __future__ import annotations
@@ -23,6 +27,14 @@ from oasr.cli.common import CliError
 
 # module under oasr.cli -> its register(subparsers); in the order `oasr --help` lists them
 SUBCOMMANDS: tuple[str, ...] = ("transcribe", "evaluate", "models", "serve", "bench")
+
+
+class _Parser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` whose usage errors are one line and a hint (subparsers are
+    built with the same class, so every subcommand reports the same way)."""
+
+    def error(self, message: str):  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message}\n(see '{self.prog} --help')\n")
 
 
 class _VersionAction(argparse.Action):
@@ -49,7 +61,7 @@ def _version() -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="oasr",
         description="oasr: speech recognition inference on PyTorch.",
     )

@@ -1,16 +1,36 @@
 """``oasr transcribe FILE...``: transcribe audio files in one batched pass.
 
-Output goes to stdout, or with ``-o DIR`` to ``DIR/<stem>.<ext>`` per input (``.txt``
-for text, the format's name otherwise; ``-f all`` writes every format). On stdout a single input prints just its
-document; with several inputs, text prints one ``<path>: <transcript>`` line per
-input and the other formats print each document under a ``==> <path> <==`` header
-line, followed by a blank line (as ``head`` does). Stdout is written in input order.
+Inputs: files, directories (their audio files by extension, ``--recursive`` for
+subdirectories too) and glob patterns (``'talks/*.mp3'``, expanded here when the shell
+did not); a file named twice is transcribed once. ``-`` reads one input from stdin
+(named ``<stdin>`` in messages, ``stdin.<ext>`` with ``-o``).
 
-A file that cannot be read or decoded is reported on stderr (``oasr transcribe:
-<path>: <problem>``) and skipped; the others are still transcribed, and the exit
-code is 1. No model available, or a model that does not load: its message and exit
-code 2. ``-`` reads one input from stdin (named ``<stdin>`` in messages, ``stdin.<ext>``
-with ``-o``).
+Output goes to stdout, or with ``-o DIR`` to ``DIR/<stem>.<ext>`` per input (``.txt``
+for text, the format's name otherwise; ``-f all`` writes every format). Inputs that would
+share a name keep their whole file name (``a.wav`` and ``a.mp3`` -> ``a.wav.srt``,
+``a.mp3.srt``), and inputs that share that too (``x/a.wav``, ``y/a.wav``) are written
+under their directories relative to the inputs' common parent (``DIR/x/a.wav.srt``). On
+stdout a single input prints just its document; with several inputs, text prints one
+``<path>: <transcript>`` line per input and the other formats print each document under
+a ``==> <path> <==`` header line, followed by a blank line (as ``head`` does). Stdout is
+written in input order and holds nothing but the chosen format.
+
+Live output, on stderr: each segment as it is decoded (``[00:12.340 --> 00:15.000] text``
+as openai-whisper and whisper.cpp print them; prefixed by the file with several inputs)
+by default when stderr is a terminal, always with ``--verbose``, never with ``--quiet``;
+and a progress bar in seconds of audio on a terminal (not with ``--no-progress`` or
+``--quiet``).
+
+Subtitles: with ``--word-timestamps``, SRT and WebVTT cues span their words' times, and
+``--max-line-width``, ``--max-line-count``, ``--max-words-per-line`` and
+``--highlight-words`` lay them out as openai-whisper's writers do
+(``oasr.formatting.SubtitleLayout``). No cue ends past the end of the audio.
+
+A file that cannot be read or decoded, or that is shorter than ``--min-duration`` (0.1 s,
+the server's ``--min-duration`` default, so both refuse the same audio), is reported
+on stderr (``oasr transcribe: <path>: <problem>``) and skipped; the others are still
+transcribed, and the exit code is 1. No model available, or a model that does not load:
+its message and exit code 2.
 
 ``--vad`` cuts each input at speech with Silero VAD (the ``vad`` extra) into chunks of at
 most 30 s that are decoded together as independent windows (``vad_filter``); the times in
@@ -20,7 +40,10 @@ every format are in the input's own timeline.
 from __future__ import annotations
 
 import argparse
+import glob
+import os
 import sys
+from collections import defaultdict
 from pathlib import Path
 
 from oasr.cli.common import (
@@ -32,13 +55,24 @@ from oasr.cli.common import (
     decode_kwargs,
     describe_error,
     load_engine,
-    progress_bar,
-    run_batch,
+    positive_int,
 )
 from oasr.cli.ray_flags import add_transcribe_options as add_ray_transcribe_options
 from oasr.cli.ray_flags import run_ray_transcribe
 
 NAME = "transcribe"
+
+MIN_DURATION_S = 0.1
+"""``--min-duration``'s default: the server's (``ServerSettings.min_duration_s``)."""
+
+AUDIO_EXTENSIONS = frozenset(
+    "wav wave flac mp3 mp2 ogg oga opus spx m4a m4b aac wma webm weba mp4 mkv mka mov "
+    "aiff aif aifc amr 3gp 3g2 caf ac3 eac3 wv ape au snd".split()
+)
+"""What a directory is searched for (any file given by name or glob is tried, whatever its name)."""
+
+_GLOB_CHARS = frozenset("*?[")
+_SUBTITLE_OPTIONS = ("max_line_width", "max_line_count", "max_words_per_line", "highlight_words")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -48,17 +82,70 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         NAME,
         help="transcribe audio files",
         description="Transcribe (or translate) audio files with one model load and batched decoding.",
+        epilog="Segments are printed to stderr as they are decoded (on a terminal, or with --verbose); "
+        "stdout holds only the chosen format. With -o, outputs are DIR/<stem>.<ext>; inputs that share a "
+        "stem keep their whole name (a.wav.srt, a.mp3.srt), and inputs that share that too go under their "
+        "directories relative to the inputs' common parent.",
     )
-    p.add_argument("files", nargs="+", metavar="FILE", help="audio files (any format FFmpeg reads); - for stdin")
+    p.add_argument(
+        "files",
+        nargs="+",
+        metavar="FILE",
+        help="audio files (any format FFmpeg reads), directories (audio files in them) or glob patterns; - for stdin",
+    )
     p.add_argument(
         "-f",
         "--output-format",
         choices=(*FORMATS, "all"),
         default="text",
-        help="output format (default: text); all writes every format (needs -o)",
+        help="output format (default: text); tsv is openai-whisper's (integer ms); all writes every format (needs -o)",
     )
     p.add_argument(
-        "-o", "--output-dir", type=Path, default=None, metavar="DIR", help="write DIR/<stem>.<ext> per input"
+        "-o",
+        "--output-dir",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="write DIR/<stem>.<ext> per input (naming rules below)",
+    )
+    p.add_argument("-r", "--recursive", action="store_true", help="directories: search their subdirectories too")
+    p.add_argument(
+        "--min-duration",
+        type=float,
+        default=MIN_DURATION_S,
+        metavar="S",
+        help=f"an input shorter than S seconds fails as too short (default {MIN_DURATION_S:g}, as oasr serve)",
+    )
+    talk = p.add_mutually_exclusive_group()
+    talk.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="print each segment to stderr as it is decoded (the default when stderr is a terminal)",
+    )
+    talk.add_argument(
+        "-q", "--quiet", action="store_true", help="no segments and no progress bar on stderr (errors only)"
+    )
+    g = p.add_argument_group("subtitles (srt, vtt; need --word-timestamps)")
+    g.add_argument(
+        "--max-line-width", type=positive_int, default=None, metavar="N", help="characters per cue line at most"
+    )
+    g.add_argument(
+        "--max-line-count",
+        type=positive_int,
+        default=None,
+        metavar="N",
+        help="lines per cue at most (with --max-line-width; cues then run across segments)",
+    )
+    g.add_argument(
+        "--max-words-per-line",
+        type=positive_int,
+        default=None,
+        metavar="N",
+        help="words per cue at most (while cues follow segments)",
+    )
+    g.add_argument(
+        "--highlight-words", action="store_true", help="a cue per word too, with the word underlined (<u>...</u>)"
     )
     add_decode_options(p)
     add_engine_options(p)
@@ -66,25 +153,198 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run, parser=p)
 
 
-def _stem(label: str) -> str:
-    return "stdin" if label == "-" else Path(label).stem
+# ---------------------------------------------------------------------------
+# Inputs and output names
 
 
-def _sources(files: list[str], parser: argparse.ArgumentParser) -> list[Source]:
-    sources = []
-    if files.count("-") > 1:
-        parser.error("stdin (-) can be given only once")
-    for f in files:
-        if f == "-":
-            sources.append(Source("<stdin>", sys.stdin.buffer.read()))
+def expand_inputs(files: list[str], recursive: bool, parser: argparse.ArgumentParser) -> list[str]:
+    """Files as given; directories -> their audio files (sorted); patterns -> their matches
+    (sorted, when no file has that literal name). A file named twice is kept once.
+
+    Raises:
+        SystemExit: (usage error) a directory without audio files, a pattern matching nothing.
+    """
+    expanded: list[str] = []
+    for item in files:
+        if item == "-":
+            expanded.append(item)
+        elif os.path.isdir(item):
+            found = _audio_in(Path(item), recursive)
+            if not found:
+                more = "" if recursive else " (--recursive searches its subdirectories)"
+                parser.error(f"directory {item} has no audio files{more}")
+            expanded.extend(found)
+        elif not os.path.exists(item) and _GLOB_CHARS & set(item):
+            matches = sorted(m for m in glob.glob(item, recursive=recursive) if os.path.isfile(m))
+            if not matches:
+                parser.error(f"no file matches {item}")
+            expanded.extend(matches)
         else:
-            sources.append(Source(f, f))
-    return sources
+            expanded.append(item)
+    seen: set[str] = set()
+    unique = []
+    for item in expanded:
+        key = item if item == "-" else os.path.normcase(os.path.abspath(item))
+        if key not in seen:
+            seen.add(key)
+            unique.append(item)
+    if unique.count("-") > 1:
+        parser.error("stdin (-) can be given only once")
+    return unique
+
+
+def _audio_in(directory: Path, recursive: bool) -> list[str]:
+    paths = directory.rglob("*") if recursive else directory.iterdir()
+    return sorted(str(p) for p in paths if p.suffix[1:].lower() in AUDIO_EXTENSIONS and p.is_file())
+
+
+def output_names(files: list[str]) -> list[Path]:
+    """Per input, its output path relative to ``-o`` without the format's extension: the
+    stem; the whole file name for inputs whose stems clash; their directories relative to
+    the inputs' common parent for inputs whose file names clash too (see the module notes)."""
+    absolute = {i: Path(os.path.abspath(f)) for i, f in enumerate(files) if f != "-"}
+    common = Path(os.path.commonpath([str(p.parent) for p in absolute.values()])) if absolute else None
+
+    def candidate(i: int, level: int) -> Path:
+        if i not in absolute:
+            return Path("stdin")
+        p = absolute[i]
+        return [Path(p.stem), Path(p.name), p.parent.relative_to(common) / p.name][level]
+
+    levels = [0] * len(files)
+    while True:
+        names = [candidate(i, levels[i]) for i in range(len(files))]
+        groups: dict[str, list[int]] = defaultdict(list)
+        for i, name in enumerate(names):
+            groups[os.path.normcase(str(name))].append(i)
+        clashing = [i for group in groups.values() if len(group) > 1 for i in group if levels[i] < 2]
+        if not clashing:
+            return names
+        for i in clashing:
+            levels[i] += 1
+
+
+def _sources(files: list[str]) -> list[Source]:
+    return [Source("<stdin>", sys.stdin.buffer.read()) if f == "-" else Source(f, f) for f in files]
+
+
+def _problem(source: Source, exc: BaseException) -> str:
+    """Why ``source`` failed, without the file name the audio reader put in (the CLI's
+    message starts with it)."""
+    message = describe_error(exc)
+    data = source.data
+    name = os.fspath(data) if isinstance(data, (str, os.PathLike)) else f"<bytes of {len(data)} bytes>"
+    for old, new in ((f": {name}:", ":"), (f" from {name}", ""), (f": {name}", ""), (f"{name}: ", "")):
+        message = message.replace(old, new)
+    return message
+
+
+def _probe_seconds(source: Source) -> float | None:
+    """The duration a file's header declares (None when it declares none or is not a file)."""
+    if not isinstance(source.data, (str, os.PathLike)):
+        return None
+    try:
+        import av
+
+        with av.open(os.fspath(source.data), metadata_errors="ignore") as container:
+            if container.duration:
+                return container.duration / 1_000_000
+    except Exception:  # the transcription itself reports a bad file
+        return None
+    return None
+
+
+# ---------------------------------------------------------------------------
+# Live output
+
+
+def segment_line(segment, label: str | None = None) -> str:
+    """``[MM:SS.mmm --> MM:SS.mmm] text`` (hours from one hour on), as openai-whisper prints."""
+    from oasr.formatting import format_timestamp
+
+    a = format_timestamp(segment.start, decimal_marker=".", always_include_hours=False)
+    b = format_timestamp(segment.end, decimal_marker=".", always_include_hours=False)
+    text = " ".join(segment.text.split())
+    return f"{label} [{a} --> {b}] {text}" if label else f"[{a} --> {b}] {text}"
+
+
+class AudioProgress:
+    """A tqdm bar on stderr counting seconds of audio: the total from the files' headers
+    (an input without one adds its duration when it finishes), advanced to each segment's
+    end as it is decoded and to the input's end when it finishes or fails."""
+
+    def __init__(self, sources: list[Source], enabled: bool) -> None:
+        self.enabled = enabled
+        self.totals = [_probe_seconds(s) for s in sources] if enabled else [None] * len(sources)
+        self.done = [0.0] * len(sources)
+        self.bar = None
+        if enabled:
+            from tqdm.auto import tqdm
+
+            self.bar = tqdm(
+                total=round(sum(t or 0.0 for t in self.totals), 1),
+                unit="s",
+                file=sys.stderr,
+                dynamic_ncols=True,
+                leave=False,
+                bar_format="{l_bar}{bar}| {n:.1f}/{total:.1f} s of audio [{elapsed}<{remaining}]",
+            )
+
+    def advance(self, index: int, seconds: float) -> None:
+        if self.bar is None:
+            return
+        total = self.totals[index]
+        position = min(seconds, total) if total is not None else seconds
+        if position > self.done[index]:
+            self.bar.update(round(position - self.done[index], 3))
+            self.done[index] = position
+
+    def finish(self, index: int, duration: float | None) -> None:
+        if self.bar is None:
+            return
+        if self.totals[index] is None:
+            self.totals[index] = duration or self.done[index]
+            self.bar.total = round(self.bar.total + self.totals[index], 1)
+        self.advance(index, self.totals[index])
+
+    def write(self, line: str, file, end: str = "\n") -> None:
+        """Print ``line`` above the bar (clearing and redrawing it)."""
+        if self.bar is None:
+            print(line, file=file, end=end, flush=True)
+        else:
+            self.bar.write(line, file=file, end=end)
+            file.flush()
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+# ---------------------------------------------------------------------------
+# The command
+
+
+def _layout(args: argparse.Namespace, parser: argparse.ArgumentParser, options: dict):
+    from oasr.formatting import SubtitleLayout
+
+    given = [name for name in _SUBTITLE_OPTIONS if getattr(args, name)]
+    if given and not options.get("word_timestamps"):
+        flag = "--" + given[0].replace("_", "-")
+        parser.error(f"{flag} needs --word-timestamps (subtitle cues are laid out from word times)")
+    if args.max_line_count and not args.max_line_width:
+        print(f"oasr {NAME}: warning: --max-line-count has no effect without --max-line-width", file=sys.stderr)
+    return SubtitleLayout(
+        max_line_width=args.max_line_width,
+        max_line_count=args.max_line_count,
+        max_words_per_line=args.max_words_per_line,
+        highlight_words=args.highlight_words,
+    )
 
 
 def run(args: argparse.Namespace) -> int:
     if args.ray:
         return run_ray_transcribe(args)
+    from oasr.engine.outputs import Segment
     from oasr.formatting import EXTENSIONS, FORMATS, format_output
 
     parser: argparse.ArgumentParser = args.parser
@@ -92,22 +352,27 @@ def run(args: argparse.Namespace) -> int:
     formats = FORMATS if fmt == "all" else (fmt,)
     options = decode_kwargs(args)
     check_decode_kwargs(parser, options)
+    layout = _layout(args, parser, options)
+    if args.min_duration < 0:
+        parser.error(f"argument --min-duration: must be >= 0, got {args.min_duration:g}")
+    if fmt == "all" and args.output_dir is None:
+        parser.error("-f all writes one file per format: give --output-dir")
+    if args.output_dir is not None and args.output_dir.exists() and not args.output_dir.is_dir():
+        parser.error(f"--output-dir {args.output_dir} is not a directory")
+    files = expand_inputs(args.files, args.recursive, parser)
 
     targets: list[dict[str, Path]] | None = None  # per input: format -> file
     if args.output_dir is not None:
-        targets = [{f: args.output_dir / f"{_stem(name)}.{EXTENSIONS[f]}" for f in formats} for name in args.files]
+        names = output_names(files)
+        targets = [{f: args.output_dir / f"{name}.{EXTENSIONS[f]}" for f in formats} for name in names]
         seen: dict[Path, str] = {}
-        for name, per_format in zip(args.files, targets):
+        for name, per_format in zip(files, targets):
             for t in per_format.values():
                 if t in seen:
                     parser.error(f"{seen[t]} and {name} would both be written to {t}")
                 seen[t] = name
-        if args.output_dir.exists() and not args.output_dir.is_dir():
-            parser.error(f"--output-dir {args.output_dir} is not a directory")
-    elif fmt == "all":
-        parser.error("-f all writes one file per format: give --output-dir")
 
-    sources = _sources(args.files, parser)
+    sources = _sources(files)
     engine = load_engine(args)
     try:
         engine.make_options(**options)
@@ -120,22 +385,30 @@ def run(args: argparse.Namespace) -> int:
             raise CliError(f"cannot create --output-dir {args.output_dir}: {describe_error(e)}") from None
 
     several = len(sources) > 1
+    live = args.verbose or (not args.quiet and sys.stderr.isatty())
+    progress = AudioProgress(sources, enabled=not (args.no_progress or args.quiet) and sys.stderr.isatty())
+    words = bool(options.get("word_timestamps"))
     pending: dict[int, str] = {}  # stdout documents waiting for the ones before them
     next_to_print = 0
     failed: set[int] = set()
-    bar = progress_bar(len(sources), args.no_progress)
+    shown = [0] * len(sources)  # segments printed live, per input
 
     def report(index: int, message: str) -> None:
         failed.add(index)
-        bar.write(f"oasr {NAME}: {sources[index].label}: {message}", file=sys.stderr)
+        progress.write(f"oasr {NAME}: {sources[index].label}: {message}", file=sys.stderr)
+
+    def show(index: int, segment) -> None:
+        shown[index] += 1
+        progress.advance(index, segment.end)
+        if live:
+            progress.write(segment_line(segment, sources[index].label if several else None), file=sys.stderr)
 
     def flush_stdout() -> None:
         nonlocal next_to_print
         while next_to_print in pending:
             doc = pending.pop(next_to_print)
             if doc:
-                bar.write(doc, file=sys.stdout, end="")  # clears and redraws the bar around it
-                sys.stdout.flush()
+                progress.write(doc, file=sys.stdout, end="")
             next_to_print += 1
 
     def stdout_doc(index: int, doc: str) -> str:
@@ -147,28 +420,43 @@ def run(args: argparse.Namespace) -> int:
         return f"==> {label} <==\n{doc}\n"
 
     def on_result(index: int, output) -> None:
-        bar.update(1)
-        words = bool(options.get("word_timestamps"))
+        for segment in output.segments[shown[index] :]:  # a strategy that reports them only at the end
+            show(index, segment)
+        progress.finish(index, output.duration)
         if targets is not None:
             for f, path in targets[index].items():
                 try:
-                    path.write_text(format_output(output, f, words=words), encoding="utf-8")
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                    path.write_text(format_output(output, f, words=words, layout=layout), encoding="utf-8")
                 except OSError as e:
                     report(index, f"cannot write {path}: {describe_error(e)}")
             return
-        pending[index] = stdout_doc(index, format_output(output, fmt, words=words))
+        pending[index] = stdout_doc(index, format_output(output, fmt, words=words, layout=layout))
         flush_stdout()
 
     def on_error(index: int, exc: BaseException) -> None:
-        bar.update(1)
-        report(index, describe_error(exc))
+        progress.finish(index, None)
+        report(index, _problem(sources[index], exc))
         pending[index] = ""
         flush_stdout()
 
     try:
-        run_batch(engine, sources, options, on_result, on_error)
+        results = engine.transcribe_iter(
+            (s.data for s in sources),
+            return_exceptions=True,
+            segments=True,
+            min_duration_s=args.min_duration,
+            **options,
+        )
+        for index, item in results:
+            if isinstance(item, Segment):
+                show(index, item)
+            elif isinstance(item, BaseException):
+                on_error(index, item)
+            else:
+                on_result(index, item)
     finally:
-        bar.close()
+        progress.close()
     if failed:
         print(
             f"oasr {NAME}: {len(failed)} of {len(sources)} input{'s' if len(sources) != 1 else ''} failed",

@@ -41,7 +41,7 @@ import torch
 from oasr.engine.chunking import VadSplitter
 from oasr.engine.config import TranscribeOptions
 from oasr.engine.decode.base import EngineOverloaded, Request, StepEvent
-from oasr.engine.engine import EngineCore
+from oasr.engine.engine import EngineCore, audio_too_short
 from oasr.engine.outputs import RequestOutput, Segment
 
 log = logging.getLogger("oasr.engine")
@@ -242,7 +242,7 @@ class AsyncEngine(EngineCore):
             )
             if request.duration < min_duration_s:
                 request.features.close()
-                raise _too_short(request.duration, min_duration_s)
+                raise audio_too_short(request.duration, min_duration_s)
         except BaseException as e:
             self._admitted -= 1
             if isinstance(e, asyncio.TimeoutError):
@@ -491,13 +491,6 @@ def _close_features(request: Request) -> None:
     close = getattr(request.features, "close", None)
     if close is not None:
         close()
-
-
-def _too_short(duration: float, minimum: float) -> ValueError:
-    from oasr.audio import AudioDecodeError
-
-    # Enough digits that a clip one sample short never reads as equal to the minimum.
-    return AudioDecodeError(f"audio is {duration:.6f} s long; the minimum is {minimum:g} s")
 
 
 __all__ = ["AsyncEngine", "EngineOverloaded", "EngineStats", "RequestTimeout", "Segment"]

@@ -30,11 +30,19 @@ from oasr.engine.decode.base import (
     build_decode_strategy,
 )
 from oasr.engine.faults import with_faults
-from oasr.engine.outputs import RequestOutput
+from oasr.engine.outputs import RequestOutput, Segment
 from oasr.layers.quant import quantize_linears_
 from oasr.models.loaders import LoadedModel, load_pretrained
 
 AudioInput = str | os.PathLike | bytes | np.ndarray | torch.Tensor
+
+
+def audio_too_short(duration: float, minimum: float) -> ValueError:
+    """The error for audio shorter than a ``min_duration_s`` (the CLI's and the server's rule)."""
+    from oasr.audio import AudioDecodeError
+
+    # Enough digits that a clip one sample short never reads as equal to the minimum.
+    return AudioDecodeError(f"too short to transcribe: audio is {duration:.6f} s long; the minimum is {minimum:g} s")
 
 
 class EngineCore:
@@ -150,6 +158,20 @@ class ASREngine(EngineCore):
             results[index] = output
         return results[0] if single else results  # type: ignore[return-value]
 
+    def transcribe_stream(self, audio: AudioInput, **options: Any) -> SegmentStream:
+        """Transcribe one input lazily: iterate the result to get each ``Segment`` as soon as
+        it is decoded (faster-whisper's lazy ``segments``); nothing is decoded until then.
+
+        Example:
+            >>> stream = engine.transcribe_stream("talk.mp3", language="en")
+            >>> for seg in stream:
+            ...     print(f"[{seg.start:.2f} --> {seg.end:.2f}] {seg.text}")
+            >>> stream.output.language  # the whole RequestOutput, once the loop has ended
+
+        Raises (while iterating): as ``transcribe``.
+        """
+        return SegmentStream(self, audio, options)
+
     def transcribe_iter(
         self,
         inputs: Iterable[AudioInput],
@@ -157,8 +179,10 @@ class ASREngine(EngineCore):
         max_in_flight: int | None = None,
         return_exceptions: bool = False,
         on_token: Callable[[int, str], bool | None] | None = None,
+        segments: bool = False,
+        min_duration_s: float = 0.0,
         **options: Any,
-    ) -> Iterator[tuple[int, RequestOutput | Exception]]:
+    ) -> Iterator[tuple[int, RequestOutput | Segment | Exception]]:
         """Yield ``(input index, output)`` as each input finishes.
 
         At most ``max_in_flight`` inputs (default 4 x max_batch_size) are decoded
@@ -172,6 +196,12 @@ class ASREngine(EngineCore):
                 transcript as it is decoded (UTF-8 safe; an input's pieces concatenate
                 to its final ``text``). Returning False cancels that input: its rows are
                 freed at once and it ends with ``RequestCancelled``.
+            segments: also yield ``(index, Segment)`` for each segment as the step loop
+                decodes it, in the input's time order and before its ``RequestOutput``
+                (whose ``segments`` are the same objects). A strategy that reports no
+                segments while decoding (the ``llm`` one) yields only the output.
+            min_duration_s: an input shorter than this fails with ``AudioDecodeError``
+                (the server's ``min_duration_s`` rule).
 
         Raises:
             ValueError: ``on_token`` with a decode strategy that does not stream text.
@@ -198,6 +228,9 @@ class ASREngine(EngineCore):
                     index, item = nxt
                     try:
                         request = strategy.prepare(Request(self.new_request_id(), item, opts))
+                        if request.duration < min_duration_s:
+                            request.features.close()
+                            raise audio_too_short(request.duration, min_duration_s)
                         self.add_request(request)
                     except Exception as e:
                         if not return_exceptions:
@@ -220,6 +253,8 @@ class ASREngine(EngineCore):
                             if not return_exceptions:
                                 raise cancelled
                             yield index, cancelled
+                    if event.kind == "segment" and segments and event.segment is not None:
+                        yield in_flight[event.request_id], event.segment
                     if event.kind == "error":
                         index = in_flight.pop(event.request_id)
                         if not return_exceptions:
@@ -239,3 +274,35 @@ class ASREngine(EngineCore):
                 f"{self.splitter.num_unfinished()} requests in flight (max_queue_size={self.config.max_queue_size})"
             )
         self.splitter.add_request(request)
+
+
+class SegmentStream:
+    """The lazy result of ``ASREngine.transcribe_stream``: an iterator of ``Segment`` s as
+    they are decoded; ``output`` is the whole ``RequestOutput`` once iteration has ended
+    (None before). ``close()`` (or dropping a half-read stream) frees the request's rows."""
+
+    def __init__(self, engine: ASREngine, audio: AudioInput, options: dict[str, Any]) -> None:
+        self.output: RequestOutput | None = None
+        self._events = engine.transcribe_iter([audio], segments=True, **options)
+        self._segments = self._run()
+
+    def _run(self) -> Iterator[Segment]:
+        yielded = 0
+        for _index, item in self._events:
+            if isinstance(item, Segment):
+                yielded += 1
+                yield item
+            else:
+                self.output = item  # type: ignore[assignment]
+                # A strategy that reports its segments only at the end (llm): hand them out now.
+                yield from item.segments[yielded:]  # type: ignore[union-attr]
+
+    def __iter__(self) -> Iterator[Segment]:
+        return self
+
+    def __next__(self) -> Segment:
+        return next(self._segments)
+
+    def close(self) -> None:
+        self._segments.close()
+        self._events.close()

@@ -248,10 +248,14 @@ def detect_architecture(path: str | Path) -> tuple[str, CheckpointConverter]:
     if not hits:
         raise ValueError(
             f"no registered architecture recognises {path} (registered: {list(_REGISTRY)}); "
-            f"pass architecture=... if it is an explicit-only format"
+            f"name the architecture (Python: architecture=...; command line: --architecture NAME) "
+            f"if it is an explicit-only format"
         )
     if len({h[0] for h in hits}) > 1:
-        raise ValueError(f"{path} is recognised by several architectures {[h[0] for h in hits]}; pass architecture=...")
+        raise ValueError(
+            f"{path} is recognised by several architectures {[h[0] for h in hits]}; name one "
+            f"(Python: architecture=...; command line: --architecture NAME)"
+        )
     return hits[0]
 
 
