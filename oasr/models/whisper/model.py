@@ -13,7 +13,7 @@ then the public model.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 from torch import nn
@@ -135,6 +135,10 @@ class WhisperDecoderLayer(nn.Module):
         self.final_layer_norm = LayerNorm(d, cfg.layer_norm_eps)
 
 
+_SelfAttendFn = Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+_CrossAttendFn = Callable[[int, torch.Tensor], torch.Tensor]
+
+
 class WhisperDecoder(BaseDecoder):
     """Token embedding + learned positions, pre-norm layers with cross-attention,
     logits through the tied embedding.
@@ -181,31 +185,49 @@ class WhisperDecoder(BaseDecoder):
             dtype=dtype if dtype is not None else p.dtype,
         )
 
-    def _cross(
-        self, layer: WhisperDecoderLayer, h: torch.Tensor, pool: KVPool, li: int, group0: int, groups: RowGroups
-    ) -> torch.Tensor:
-        """Cross-attention of rows over their groups' K/V in the pool. (n, T, D) -> (n, T, D)
+    def _layers(self, x: torch.Tensor, self_attend: _SelfAttendFn, cross_attend: _CrossAttendFn) -> torch.Tensor:
+        """The decoder-layer body shared by prefill, step and the teacher-forced pass; the
+        callers differ only in where attention reads its keys and values.
+
+        ``self_attend(li, q, k, v)`` does layer ``li``'s causal self-attention (and may store
+        ``k`` / ``v`` in a pool); ``cross_attend(li, q)`` attends ``q`` over the encoder
+        output. Both return heads, ``(n, H, T, Dh)``; the final norm is the caller's.
+
+        Shapes:
+            x: (n, T, D) -> (n, T, D)
+        """
+        for li, layer in enumerate(self.layers):
+            att = layer.self_attn
+            h = layer.self_attn_layer_norm(x)
+            q, k, v = att.heads(att.q_proj(h)), att.heads(att.k_proj(h)), att.heads(att.v_proj(h))
+            a = att.merge(self_attend(li, q, k, v))
+            h, x = layer.encoder_attn_layer_norm.add_forward(a, x)
+            cross = layer.encoder_attn
+            c = cross.merge(cross_attend(li, cross.heads(cross.q_proj(h))))
+            h, x = layer.final_layer_norm.add_forward(c, x)
+            x = x + layer.fc2(layer.fc1(h))
+        return x
+
+    def _cross(self, q: torch.Tensor, pool: KVPool, li: int, group0: int, groups: RowGroups) -> torch.Tensor:
+        """Cross-attention of rows over their groups' K/V in the pool. (n, H, T, Dh) -> (n, H, T, Dh)
 
         ``groups`` is the rows' layout over the groups from ``group0``: an int k when
         rows are ``[g0]*k + [g1]*k + ...`` (k hypotheses per window), else each row's
         group (relative to ``group0``) as a (n,) tensor.
         """
-        q = layer.encoder_attn.heads(layer.encoder_attn.q_proj(h))  # (n, H, T, Dh)
         n, hh, t, dh = q.shape
         if isinstance(groups, int):
             g = n // groups
             ck, cv = pool.cross_k[li, group0 : group0 + g], pool.cross_v[li, group0 : group0 + g]  # (G, H, Tk, Dh)
             if groups == 1:
-                return layer.encoder_attn.merge(attention(q, ck, cv))
+                return attention(q, ck, cv)
             if t == 1:
                 # Hypotheses of one group become query positions over the shared K/V.
                 qg = q.view(g, groups, hh, dh).transpose(1, 2)  # (G, H, k, Dh)
-                out = attention(qg, ck, cv).transpose(1, 2).reshape(n, hh, 1, dh)
-                return layer.encoder_attn.merge(out)
+                return attention(qg, ck, cv).transpose(1, 2).reshape(n, hh, 1, dh)
             groups = torch.arange(n, device=q.device) // groups
         idx = groups + group0
-        out = attention(q, pool.cross_k[li].index_select(0, idx), pool.cross_v[li].index_select(0, idx))
-        return layer.encoder_attn.merge(out)
+        return attention(q, pool.cross_k[li].index_select(0, idx), pool.cross_v[li].index_select(0, idx))
 
     # -- incremental surface -----------------------------------------------------------
 
@@ -263,18 +285,15 @@ class WhisperDecoder(BaseDecoder):
             lengths_t=token_lens.clone(),
             row_group=row_group,
         )
-        x = self.embed_tokens(tokens) + self.embed_positions.weight[:p]
-        for li, layer in enumerate(self.layers):
-            att = layer.self_attn
-            h = layer.self_attn_layer_norm(x)
-            q, k, v = att.heads(att.q_proj(h)), att.heads(att.k_proj(h)), att.heads(att.v_proj(h))
+        groups = state.row_groups()
+
+        def self_attend(li: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
             pool.k[li, row0 : row0 + b, :, :p] = k
             pool.v[li, row0 : row0 + b, :, :p] = v
-            a = att.merge(attention(q, k, v, is_causal=True, key_lengths=token_lens))
-            h, x = layer.encoder_attn_layer_norm.add_forward(a, x)
-            c = self._cross(layer, h, pool, li, group0, state.row_groups())
-            h, x = layer.final_layer_norm.add_forward(c, x)
-            x = x + layer.fc2(layer.fc1(h))
+            return attention(q, k, v, is_causal=True, key_lengths=token_lens)
+
+        x = self.embed_tokens(tokens) + self.embed_positions.weight[:p]
+        x = self._layers(x, self_attend, lambda li, q: self._cross(q, pool, li, group0, groups))
         x = self.layer_norm(x)
         if logits_at is None:
             last = x[torch.arange(b, device=x.device), token_lens - 1]  # (B, D)
@@ -309,19 +328,15 @@ class WhisperDecoder(BaseDecoder):
         n = tokens.shape[0]
         rows = torch.arange(n, device=tokens.device)
         key_mask = (torch.arange(extent, device=tokens.device)[None, :] <= positions[:, None])[:, None, None, :]
-        x = (self.embed_tokens(tokens) + self.embed_positions(positions))[:, None, :]  # (n, 1, D)
-        for li, layer in enumerate(self.layers):
-            att = layer.self_attn
+
+        def self_attend(li: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
             kc, vc = pool.k[li, row0 : row0 + n], pool.v[li, row0 : row0 + n]  # (n, H, S, Dh) views
-            h = layer.self_attn_layer_norm(x)
-            q, k, v = att.heads(att.q_proj(h)), att.heads(att.k_proj(h)), att.heads(att.v_proj(h))
             kc[rows, :, positions] = k[:, :, 0]
             vc[rows, :, positions] = v[:, :, 0]
-            a = att.merge(attention(q, kc[:, :, :extent], vc[:, :, :extent], mask=key_mask))
-            h, x = layer.encoder_attn_layer_norm.add_forward(a, x)
-            c = self._cross(layer, h, pool, li, group0, groups)
-            h, x = layer.final_layer_norm.add_forward(c, x)
-            x = x + layer.fc2(layer.fc1(h))
+            return attention(q, kc[:, :, :extent], vc[:, :, :extent], mask=key_mask)
+
+        x = (self.embed_tokens(tokens) + self.embed_positions(positions))[:, None, :]  # (n, 1, D)
+        x = self._layers(x, self_attend, lambda li, q: self._cross(q, pool, li, group0, groups))
         return self.logits(self.layer_norm(x[:, 0]))
 
     # -- teacher-forced alignment ----------------------------------------------------
@@ -353,20 +368,21 @@ class WhisperDecoder(BaseDecoder):
         for li, hi in heads:
             by_layer.setdefault(int(li), []).append(int(hi))
         collected: dict[tuple[int, int], torch.Tensor] = {}
-        x = self.embed_tokens(tokens) + self.embed_positions.weight[:length]
-        for li, layer in enumerate(self.layers):
-            a = layer.self_attn(layer.self_attn_layer_norm(x), is_causal=True, key_lengths=token_lens)
-            h, x = layer.encoder_attn_layer_norm.add_forward(a, x)
-            att = layer.encoder_attn
-            q, k, v = att.heads(att.q_proj(h)), att.heads(att.k_proj(memory)), att.heads(att.v_proj(memory))
+
+        def cross_attend(li: int, q: torch.Tensor) -> torch.Tensor:
+            att = self.layers[li].encoder_attn
+            k, v = att.heads(att.k_proj(memory)), att.heads(att.v_proj(memory))
             if li in by_layer:
                 sel = by_layer[li]
                 w = attention_weights(q[:, sel], k[:, sel, :frames])  # (B, |sel|, L, frames)
                 for j, hi in enumerate(sel):
                     collected[(li, hi)] = w[:, j]
-            c = att.merge(attention(q, k, v))
-            h, x = layer.final_layer_norm.add_forward(c, x)
-            x = x + layer.fc2(layer.fc1(h))
+            return attention(q, k, v)
+
+        x = self.embed_tokens(tokens) + self.embed_positions.weight[:length]
+        x = self._layers(
+            x, lambda li, q, k, v: attention(q, k, v, is_causal=True, key_lengths=token_lens), cross_attend
+        )
         logits = self.logits(self.layer_norm(x))
         weights = torch.stack([collected[(int(li), int(hi))] for li, hi in heads], dim=1)
         return weights, logits
