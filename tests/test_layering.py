@@ -40,7 +40,7 @@ def _files(*parts: str) -> list[Path]:
 
 
 @pytest.mark.parametrize(
-    "path", _files("engine", "server", "cli", "formatting.py"), ids=lambda p: str(p.relative_to(PACKAGE))
+    "path", _files("engine", "server", "cli", "serving", "formatting.py"), ids=lambda p: str(p.relative_to(PACKAGE))
 )
 def test_the_engine_and_surfaces_import_no_family(path):
     bad = [
@@ -56,4 +56,16 @@ def test_the_lower_layers_import_nothing_from_models(path):
     bad = [
         f"{path.relative_to(PACKAGE)}:{line}: {name}" for line, name in _imports(path) if name.startswith("oasr.models")
     ]
+    assert not bad, bad
+
+
+@pytest.mark.parametrize(
+    "path",
+    _files("engine", "models", "server", "layers", "audio", "tokenizers", "formatting.py"),
+    ids=lambda p: str(p.relative_to(PACKAGE)),
+)
+def test_only_the_cli_imports_the_scale_out_layer(path):
+    """``oasr.serving`` (Ray) sits above the server and the engine: only ``oasr.cli`` may call it."""
+    found = _imports(path)
+    bad = [f"{path.relative_to(PACKAGE)}:{line}: {name}" for line, name in found if name.startswith("oasr.serving")]
     assert not bad, bad

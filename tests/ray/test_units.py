@@ -1,0 +1,127 @@
+"""The Ray surfaces' pieces that need no running Ray: input listing, output names, the
+deployment ``build_app`` makes, option checking, and the ``--ray`` command-line checks."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("ray.serve", reason="the Ray tests need the ray extra: pip install 'oasr-engine[ray]'")
+
+from oasr.cli.main import main  # noqa: E402
+from oasr.serving.ray_batch import BatchInput, list_inputs, output_targets, transcribe_dataset  # noqa: E402
+
+
+def _touch(path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"")
+    return path
+
+
+def test_list_inputs_walks_directories_and_manifests_in_order(tmp_path):
+    _touch(tmp_path / "d" / "b.wav")
+    _touch(tmp_path / "d" / "a.flac")
+    _touch(tmp_path / "d" / "notes.txt")
+    _touch(tmp_path / "d" / "sub" / "c.mp3")
+    single = _touch(tmp_path / "x.opus")
+    rows = [{"audio": "clips/e.wav"}, {"audio": str(tmp_path / "abs.wav"), "text": "hi"}]
+    (tmp_path / "m.jsonl").write_text(json.dumps(rows[0]) + "\n\n" + json.dumps(rows[1]) + "\n")
+    got = list(list_inputs([tmp_path / "d", single, tmp_path / "m.jsonl"]))
+    assert got == [
+        BatchInput(str(tmp_path / "d" / "a.flac"), "a"),
+        BatchInput(str(tmp_path / "d" / "b.wav"), "b"),
+        BatchInput(str(tmp_path / "d" / "sub" / "c.mp3"), "sub/c"),
+        BatchInput(str(single), "x"),
+        BatchInput(str(tmp_path / "clips" / "e.wav"), "clips/e"),
+        BatchInput(str(tmp_path / "abs.wav"), "abs"),
+    ]
+    assert output_targets(tmp_path / "o", got[2], ("text", "srt")) == {
+        "text": tmp_path / "o" / "sub" / "c.txt",
+        "srt": tmp_path / "o" / "sub" / "c.srt",
+    }
+
+
+@pytest.mark.parametrize(
+    "line, problem", [("{not json", "not JSON"), ('{"text": "x"}', "'audio' key"), ("[1]", "'audio' key")]
+)
+def test_a_bad_manifest_line_is_named_by_file_and_line(tmp_path, line, problem):
+    manifest = tmp_path / "m.jsonl"
+    manifest.write_text('{"audio": "a.wav"}\n' + line + "\n")
+    with pytest.raises(ValueError, match=rf"m\.jsonl:2: .*{problem}"):
+        list(list_inputs([manifest]))
+
+
+def test_a_missing_input_and_clashing_outputs_are_refused_before_ray_starts(tmp_path):
+    with pytest.raises(FileNotFoundError, match="nope.wav"):
+        transcribe_dataset([tmp_path / "nope.wav"], tmp_path / "out")
+    a, b = _touch(tmp_path / "a" / "x.wav"), _touch(tmp_path / "b" / "x.wav")
+    with pytest.raises(ValueError, match="would both be written to .*x.txt"):
+        transcribe_dataset([a, b], tmp_path / "out")
+    with pytest.raises(ValueError, match="unknown output format"):
+        transcribe_dataset([a], tmp_path / "out", formats=("docx",))
+
+
+def test_build_app_sets_replicas_resources_and_settings():
+    from oasr.serving.ray import app_builder, build_app
+
+    d = build_app("whisper-base", num_replicas=2, num_cpus=0.5, num_gpus=0.25, api_key="k", quantize="int8")
+    deployment = d._bound_deployment
+    assert deployment.num_replicas == 2
+    assert deployment.ray_actor_options == {"num_cpus": 0.5, "num_gpus": 0.25}
+    assert deployment.max_ongoing_requests == 16  # 2 x max_batch_size
+    (settings,) = deployment.init_args
+    assert settings.model == "whisper-base" and settings.api_key == "k"
+    assert settings.extra_engine_config == {"quantize": "int8"}
+
+    auto = app_builder({"model": "whisper-base", "autoscaling": "1:3", "num_cpus": "0.25", "max_queue": "12"})
+    config = auto._bound_deployment._deployment_config.autoscaling_config
+    assert (config.min_replicas, config.max_replicas) == (1, 3)
+    assert auto._bound_deployment.ray_actor_options["num_cpus"] == 0.25
+    assert auto._bound_deployment.init_args[0].max_queue == 12
+
+
+@pytest.mark.parametrize(
+    "kwargs, error, match",
+    [
+        ({"max_queu": 3}, TypeError, "max_queu"),
+        ({"num_replicas": 0}, ValueError, "num_replicas"),
+        ({"autoscaling": "3:1"}, ValueError, "MIN:MAX"),
+        ({"num_gpus": -1}, ValueError, "num_gpus"),
+        ({"max_queue": 0}, ValueError, "max_queue"),
+    ],
+)
+def test_build_app_refuses_bad_options_by_name(kwargs, error, match):
+    from oasr.serving.ray import build_app
+
+    with pytest.raises(error, match=match):
+        build_app("whisper-base", **kwargs)
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["serve", "--ray", "--replicas", "2", "--autoscale", "1:2"], "not allowed with argument"),
+        (["serve", "--ray", "--autoscale", "3:1"], "MIN <= MAX"),
+        (["serve", "--ray", "--num-gpus-per-replica", "-1"], "must be >= 0"),
+        (["transcribe", "--ray", "a.wav"], "--ray writes one file per input: give --output-dir"),
+        (["transcribe", "--ray", "-", "-o", "out"], "not stdin"),
+    ],
+)
+def test_ray_flags_refuse_bad_combinations(argv, message, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_oasr_help_and_the_ray_flags_import_no_ray():
+    code = (
+        "import sys\nfrom oasr.cli.main import build_parser\nbuild_parser()\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('ray', 'torch')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert out.stdout.strip() == "[]", out.stdout
