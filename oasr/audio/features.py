@@ -15,9 +15,7 @@ the whole padded input for :func:`log_mel_spectrogram`, each padded 30-s row for
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Sequence
 
 import numpy as np
 import torch
@@ -26,7 +24,6 @@ __all__ = [
     "HOP_LENGTH",
     "N_FFT",
     "N_SAMPLES",
-    "WhisperFrontend",
     "log_mel_batch",
     "log_mel_spectrogram",
     "mel_filters",
@@ -232,104 +229,3 @@ def log_mel_batch(
         x = _to_tensor(audio, device, dtype)[:n_samples]
         row[: x.shape[0]] = x
     return _log_mel(batch, n_mels, n_fft, hop_length, sampling_rate)
-
-
-# ---------------------------------------------------------------------------
-# Front-end configuration
-
-
-@dataclass(frozen=True)
-class WhisperFrontend:
-    """A Whisper-style feature front end's configuration, with the two feature calls
-    bound to it. Build it from a transformers ``preprocessor_config.json`` dict with
-    :meth:`from_dict`."""
-
-    n_mels: int = 80
-    n_fft: int = N_FFT
-    hop_length: int = HOP_LENGTH
-    chunk_length: int = CHUNK_LENGTH
-    sampling_rate: int = 16000
-
-    @property
-    def n_samples(self) -> int:
-        """Samples in one ``chunk_length`` window (480000 for Whisper)."""
-        return self.chunk_length * self.sampling_rate
-
-    @property
-    def nb_max_frames(self) -> int:
-        """Mel frames in one window (3000 for Whisper)."""
-        return self.n_samples // self.hop_length
-
-    @classmethod
-    def from_dict(cls, config: Mapping[str, Any]) -> WhisperFrontend:
-        """From a transformers ``WhisperFeatureExtractor`` config (``feature_size``,
-        ``n_fft``, ``hop_length``, ``chunk_length``, ``sampling_rate``); missing keys
-        take Whisper's defaults, other keys are ignored.
-
-        Args:
-            config: The parsed ``preprocessor_config.json``.
-
-        Returns:
-            The front end.
-        """
-        defaults = cls()
-        return cls(
-            n_mels=int(config.get("feature_size", defaults.n_mels)),
-            n_fft=int(config.get("n_fft", defaults.n_fft)),
-            hop_length=int(config.get("hop_length", defaults.hop_length)),
-            chunk_length=int(config.get("chunk_length", defaults.chunk_length)),
-            sampling_rate=int(config.get("sampling_rate", defaults.sampling_rate)),
-        )
-
-    def __call__(
-        self,
-        waveforms: Sequence[Waveform],
-        device: torch.device | str | None = None,
-        dtype: torch.dtype = torch.float32,
-    ) -> torch.Tensor:
-        """Batched window features, see :func:`log_mel_batch`.
-
-        Returns:
-            Tensor of shape ``(len(waveforms), n_mels, nb_max_frames)``.
-        """
-        return log_mel_batch(
-            waveforms,
-            self.n_mels,
-            self.n_samples,
-            device,
-            dtype,
-            n_fft=self.n_fft,
-            hop_length=self.hop_length,
-            sampling_rate=self.sampling_rate,
-        )
-
-    def spectrogram(
-        self,
-        audio: Waveform,
-        *,
-        padding: int | None = None,
-        device: torch.device | str | None = None,
-        dtype: torch.dtype = torch.float32,
-    ) -> torch.Tensor:
-        """Long-form features of one waveform, see :func:`log_mel_spectrogram`.
-
-        Args:
-            audio: Waveform of shape ``(samples,)``.
-            padding: Zero samples appended (default: one window, ``n_samples``, as
-                openai-whisper and faster-whisper do before slicing 30-s windows).
-            device: Where to compute.
-            dtype: Computation dtype.
-
-        Returns:
-            Tensor of shape ``(n_mels, (samples + padding) // hop_length)``.
-        """
-        return log_mel_spectrogram(
-            audio,
-            self.n_mels,
-            padding=self.n_samples if padding is None else padding,
-            device=device,
-            dtype=dtype,
-            n_fft=self.n_fft,
-            hop_length=self.hop_length,
-            sampling_rate=self.sampling_rate,
-        )

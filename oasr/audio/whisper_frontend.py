@@ -1,5 +1,7 @@
 """The ``whisper_mel`` front end: Whisper's log-mel (``oasr.audio.features``) as a
-``Frontend`` for the speech-LLM families.
+``Frontend``, the one Whisper log-mel front end of every family that reads it: Whisper's
+long-form matrix (:meth:`WhisperMelFrontend.long_form`, served a 30-s window at a time by
+``oasr.audio.stream``) and the speech-LLM families' per-clip features.
 
 Two padding conventions of the transformers feature extractors, chosen by
 ``pad_to_chunk``:
@@ -25,6 +27,8 @@ import torch
 
 from oasr.audio.features import CHUNK_LENGTH, HOP_LENGTH, N_FFT, log_mel_batch, log_mel_spectrogram
 from oasr.audio.frontends import Frontend
+from oasr.audio.io import AudioSource
+from oasr.audio.stream import FeatureSource, features_from
 from oasr.specs import FeatureSpec
 
 _PARAMS = ("n_mels", "n_fft", "hop_length", "chunk_length", "pad_to_chunk", "min_length")
@@ -111,6 +115,37 @@ class WhisperMelFrontend(Frontend):
         else:
             mel = log_mel_spectrogram(x, self.n_mels, **common)
         return mel.T.contiguous()
+
+    def long_form(
+        self,
+        source: AudioSource,
+        *,
+        device: torch.device | str = "cpu",
+        max_duration_s: float | None = None,
+        **kwargs,
+    ) -> FeatureSource:
+        """Whisper's long-form features of a whole recording (faster-whisper's matrix: the
+        log-mel of the audio plus one hop of zeros, clamped with the recording's own maximum),
+        read a window at a time; see ``oasr.audio.stream.features_from`` (``kwargs``: its
+        spooling options).
+
+        Raises:
+            ValueError: an STFT other than Whisper's (n_fft 400, hop 160), which the streamed
+                computation is built on.
+        """
+        if (self.n_fft, self.hop_length) != (N_FFT, HOP_LENGTH):
+            raise ValueError(
+                f"whisper_mel: long-form features need n_fft={N_FFT}, hop_length={HOP_LENGTH}; "
+                f"this front end has n_fft={self.n_fft}, hop_length={self.hop_length}"
+            )
+        return features_from(
+            source,
+            self.n_mels,
+            sampling_rate=self.sampling_rate,
+            device=device,
+            max_duration_s=max_duration_s,
+            **kwargs,
+        )
 
     def compute_batch(self, waveforms: Sequence[np.ndarray]) -> tuple[torch.Tensor, torch.Tensor]:
         """Zero-padded features and their valid frames.

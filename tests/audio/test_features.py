@@ -10,12 +10,13 @@ import torch
 
 from oasr.audio import (
     N_SAMPLES,
-    WhisperFrontend,
     load_audio,
     log_mel_batch,
     log_mel_spectrogram,
     mel_filters,
 )
+from oasr.audio.frontends import build_frontend
+from oasr.specs import FeatureSpec
 
 transformers = pytest.importorskip("transformers")
 
@@ -103,18 +104,22 @@ def test_long_form_matches_faster_whisper(manifest):
     np.testing.assert_allclose(ours.numpy(), ref, rtol=0, atol=1e-4)
 
 
-def test_frontend_from_transformers_config(clips):
+def test_whisper_mel_frontend_serves_windows_and_long_form(clips):
+    """The one Whisper front end (``whisper_mel``), set up from a transformers extractor config:
+    30-s windows as the extractor computes them, and Whisper's long-form matrix."""
     extractor = transformers.WhisperFeatureExtractor(feature_size=128)
-    frontend = WhisperFrontend.from_dict(extractor.to_dict())
-    assert (frontend.n_mels, frontend.n_samples, frontend.nb_max_frames) == (
-        128,
-        extractor.n_samples,
-        extractor.nb_max_frames,
-    )
+    cfg = extractor.to_dict()
+    params = {"n_mels": cfg["feature_size"], "n_fft": cfg["n_fft"], "hop_length": cfg["hop_length"]}
+    windows = build_frontend(FeatureSpec("whisper_mel", 16000, {**params, "pad_to_chunk": True}))
+    feats, _ = windows.compute_batch(clips[:3])
     ref = extractor(clips[:3], sampling_rate=16000, return_tensors="pt").input_features
-    assert (frontend(clips[:3]) - ref).abs().max() <= 1e-4
-    long_form = frontend.spectrogram(clips[0])
-    assert long_form.shape == (128, (clips[0].size + N_SAMPLES) // 160)
+    assert feats.shape == (3, extractor.nb_max_frames, 128)
+    assert (feats.transpose(1, 2) - ref).abs().max() <= 1e-4
+    long_form = build_frontend(FeatureSpec("whisper_mel", 16000, params)).long_form(clips[0])
+    assert long_form.n_frames == clips[0].size // 160 + 1
+    assert torch.equal(long_form.window(0, long_form.n_frames), log_mel_spectrogram(clips[0], 128, padding=160))
+    with pytest.raises(ValueError, match="n_fft=400"):
+        build_frontend(FeatureSpec("whisper_mel", 16000, {"n_mels": 80, "n_fft": 512})).long_form(clips[0])
 
 
 def test_inputs_as_tensors_and_errors(clips):

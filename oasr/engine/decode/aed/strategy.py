@@ -29,7 +29,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from oasr.audio.stream import FeatureSource, features_from
+from oasr.audio.frontends import build_frontend
+from oasr.audio.stream import FeatureSource
 from oasr.engine.config import EngineConfig, TranscribeOptions
 from oasr.engine.decode.aed.logits import FilterRules, TimestampIds, apply_filters
 from oasr.engine.decode.aed.prompt import MAX_LENGTH, PromptPlan, build_prompt, plan_prompt
@@ -42,6 +43,7 @@ from oasr.models.base import DecodeType
 from oasr.models.decoders import DecoderState, KVPool
 from oasr.models.decoders.graphs import step_graphs_for
 from oasr.models.loaders import LoadedModel
+from oasr.specs import FeatureSpec
 
 FRAMES_PER_SECOND = 100
 TIME_PER_FRAME = 0.01
@@ -138,9 +140,10 @@ class AedDecodeStrategy(DecodeStrategy):
         self.begin_suppress = tuple(int(t) for t in begin)
         lang_ids = params.get("lang_ids") or [i for _, i in sp.language_ids]
         self.lang_ids = [int(i) for i in lang_ids if self.tok.id_to_language.get(int(i))]
-        fparams = dict(loaded.feature_spec.params) if loaded.feature_spec is not None else {}
-        self.n_mels = int(fparams.get("n_mels", model.n_mels))
-        self.sampling_rate = loaded.feature_spec.sampling_rate if loaded.feature_spec is not None else 16000
+        spec = loaded.feature_spec or FeatureSpec("whisper_mel", 16000, {"n_mels": model.n_mels})
+        self.frontend = build_frontend(spec)
+        if not hasattr(self.frontend, "long_form"):
+            raise ValueError(f"the aed strategy reads Whisper log-mel windows, not {spec.kind!r} features")
         self.n_frames = model.window_frames  # mel frames per window (3000)
         self.device = model.device
         self.dtype = model.compute_dtype
@@ -179,12 +182,8 @@ class AedDecodeStrategy(DecodeStrategy):
 
     def prepare(self, request: Request) -> Request:
         if request.features is None:
-            request.features = features_from(
-                request.source,
-                self.n_mels,
-                sampling_rate=self.sampling_rate,
-                device=self.device,
-                max_duration_s=self.config.max_audio_s,
+            request.features = self.frontend.long_form(
+                request.source, device=self.device, max_duration_s=self.config.max_audio_s
             )
             request.duration = request.features.duration
         return request
