@@ -87,8 +87,9 @@ def add_transcribe_options(parser: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--ray",
         action="store_true",
-        help="transcribe with Ray Data engine actors: FILEs may be directories and .jsonl manifests; needs -o; "
-        "inputs whose output exists are skipped; DIR/results.jsonl (+ .parquet) records every input",
+        help="transcribe with Ray Data engine actors: FILEs may also be .jsonl manifests (an 'audio' key relative "
+        "to the manifest); needs -o; inputs whose output exists are skipped; DIR/results.jsonl (+ .parquet) "
+        "records every input",
     )
     g.add_argument("--actors", type=positive_int, default=1, metavar="N", help="engine actors (default 1)")
     g.add_argument(
@@ -169,6 +170,7 @@ def run_ray_serve(args: argparse.Namespace) -> int:
 def run_ray_transcribe(args: argparse.Namespace) -> int:
     """``oasr transcribe --ray``: the run of ``oasr.serving.ray_batch.transcribe_dataset``."""
     from oasr.cli.common import check_decode_kwargs, decode_kwargs, engine_extras
+    from oasr.cli.transcribe import _layout
     from oasr.formatting import FORMATS
 
     parser: argparse.ArgumentParser = args.parser
@@ -178,6 +180,9 @@ def run_ray_transcribe(args: argparse.Namespace) -> int:
         parser.error("--ray reads files, directories and manifests, not stdin (-)")
     options = decode_kwargs(args)
     check_decode_kwargs(parser, options)
+    layout = _layout(args, parser, options)
+    if args.min_duration < 0:
+        parser.error(f"argument --min-duration: must be >= 0, got {args.min_duration:g}")
     _require_ray()
     from oasr.serving.ray_batch import transcribe_dataset
 
@@ -195,6 +200,9 @@ def run_ray_transcribe(args: argparse.Namespace) -> int:
             args.output_dir,
             model=args.model,
             formats=formats,
+            recursive=args.recursive,
+            layout=layout,
+            min_duration_s=args.min_duration,
             engine_options=engine_options,
             decode_options=options,
             address=args.address,

@@ -2,16 +2,17 @@
 
 The life of a run:
 
-1. ``list_inputs`` walks the inputs lazily: audio files as given, directories (recursively,
-   files with an audio extension), JSONL manifests (one object a line with an ``audio`` key,
-   relative to the manifest's directory unless absolute). Only paths are listed; the audio is
-   read by the actor that transcribes it (on a multi-node cluster the inputs must be at the
-   same path on every node, e.g. a shared file system).
-2. Each input gets its output files, named as ``oasr transcribe -o DIR -f FORMAT`` names
-   them (``DIR/<stem>.<ext>``; inputs under a directory or manifest keep their sub-directory
-   so that ``a/x.wav`` and ``b/x.wav`` do not collide). An input whose every output file
-   already exists is skipped (a rerun resumes an interrupted run; failed inputs have no
-   output and are tried again).
+1. ``list_inputs`` lists the inputs: audio files as given, directories (their audio files,
+   by the CLI's extensions; subdirectories too with ``recursive``), JSONL manifests (one
+   object a line with an ``audio`` key, relative to the manifest's directory unless
+   absolute); a file named twice is kept once. Only paths are listed; the audio is read by
+   the actor that transcribes it (on a multi-node cluster the inputs must be at the same
+   path on every node, e.g. a shared file system).
+2. Each input gets the output files ``oasr transcribe -o DIR -f FORMAT`` would write for
+   the same inputs (``oasr.cli.transcribe.output_names``: ``DIR/<stem>.<ext>``, the whole
+   name or the sub-directory where names clash). An input whose every output file already
+   exists is skipped (a rerun resumes an interrupted run; failed inputs have no output and
+   are tried again).
 3. A Ray Data dataset of the remaining paths goes through ``map_batches`` with
    ``Transcriber``, a callable class: one ``ASREngine`` per actor (``num_actors`` actors of
    ``num_cpus`` / ``num_gpus`` each), which decodes its batch with its own continuous
@@ -38,49 +39,47 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-AUDIO_EXTENSIONS = frozenset(
-    ".wav .flac .mp3 .opus .ogg .oga .m4a .mp4 .aac .webm .wma .aif .aiff .au .amr .mka .mkv .mov".split()
-)
 RESULTS_JSONL = "results.jsonl"
 RESULTS_PARQUET = "results.parquet"
 
 
-@dataclass(frozen=True)
-class BatchInput:
-    """One input: ``audio`` is the path the actor reads, ``stem`` the output name under ``-o``
-    (without extension; may contain sub-directories)."""
-
-    audio: str
-    stem: str
-
-
-def list_inputs(paths: Iterable[str | os.PathLike]) -> Iterator[BatchInput]:
-    """Expand files, directories and ``.jsonl`` manifests into inputs, lazily, in order.
+def list_inputs(paths: Iterable[str | os.PathLike], *, recursive: bool = False) -> list[str]:
+    """Expand files, directories and ``.jsonl`` manifests into audio paths, in order.
 
     Raises:
         FileNotFoundError: a path that does not exist (named).
-        ValueError: a manifest line that is not a JSON object with a string ``audio`` key
-            (named by file and line).
+        ValueError: a directory without audio files, or a manifest line that is not a JSON
+            object with a string ``audio`` key (named by file and line).
     """
+    from oasr.cli.transcribe import AUDIO_EXTENSIONS
+
+    found: list[str] = []
     for raw in paths:
         path = Path(raw)
         if path.is_dir():
-            for root, dirs, files in os.walk(path):
-                dirs.sort()
-                for name in sorted(files):
-                    if Path(name).suffix.lower() in AUDIO_EXTENSIONS:
-                        full = Path(root) / name
-                        yield BatchInput(str(full), str(full.relative_to(path).with_suffix("")))
+            walk = path.rglob("*") if recursive else path.iterdir()
+            audio = sorted(str(p) for p in walk if p.suffix[1:].lower() in AUDIO_EXTENSIONS and p.is_file())
+            if not audio:
+                raise ValueError(f"directory {path} has no audio files{'' if recursive else ' (not recursive)'}")
+            found += audio
         elif path.suffix.lower() == ".jsonl" and path.is_file():
-            yield from _manifest(path)
+            found += _manifest(path)
         elif path.exists():
-            yield BatchInput(str(path), path.stem)
+            found.append(str(path))
         else:
             raise FileNotFoundError(f"no such file or directory: {path}")
+    seen: set[str] = set()
+    unique = []
+    for item in found:
+        key = os.path.normcase(os.path.abspath(item))
+        if key not in seen:
+            seen.add(key)
+            unique.append(item)
+    return unique
 
 
-def _manifest(path: Path) -> Iterator[BatchInput]:
-    base = path.parent
+def _manifest(path: Path) -> list[str]:
+    found = []
     with open(path, encoding="utf-8") as f:
         for number, line in enumerate(f, 1):
             if not line.strip():
@@ -92,17 +91,17 @@ def _manifest(path: Path) -> Iterator[BatchInput]:
             audio = entry.get("audio") if isinstance(entry, dict) else None
             if not isinstance(audio, str) or not audio:
                 raise ValueError(f"{path}:{number}: expected an object with a string 'audio' key")
-            rel = Path(audio)
-            full = rel if rel.is_absolute() else base / rel
-            stem = rel.stem if rel.is_absolute() else str(rel.with_suffix(""))
-            yield BatchInput(str(full), stem)
+            found.append(str(path.parent / audio))  # an absolute ``audio`` stays as it is
+    return found
 
 
-def output_targets(output_dir: Path, item: BatchInput, formats: Iterable[str]) -> dict[str, Path]:
-    """``format -> file`` of one input, named as ``oasr transcribe -o`` names them."""
+def output_targets(output_dir: Path, files: list[str], formats: Iterable[str]) -> list[dict[str, Path]]:
+    """Per input, ``format -> file``: what ``oasr transcribe -o output_dir`` writes for ``files``."""
+    from oasr.cli.transcribe import output_names
     from oasr.formatting import EXTENSIONS
 
-    return {f: output_dir / f"{item.stem}.{EXTENSIONS[f]}" for f in formats}
+    formats = tuple(formats)
+    return [{f: output_dir / f"{name}.{EXTENSIONS[f]}" for f in formats} for name in output_names(files)]
 
 
 class Transcriber:
@@ -113,6 +112,8 @@ class Transcriber:
         engine_options: ``EngineConfig`` fields (device, num_threads, max_batch_size, ...).
         decode_options: ``TranscribeOptions`` of every input (the CLI's ``decode_kwargs``).
         formats: the documents to render per input.
+        layout: the subtitle layout of SRT / WebVTT (``oasr.formatting.SubtitleLayout``).
+        min_duration_s: shorter audio fails, as in ``oasr transcribe --min-duration``.
     """
 
     def __init__(
@@ -121,6 +122,8 @@ class Transcriber:
         engine_options: dict[str, Any],
         decode_options: dict[str, Any],
         formats: tuple[str, ...],
+        layout=None,
+        min_duration_s: float = 0.0,
     ) -> None:
         from oasr.engine import ASREngine
 
@@ -133,22 +136,28 @@ class Transcriber:
         self.engine.make_options(**decode_options)  # bad options fail the actor at once, not each input
         self.decode_options = decode_options
         self.formats = formats
+        self.layout = layout
+        self.min_duration_s = min_duration_s
         self.words = bool(decode_options.get("word_timestamps"))
         self.worker = f"{os.uname().nodename}:{os.getpid()}"
 
     def __call__(self, batch: dict[str, Any]) -> dict[str, list]:
-        from oasr.cli.common import describe_error
+        from oasr.cli.common import Source, describe_error
+        from oasr.cli.transcribe import _problem
         from oasr.formatting import format_output
 
         paths = [str(p) for p in batch["audio"]]
         rows: list[dict[str, Any] | None] = [None] * len(paths)
         try:
-            for index, result in self.engine.transcribe_iter(paths, return_exceptions=True, **self.decode_options):
+            results = self.engine.transcribe_iter(
+                paths, return_exceptions=True, min_duration_s=self.min_duration_s, **self.decode_options
+            )
+            for index, result in results:
                 if isinstance(result, Exception):
-                    rows[index] = _error_row(describe_error(result))
+                    rows[index] = _error_row(_problem(Source(paths[index], paths[index]), result))
                     continue
                 try:
-                    docs = {f: format_output(result, f, words=self.words) for f in self.formats}
+                    docs = {f: format_output(result, f, words=self.words, layout=self.layout) for f in self.formats}
                 except Exception as e:  # noqa: BLE001 - one input's rendering must not fail the batch
                     rows[index] = _error_row(f"cannot format the transcript: {describe_error(e)}")
                     continue
@@ -207,6 +216,9 @@ def transcribe_dataset(
     *,
     model: str | None = None,
     formats: Iterable[str] = ("text",),
+    recursive: bool = False,
+    layout=None,
+    min_duration_s: float = 0.0,
     engine_options: dict[str, Any] | None = None,
     decode_options: dict[str, Any] | None = None,
     address: str | None = None,
@@ -223,6 +235,9 @@ def transcribe_dataset(
         output_dir: where the documents, ``results.jsonl`` and ``results.parquet`` go.
         model: what each actor's engine loads.
         formats: ``oasr.formatting.FORMATS`` names.
+        recursive: directories contribute the audio files of their subdirectories too.
+        layout, min_duration_s: as ``Transcriber``'s (``oasr transcribe``'s subtitle layout
+            and ``--min-duration``).
         engine_options: ``EngineConfig`` fields for each actor's engine.
         decode_options: ``TranscribeOptions`` for every input.
         address: a Ray cluster to join; None starts a local Ray (unless one is up).
@@ -250,14 +265,8 @@ def transcribe_dataset(
     out_dir = Path(output_dir)
     if out_dir.exists() and not out_dir.is_dir():
         raise ValueError(f"output directory {out_dir} is not a directory")
-    items = list(list_inputs(inputs))
-    targets = [output_targets(out_dir, item, formats) for item in items]
-    seen: dict[Path, str] = {}
-    for item, per_format in zip(items, targets):
-        for t in per_format.values():
-            if t in seen:
-                raise ValueError(f"{seen[t]} and {item.audio} would both be written to {t}")
-            seen[t] = item.audio
+    items = list_inputs(inputs, recursive=recursive)
+    targets = output_targets(out_dir, items, formats)
     pending = [i for i, per_format in enumerate(targets) if not all(t.exists() for t in per_format.values())]
     summary = BatchSummary(total=len(items), skipped=len(items) - len(pending), results=out_dir / RESULTS_JSONL)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -265,15 +274,22 @@ def transcribe_dataset(
         bar = progress_bar(len(pending), not progress)
         try:
             with open(out_dir / RESULTS_JSONL, "a", encoding="utf-8") as results:
-                for row in _run(items, pending, model, formats, engine_options, decode_options, address,
-                                num_actors, num_cpus, num_gpus, batch_size):  # fmt: skip
+                constructor = {
+                    "model": model,
+                    "engine_options": dict(engine_options or {}),
+                    "decode_options": dict(decode_options or {}),
+                    "formats": formats,
+                    "layout": layout,
+                    "min_duration_s": min_duration_s,
+                }
+                for row in _run(items, pending, constructor, address, num_actors, num_cpus, num_gpus, batch_size):
                     item = items[row["index"]]
                     record = _record(item, row, targets[row["index"]], formats)
                     if record["status"] == "ok":
                         summary.done += 1
                     else:
-                        summary.failed.append((item.audio, record["error"]))
-                        bar.write(f"oasr transcribe: {item.audio}: {record['error']}", file=sys.stderr)
+                        summary.failed.append((item, record["error"]))
+                        bar.write(f"oasr transcribe: {item}: {record['error']}", file=sys.stderr)
                     results.write(json.dumps(record, ensure_ascii=False) + "\n")
                     results.flush()
                     bar.update(1)
@@ -284,8 +300,7 @@ def transcribe_dataset(
     return summary
 
 
-def _run(items, pending, model, formats, engine_options, decode_options, address, num_actors, num_cpus, num_gpus,
-         batch_size) -> Iterator[dict[str, Any]]:  # fmt: skip
+def _run(items, pending, constructor, address, num_actors, num_cpus, num_gpus, batch_size) -> Iterator[dict[str, Any]]:
     """The rows of the Ray Data pipeline, as they finish."""
     init_ray(address)
     import ray.data
@@ -296,15 +311,10 @@ def _run(items, pending, model, formats, engine_options, decode_options, address
     # at least two batches an actor, so that every actor gets work and one slow batch does not hold the end
     batch_size = max(1, min(batch_size, -(-len(pending) // (2 * num_actors))))
     blocks = -(-len(pending) // batch_size)
-    dataset = ray.data.from_items([{"index": i, "audio": items[i].audio} for i in pending], override_num_blocks=blocks)
+    dataset = ray.data.from_items([{"index": i, "audio": items[i]} for i in pending], override_num_blocks=blocks)
     dataset = dataset.map_batches(
         Transcriber,
-        fn_constructor_kwargs={
-            "model": model,
-            "engine_options": dict(engine_options or {}),
-            "decode_options": dict(decode_options or {}),
-            "formats": formats,
-        },
+        fn_constructor_kwargs=constructor,
         batch_size=batch_size,
         batch_format="numpy",
         compute=ray.data.ActorPoolStrategy(size=max(1, min(num_actors, blocks))),
@@ -326,12 +336,12 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def _record(item: BatchInput, row: dict[str, Any], targets: dict[str, Path], formats) -> dict[str, Any]:
+def _record(item: str, row: dict[str, Any], targets: dict[str, Path], formats) -> dict[str, Any]:
     """Write the documents of one finished input; its line of ``results.jsonl``."""
     from oasr.cli.common import describe_error
 
     record: dict[str, Any] = {
-        "audio": item.audio,
+        "audio": item,
         "status": row["status"],
         "text": row.get("text"),
         "language": row.get("language"),

@@ -113,5 +113,5 @@ def test_a_manifest_relative_to_its_directory(ray_cluster, inputs, cli_outputs, 
     assert (summary.total, summary.done, summary.skipped, summary.failed) == (2, 2, 0, [])
     for name in CLIPS[2:4]:
         stem = name.rsplit(".", 1)[0]
-        assert (out / "clips" / f"{stem}.json").read_bytes() == (cli_outputs / f"{stem}.json").read_bytes()
-        assert (out / "clips" / f"{stem}.srt").read_text().startswith("1\n00:00:00,000 --> ")
+        assert (out / f"{stem}.json").read_bytes() == (cli_outputs / f"{stem}.json").read_bytes()
+        assert (out / f"{stem}.srt").read_text().startswith("1\n00:00:00,000 --> ")

@@ -13,7 +13,7 @@ import pytest
 pytest.importorskip("ray.serve", reason="the Ray tests need the ray extra: pip install 'oasr-engine[ray]'")
 
 from oasr.cli.main import main  # noqa: E402
-from oasr.serving.ray_batch import BatchInput, list_inputs, output_targets, transcribe_dataset  # noqa: E402
+from oasr.serving.ray_batch import list_inputs, output_targets, transcribe_dataset  # noqa: E402
 
 
 def _touch(path: Path) -> Path:
@@ -22,27 +22,36 @@ def _touch(path: Path) -> Path:
     return path
 
 
-def test_list_inputs_walks_directories_and_manifests_in_order(tmp_path):
+def test_list_inputs_expands_directories_and_manifests_in_order(tmp_path):
     _touch(tmp_path / "d" / "b.wav")
     _touch(tmp_path / "d" / "a.flac")
     _touch(tmp_path / "d" / "notes.txt")
     _touch(tmp_path / "d" / "sub" / "c.mp3")
     single = _touch(tmp_path / "x.opus")
-    rows = [{"audio": "clips/e.wav"}, {"audio": str(tmp_path / "abs.wav"), "text": "hi"}]
-    (tmp_path / "m.jsonl").write_text(json.dumps(rows[0]) + "\n\n" + json.dumps(rows[1]) + "\n")
-    got = list(list_inputs([tmp_path / "d", single, tmp_path / "m.jsonl"]))
+    rows = [{"audio": "clips/e.wav"}, {"audio": str(tmp_path / "abs.wav"), "text": "hi"}, {"audio": "../x.opus"}]
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "m.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n\n")
+    flat = [str(tmp_path / "d" / "a.flac"), str(tmp_path / "d" / "b.wav")]
+    assert list_inputs([tmp_path / "d"]) == flat
+    got = list_inputs([tmp_path / "d", single, tmp_path / "m" / "m.jsonl"], recursive=True)
     assert got == [
-        BatchInput(str(tmp_path / "d" / "a.flac"), "a"),
-        BatchInput(str(tmp_path / "d" / "b.wav"), "b"),
-        BatchInput(str(tmp_path / "d" / "sub" / "c.mp3"), "sub/c"),
-        BatchInput(str(single), "x"),
-        BatchInput(str(tmp_path / "clips" / "e.wav"), "clips/e"),
-        BatchInput(str(tmp_path / "abs.wav"), "abs"),
+        *flat,
+        str(tmp_path / "d" / "sub" / "c.mp3"),
+        str(single),
+        str(tmp_path / "m" / "clips" / "e.wav"),
+        str(tmp_path / "abs.wav"),
+    ]  # ../x.opus is x.opus again: kept once
+    with pytest.raises(ValueError, match="has no audio files"):
+        list_inputs([_touch(tmp_path / "empty" / "notes.txt").parent])
+
+
+def test_output_names_are_the_clis(tmp_path):
+    files = [str(tmp_path / "a" / "x.wav"), str(tmp_path / "b" / "x.wav"), str(tmp_path / "a" / "y.mp3")]
+    assert output_targets(tmp_path / "o", files, ("text", "srt")) == [
+        {"text": tmp_path / "o" / "a" / "x.wav.txt", "srt": tmp_path / "o" / "a" / "x.wav.srt"},
+        {"text": tmp_path / "o" / "b" / "x.wav.txt", "srt": tmp_path / "o" / "b" / "x.wav.srt"},
+        {"text": tmp_path / "o" / "y.txt", "srt": tmp_path / "o" / "y.srt"},
     ]
-    assert output_targets(tmp_path / "o", got[2], ("text", "srt")) == {
-        "text": tmp_path / "o" / "sub" / "c.txt",
-        "srt": tmp_path / "o" / "sub" / "c.srt",
-    }
 
 
 @pytest.mark.parametrize(
@@ -52,17 +61,14 @@ def test_a_bad_manifest_line_is_named_by_file_and_line(tmp_path, line, problem):
     manifest = tmp_path / "m.jsonl"
     manifest.write_text('{"audio": "a.wav"}\n' + line + "\n")
     with pytest.raises(ValueError, match=rf"m\.jsonl:2: .*{problem}"):
-        list(list_inputs([manifest]))
+        list_inputs([manifest])
 
 
-def test_a_missing_input_and_clashing_outputs_are_refused_before_ray_starts(tmp_path):
+def test_a_missing_input_and_a_bad_format_are_refused_before_ray_starts(tmp_path):
     with pytest.raises(FileNotFoundError, match="nope.wav"):
         transcribe_dataset([tmp_path / "nope.wav"], tmp_path / "out")
-    a, b = _touch(tmp_path / "a" / "x.wav"), _touch(tmp_path / "b" / "x.wav")
-    with pytest.raises(ValueError, match="would both be written to .*x.txt"):
-        transcribe_dataset([a, b], tmp_path / "out")
     with pytest.raises(ValueError, match="unknown output format"):
-        transcribe_dataset([a], tmp_path / "out", formats=("docx",))
+        transcribe_dataset([_touch(tmp_path / "a.wav")], tmp_path / "out", formats=("docx",))
 
 
 def test_build_app_sets_replicas_resources_and_settings():
