@@ -62,7 +62,8 @@ import torch
 from oasr.audio import load_audio
 from oasr.audio.frontends import build_frontend
 from oasr.engine.config import EngineConfig, TranscribeOptions
-from oasr.engine.decode.base import DecodeStrategy, Request, StepEvent
+from oasr.engine.decode.base import Request, StepEvent
+from oasr.engine.decode.requests import DecodeCounters, RequestTable, TableEntry
 from oasr.engine.outputs import RequestOutput, Segment
 from oasr.models.base import DecodeType
 from oasr.models.decoders import DecoderState, KVPool
@@ -252,9 +253,7 @@ class TextStream:
 
 
 @dataclass
-class _Req:
-    request: Request
-    opts: TranscribeOptions
+class _Req(TableEntry):
     params: SamplingParams
     generator: torch.Generator | None
     max_new: int
@@ -264,20 +263,25 @@ class _Req:
     seen: set[int] = field(default_factory=set)
     tokens: list[int] = field(default_factory=list)
     logprob_sum: float = 0.0
-    done: bool = False
-
-    @property
-    def rid(self) -> str:
-        return self.request.request_id
 
 
-class LlmDecodeStrategy(DecodeStrategy):
+@dataclass
+class LlmCounters(DecodeCounters):
+    """``DecodeCounters`` plus prefill calls, generated tokens and K/V pool growths."""
+
+    prefills: int = 0
+    tokens_generated: int = 0
+    pool_grows: int = 0
+
+
+class LlmDecodeStrategy(RequestTable[_Req]):
     """Speech-LLM decoding (greedy or sampled) over continuous batches of a per-row K/V pool."""
 
     prompt_option = "context"
 
     decode_type = DecodeType.LLM
     streams_text = True
+    counters_class = LlmCounters
 
     def __init__(self, loaded: LoadedModel, config: EngineConfig) -> None:
         super().__init__(loaded, config)
@@ -307,8 +311,6 @@ class LlmDecodeStrategy(DecodeStrategy):
         self.rows: list[_Req] = []  # running rows, in pool order
         self.next_tokens: list[int] = []  # the token each running row feeds next
         self.waiting: deque[_Req] = deque()
-        self.requests: dict[str, _Req] = {}
-        self.counters = {"joins_running": 0, "prefills": 0, "tokens_generated": 0, "pool_grows": 0}
         self.step_graphs = step_graphs_for(self.decoder, config.step_graphs)
 
     # -- admission ---------------------------------------------------------------------
@@ -361,40 +363,33 @@ class LlmDecodeStrategy(DecodeStrategy):
             generator.manual_seed(seed)
         return params, generator, max_new
 
-    def add_request(self, request: Request) -> None:
-        if request.request_id in self.requests:
-            raise ValueError(f"duplicate request id {request.request_id!r}")
-        if request.features is None:
-            self.prepare(request)
+    def _new_entry(self, request: Request) -> _Req:
         feats, n_frames = request.features
         opts = request.options
         params, generator, max_new = self._sampling(opts)
         stream = TextStream(
             self.tokenizer.decode_bytes, self.model.parse_output, hold_until_language=opts.language is None
         )
-        req = _Req(request, opts, params, generator, max_new, feats, int(n_frames), stream)
-        self.requests[req.rid] = req
+        return _Req(request, opts, params, generator, max_new, feats, int(n_frames), stream)
+
+    def _enqueue(self, req: _Req) -> None:
         self.waiting.append(req)
 
-    def abort(self, request_id: str) -> bool:
-        req = self.requests.pop(request_id, None)
-        if req is None:
-            return False
-        req.done = True
+    def _forget(self, req: _Req) -> None:
         if req in self.waiting:
             self.waiting = deque(r for r in self.waiting if r is not req)
         if any(r is req for r in self.rows):  # free its row now, not at the next step
-            with torch.inference_mode():  # the pool was written under inference mode
-                self._keep([i for i, r in enumerate(self.rows) if r is not req])
+            self._keep([i for i, r in enumerate(self.rows) if r is not req])
         self._release_if_idle()
-        return True
 
-    def num_unfinished(self) -> int:
-        return len(self.requests)
+    def _running_rows(self) -> int:
+        return len(self.rows)
 
-    def stats(self) -> dict[str, float]:
-        graphs = self.step_graphs.stats() if self.step_graphs else {}
-        return {"running_rows": len(self.rows), "waiting_tasks": len(self.waiting), **self.counters, **graphs}
+    def _waiting_tasks(self) -> int:
+        return len(self.waiting)
+
+    def _extra_stats(self) -> dict[str, float]:
+        return self.step_graphs.stats() if self.step_graphs else {}
 
     # -- the step ------------------------------------------------------------------------
 
@@ -410,11 +405,6 @@ class LlmDecodeStrategy(DecodeStrategy):
         """Give the pool's memory back once nothing runs or waits."""
         if not self.rows and not self.waiting:
             self.pool, self.state, self.next_tokens = None, None, []
-
-    def _fail(self, req: _Req, exc: BaseException, events: list[StepEvent]) -> None:
-        if self.requests.pop(req.rid, None) is not None:
-            req.done = True
-            events.append(StepEvent(req.rid, "error", error=exc))
 
     # -- 1. join: encode, prompt, prefill, merge -----------------------------------------------
 
@@ -507,7 +497,7 @@ class LlmDecodeStrategy(DecodeStrategy):
         embeds = self.model.embed_prompt(ids_t, valid, audio.index_select(0, rows), n_audio.index_select(0, rows))
         self._ensure_pool(max(len(p) + r.max_new for p, r in zip(group_prompts, reqs)))
         logits, new = self.decoder.prefill(self.pool, embeds, valid, row0=len(self.rows))
-        self.counters["prefills"] += 1
+        self.counters.prefills += 1
         tokens, logprobs = self._choose(reqs, logits)
         alive = [
             i for i, (r, tok, lp) in enumerate(zip(reqs, tokens, logprobs)) if not self._accept(r, tok, lp, events)
@@ -520,7 +510,7 @@ class LlmDecodeStrategy(DecodeStrategy):
             self.state = new
         else:
             self.state = self.decoder.merge(self.state, new)
-            self.counters["joins_running"] += len(alive)
+            self.counters.joins_running += len(alive)
         self.rows += [reqs[i] for i in alive]
         self.next_tokens += [tokens[i] for i in alive]
 
@@ -534,7 +524,7 @@ class LlmDecodeStrategy(DecodeStrategy):
         if self.pool is not None and self.state is not None and self.rows:
             pool.copy_from(self.pool, self.state.row0 + self.state.n_rows, 0, self.state.max_length)
             self.state.pool = pool
-            self.counters["pool_grows"] += 1
+            self.counters.pool_grows += 1
         self.pool = pool
 
     # -- 2. decode steps ------------------------------------------------------------------------
@@ -584,7 +574,7 @@ class LlmDecodeStrategy(DecodeStrategy):
 
     def _accept(self, req: _Req, token: int, logprob: float, events: list[StepEvent]) -> bool:
         """Record a chosen token; returns True when the request finished with it."""
-        self.counters["tokens_generated"] += 1
+        self.counters.tokens_generated += 1
         if token in self.stop_ids:
             self._finish(req, events)
             return True
@@ -601,9 +591,8 @@ class LlmDecodeStrategy(DecodeStrategy):
         return False
 
     def _finish(self, req: _Req, events: list[StepEvent]) -> None:
-        if self.requests.pop(req.rid, None) is None:
+        if not self._remove(req):
             return
-        req.done = True
         detected, text, delta = req.stream.finish()
         if delta:
             events.append(StepEvent(req.rid, "delta", delta=delta))
@@ -632,7 +621,7 @@ class LlmDecodeStrategy(DecodeStrategy):
             duration=req.request.duration,
             task=req.opts.task,
         )
-        events.append(StepEvent(req.rid, "finished", output=output))
+        self._complete(req, output, events)
 
 
 __all__ = [

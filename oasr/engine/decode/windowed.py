@@ -13,7 +13,7 @@ request table and the windowed life of a request.
    done, then ``finished`` with the ``RequestOutput``.
 
 The request table (ids, duplicates, prepare-if-missing, abort, fail, retire, counters) is
-written once here.
+``oasr.engine.decode.requests.RequestTable``.
 """
 
 from __future__ import annotations
@@ -29,7 +29,8 @@ import torch
 from oasr.audio.frontends import build_frontend
 from oasr.audio.io import load_audio
 from oasr.engine.config import EngineConfig, TranscribeOptions
-from oasr.engine.decode.base import DecodeStrategy, Request, StepEvent
+from oasr.engine.decode.base import Request, StepEvent
+from oasr.engine.decode.requests import DecodeCounters, RequestTable, TableEntry
 from oasr.engine.outputs import RequestOutput, Segment
 from oasr.models.loaders import LoadedModel
 
@@ -94,28 +95,30 @@ class WindowedFeatures:
 
 
 @dataclass
-class WindowedRequest:
+class WindowedRequest(TableEntry):
     """A request in the table: its windows, each window's segments once decoded (dicts; ids
     are given when emitted), and what has been sent on."""
 
-    request: Request
-    opts: TranscribeOptions
     windows: list[Window]
     results: list[list[dict] | None]
     emitted: int = 0
     segments: list[Segment] = field(default_factory=list)
-    done: bool = False
-
-    @property
-    def rid(self) -> str:
-        return self.request.request_id
 
 
-class WindowedStrategy(DecodeStrategy):
-    """The request table and windowed batching of ``_run_batch``-style strategies (see the module)."""
+@dataclass
+class WindowedCounters(DecodeCounters):
+    """``DecodeCounters`` plus the windows encoded and the encoder batches run."""
+
+    windows_encoded: int = 0
+    batches: int = 0
+
+
+class WindowedStrategy(RequestTable[WindowedRequest]):
+    """Windowed batching of ``_run_batch``-style strategies over the shared request table (see the module)."""
 
     features_on_device: ClassVar[bool] = True
     """Compute the front end where the model runs (on a GPU the waveform goes up once)."""
+    counters_class: ClassVar[type[WindowedCounters]] = WindowedCounters
 
     def __init__(self, loaded: LoadedModel, config: EngineConfig) -> None:
         super().__init__(loaded, config)
@@ -128,11 +131,9 @@ class WindowedStrategy(DecodeStrategy):
         self.sampling_rate = int(self.frontend.sampling_rate)
         self.device = self.model.device
         self.dtype = self.model.compute_dtype
-        self.requests: dict[str, Any] = {}
         self.pending: deque[tuple[Any, int]] = deque()
         self._touched: dict[str, Any] = {}
         self._last_batch = 0
-        self.counters: dict[str, int] = {"windows_encoded": 0, "batches": 0, "requests_finished": 0}
 
     # -- admission ------------------------------------------------------------------------
 
@@ -182,17 +183,12 @@ class WindowedStrategy(DecodeStrategy):
             request.features = WindowedFeatures(windows, request.duration)
         return request
 
-    def _new_request(self, request: Request, windows: list[Window]) -> WindowedRequest:
+    def _new_entry(self, request: Request) -> WindowedRequest:
         """The table entry of an admitted request (a subclass adds its own per-request state)."""
+        windows = list(request.features.windows)
         return WindowedRequest(request, request.options, windows, [None] * len(windows))
 
-    def add_request(self, request: Request) -> None:
-        if request.request_id in self.requests:
-            raise ValueError(f"duplicate request id {request.request_id!r}")
-        if request.features is None:
-            self.prepare(request)
-        req = self._new_request(request, list(request.features.windows))
-        self.requests[req.rid] = req
+    def _enqueue(self, req: WindowedRequest) -> None:
         for i, w in enumerate(req.windows):
             if w.feats.shape[0] == 0:
                 req.results[i] = []
@@ -200,15 +196,7 @@ class WindowedStrategy(DecodeStrategy):
                 self.pending.append((req, i))
         self._touched[req.rid] = req
 
-    def abort(self, request_id: str) -> bool:
-        req = self.requests.pop(request_id, None)
-        if req is None:
-            return False
-        self._retire(req)
-        return True
-
-    def _retire(self, req: WindowedRequest) -> None:
-        req.done = True
+    def _release(self, req: WindowedRequest) -> None:
         req.windows = []
         self._touched.pop(req.rid, None)
         if any(r is req for r, _ in self.pending):
@@ -217,20 +205,11 @@ class WindowedStrategy(DecodeStrategy):
         if features is not None:
             features.close()
 
-    def _fail(self, req: WindowedRequest, exc: BaseException, events: list[StepEvent]) -> None:
-        if self.requests.pop(req.rid, None) is not None:
-            self._retire(req)
-            events.append(StepEvent(req.rid, "error", error=exc))
+    def _running_rows(self) -> int:
+        return self._last_batch if self.requests else 0
 
-    def num_unfinished(self) -> int:
-        return len(self.requests)
-
-    def stats(self) -> dict[str, float]:
-        return {
-            "running_rows": self._last_batch if self.requests else 0,
-            "waiting_tasks": len(self.pending),
-            **self.counters,
-        }
+    def _waiting_tasks(self) -> int:
+        return len(self.pending)
 
     # -- the step ------------------------------------------------------------------------
 
@@ -238,8 +217,8 @@ class WindowedStrategy(DecodeStrategy):
         events: list[StepEvent] = []
         batch = self._take_batch(self.config.max_batch_size)
         if batch:
-            self.counters["windows_encoded"] += len(batch)
-            self.counters["batches"] += 1
+            self.counters.windows_encoded += len(batch)
+            self.counters.batches += 1
             with torch.inference_mode():
                 self._run_batch(batch, events)
         self._flush(events)
@@ -289,10 +268,7 @@ class WindowedStrategy(DecodeStrategy):
                     req.segments.append(segment)
                     events.append(StepEvent(req.rid, "segment", segment=segment))
                 req.emitted += 1
-            if req.emitted == len(req.results):
-                self.requests.pop(req.rid, None)
-                self._retire(req)
-                self.counters["requests_finished"] += 1
+            if req.emitted == len(req.results) and self._remove(req):
                 language = self._language(req)
                 output = RequestOutput(
                     request_id=req.rid,
@@ -303,7 +279,7 @@ class WindowedStrategy(DecodeStrategy):
                     duration=req.request.duration,
                     task="transcribe",
                 )
-                events.append(StepEvent(req.rid, "finished", output=output))
+                self._complete(req, output, events)
 
 
-__all__ = ["Window", "WindowedFeatures", "WindowedRequest", "WindowedStrategy", "plan_windows"]
+__all__ = ["Window", "WindowedCounters", "WindowedFeatures", "WindowedRequest", "WindowedStrategy", "plan_windows"]

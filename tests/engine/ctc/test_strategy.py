@@ -88,7 +88,7 @@ def test_batch_of_unequal_inputs_equals_one_at_a_time(tmp_path, beam_size):
         assert [s.tokens for s in out.segments] == [s.tokens for s in alone.segments]
         assert [s.avg_logprob for s in out.segments] == pytest.approx([s.avg_logprob for s in alone.segments])
         assert all(t not in (UNK, EOS, 0) for s in out.segments for t in s.tokens)
-    assert strategy.counters["batches"] == len(inputs)
+    assert strategy.counters.batches == len(inputs)
 
 
 def test_long_audio_is_cut_in_pauses(tone_loaded):
@@ -219,7 +219,7 @@ def test_segments_stream_in_order_and_abort_frees_the_slot(tmp_path):
         assert [s.start for s in streamed] == sorted(s.start for s in streamed)
         assert done[rid].text == "hello world hello"
     assert strategy.stats()["waiting_tasks"] == 0 and strategy.stats()["running_rows"] == 0
-    assert strategy.counters["requests_finished"] == 2
+    assert strategy.counters.requests_finished == 2
 
 
 def test_async_engine(tone_loaded):

@@ -187,7 +187,7 @@ def test_pool_grows_with_running_rows(loaded, clips):
     first_len = strategy.pool.max_len
     strategy.add_request(strategy.prepare(Request("b", clips[3], long)))
     outputs = _drain(strategy)
-    assert strategy.counters["pool_grows"] == 1 and first_len < 300
+    assert strategy.counters.pool_grows == 1 and first_len < 300
     assert _tokens(outputs["a"]) == _tokens(solo.transcribe(clips[4], max_new_tokens=30, language="en"))
     assert _tokens(outputs["b"]) == _tokens(solo.transcribe(clips[3], max_new_tokens=300, language="en"))
 
@@ -235,7 +235,7 @@ def test_prefill_groups_by_length_under_the_mask_budget(loaded, clips, monkeypat
     engine = ASREngine(loaded, max_batch_size=5)
     outs = engine.transcribe(clips, **settings)
     assert [_tokens(o) for o in outs] == expected
-    assert engine.strategy.counters["prefills"] >= 3
+    assert engine.strategy.counters.prefills >= 3
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA-graph capture needs a GPU")

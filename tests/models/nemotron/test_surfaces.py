@@ -110,7 +110,7 @@ def test_engine_refuses_an_unknown_language(engine, clips):
 def test_a_batch_with_a_language_per_row_equals_each_row_alone(engine, clips):
     rows = [(CLIP, "en"), (OTHER, "de"), (CLIP, "de"), (OTHER, None)]
     strategy = engine.splitter
-    before = engine.strategy.counters["batches"]
+    before = engine.strategy.counters.batches
     ids = {}
     for i, (name, language) in enumerate(rows):
         request = strategy.prepare(Request(f"mixed-{i}", str(clips[name]), engine.make_options(language=language)))
@@ -122,7 +122,7 @@ def test_a_batch_with_a_language_per_row_equals_each_row_alone(engine, clips):
             assert event.kind != "error", event.error
             if event.kind == "finished" and event.request_id in ids:
                 outs[ids[event.request_id]] = event.output
-    assert engine.strategy.counters["batches"] - before == 1, "the four rows should share one encoder batch"
+    assert engine.strategy.counters.batches - before == 1, "the four rows should share one encoder batch"
     for i, (name, language) in enumerate(rows):
         alone = engine.transcribe(str(clips[name]), language=language)
         assert _labels(outs[i]) == _labels(alone) and outs[i].text == alone.text, (name, language)

@@ -227,13 +227,13 @@ def test_engine_greedy_matches_generate(
     engines, hf_model, ct2_runtime, clips, batch, max_batch_size, language, task, timestamps
 ):
     eng, record = engines(max_batch_size)
-    joins = eng.strategy.counters["joins_running"]
+    joins = eng.strategy.counters.joins_running
     audio = clips[:batch]
     outs = eng.transcribe(
         list(audio), language=language, task=task, without_timestamps=not timestamps, **ENGINE_OPTIONS
     )
     if max_batch_size < batch:
-        assert eng.strategy.counters["joins_running"] > joins, "no request joined a running batch"
+        assert eng.strategy.counters.joins_running > joins, "no request joined a running batch"
     assert all(o.language == language for o in outs)
     what = f"{language}-{task}-ts{int(timestamps)}-b{batch}-slots{max_batch_size}"
     windows = _check_engine_run(eng, outs, record, audio, task, timestamps, hf_model, ct2_runtime, what)

@@ -36,7 +36,8 @@ from oasr.engine.decode.aed.logits import FilterRules, TimestampIds, apply_filte
 from oasr.engine.decode.aed.prompt import MAX_LENGTH, PromptPlan, build_prompt, plan_prompt
 from oasr.engine.decode.aed.search import BeamSearch, GreedySearch, SamplingSearch, TaskSearch
 from oasr.engine.decode.aed.timing import add_word_timestamps, find_alignment
-from oasr.engine.decode.base import DecodeStrategy, Request, StepEvent
+from oasr.engine.decode.base import Request, StepEvent
+from oasr.engine.decode.requests import DecodeCounters, RequestTable, TableEntry
 from oasr.engine.outputs import RequestOutput, Segment, Word, compression_ratio
 from oasr.languages import normalize_language
 from oasr.models.base import DecodeType
@@ -65,9 +66,7 @@ class _Window:
 
 
 @dataclass
-class _Req:
-    request: Request
-    opts: TranscribeOptions
+class _Req(TableEntry):
     features: FeatureSource  # log-mel of the whole audio, read a window at a time
     duration: float
     content_frames: int
@@ -87,11 +86,6 @@ class _Req:
     detect_windows: list[int] = field(default_factory=list)
     detect_info: dict[str, list[float]] = field(default_factory=dict)
     detect_seek: int = 0
-    done: bool = False
-
-    @property
-    def rid(self) -> str:
-        return self.request.request_id
 
 
 @dataclass
@@ -118,8 +112,19 @@ class _Cohort:
 # ---------------------------------------------------------------------------
 
 
-class AedDecodeStrategy(DecodeStrategy):
+@dataclass
+class AedCounters(DecodeCounters):
+    """``DecodeCounters`` plus encoder windows, finished decode tasks and temperature fallbacks."""
+
+    windows_encoded: int = 0
+    tasks_finished: int = 0
+    fallbacks: int = 0
+
+
+class AedDecodeStrategy(RequestTable[_Req]):
     """Whisper decoding with faster-whisper's semantics over continuous batches."""
+
+    counters_class = AedCounters
 
     decode_type = DecodeType.AED
     stops_early = True  # Whisper may end a window with end-of-text before its speech ends
@@ -149,9 +154,7 @@ class AedDecodeStrategy(DecodeStrategy):
         self.dtype = model.compute_dtype
         self.max_groups = config.max_batch_size
         self.cohorts: dict[int, _Cohort] = {}
-        self.requests: dict[str, _Req] = {}
         self.encode_queue: deque[tuple[_Req, str, int]] = deque()
-        self.counters = {"joins_running": 0, "windows_encoded": 0, "tasks_finished": 0, "fallbacks": 0}
         self.step_graphs = step_graphs_for(self.decoder, config.step_graphs)
         on_gpu = self.device.type == "cuda"
         self.encoder_batch = config.encoder_batch_size or (config.max_batch_size if on_gpu else 1)
@@ -188,11 +191,7 @@ class AedDecodeStrategy(DecodeStrategy):
             request.duration = request.features.duration
         return request
 
-    def add_request(self, request: Request) -> None:
-        if request.request_id in self.requests:
-            raise ValueError(f"duplicate request id {request.request_id!r}")
-        if request.features is None:
-            self.prepare(request)
+    def _new_entry(self, request: Request) -> _Req:
         opts = request.options
         features = request.features
         content_frames = features.n_frames - 1
@@ -211,19 +210,22 @@ class AedDecodeStrategy(DecodeStrategy):
             seek_clips=list(zip(points[::2], points[1::2])),
         )
         req.seek = req.seek_clips[0][0]
+        start = clips[0] if clips else 0.0  # where language detection starts, if it runs
+        req.detect_seek = int(start * FRAMES_PER_SECOND) if start * FRAMES_PER_SECOND < content_frames else 0
         if opts.initial_prompt is not None:
             if isinstance(opts.initial_prompt, str):
                 req.all_tokens.extend(self.tok.encode(" " + opts.initial_prompt.strip()))
             else:
                 req.all_tokens.extend(int(t) for t in opts.initial_prompt)
-        self.requests[req.rid] = req
+        return req
+
+    def _enqueue(self, req: _Req) -> None:
+        opts, features = req.opts, req.features
         if opts.language is not None:
             req.language, req.language_probability = opts.language, 1.0
         elif not self.tok.special.is_multilingual:
             req.language, req.language_probability = "en", 1.0
         else:
-            start = clips[0] if clips else 0.0
-            req.detect_seek = int(start * FRAMES_PER_SECOND) if start * FRAMES_PER_SECOND < content_frames else 0
             total = features.n_frames - req.detect_seek
             n = min(opts.language_detection_segments, max(1, math.ceil(total / self.n_frames)))
             req.detect_windows = [req.detect_seek + i * self.n_frames for i in range(n)]
@@ -231,11 +233,7 @@ class AedDecodeStrategy(DecodeStrategy):
             return
         self._next_window(req, [])
 
-    def abort(self, request_id: str) -> bool:
-        req = self.requests.pop(request_id, None)
-        if req is None:
-            return False
-        self._retire(req)
+    def _forget(self, req: _Req) -> None:
         for cohort in self.cohorts.values():  # free its rows now, not at the next step
             cohort.waiting = deque(t for t in cohort.waiting if t.req is not req)
             if cohort.state is not None and any(t.req is req for t in cohort.tasks):
@@ -251,26 +249,19 @@ class AedDecodeStrategy(DecodeStrategy):
                 cohort.state = self.decoder.select(cohort.state, keep_idx)
                 cohort.tasks, cohort.next_tokens = keep_tasks, keep_tokens
         self.encode_queue = deque(item for item in self.encode_queue if item[0] is not req)
-        return True
 
-    def _retire(self, req: _Req) -> None:
-        req.done = True
+    def _release(self, req: _Req) -> None:
         req.window = None
         req.features.close()
 
-    def num_unfinished(self) -> int:
-        return len(self.requests)
+    def _running_rows(self) -> int:
+        return sum(c.state.n_rows for c in self.cohorts.values() if c.state is not None)
 
-    def stats(self) -> dict[str, float]:
-        running = sum(c.state.n_rows for c in self.cohorts.values() if c.state is not None)
-        waiting = sum(len(c.waiting) for c in self.cohorts.values())
-        return {
-            "running_rows": running,
-            "waiting_tasks": waiting,
-            "encode_queue": len(self.encode_queue),
-            **self.counters,
-            **(self.step_graphs.stats() if self.step_graphs else {}),
-        }
+    def _waiting_tasks(self) -> int:
+        return sum(len(c.waiting) for c in self.cohorts.values())
+
+    def _extra_stats(self) -> dict[str, float]:
+        return {"encode_queue": len(self.encode_queue), **(self.step_graphs.stats() if self.step_graphs else {})}
 
     # -- the step ------------------------------------------------------------------------
 
@@ -283,11 +274,6 @@ class AedDecodeStrategy(DecodeStrategy):
             for cohort in list(self.cohorts.values()):
                 self._advance(cohort, events)
         return events
-
-    def _fail(self, req: _Req, exc: BaseException, events: list[StepEvent]) -> None:
-        if self.requests.pop(req.rid, None) is not None:
-            self._retire(req)
-            events.append(StepEvent(req.rid, "error", error=exc))
 
     # -- 1. encoder ------------------------------------------------------------------------
 
@@ -315,7 +301,7 @@ class AedDecodeStrategy(DecodeStrategy):
         x = torch.stack(feats).to(device=self.device, dtype=self.dtype)
         step = self.encoder_batch
         enc = torch.cat([self.model.encode_offline(x[i : i + step])[0] for i in range(0, len(x), step)])
-        self.counters["windows_encoded"] += len(batch)
+        self.counters.windows_encoded += len(batch)
         detect = [(i, item) for i, item in enumerate(batch) if item[1] == "detect" or item[0].opts.multilingual]
         probs = self._detect(enc[[i for i, _ in detect]]) if detect else []
         for (i, (req, kind, start)), p in zip(detect, probs):
@@ -397,9 +383,8 @@ class AedDecodeStrategy(DecodeStrategy):
         self._finish(req, events)
 
     def _finish(self, req: _Req, events: list[StepEvent]) -> None:
-        if self.requests.pop(req.rid, None) is None:
+        if not self._remove(req):
             return
-        self._retire(req)
         out = RequestOutput(
             request_id=req.rid,
             text="".join(s.text for s in req.segments).strip(),
@@ -410,7 +395,7 @@ class AedDecodeStrategy(DecodeStrategy):
             duration=req.duration,
             task=req.opts.task,
         )
-        events.append(StepEvent(req.rid, "finished", output=out))
+        self._complete(req, out, events)
 
     # -- 3. tasks: build and join ---------------------------------------------------------------
 
@@ -548,7 +533,7 @@ class AedDecodeStrategy(DecodeStrategy):
             cohort.state = self.decoder.merge(state, new)
             cohort.tasks = cohort.tasks + alive
             cohort.next_tokens = cohort.next_tokens + nxt
-            self.counters["joins_running"] += len(alive)
+            self.counters.joins_running += len(alive)
 
     # -- 4. decode steps ----------------------------------------------------------------------------
 
@@ -613,7 +598,7 @@ class AedDecodeStrategy(DecodeStrategy):
         req = task.req
         if req.done:
             return
-        self.counters["tasks_finished"] += 1
+        self.counters.tasks_finished += 1
         tokens, score = task.search.result()
         opts = req.opts
         seq_len = len(tokens)
@@ -644,7 +629,7 @@ class AedDecodeStrategy(DecodeStrategy):
             needs_fallback = False
         if needs_fallback and req.temp_index + 1 < len(opts.temperatures):
             req.temp_index += 1
-            self.counters["fallbacks"] += 1
+            self.counters.fallbacks += 1
             self._submit(req, events)
             return
         if needs_fallback:

@@ -65,7 +65,7 @@ from oasr.engine.decode.ctc.search import (
     ctc_prefix_beam_search,
 )
 from oasr.engine.decode.ctc.words import TokenPieces, group_words, token_times
-from oasr.engine.decode.windowed import WindowedRequest, WindowedStrategy, plan_windows
+from oasr.engine.decode.windowed import WindowedCounters, WindowedRequest, WindowedStrategy, plan_windows
 from oasr.engine.outputs import Word, compression_ratio
 from oasr.languages import code_of
 from oasr.models.base import DecodeType
@@ -90,10 +90,19 @@ _RowDecoder = Callable[[int, _Req], tuple[CtcHypothesis, list[float], int]]
 """Decodes row ``i`` of a run batch: (hypothesis, token probabilities, encoder frames)."""
 
 
+@dataclass
+class CtcCounters(WindowedCounters):
+    """``WindowedCounters`` plus the batches that read only the best path and the packed ones."""
+
+    best_path_batches: int = 0
+    packed_batches: int = 0
+
+
 class CtcDecodeStrategy(WindowedStrategy):
     """Offline CTC decoding (greedy / prefix beam, LM and hotword fusion) over batched windows."""
 
     decode_type = DecodeType.CTC
+    counters_class = CtcCounters
     best_path_only = True
     """Batches of greedy rows read only the best path (rescoring needs the n-best instead)."""
     packs_rows = True
@@ -115,7 +124,6 @@ class CtcDecodeStrategy(WindowedStrategy):
             else None
         )
         self.packing = self._packing(config.sequence_packing)
-        self.counters.update(best_path_batches=0, packed_batches=0)
 
     def _packing(self, enabled: bool | None) -> bool:
         """Resolve ``EngineConfig.sequence_packing`` (None: on when the model packs)."""
@@ -156,8 +164,9 @@ class CtcDecodeStrategy(WindowedStrategy):
                 options = options.replace(language=lang)
         return options
 
-    def _new_request(self, request: Request, windows: list) -> _Req:
+    def _new_entry(self, request: Request) -> _Req:
         opts = request.options
+        windows = list(request.features.windows)
         hotwords = ContextGraph.from_text(opts.hotwords, self.tokenizer, opts.hotword_weight) if opts.hotwords else None
         return _Req(request, opts, windows, [None] * len(windows), beam=opts.beam_size, hotwords=hotwords)
 
@@ -230,7 +239,7 @@ class CtcDecodeStrategy(WindowedStrategy):
         hidden, out_cu = self.model.encode_offline_packed(feats, cu_seqlens)
         n_out = out_cu.diff().tolist()
         head = self.model.ctc_projection
-        self.counters["packed_batches"] += 1
+        self.counters.packed_batches += 1
         if greedy:
             top, ids = head.best_path(hidden)
             top, ids = top.detach().to(device="cpu", dtype=torch.float32), ids.detach().cpu()
@@ -250,7 +259,7 @@ class CtcDecodeStrategy(WindowedStrategy):
 
     def _collapse_rows(self, top: list[torch.Tensor], ids: list[torch.Tensor]) -> _RowDecoder:
         """Greedy rows collapsed from each frame's best symbol and its log-probability (CPU)."""
-        self.counters["best_path_batches"] += 1
+        self.counters.best_path_batches += 1
 
         def decode_row(row: int, req: _Req) -> tuple[CtcHypothesis, list[float], int]:
             values = top[row].tolist()
