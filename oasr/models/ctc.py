@@ -10,7 +10,21 @@ from torch import nn
 from oasr.models.base import is_unimplemented
 
 
-class CtcMixin:
+class BlankVocabMixin:
+    """``blank_id`` and ``vocab_size`` read off the model config (``config.blank_id``,
+    ``config.vocab_size``): what the families whose output vocabulary has a blank (CTC,
+    transducers, Paraformer) tell their decode strategies."""
+
+    @property
+    def blank_id(self) -> int:
+        return int(self.config.blank_id)
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.config.vocab_size)
+
+
+class CtcMixin(BlankVocabMixin):
     """CTC members for a ``BaseAsrModel`` subclass (``class M(CtcMixin, BaseAsrModel)``)."""
 
     ctc_projection: nn.Module | None = None

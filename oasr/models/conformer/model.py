@@ -386,17 +386,12 @@ class ConformerModel(CtcMixin, BaseAsrModel):
         self.encoder = ConformerEncoder(config.encoder)
         self.ctc = CtcProjection(config.encoder.output_size, config.vocab_size)
         self.decoder = BiTransformerDecoder(config.decoder) if config.decoder is not None else None
-        self.blank_id = config.blank_id
 
     @property
     def capabilities(self) -> frozenset[DecodeType]:  # type: ignore[override]
         if self.decoder is None:
             return frozenset({DecodeType.CTC})
         return frozenset({DecodeType.CTC, DecodeType.CTC_AED_RESCORING})
-
-    @property
-    def vocab_size(self) -> int:
-        return self.config.vocab_size
 
     def encode_offline(
         self,

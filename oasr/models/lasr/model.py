@@ -241,14 +241,6 @@ class LasrModel(CtcMixin, BaseAsrModel):
         self.encoder = LasrEncoder(config)
         self.ctc_head = CtcProjection(config.hidden_size, config.vocab_size, bias=True)
 
-    @property
-    def blank_id(self) -> int:
-        return self.config.blank_id
-
-    @property
-    def vocab_size(self) -> int:
-        return self.config.vocab_size
-
     def encode_offline(
         self, feats: torch.Tensor, feat_lens: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:

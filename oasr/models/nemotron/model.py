@@ -35,10 +35,12 @@ from torch import nn
 from oasr.layers import ConformerConvolution, Conv2d, Embedding, FeedForward, LayerNorm, Linear
 from oasr.layers.attention import attention
 from oasr.layers.relpos_xl import RelPositionMultiHeadAttentionXL, xl_relative_positions
-from oasr.models.base import BaseAsrModel, BaseEncoder, DecodeType
+from oasr.models.base import BaseAsrModel, DecodeType
+from oasr.models.ctc import BlankVocabMixin
 from oasr.models.nemotron.config import NemotronConfig, NemotronEncoderConfig
 from oasr.models.nemotron.predictor import AdditiveJoint, LstmPredictor
 from oasr.models.nemotron.search import GreedyResult, greedy_search, nemo_transducer_search
+from oasr.models.parakeet.model import FastConformerEncoder
 
 # Queries per offline attention block (rounded up to whole attention chunks).
 OFFLINE_BLOCK_FRAMES = 64
@@ -253,41 +255,15 @@ class NemotronBlock(nn.Module):
         return self.norm_out(x + 0.5 * h)
 
 
-class NemotronEncoder(BaseEncoder):
+class NemotronEncoder(FastConformerEncoder):
     """Cache-aware FastConformer encoder, run offline.
 
     Shapes:
         feats: (B, T, num_mel_bins), feat_lens: (B,) -> hidden (B, T', D), hidden_lens (B,)
     """
 
-    def __init__(self, cfg: NemotronEncoderConfig) -> None:
-        super().__init__()
-        self.config = cfg
-        self.subsampling = NemotronSubsampling(cfg)
-        self.layers = nn.ModuleList(NemotronBlock(cfg) for _ in range(cfg.num_hidden_layers))
-        self.input_scale = math.sqrt(cfg.hidden_size) if cfg.scale_input else 1.0
-
-    @property
-    def subsampling_rate(self) -> int:
-        return self.config.subsampling_factor
-
-    @property
-    def output_size(self) -> int:
-        return self.config.hidden_size
-
-    def output_lengths(self, feat_lens: torch.Tensor) -> torch.Tensor:
-        return self.subsampling.output_lengths(feat_lens)
-
-    def embed(self, feats: torch.Tensor, feat_lens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Subsampling and input scale. -> (B, T', D), (B,)"""
-        if feats.dim() != 3 or feats.shape[-1] != self.config.num_mel_bins:
-            raise ValueError(
-                f"features must be (B, T, {self.config.num_mel_bins}) for this encoder, got {tuple(feats.shape)}"
-            )
-        x, lengths = self.subsampling(feats, feat_lens.to(device=feats.device, dtype=torch.long))
-        if self.input_scale != 1.0:
-            x = x * self.input_scale
-        return x, lengths
+    subsampling_class = NemotronSubsampling
+    block_class = NemotronBlock
 
     def forward(self, feats: torch.Tensor, feat_lens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         x, lengths = self.embed(feats, feat_lens)
@@ -351,7 +327,7 @@ def resolve_prompt_id(table: Mapping[str, int], language: str | None, default: i
     )
 
 
-class NemotronRnntModel(BaseAsrModel):
+class NemotronRnntModel(BlankVocabMixin, BaseAsrModel):
     """FastConformer + language prompt + LSTM RNN-T; blank past the tokenizer's pieces."""
 
     architecture = "nemotron"
@@ -369,14 +345,6 @@ class NemotronRnntModel(BaseAsrModel):
         )
         self.predictor = LstmPredictor(config.vocab_size, dj, config.num_decoder_layers, config.blank_id)
         self.joiner = AdditiveJoint(d, dj, config.vocab_size)
-
-    @property
-    def blank_id(self) -> int:
-        return int(self.config.blank_id)
-
-    @property
-    def vocab_size(self) -> int:
-        return self.config.vocab_size
 
     @property
     def encoder_options(self) -> frozenset[str]:

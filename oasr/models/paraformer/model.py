@@ -8,13 +8,14 @@ from __future__ import annotations
 import torch
 
 from oasr.models.base import BaseAsrModel, DecodeType
+from oasr.models.ctc import BlankVocabMixin
 from oasr.models.paraformer.config import ParaformerConfig
 from oasr.models.paraformer.decoder import ParaformerDecoder
 from oasr.models.paraformer.encoder import ParaformerEncoder
 from oasr.models.paraformer.predictor import CifOutput, CifPredictor
 
 
-class ParaformerModel(BaseAsrModel):
+class ParaformerModel(BlankVocabMixin, BaseAsrModel):
     """A FunASR Paraformer; with a ``CifPredictorV3`` the BiCif variant (timestamp head).
 
     The decode strategy calls, per batch: ``encode_offline`` -> ``cif`` -> ``decode_cif``
@@ -31,14 +32,6 @@ class ParaformerModel(BaseAsrModel):
         self.encoder = ParaformerEncoder(config.encoder)
         self.predictor = CifPredictor(d, config.predictor)
         self.decoder = ParaformerDecoder(d, config.vocab_size, config.decoder)
-
-    @property
-    def blank_id(self) -> int:
-        return self.config.blank_id
-
-    @property
-    def vocab_size(self) -> int:
-        return self.config.vocab_size
 
     def cif(self, hidden: torch.Tensor, lens: torch.Tensor) -> CifOutput:
         """The predictor over encoder states (``hidden`` (B, T, D), ``lens`` (B,))."""

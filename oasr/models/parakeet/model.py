@@ -34,7 +34,7 @@ from oasr.layers import ConformerConvolution, Conv2d, CtcProjection, FeedForward
 from oasr.layers.packing import Packing
 from oasr.layers.relpos_xl import RelPositionMultiHeadAttentionXL, xl_relative_positions
 from oasr.models.base import BaseAsrModel, BaseEncoder, DecodeType
-from oasr.models.ctc import CtcMixin
+from oasr.models.ctc import BlankVocabMixin, CtcMixin
 from oasr.models.nemotron.predictor import AdditiveJoint, LstmPredictor
 from oasr.models.nemotron.search import GreedyResult, greedy_search, nemo_transducer_search
 from oasr.models.parakeet.config import ParakeetConfig, ParakeetEncoderConfig, ParakeetTransducerConfig
@@ -142,18 +142,21 @@ class ParakeetBlock(nn.Module):
         return self.norm_out(x + 0.5 * h)
 
 
-class ParakeetEncoder(BaseEncoder):
-    """FastConformer encoder.
-
-    Shapes:
-        feats: (B, T, num_mel_bins), feat_lens: (B,) -> hidden (B, T', D), hidden_lens (B,)
+class FastConformerEncoder(BaseEncoder):
+    """What every FastConformer encoder has (Parakeet's here, Nemotron's cache-aware one): the
+    subsampling, the input scale and a stack of blocks. A subclass names its
+    ``subsampling_class`` and ``block_class`` (each built from the encoder config) and writes
+    ``forward``, which differs in what the blocks take.
     """
 
-    def __init__(self, cfg: ParakeetEncoderConfig) -> None:
+    subsampling_class: type[nn.Module]
+    block_class: type[nn.Module]
+
+    def __init__(self, cfg: Any) -> None:
         super().__init__()
         self.config = cfg
-        self.subsampling = ParakeetSubsampling(cfg)
-        self.layers = nn.ModuleList(ParakeetBlock(cfg) for _ in range(cfg.num_hidden_layers))
+        self.subsampling = self.subsampling_class(cfg)
+        self.layers = nn.ModuleList(self.block_class(cfg) for _ in range(cfg.num_hidden_layers))
         self.input_scale = math.sqrt(cfg.hidden_size) if cfg.scale_input else 1.0
 
     @property
@@ -168,8 +171,30 @@ class ParakeetEncoder(BaseEncoder):
         """Encoder frames for ``feat_lens`` feature frames."""
         return self.subsampling.output_lengths(feat_lens)
 
+    def embed(self, feats: torch.Tensor, feat_lens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Subsampling and input scale of a padded batch. -> (B, T', D), (B,)"""
+        if feats.dim() != 3 or feats.shape[-1] != self.config.num_mel_bins:
+            raise ValueError(
+                f"features must be (B, T, {self.config.num_mel_bins}) for this encoder, got {tuple(feats.shape)}"
+            )
+        x, lengths = self.subsampling(feats, feat_lens.to(device=feats.device, dtype=torch.long))
+        if self.input_scale != 1.0:
+            x = x * self.input_scale
+        return x, lengths
+
+
+class ParakeetEncoder(FastConformerEncoder):
+    """FastConformer encoder.
+
+    Shapes:
+        feats: (B, T, num_mel_bins), feat_lens: (B,) -> hidden (B, T', D), hidden_lens (B,)
+    """
+
+    subsampling_class = ParakeetSubsampling
+    block_class = ParakeetBlock
+
     def forward(self, feats: torch.Tensor, feat_lens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        x, lengths = self._front(feats, feat_lens)
+        x, lengths = self.embed(feats, feat_lens)
         t = x.shape[1]
         pos_emb = xl_relative_positions(t, self.config.hidden_size, device=x.device, dtype=x.dtype)  # (2T'-1, D)
         valid = _valid(lengths, t)
@@ -185,24 +210,13 @@ class ParakeetEncoder(BaseEncoder):
             feats: (N, num_mel_bins), cu_seqlens: (B + 1,) -> hidden (N', D), cu_seqlens (B + 1,)
         """
         rows = Packing.from_cu_seqlens(cu_seqlens, device=feats.device)
-        x, lengths = self._front(rows.pad(feats), rows.lengths)
+        x, lengths = self.embed(rows.pad(feats), rows.lengths)
         packing = Packing(lengths)
         x = packing.unpad(x)  # (N', D)
         pos_emb = xl_relative_positions(packing.max_len, self.config.hidden_size, device=x.device, dtype=x.dtype)
         for layer in self.layers if packing.total else ():  # nothing to run when no row has a frame
             x = layer(x, pos_emb, lengths, None, packing)
         return x, packing.cu_seqlens
-
-    def _front(self, feats: torch.Tensor, feat_lens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Subsampling and input scale of a padded batch. -> (B, T', D), (B,)"""
-        if feats.dim() != 3 or feats.shape[-1] != self.config.num_mel_bins:
-            raise ValueError(
-                f"features must be (B, T, {self.config.num_mel_bins}) for this encoder, got {tuple(feats.shape)}"
-            )
-        x, lengths = self.subsampling(feats, feat_lens.to(device=feats.device, dtype=torch.long))
-        if self.input_scale != 1.0:
-            x = x * self.input_scale
-        return x, lengths
 
 
 class ParakeetCtcModel(CtcMixin, BaseAsrModel):
@@ -220,19 +234,11 @@ class ParakeetCtcModel(CtcMixin, BaseAsrModel):
         self.ctc_head = CtcProjection(config.encoder.hidden_size, config.vocab_size)
 
     @property
-    def blank_id(self) -> int:
-        return int(self.config.blank_id)
-
-    @property
-    def vocab_size(self) -> int:
-        return self.config.vocab_size
-
-    @property
     def ctc_projection(self) -> CtcProjection:
         return self.ctc_head
 
 
-class ParakeetTransducerModel(BaseAsrModel):
+class ParakeetTransducerModel(BlankVocabMixin, BaseAsrModel):
     """FastConformer + NeMo LSTM transducer: RNN-T, or TDT when the config has ``durations``."""
 
     architecture = "parakeet_transducer"
@@ -247,14 +253,6 @@ class ParakeetTransducerModel(BaseAsrModel):
         self.encoder = ParakeetEncoder(config.encoder)
         self.predictor = LstmPredictor(config.vocab_size, dj, config.num_decoder_layers, int(config.blank_id))
         self.joiner = AdditiveJoint(config.encoder.hidden_size, dj, config.vocab_size, len(config.durations))
-
-    @property
-    def blank_id(self) -> int:
-        return int(self.config.blank_id)
-
-    @property
-    def vocab_size(self) -> int:
-        return self.config.vocab_size
 
     @property
     def durations(self) -> tuple[int, ...]:

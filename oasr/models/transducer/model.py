@@ -125,14 +125,6 @@ class TransducerModel(CtcMixin, BaseAsrModel):
         return frozenset(caps)
 
     @property
-    def blank_id(self) -> int:
-        return int(self.config.blank_id)
-
-    @property
-    def vocab_size(self) -> int:
-        return self.config.vocab_size
-
-    @property
     def ctc_projection(self) -> CtcProjection | None:  # type: ignore[override]
         return self.ctc_output
 

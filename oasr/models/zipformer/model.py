@@ -492,13 +492,5 @@ class ZipformerCtcModel(CtcMixin, BaseAsrModel):
         self.ctc_output = CtcProjection(config.encoder.output_dim, config.vocab_size)
 
     @property
-    def blank_id(self) -> int:
-        return int(self.config.blank_id)
-
-    @property
-    def vocab_size(self) -> int:
-        return self.config.vocab_size
-
-    @property
     def ctc_projection(self) -> CtcProjection:
         return self.ctc_output
