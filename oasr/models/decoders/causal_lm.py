@@ -506,8 +506,10 @@ class CausalLm(BaseDecoder):
 
 
 class PromptTokenizerMixin:
-    """For a model that builds its own prompts: the checkpoint's tokenizer, shared with
-    the loader (``attach_tokenizer``) or loaded from ``config.tokenizer_path`` on first use.
+    """For a speech LLM that builds its own prompts: the checkpoint's tokenizer, shared with
+    the loader (``attach_tokenizer``) or loaded from ``config.tokenizer_path`` on first use,
+    and the prompt's embeddings with the audio spliced in (``embed_prompt``, through the
+    model's ``decoder`` at its ``config.audio_token_id`` placeholders).
 
     The class sets ``family`` (named in the error) and the instance ``_tokenizer = None``.
     """
@@ -533,3 +535,26 @@ class PromptTokenizerMixin:
     def attach_tokenizer(self, tokenizer) -> None:
         """Use ``tokenizer`` (an ``oasr.tokenizers.Tokenizer``) for prompts."""
         self._tokenizer = tokenizer
+
+    def embed_prompt(
+        self, ids: torch.Tensor, valid: torch.Tensor, audio_states: torch.Tensor, n_audio: torch.Tensor
+    ) -> torch.Tensor:
+        """Token embeddings with each row's audio placeholders overwritten by its states.
+
+        Shapes:
+            ids: (B, T) left-padded, valid: (B, T) bool, audio_states: (B, N_max, D),
+            n_audio: (B,) -> (B, T, D)
+
+        Raises:
+            ValueError: a row whose placeholder count differs from its ``n_audio``.
+        """
+        x = self.decoder.embed(ids)
+        slots = (ids == self.config.audio_token_id) & valid.to(device=ids.device, dtype=torch.bool)  # (B, T)
+        n_audio = n_audio.to(device=ids.device, dtype=torch.long)
+        counts = slots.sum(dim=1)
+        if not torch.equal(counts, n_audio):
+            raise ValueError(f"audio placeholders per row {counts.tolist()} != audio states {n_audio.tolist()}")
+        keep = torch.arange(audio_states.shape[1], device=ids.device)[None, :] < n_audio[:, None]  # (B, N_max)
+        # Boolean indexing walks rows in order on both sides: row i's states fill row i's slots.
+        x[slots] = audio_states.to(device=x.device, dtype=x.dtype)[keep]
+        return x

@@ -412,29 +412,6 @@ class Qwen3AsrModel(PromptTokenizerMixin, BaseAsrModel):
             )
         return ids[: at[0]] + [self.config.audio_token_id] * n_audio + ids[at[0] + 1 :]
 
-    def embed_prompt(
-        self, ids: torch.Tensor, valid: torch.Tensor, audio_states: torch.Tensor, n_audio: torch.Tensor
-    ) -> torch.Tensor:
-        """Token embeddings with each row's audio placeholders overwritten by its states.
-
-        Shapes:
-            ids: (B, T) left-padded, valid: (B, T) bool, audio_states: (B, N_max, D),
-            n_audio: (B,) -> (B, T, D)
-
-        Raises:
-            ValueError: a row whose placeholder count differs from its ``n_audio``.
-        """
-        x = self.decoder.embed(ids)
-        slots = (ids == self.config.audio_token_id) & valid.to(device=ids.device, dtype=torch.bool)  # (B, T)
-        n_audio = n_audio.to(device=ids.device, dtype=torch.long)
-        counts = slots.sum(dim=1)
-        if not torch.equal(counts, n_audio):
-            raise ValueError(f"audio placeholders per row {counts.tolist()} != audio states {n_audio.tolist()}")
-        keep = torch.arange(audio_states.shape[1], device=ids.device)[None, :] < n_audio[:, None]  # (B, N_max)
-        # Boolean indexing walks rows in order on both sides: row i's states fill row i's slots.
-        x[slots] = audio_states.to(device=x.device, dtype=x.dtype)[keep]
-        return x
-
     # -- output ------------------------------------------------------------------------------
 
     @property
