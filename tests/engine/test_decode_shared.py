@@ -1,4 +1,5 @@
-"""The pieces the decode strategies share: the request table (``decode/requests.py``)."""
+"""The pieces the decode strategies share: the request table (``decode/requests.py``) and the
+logit processors (``decode/logits.py``)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import torch
 
 from oasr.engine.config import EngineConfig, TranscribeOptions
 from oasr.engine.decode.base import Request, StepEvent
+from oasr.engine.decode.logits import SamplingParams, TokenRules, apply_token_rules, filter_scores
 from oasr.engine.decode.requests import RequestTable, TableEntry
 from oasr.engine.outputs import RequestOutput
 from oasr.models.base import DecodeType
@@ -71,3 +73,30 @@ def test_request_table_bookkeeping():
     stats = table.stats()
     assert (stats["requests_finished"], stats["requests_failed"], stats["requests_aborted"]) == (1, 1, 1)
     assert stats["running_rows"] == 0 and stats["joins_running"] == 0  # the names AsyncEngine reads
+
+
+# ---------------------------------------------------------------------------
+# The logit processors
+
+
+def test_filter_scores_rows_are_independent():
+    g = torch.Generator().manual_seed(0)
+    scores = torch.randn(4, 50, generator=g)
+    params = SamplingParams(temperature=0.7, top_k=9, top_p=0.8)
+    batched = filter_scores(scores, params)
+    for r in range(4):
+        assert torch.equal(batched[r], filter_scores(scores[r], params))
+    assert int(torch.isfinite(batched).sum(-1).max()) <= 9
+
+
+def test_token_rules_penalty_ngram_ban_and_suppression():
+    logits = torch.tensor([[2.0, -1.0, 0.5, 1.0, 3.0], [1.0, 1.0, 1.0, 1.0, 1.0], [1.0, 2.0, 3.0, 4.0, 5.0]])
+    shared = TokenRules(suppress=(4,))
+    rows = [
+        (TokenRules(suppress=(4,), repetition_penalty=2.0), [0, 1, 0]),
+        (TokenRules(no_repeat_ngram_size=2), [1, 2, 1]),  # "1 2" seen: 2 may not follow 1 again
+        (shared, [3]),
+    ]
+    apply_token_rules(logits, rows)
+    inf = float("-inf")
+    assert logits.tolist() == [[1.0, -2.0, 0.5, 1.0, inf], [1.0, 1.0, inf, 1.0, 1.0], [1.0, 2.0, 3.0, 4.0, inf]]

@@ -12,11 +12,11 @@ A step does, across every admitted request:
    next; rows that stop (a stop id of the model, or ``max_new_tokens``) leave through
    ``select``, which fills their holes from the tail.
 
-Choosing a token (per row, on float32 logits) follows transformers' ``generate``
-chain: repetition penalty (over the prompt and the generated ids, as transformers
-does) -> temperature -> top-k -> top-p -> softmax -> one draw. The draw is an
-inverse-CDF lookup of a uniform number from the request's own ``torch.Generator``
-(CPU, seeded with ``options.seed``; a negative seed draws a random one), so a fixed
+Choosing a token (per row, on float32 logits; ``oasr.engine.decode.logits.choose_token``)
+follows transformers' ``generate`` chain: repetition penalty (over the prompt and the
+generated ids, as transformers does) -> temperature -> top-k -> top-p -> softmax -> one
+draw. The draw is an inverse-CDF lookup of a uniform number from the request's own
+``torch.Generator`` (CPU, seeded with ``options.seed``; a negative seed draws a random one), so a fixed
 seed replays the same tokens whatever the request is batched with and on any device
 (as long as the logits are the same). Greedy (temperature <= 0) is the argmax after
 the repetition penalty.
@@ -52,7 +52,6 @@ from __future__ import annotations
 import logging
 import math
 import random
-import zlib
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -63,8 +62,9 @@ from oasr.audio import load_audio
 from oasr.audio.frontends import build_frontend
 from oasr.engine.config import EngineConfig, TranscribeOptions
 from oasr.engine.decode.base import Request, StepEvent
+from oasr.engine.decode.logits import SamplingParams, choose_token
 from oasr.engine.decode.requests import DecodeCounters, RequestTable, TableEntry
-from oasr.engine.outputs import RequestOutput, Segment
+from oasr.engine.outputs import RequestOutput, Segment, compression_ratio
 from oasr.models.base import DecodeType
 from oasr.models.decoders import DecoderState, KVPool
 from oasr.models.decoders.graphs import step_graphs_for
@@ -77,105 +77,6 @@ DEFAULT_MAX_AUDIO_S = 1200.0  # refused past this (a checkpoint may declare max_
 POOL_LEN_STEP = 256  # the K/V pool grows in steps of this many tokens per row
 PREFILL_MASK_BUDGET = 1 << 24  # (rows x T x T) mask elements of one padded prefill
 _DEFAULTS = TranscribeOptions()
-
-
-# ---------------------------------------------------------------------------
-# Sampling
-
-
-@dataclass(frozen=True)
-class SamplingParams:
-    """How one request chooses its tokens.
-
-    Attributes:
-        temperature: <= 0 is greedy.
-        top_k: keep the k highest scores (0 = off).
-        top_p: keep the smallest top set reaching this probability (1.0 = off).
-        repetition_penalty: > 1 penalises ids already in the prompt or generated.
-        seed: the request generator's seed.
-    """
-
-    temperature: float = 0.0
-    top_k: int = 0
-    top_p: float = 1.0
-    repetition_penalty: float = 1.0
-    seed: int = 0
-
-    @property
-    def greedy(self) -> bool:
-        return self.temperature <= 0
-
-
-def apply_repetition_penalty(scores: torch.Tensor, seen: torch.Tensor | None, penalty: float) -> torch.Tensor:
-    """transformers' repetition penalty: the score of every id in ``seen`` is divided by
-    ``penalty`` when positive and multiplied by it when negative.
-
-    Shapes:
-        scores: (V,) float32; seen: (n,) int64 ids -> (V,)
-    """
-    if penalty == 1.0 or seen is None or seen.numel() == 0:
-        return scores
-    scores = scores.clone()
-    s = scores.index_select(0, seen)
-    scores.index_copy_(0, seen, torch.where(s < 0, s * penalty, s / penalty))
-    return scores
-
-
-def filter_scores(scores: torch.Tensor, params: SamplingParams) -> torch.Tensor:
-    """Temperature, then top-k, then top-p; filtered scores become -inf.
-
-    Top-k keeps every score tied with the k-th; top-p keeps the highest-probability
-    tokens whose cumulative probability reaches ``top_p`` (at least one), as
-    transformers' warpers do.
-
-    Shapes:
-        scores: (V,) float32 (after the repetition penalty) -> (V,)
-    """
-    scores = scores / params.temperature
-    if params.top_k > 0:
-        k = min(params.top_k, scores.shape[-1])
-        kth = torch.topk(scores, k).values[-1]
-        scores = scores.masked_fill(scores < kth, -math.inf)
-    if params.top_p < 1.0:
-        sorted_scores, order = torch.sort(scores, descending=False)
-        cum = sorted_scores.softmax(-1).cumsum(-1)
-        remove = cum <= 1 - params.top_p
-        remove[-1] = False  # the most likely token always stays
-        scores = scores.masked_fill(remove.scatter(0, order, remove), -math.inf)
-    return scores
-
-
-def sampling_probs(logits: torch.Tensor, seen: torch.Tensor | None, params: SamplingParams) -> torch.Tensor:
-    """The distribution a sampling draw reads: the whole chain before the draw.
-
-    Shapes:
-        logits: (V,) -> probabilities (V,) float32
-    """
-    scores = apply_repetition_penalty(logits.float(), seen, params.repetition_penalty)
-    return filter_scores(scores, params).softmax(-1)
-
-
-def draw(probs: torch.Tensor, generator: torch.Generator) -> int:
-    """One multinomial draw by inverse CDF, from a uniform of ``generator`` (CPU).
-
-    The uniform does not depend on the device or the batch; a zero-probability id is
-    never drawn.
-    """
-    u = float(torch.rand((), generator=generator, dtype=torch.float64))
-    cdf = probs.double().cumsum(-1)
-    x = torch.tensor([u], dtype=torch.float64, device=cdf.device) * cdf[-1]
-    return min(int(torch.searchsorted(cdf, x, right=True)), probs.shape[-1] - 1)
-
-
-def choose_token(
-    logits: torch.Tensor, seen: torch.Tensor | None, params: SamplingParams, generator: torch.Generator | None
-) -> int:
-    """Greedy (argmax after the repetition penalty) or a draw from ``sampling_probs``."""
-    if params.greedy:
-        return int(apply_repetition_penalty(logits.float(), seen, params.repetition_penalty).argmax())
-    if generator is None:
-        raise ValueError("sampling needs a generator")
-    return draw(sampling_probs(logits, seen, params), generator)
 
 
 # ---------------------------------------------------------------------------
@@ -598,7 +499,6 @@ class LlmDecodeStrategy(RequestTable[_Req]):
             events.append(StepEvent(req.rid, "delta", delta=delta))
         segments = []
         if text:
-            data = text.encode("utf-8")
             segments.append(
                 Segment(
                     id=1,
@@ -609,7 +509,7 @@ class LlmDecodeStrategy(RequestTable[_Req]):
                     tokens=list(req.tokens),
                     temperature=max(req.params.temperature, 0.0),
                     avg_logprob=req.logprob_sum / max(len(req.tokens), 1),
-                    compression_ratio=len(data) / len(zlib.compress(data)),
+                    compression_ratio=compression_ratio(text),
                 )
             )
         output = RequestOutput(
@@ -624,14 +524,4 @@ class LlmDecodeStrategy(RequestTable[_Req]):
         self._complete(req, output, events)
 
 
-__all__ = [
-    "LlmDecodeStrategy",
-    "SamplingParams",
-    "TextStream",
-    "apply_repetition_penalty",
-    "choose_token",
-    "complete_utf8_prefix",
-    "draw",
-    "filter_scores",
-    "sampling_probs",
-]
+__all__ = ["LlmDecodeStrategy", "TextStream", "complete_utf8_prefix"]

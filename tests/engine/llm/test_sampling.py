@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from oasr.engine import ASREngine
-from oasr.engine.decode.llm import (
+from oasr.engine.decode.logits import (
     SamplingParams,
     apply_repetition_penalty,
     choose_token,

@@ -1,4 +1,5 @@
-"""Logit filters of Whisper decoding, applied to a whole decode batch at once.
+"""Logit filters of Whisper decoding, applied to a whole decode batch at once (the shared
+processors of ``oasr.engine.decode.logits`` plus Whisper's begin suppression and timestamp grammar).
 
 Each row carries its hypothesis so far and its group's rules. The filters run on
 raw logits in this order (faster-whisper's CTranslate2 backend order):
@@ -11,41 +12,29 @@ filters. Disabled logits become -inf.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
-NEG_INF = float("-inf")
+from oasr.engine.decode.logits import NEG_INF, TokenRules, apply_token_rules
 
 
-@dataclass
-class FilterRules:
-    """The filters of one decode task (shared by all its hypothesis rows).
+@dataclass(kw_only=True)
+class FilterRules(TokenRules):
+    """The filters of one decode task (shared by all its hypothesis rows): the shared
+    ``TokenRules`` (suppression, repetition penalty, n-gram ban) plus Whisper's own.
 
     Attributes:
-        suppress: ids disabled at every step.
         begin_suppress: ids disabled at the first free step (``sample_begin``).
         sample_begin: index of the first free (not forced) token.
         timestamp_rules: apply Whisper's timestamp grammar.
         max_initial_id: the latest timestamp id allowed as the first token.
-        repetition_penalty: > 1 discourages tokens already generated.
-        no_repeat_ngram_size: forbid repeating n-grams of this size.
     """
 
-    suppress: tuple[int, ...]
     begin_suppress: tuple[int, ...]
     sample_begin: int
     timestamp_rules: bool
     max_initial_id: int
-    repetition_penalty: float = 1.0
-    no_repeat_ngram_size: int = 0
-    _suppress_t: dict = field(default_factory=dict, repr=False)
-
-    def suppress_tensor(self, device: torch.device) -> torch.Tensor:
-        t = self._suppress_t.get(device)
-        if t is None:
-            t = self._suppress_t[device] = torch.tensor(self.suppress, dtype=torch.long, device=device)
-        return t
 
 
 @dataclass(frozen=True)
@@ -53,20 +42,6 @@ class TimestampIds:
     eot: int
     no_timestamps: int
     timestamp_begin: int
-
-
-def _penalize_repetitions(logits: torch.Tensor, r: int, seq: Sequence[int], penalty: float) -> None:
-    ids = torch.tensor(sorted(set(seq)), dtype=torch.long, device=logits.device)
-    x = logits[r, ids]
-    logits[r, ids] = torch.where(x < 0, x * penalty, x / penalty)
-
-
-def _banned_ngram_tokens(seq: Sequence[int], n: int) -> list[int]:
-    """Tokens that would complete an n-gram already present in ``seq``."""
-    if len(seq) < n:
-        return []
-    tail = list(seq[len(seq) - n + 1 :])
-    return [seq[i + n - 1] for i in range(len(seq) - n + 1) if list(seq[i : i + n - 1]) == tail]
 
 
 def apply_filters(
@@ -85,31 +60,9 @@ def apply_filters(
     Returns:
         ``logits`` (modified in place).
     """
-    n = logits.shape[0]
     dev = logits.device
     tsb = ids.timestamp_begin
-
-    # Repetition penalty and n-gram blocking are rare: handle them row by row.
-    for r, (rules, seq) in enumerate(rows):
-        if rules.repetition_penalty != 1.0 and seq:
-            _penalize_repetitions(logits, r, seq, rules.repetition_penalty)
-        if rules.no_repeat_ngram_size > 0:
-            banned = _banned_ngram_tokens(seq, rules.no_repeat_ngram_size)
-            if banned:
-                logits[r, banned] = NEG_INF
-
-    # Suppressed ids: one indexed write per distinct list.
-    by_rules: dict[int, list[int]] = {}
-    for r, (rules, _) in enumerate(rows):
-        if rules.suppress:
-            by_rules.setdefault(id(rules), []).append(r)
-    for rows_idx in by_rules.values():
-        sup = rows[rows_idx[0]][0].suppress_tensor(dev)
-        if len(rows_idx) == n:
-            logits[:, sup] = NEG_INF
-        else:
-            ri = torch.tensor(rows_idx, device=dev)
-            logits[ri[:, None], sup[None, :]] = NEG_INF
+    apply_token_rules(logits, rows)
 
     check: list[int] = []
     for r, (rules, seq) in enumerate(rows):

@@ -23,6 +23,8 @@ import math
 
 import torch
 
+from oasr.engine.decode.logits import SamplingParams, sampling_probs
+
 
 def _normalised(tokens: list[int], cum: float, length_penalty: float) -> float:
     if not tokens:
@@ -107,6 +109,7 @@ class SamplingSearch(TaskSearch):
         super().__init__(prefix, decode_max, eot, length_penalty)
         self.k = best_of
         self.temperature = temperature
+        self.params = SamplingParams(temperature=temperature)
         self.generator = generator
         self.seqs = [list(self.initial) for _ in range(best_of)]
         self.cums = [0.0] * best_of
@@ -118,7 +121,7 @@ class SamplingSearch(TaskSearch):
 
     def update(self, logprobs, argmax):
         rows = logprobs.shape[0]
-        probs = torch.softmax(logprobs.float() / self.temperature, dim=-1)
+        probs = sampling_probs(logprobs, None, self.params)
         if rows == 1 and self.k > 1:
             # The prefilled row: every sample draws its first token from it.
             probs = probs.expand(self.k, -1)
