@@ -28,6 +28,7 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import socket
 import subprocess
 import sys
@@ -176,6 +177,7 @@ def main() -> int:
         results["data 2x1"] = figures
     finally:
         ray.shutdown()
+        shutil.rmtree(temp, ignore_errors=True)
 
     for figures in results.values():
         figures["rtfx"] = audio_s / figures["wall_s"]
