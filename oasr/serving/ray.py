@@ -9,8 +9,11 @@ the replicas. The life of a replica:
    (``warm_up``) -- a replica that cannot decode never takes traffic, and Ray retries it;
 2. ``__serve_build_asgi_app__`` wraps the engine in ``create_app`` and adds the replica's
    id as the ``x-oasr-replica`` response header and as ``oasr_replica_info{replica}`` on
-   ``/metrics`` (each scrape of ``/metrics`` answers from one replica; Ray's own per-replica
-   series, ``ray_serve_*`` with a ``replica`` label, are on each node's Ray metrics port);
+   ``/metrics`` (a scrape of ``/metrics`` through the proxy answers from one replica). For
+   every replica at once, a thread copies the engine's figures every ``metrics_interval_s``
+   into Ray Serve metrics (``ray_oasr_queue_depth``, ``ray_oasr_running_batch_rows``,
+   ``ray_oasr_engine_requests_total{outcome}``, ... labelled ``deployment`` / ``replica``),
+   which each node's Ray metrics port serves beside Ray's own ``ray_serve_*`` series;
 3. ``check_health`` (called by the Serve controller every ``health_check_period_s``) fails
    once the engine's decode loop has died, so Ray replaces the replica; the requests still
    waiting on it are answered 503 at once by the app's drain, as in a single process;
@@ -29,6 +32,7 @@ import asyncio
 import dataclasses
 import logging
 import os
+import threading
 from typing import Any
 
 from ray import serve
@@ -84,11 +88,59 @@ class _ReplicaCollector:
         yield info
 
 
+class _RayMetrics:
+    """The engine's figures as Ray Serve metrics (tagged with the deployment and replica by Ray)."""
+
+    GAUGES = {
+        "admitted": ("oasr_queue_depth", "Requests admitted to the engine and not finished"),
+        "running_requests": ("oasr_engine_running_requests", "Requests in the decode loop"),
+        "running_rows": ("oasr_running_batch_rows", "Decode rows in the running batches"),
+        "waiting_tasks": ("oasr_engine_waiting_tasks", "Decode tasks waiting to join a batch"),
+    }
+    COUNTERS = {
+        "audio_seconds": ("oasr_audio_seconds", "Seconds of audio admitted to the engine"),
+        "steps": ("oasr_engine_steps", "Engine steps"),
+        "joins_running": ("oasr_decode_joins_running", "Decode tasks that joined a running batch"),
+    }
+    OUTCOMES = ("finished", "failed", "aborted")
+
+    def __init__(self, engine) -> None:
+        from ray.serve import metrics
+
+        self.engine = engine
+        self.gauges = {k: metrics.Gauge(name, description) for k, (name, description) in self.GAUGES.items()}
+        self.counters = {k: metrics.Counter(name, description) for k, (name, description) in self.COUNTERS.items()}
+        self.outcomes = metrics.Counter("oasr_engine_requests", "Engine requests by outcome", tag_keys=("outcome",))
+        self.last: dict[str, float] = {}
+
+    def publish(self) -> None:
+        stats = self.engine.stats()
+        for key, gauge in self.gauges.items():
+            gauge.set(getattr(stats, key))
+        for key, counter in self.counters.items():
+            self._inc(counter, key, getattr(stats, key), None)
+        for outcome in self.OUTCOMES:
+            self._inc(self.outcomes, outcome, getattr(stats, outcome), {"outcome": outcome})
+
+    def _inc(self, counter, key: str, total: float, tags: dict[str, str] | None) -> None:
+        delta = total - self.last.get(key, 0.0)
+        if delta > 0:
+            counter.inc(delta, tags=tags)
+        self.last[key] = total
+
+    def run(self, stop: threading.Event, interval_s: float) -> None:
+        while not stop.wait(interval_s):
+            try:
+                self.publish()
+            except Exception:  # noqa: BLE001 - metrics must never take a replica down
+                log.debug("publishing the engine's metrics to Ray failed", exc_info=True)
+
+
 @serve.ingress()
 class OasrServer:
     """One engine replica (see the module notes); built by ``build_app``, not directly."""
 
-    async def __init__(self, settings: ServerSettings) -> None:
+    async def __init__(self, settings: ServerSettings, metrics_interval_s: float = 5.0) -> None:
         from oasr.server.app import build_engine
         from oasr.server.lifecycle import warm_up
 
@@ -104,6 +156,12 @@ class OasrServer:
         except BaseException:
             self.engine.shutdown()
             raise
+        self._stop = threading.Event()
+        if metrics_interval_s > 0:
+            publisher = _RayMetrics(self.engine)
+            threading.Thread(
+                target=publisher.run, args=(self._stop, metrics_interval_s), name="oasr-ray-metrics", daemon=True
+            ).start()
         log.info("oasr replica %s: %s loaded on %s", self.replica_id, settings.model_names[0], settings.device)
 
     def __serve_build_asgi_app__(self):
@@ -122,6 +180,9 @@ class OasrServer:
             raise RuntimeError(f"oasr replica {self.replica_id}: the engine stopped ({self.engine.death!r})")
 
     def __del__(self) -> None:
+        stop = getattr(self, "_stop", None)
+        if stop is not None:
+            stop.set()
         engine = getattr(self, "engine", None)
         if engine is not None:
             engine.shutdown()
@@ -148,6 +209,7 @@ def build_app(
     health_check_period_s: float = 10.0,
     graceful_shutdown_timeout_s: float = 20.0,
     max_constructor_retry_count: int = 3,
+    metrics_interval_s: float = 5.0,
     settings: ServerSettings | None = None,
     **engine_options: Any,
 ) -> serve.Application:
@@ -166,6 +228,8 @@ def build_app(
         ray_actor_options: more Ray actor options (``runtime_env``, ``resources``, ...);
             ``num_cpus`` / ``num_gpus`` above win.
         health_check_period_s, graceful_shutdown_timeout_s: Ray Serve's, per replica.
+        metrics_interval_s: how often each replica copies its engine's figures into Ray's
+            metrics (0: never).
         max_constructor_retry_count: replica starts that may fail (a model that does not load)
             before the deployment is declared failed (Ray's default, 20, hides a typo for minutes).
         settings: a whole ``ServerSettings`` (then ``model`` and ``engine_options`` must not
@@ -202,7 +266,7 @@ def build_app(
             raise ValueError(f"num_replicas must be >= 1, got {num_replicas}")
         options["num_replicas"] = int(num_replicas)
     deployment = serve.deployment(OasrServer).options(**options)
-    return deployment.bind(settings)
+    return deployment.bind(settings, metrics_interval_s=float(metrics_interval_s))
 
 
 def _autoscaling_config(autoscaling, ongoing: int) -> dict[str, Any]:
@@ -250,7 +314,7 @@ def app_builder(args: dict[str, Any]) -> serve.Application:
 
 
 _NUMERIC = {"num_replicas": int, "num_cpus": float, "num_gpus": float, "max_ongoing_requests": int}
-_NUMERIC |= {"max_constructor_retry_count": int}
+_NUMERIC |= {"max_constructor_retry_count": int, "metrics_interval_s": float}
 _NUMERIC |= {"health_check_period_s": float, "graceful_shutdown_timeout_s": float}
 
 

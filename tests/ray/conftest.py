@@ -46,6 +46,7 @@ def ray_cluster():
         _node_ip_address="127.0.0.1",
         _temp_dir=temp,
         log_to_driver=False,
+        _system_config={"metrics_report_interval_ms": 1000},  # the replicas' metrics reach the node's port in ~1 s
     )
     try:
         yield ray

@@ -81,6 +81,7 @@ def ray_app(ray_cluster, single_process_texts):
         num_threads=1,
         log_level="warning",
         health_check_period_s=2.0,
+        metrics_interval_s=1.0,
         ray_actor_options={"runtime_env": {"env_vars": {"OASR_FAULT_INJECT": f"poison:{POISON_S}"}}},
     )
     serve.run(app, name=APP, route_prefix="/")
@@ -121,6 +122,26 @@ def test_16_concurrent_requests_spread_over_both_replicas(ray_app, audio_dir, si
     metrics = httpx.get(base + "/metrics", timeout=30)
     replica = metrics.headers["x-oasr-replica"]
     assert f'replica="{replica}"' in metrics.text and "oasr_requests_total" in metrics.text
+    # Every replica's engine figures on the node's Ray metrics port, labelled by replica.
+    deadline = time.monotonic() + 60
+    while (finished := _finished_per_replica(ray)).keys() != answered or sum(finished.values()) < 16:
+        assert time.monotonic() < deadline, finished
+        time.sleep(1.0)
+
+
+def _finished_per_replica(ray) -> dict[str, float]:
+    """``ray_oasr_engine_requests_total{outcome="finished"}`` per replica id, from the node's Ray metrics port."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    port = ray._private.worker._global_node.metrics_export_port
+    text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
+    out: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == "ray_oasr_engine_requests_total" and sample.labels.get("outcome") == "finished":
+                replica = sample.labels.get("replica", "").rsplit("#", 1)[-1]
+                out[replica] = out.get(replica, 0.0) + sample.value
+    return out
 
 
 def test_a_poison_request_fails_alone_and_both_replicas_keep_serving(ray_app, audio_dir, single_process_texts):
