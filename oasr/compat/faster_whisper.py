@@ -430,19 +430,11 @@ class WhisperModel:
         if vad_filter:
             vad = _vad_options(vad_parameters, _SEQUENTIAL_VAD_DEFAULTS)
             speech, _ = self._speech_only(wave, vad)
-        duration_after_vad = speech.shape[0] / SAMPLING_RATE
-        language, probability, all_probs = self._language(
-            language, speech, language_detection_segments, language_detection_threshold
+        vad_options = vad if vad is not None else vad_parameters
+        info = self._info(
+            language, speech, duration, options, vad_options, language_detection_segments, language_detection_threshold
         )
-        info = TranscriptionInfo(
-            language=language,
-            language_probability=probability,
-            duration=duration,
-            duration_after_vad=duration_after_vad,
-            all_language_probs=all_probs,
-            transcription_options=options,
-            vad_options=vad if vad is not None else vad_parameters,
-        )
+        language = info.language
         if speech.shape[0] == 0:  # faster-whisper: no audio (or no speech) gives no segments
             return iter(()), info
         engine_options = self._engine_options(options, task, language, language_detection_threshold)
@@ -458,16 +450,35 @@ class WhisperModel:
 
         return _progress(segments(), duration, log_progress), info
 
-    def _language(
-        self, language: str | None, speech: np.ndarray, segments: int, threshold: float | None
-    ) -> tuple[str | None, float, list | None]:
-        if language is not None:
-            return language, 1.0, None
-        if not self._tok.special.is_multilingual:
-            return "en", 1.0, None
-        if speech.shape[0] == 0:  # no audio (or no speech): nothing to detect, no segments follow
-            return None, 0.0, None
-        return self._detect(speech, segments, threshold)
+    def _info(
+        self,
+        language: str | None,
+        speech: np.ndarray,
+        duration: float,
+        options: TranscriptionOptions,
+        vad_options: Any,
+        segments: int,
+        threshold: float | None,
+    ) -> TranscriptionInfo:
+        """The ``TranscriptionInfo`` of a call, detecting the language of ``speech`` (the audio
+        left after VAD) when none is given, as faster-whisper does before decoding."""
+        probability, all_probs = 1.0, None
+        if language is None:
+            if not self._tok.special.is_multilingual:
+                language = "en"
+            elif speech.shape[0] == 0:  # no audio (or no speech): nothing to detect, no segments follow
+                probability = 0.0
+            else:
+                language, probability, all_probs = self._detect(speech, segments, threshold)
+        return TranscriptionInfo(
+            language=language,
+            language_probability=probability,
+            duration=duration,
+            duration_after_vad=speech.shape[0] / SAMPLING_RATE,
+            all_language_probs=all_probs,
+            transcription_options=options,
+            vad_options=vad_options,
+        )
 
     def _options(self, args: dict[str, Any]) -> TranscriptionOptions:
         if args.get("chunk_length") not in (None, CHUNK_LENGTH):
@@ -602,18 +613,11 @@ class BatchedInferencePipeline:
             raise RuntimeError("No clip timestamps found. Set 'vad_filter' to True or provide 'clip_timestamps'.")
         pieces = [c.audio(wave) for c in chunks]
         speech = np.concatenate(pieces) if pieces else np.zeros(0, np.float32)
-        language, probability, all_probs = m._language(
-            language, speech, language_detection_segments, language_detection_threshold
+        vad_options = vad if vad is not None else vad_parameters
+        info = m._info(
+            language, speech, duration, options, vad_options, language_detection_segments, language_detection_threshold
         )
-        info = TranscriptionInfo(
-            language=language,
-            language_probability=probability,
-            duration=duration,
-            duration_after_vad=speech.shape[0] / SAMPLING_RATE,
-            all_language_probs=all_probs,
-            transcription_options=options,
-            vad_options=vad if vad is not None else vad_parameters,
-        )
+        language = info.language
         if not pieces:
             return iter(()), info
         engine_options = m._engine_options(options, task, language, language_detection_threshold)
