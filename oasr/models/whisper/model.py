@@ -7,8 +7,8 @@ renamed onto it in ``convert.py``. The output projection is tied to the token
 embedding, as in every Whisper release.
 
 Reads top to bottom: attention, encoder layer, encoder, decoder layer, decoder
-(prefill / step over the pool, teacher-forced cross-attention for word timing),
-then the public model.
+(one layer body, ``_layers``, which prefill / step over the pool and the teacher-forced
+cross-attention for word timing call with their own attention), then the public model.
 """
 
 from __future__ import annotations
