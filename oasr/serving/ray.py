@@ -235,8 +235,9 @@ def build_app(
         settings: a whole ``ServerSettings`` (then ``model`` and ``engine_options`` must not
             be given).
         **engine_options: ``ServerSettings`` fields (``api_key``, ``max_queue``,
-            ``max_upload_mb``, ``beam_size``, ``device``, ``num_threads``, ``max_batch_size``,
-            ...) and ``EngineConfig`` fields (``quantize``, ``decode_type``, ...).
+            ``max_upload_mb``, ``request_timeout_s``, ``device``, ``num_threads``,
+            ``max_batch_size``, the decoding defaults, ...) and ``EngineConfig`` fields
+            (``quantize``, ``decode_type``, ...).
 
     Raises:
         TypeError: an option that is neither a settings nor an engine field (named).
@@ -319,16 +320,13 @@ _NUMERIC |= {"health_check_period_s": float, "graceful_shutdown_timeout_s": floa
 
 
 def _coerce(key: str, value: Any) -> Any:
+    """A ``serve run key=value`` string as the option's type (read off the settings field's annotation)."""
     if not isinstance(value, str):
         return value
     kind = _NUMERIC.get(key)
     if kind is None and key in _SETTINGS_FIELDS:
-        default = _SETTINGS_FIELDS[key].default
-        kind = type(default) if isinstance(default, (bool, int, float)) and default is not None else None
-        if key in ("request_timeout_s", "max_audio_s", "blank_penalty"):
-            kind = float
-        elif key == "max_sym_per_frame":
-            kind = int
+        annotation = str(_SETTINGS_FIELDS[key].type)
+        kind = next((t for t in (bool, int, float) if t.__name__ in annotation.split(" | ")), None)
     if kind is bool:
         return value.strip().lower() in ("1", "true", "yes", "on")
     try:

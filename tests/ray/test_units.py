@@ -83,11 +83,13 @@ def test_build_app_sets_replicas_resources_and_settings():
     assert settings.model == "whisper-base" and settings.api_key == "k"
     assert settings.extra_engine_config == {"quantize": "int8"}
 
-    auto = app_builder({"model": "whisper-base", "autoscaling": "1:3", "num_cpus": "0.25", "max_queue": "12"})
+    strings = {"autoscaling": "1:3", "num_cpus": "0.25", "max_queue": "12", "request_timeout_s": "30"}
+    auto = app_builder({"model": "whisper-base", **strings})
     config = auto._bound_deployment._deployment_config.autoscaling_config
     assert (config.min_replicas, config.max_replicas) == (1, 3)
     assert auto._bound_deployment.ray_actor_options["num_cpus"] == 0.25
     assert auto._bound_deployment.init_args[0].max_queue == 12
+    assert auto._bound_deployment.init_args[0].request_timeout_s == 30.0
 
 
 @pytest.mark.parametrize(
