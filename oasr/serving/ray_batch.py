@@ -176,7 +176,7 @@ class Transcriber:
         keys = ("status", "text", "language", "duration_s", "error", *(f"doc_{f}" for f in self.formats))
         out: dict[str, list] = {"index": list(batch["index"]), "worker": [self.worker] * len(paths)}
         for key in keys:
-            out[key] = [(row or {}).get(key) for row in rows]
+            out[key] = [row.get(key) for row in rows]
         return out
 
 
