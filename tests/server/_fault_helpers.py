@@ -12,7 +12,6 @@ decoder steps, and batching cannot flip an argmax (solo and batched texts are eq
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import shutil
@@ -20,13 +19,12 @@ import socket
 import subprocess
 import sys
 import time
-import wave
 from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
 
-from .conftest import REPO_ROOT, ServerProcess, _free_port
+from .conftest import REPO_ROOT, ServerProcess, _free_port, float_wav, wav_bytes  # noqa: F401 (float_wav: re-exported)
 
 LN_SCALE = 8.0  # decoder final layer norm gain: makes greedy decoding confident (see the module notes)
 
@@ -73,30 +71,9 @@ def corrupt_copy(model_dir: Path, out_dir: Path, *, zero_bytes: bool = False, se
 # Audio
 
 
-def wav16(samples: np.ndarray, rate: int = 16000) -> bytes:
-    """16-bit PCM mono WAV."""
-    pcm = (np.clip(samples, -1, 1) * 32767).astype("<i2")
-    buf = io.BytesIO()
-    with wave.open(buf, "wb") as w:
-        w.setnchannels(1)
-        w.setsampwidth(2)
-        w.setframerate(rate)
-        w.writeframes(pcm.tobytes())
-    return buf.getvalue()
-
-
-def float_wav(samples: np.ndarray, rate: int = 16000) -> bytes:
-    """32-bit IEEE-float mono WAV (WAVE_FORMAT_IEEE_FLOAT, which can carry NaN / inf)."""
-    data = np.asarray(samples, dtype="<f4").tobytes()
-    fmt = (3).to_bytes(2, "little") + (1).to_bytes(2, "little") + rate.to_bytes(4, "little")
-    fmt += (rate * 4).to_bytes(4, "little") + (4).to_bytes(2, "little") + (32).to_bytes(2, "little")
-    body = b"WAVE" + b"fmt " + len(fmt).to_bytes(4, "little") + fmt + b"data" + len(data).to_bytes(4, "little") + data
-    return b"RIFF" + len(body).to_bytes(4, "little") + body
-
-
 def one_hz_wav(n_bytes: int = 20000) -> bytes:
     """A 20 kB 16-bit WAV whose header says 1 Hz: 10,000 s of audio in a tiny upload."""
-    return wav16(np.zeros(n_bytes // 2, dtype=np.float32), rate=1)
+    return wav_bytes(np.zeros(n_bytes // 2), rate=1)
 
 
 def silent_flac(path: Path, hours: float, rate: int = 8000) -> Path:

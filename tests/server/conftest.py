@@ -130,6 +130,10 @@ class ServerProcess:
             **kw,
         )
 
+    def healthy(self) -> bool:
+        """Whether /health answers 200."""
+        return httpx.get(self.base_url + "/health", timeout=10).status_code == 200
+
     def metrics(self) -> dict[str, float]:
         """``{'name{label="v",...}': value}`` of every sample on /metrics (labels sorted)."""
         from prometheus_client.parser import text_string_to_metric_families
@@ -217,3 +221,15 @@ def wav_bytes(samples, rate: int = 16000, channels: int = 1) -> bytes:
         w.setframerate(rate)
         w.writeframes(pcm.tobytes())
     return buf.getvalue()
+
+
+def float_wav(samples, rate: int = 16000) -> bytes:
+    """32-bit IEEE-float mono WAV (WAVE_FORMAT_IEEE_FLOAT, which can carry NaN / inf samples)."""
+    import struct
+
+    import numpy as np
+
+    data = np.asarray(samples, dtype="<f4").tobytes()
+    fmt = struct.pack("<HHIIHH", 3, 1, rate, rate * 4, 4, 32)
+    body = b"WAVE" + b"fmt " + struct.pack("<I", len(fmt)) + fmt + b"data" + struct.pack("<I", len(data)) + data
+    return b"RIFF" + struct.pack("<I", len(body)) + body

@@ -46,13 +46,11 @@ from ._fault_helpers import (
     build_fault_model,
     corrupt_copy,
     failed_start,
-    float_wav,
     one_hz_wav,
     silent_flac,
     start_server,
-    wav16,
 )
-from .conftest import metric
+from .conftest import float_wav, metric, wav_bytes
 
 pytest.importorskip("transformers")
 pytest.importorskip("soundfile")
@@ -88,9 +86,9 @@ def audio() -> dict[str, bytes]:
     # 30-s window of it (several at the fallback temperatures): a few seconds of decoding for
     # 5 minutes, tens of seconds for 20 (its WAV is 8 kHz to keep the upload at 19 MB).
     jfk = load_audio(str(AUDIO_DIR / INNOCENTS[0]), 16000)
-    clips["long5"] = wav16(np.tile(jfk, 300 // 11 + 1))
+    clips["long5"] = wav_bytes(np.tile(jfk, 300 // 11 + 1))
     jfk8k = load_audio(str(AUDIO_DIR / INNOCENTS[0]), 8000)
-    clips["long20"] = wav16(np.tile(jfk8k, 1200 // 11 + 1), rate=8000)
+    clips["long20"] = wav_bytes(np.tile(jfk8k, 1200 // 11 + 1), rate=8000)
     return clips
 
 
@@ -177,10 +175,6 @@ def _wait_metric(server, name: str, at_least: float, limit_s: float = 30.0, **la
     return value
 
 
-def _healthy(server) -> bool:
-    return httpx.get(server.base_url + "/health", timeout=10).status_code == 200
-
-
 # ---------------------------------------------------------------------------
 # Hang-ups and timeouts beside running requests
 
@@ -214,7 +208,7 @@ def test_hang_up_leaves_the_other_requests_their_solo_text(server, audio, model_
         _wait_metric(server, "oasr_engine_running_requests", 2, limit_s=10)  # decoding beside the victim
         victim.hang_up()
     innocents.check(solo)
-    assert _healthy(server)
+    assert server.healthy()
     if moment == "mid_decode":
         assert _wait_metric(server, "oasr_engine_requests_total", aborted + 1, outcome="aborted") >= aborted + 1
         # counted as cancelled (an SSE close that raced its pending read lost this count once)
@@ -258,7 +252,7 @@ def test_request_timeout_beside_running_requests(timeout_server, audio, model_di
     while metric(s.metrics(), "oasr_running_batch_rows") > 0 and time.monotonic() < deadline:
         time.sleep(0.05)
     assert metric(s.metrics(), "oasr_running_batch_rows") == 0, "the timed-out request's rows were not freed"
-    assert _healthy(s)
+    assert s.healthy()
 
 
 def test_default_request_budget_grows_with_the_audio():
@@ -351,7 +345,7 @@ def test_poison_is_400_and_the_innocent_beside_it_is_not_touched(server, audio, 
     if code is not None:
         assert err["code"] == code, err
     assert (innocent["r"].status_code, innocent["r"].json()["text"]) == (200, solo[INNOCENTS[0]])
-    assert _healthy(server)
+    assert server.healthy()
 
 
 @pytest.mark.parametrize("vad", [False, True], ids=["plain", "vad"])
@@ -386,7 +380,7 @@ def test_language_auto_means_detect(server, audio, model_dir, solo):
 
 def test_json_keeps_language_when_vad_finds_no_speech(server, model_dir):
     pytest.importorskip("silero_vad")
-    r = _post(server, wav16(np.zeros(32000)), model_dir, chunking_strategy="auto")
+    r = _post(server, wav_bytes(np.zeros(32000)), model_dir, chunking_strategy="auto")
     assert r.status_code == 200, r.text
     assert "language" in r.json() and r.json()["text"] == ""
 
@@ -403,7 +397,7 @@ def test_idle_upload_is_closed_with_408(server, audio, model_dir):
     assert status == 408, body[:300]
     assert json.loads(body)["error"]["code"] == "upload_idle_timeout"
     assert 1.5 < time.monotonic() - t0 < 15
-    assert _healthy(server)
+    assert server.healthy()
 
 
 @pytest.mark.parametrize(
@@ -498,7 +492,7 @@ def test_loop_survives_injected_step_abort_and_poison_failures(model_dir, audio,
     """``step:40`` fails one batched step, ``abort:1`` the first abort (a hang-up), and
     ``poison:2`` every step a 2-s request is in: each fails its request alone (or none:
     a failed step's requests are decoded again one by one), the rest get their solo text."""
-    poison = wav16(np.zeros(32000) + 0.01 * np.sin(np.arange(32000) * 0.05))  # exactly 2.00 s
+    poison = wav_bytes(np.zeros(32000) + 0.01 * np.sin(np.arange(32000) * 0.05))  # exactly 2.00 s
     s = start_server(model_dir, tmp_path / "inject.log", env={"OASR_FAULT_INJECT": "step:40,abort:1,poison:2"})
     try:
         # A round of the two innocents plus a hang-up: steps pass 40, the abort fails.
@@ -519,7 +513,7 @@ def test_loop_survives_injected_step_abort_and_poison_failures(model_dir, audio,
         r = _post(s, poison, model_dir)
         innocents.check(solo)
         assert r.status_code == 500 and r.json()["error"]["code"] == "internal_error", r.text
-        assert _healthy(s)
+        assert s.healthy()
         r = _post(s, audio[SHORT], model_dir)
         assert (r.status_code, r.json()["text"]) == (200, solo[SHORT])
     finally:

@@ -11,8 +11,6 @@ biased so that it fires on speech: random text, but timed tokens on every clip.
 from __future__ import annotations
 
 import re
-import socket
-import struct
 import threading
 from pathlib import Path
 
@@ -20,7 +18,8 @@ import numpy as np
 import pytest
 
 from tests.conftest import AUDIO_DIR
-from tests.server.conftest import ServerProcess, httpx, metric, wav_bytes
+from tests.server._fault_helpers import RawRequest
+from tests.server.conftest import ServerProcess, float_wav, metric, wav_bytes
 
 torch = pytest.importorskip("torch")
 yaml = pytest.importorskip("yaml")
@@ -87,50 +86,8 @@ def solo(server, clips) -> dict[str, str]:
     return out
 
 
-def float_wav(samples: np.ndarray, rate: int = 16000) -> bytes:
-    """32-bit IEEE-float mono WAV (format 3), which can carry NaN / inf samples."""
-    data = np.asarray(samples, dtype="<f4").tobytes()
-    fmt = struct.pack("<HHIIHH", 3, 1, rate, rate * 4, 4, 32)
-    body = b"WAVE" + b"fmt " + struct.pack("<I", len(fmt)) + fmt + b"data" + struct.pack("<I", len(data)) + data
-    return b"RIFF" + struct.pack("<I", len(body)) + body
-
-
-class HangUp:
-    """A multipart POST over a plain socket, sent up to a byte offset, then dropped (RST)."""
-
-    def __init__(self, port: int, audio: bytes) -> None:
-        boundary = "oasrparaformerhangup"
-        body = (
-            (
-                f'--{boundary}\r\nContent-Disposition: form-data; name="model"\r\n\r\n{NAME}\r\n'
-                f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="a.wav"\r\n'
-                "Content-Type: application/octet-stream\r\n\r\n"
-            ).encode()
-            + audio
-            + f"\r\n--{boundary}--\r\n".encode()
-        )
-        head = (
-            f"POST {TRANSCRIBE} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
-            f"Content-Type: multipart/form-data; boundary={boundary}\r\nContent-Length: {len(body)}\r\n"
-            "Connection: close\r\n\r\n"
-        ).encode()
-        self.data = head + body
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=60)
-
-    def send(self, upto: int | None = None) -> None:
-        self.sock.sendall(self.data[: len(self.data) if upto is None else upto])
-
-    def hang_up(self) -> None:
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-        self.sock.close()
-
-
 def _post(server, data: bytes, timeout: float = 120, **fields: str):
     return server.post_audio(files={"file": ("a.wav", data)}, data={"model": NAME, **fields}, timeout=timeout)
-
-
-def _healthy(server) -> bool:
-    return httpx.get(server.base_url + "/health", timeout=10).status_code == 200
 
 
 # ---------------------------------------------------------------------------
@@ -224,7 +181,7 @@ def test_bad_audio_is_400_and_the_request_beside_it_keeps_its_text(server, clips
     err = r.json()["error"]
     assert (err["type"], err["param"], err["code"]) == ("invalid_request_error", "file", code), err
     assert (innocent["r"].status_code, innocent["r"].json()["text"]) == (200, solo[ZH])
-    assert _healthy(server)
+    assert server.healthy()
 
 
 def _engine_ended(server) -> float:
@@ -250,7 +207,7 @@ def test_hang_up_leaves_a_concurrent_request_its_solo_text(server, clips, solo, 
 
     speech = load_audio(str(clips[OTHER]), 16000)
     long_victim = wav_bytes(np.tile(speech, int(np.ceil(100 / (len(speech) / 16000)))))  # 100 s, under the limit
-    victim = HangUp(server.port, long_victim)
+    victim = RawRequest(server.port, TRANSCRIBE, {"model": NAME}, long_victim)
     ended = _engine_ended(server)
     innocent: dict[str, object] = {}
 
@@ -274,6 +231,6 @@ def test_hang_up_leaves_a_concurrent_request_its_solo_text(server, clips, solo, 
     if moment == "mid_upload":
         assert _engine_ended(server) == ended + 1  # the innocent only: the victim never reached the engine
     assert metric(server.metrics(), "oasr_engine_requests_total", outcome="failed") == 0
-    assert _healthy(server)
+    assert server.healthy()
     r = _post(server, clips[OTHER].read_bytes())
     assert (r.status_code, r.json()["text"]) == (200, solo[OTHER])
