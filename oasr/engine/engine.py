@@ -75,10 +75,14 @@ class EngineCore:
             self.loaded = model
         else:
             self.loaded = load_pretrained(
-                model, architecture=config.architecture, device=config.device, dtype=config.torch_dtype()
+                model,
+                architecture=config.architecture,
+                device=config.device,
+                dtype=config.torch_dtype(),
+                quantize=config.quantize,  # as the weights load: no float32 copy of the linear layers
             )
         if config.quantize is not None:
-            # In place: a LoadedModel passed in is quantized too.
+            # In place: a LoadedModel passed in is quantized too (and tied heads, which the load leaves).
             quantize_linears_(self.loaded.model, config.quantize)
         self.strategy: DecodeStrategy = self.build_strategy()
         self.splitter = VadSplitter(self.strategy, self.sampling_rate)

@@ -135,6 +135,7 @@ def load_pretrained(
     device: torch.device | str | None = None,
     dtype: torch.dtype | str | None = None,
     revision: str | None = None,
+    quantize: str | None = None,
 ) -> LoadedModel:
     """Load a model with its tokenizer, feature / decoding specs and LoadReport.
 
@@ -143,10 +144,12 @@ def load_pretrained(
         architecture: force a registry key (for formats that are not auto-detected).
         device: where the model runs (default CPU); weights are cast on the host first.
         dtype: compute dtype ("float32", "float16", "bfloat16" or a torch dtype).
+        quantize: "int8": linear layers stored as int8, quantised as the checkpoint is loaded
+            (their float weights are never materialised); None: as the checkpoint gives them.
     """
     path = resolve_model_path(name_or_path, revision=revision)
     model, bundle, report = build_model_from_checkpoint(
-        path, architecture=architecture, dtype=_parse_dtype(dtype), device=device
+        path, architecture=architecture, dtype=_parse_dtype(dtype), device=device, quantize=quantize
     )
     tokenizer = load_tokenizer(bundle.tokenizer)
     if tokenizer is not None and hasattr(model, "attach_tokenizer"):

@@ -275,6 +275,16 @@ def load_checkpoint_bundle(
     return conv.load(path), conv
 
 
+def _linears_deferred(quantize: str | None):
+    """With ``quantize``, linear weights are built on the meta device (quantised from the
+    checkpoint before the load, never allocated in float)."""
+    if quantize is None:
+        return contextlib.nullcontext()
+    from oasr.layers.quant import linear_weights_on_meta
+
+    return linear_weights_on_meta()
+
+
 @contextlib.contextmanager
 def _skip_init() -> Iterator[None]:
     """Build modules without random initialisation: every tensor is about to be loaded."""
@@ -386,12 +396,16 @@ def build_model_from_checkpoint(
     architecture: str | None = None,
     dtype: torch.dtype | None = None,
     device: torch.device | str | None = None,
+    quantize: str | None = None,
 ) -> tuple[BaseAsrModel, CheckpointBundle, LoadReport]:
     """Read a checkpoint and build its model.
 
     The checkpoint is read and cast to ``dtype`` on the host, the model is built
     without random init and filled, and only then moved to ``device`` (a large
-    checkpoint otherwise double-books device memory).
+    checkpoint otherwise double-books device memory). With ``quantize`` ("int8") the
+    linear layers are quantised from the checkpoint's tensors before the rest is loaded
+    (``oasr.layers.quant.quantize_linears_from_checkpoint_``), so their float32 weights
+    are never materialised.
 
     Returns:
         (model in eval mode, the bundle with its specs, the LoadReport).
@@ -399,12 +413,20 @@ def build_model_from_checkpoint(
     bundle, converter = load_checkpoint_bundle(path, architecture)
     info = get_model_info(bundle.architecture)
     cls = info.model_class()
-    with _skip_init():
+    with _skip_init(), _linears_deferred(quantize):
         model = cls.from_config(bundle.config)
     if dtype is not None:
         model.to(dtype=dtype)
     check_finite(bundle.state_dict, bundle.source)
-    report = model.load_weights(bundle.state_dict)
+    if quantize is not None:
+        from oasr.layers.quant import quantize_linears_from_checkpoint_
+        from oasr.models.base import LoadReport
+
+        used, int8_buffers = quantize_linears_from_checkpoint_(model, bundle.state_dict, quantize)
+        report = model.load_weights(bundle.state_dict)
+        report = LoadReport(mapped=report.mapped | used, dropped=report.dropped, missing=report.missing - int8_buffers)
+    else:
+        report = model.load_weights(bundle.state_dict)
     account_load(report, converter, bundle.architecture)
     bundle.state_dict = {}  # the model owns the weights now; free the host copy
     model.eval()
