@@ -128,7 +128,9 @@ def add_model_engine_options(g) -> None:
         "--quantize",
         choices=("int8",),
         default=None,
-        help="store linear-layer weights as int8 (a quarter of the memory; int8 GEMMs for decoder steps on CPU)",
+        help="store linear-layer weights as int8, quantised as the checkpoint loads (a quarter of their float32 "
+        "size; measured peak RSS of this command with whisper-base on an 11-s clip, CPU: 678 MiB against 759 MiB in "
+        "float32); int8 GEMMs for decoder steps on CPU",
     )
     g.add_argument(
         "--step-graphs",
