@@ -24,7 +24,7 @@ How it maps:
 * ``cpu_threads`` -> ``num_threads`` (0: torch's default); ``num_workers`` -> the engine's
   batch size (faster-whisper's concurrent transcriptions share one batched engine here).
 * ``transcribe``: the language is detected first (as faster-whisper does), the segments are
-  decoded when the generator is first iterated and yielded in order; ``log_progress``
+  decoded when the generator is iterated and each is yielded as soon as its window is decoded; ``log_progress``
   shows a tqdm bar in audio seconds. ``vad_filter`` cuts speech with Silero VAD (the
   ``vad`` extra), with faster-whisper's sequential defaults (2 s of silence ends speech).
 * ``BatchedInferencePipeline.transcribe``: faster-whisper's batched rule: the speech (or
@@ -444,8 +444,8 @@ class WhisperModel:
         engine_options["clip_timestamps"] = clip_timestamps
 
         def segments() -> Iterator[Segment]:
-            out = self.engine.transcribe(wave, **engine_options)
-            for seg in out.segments:
+            # Each segment as its window is decoded (faster-whisper's lazy generator).
+            for seg in self.engine.transcribe_stream(wave, **engine_options):
                 yield _convert_segment(seg, seg.id)
 
         return _progress(segments(), duration, log_progress), info

@@ -266,8 +266,8 @@ def test_cliptimestamps_segments(model):
 @needs_base
 def test_generator_is_lazy_and_log_progress_is_accepted(model, monkeypatch, capsys):
     calls = []
-    real = model.engine.transcribe
-    monkeypatch.setattr(model.engine, "transcribe", lambda *a, **k: calls.append(k) or real(*a, **k))
+    real = model.engine.transcribe_stream  # segments as their windows are decoded
+    monkeypatch.setattr(model.engine, "transcribe_stream", lambda *a, **k: calls.append(k) or real(*a, **k))
     segments, info = model.transcribe(JFK, language="en", beam_size=1, log_progress=True, chunk_length=30)
     assert calls == [] and info.language == "en" and info.all_language_probs is None
     texts = [s.text for s in segments]
