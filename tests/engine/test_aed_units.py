@@ -9,8 +9,9 @@ import torch
 from oasr.engine.decode.aed.logits import FilterRules, TimestampIds, apply_filters
 from oasr.engine.decode.aed.prompt import build_prompt, plan_prompt
 from oasr.engine.decode.aed.search import BeamSearch, GreedySearch
-from oasr.engine.decode.aed.strategy import _compaction_order, compression_ratio
+from oasr.engine.decode.aed.strategy import compression_ratio
 from oasr.engine.decode.aed.timing import dtw, median_filter
+from oasr.engine.decode.autoregressive import compaction_order
 from oasr.models.bundled import bundled_path
 from oasr.models.whisper.tokenizer import WhisperTokenizer, normalize_language
 from oasr.tokenizers import HFTokenizer
@@ -164,9 +165,9 @@ def test_median_filter_mirrors_without_repeating_the_edge():
 
 def test_compaction_order_fills_holes_from_the_tail():
     # 5 tasks, tasks 1 and 3 finished: survivors at 0, 2, 4 -> task 4 moves into slot 1.
-    assert _compaction_order([0, 2, 4], 5) == [0, 2, 1]
-    assert _compaction_order([0, 1, 2], 4) == [0, 1, 2]
-    assert _compaction_order([3], 4) == [0]
+    assert compaction_order([0, 2, 4], 5) == [0, 2, 1]
+    assert compaction_order([0, 1, 2], 4) == [0, 1, 2]
+    assert compaction_order([3], 4) == [0]
 
 
 def test_compression_ratio_of_repetition_is_high():

@@ -12,6 +12,10 @@ A step does, across every admitted request:
    next; rows that stop (a stop id of the model, or ``max_new_tokens``) leave through
    ``select``, which fills their holes from the tail.
 
+The running batch, its joins, compaction and K/V-pool growth are the shared scheduler's
+(``oasr.engine.decode.autoregressive.Cohort``, one row per request); the chat prompt,
+token choice, streaming and output parsing are this module's.
+
 Choosing a token (per row, on float32 logits; ``oasr.engine.decode.logits.choose_token``)
 follows transformers' ``generate`` chain: repetition penalty (over the prompt and the
 generated ids, as transformers does) -> temperature -> top-k -> top-p -> softmax -> one
@@ -50,9 +54,7 @@ its final ``RequestOutput.text``.
 from __future__ import annotations
 
 import logging
-import math
 import random
-from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -61,12 +63,12 @@ import torch
 from oasr.audio import load_audio
 from oasr.audio.frontends import build_frontend
 from oasr.engine.config import EngineConfig, TranscribeOptions
+from oasr.engine.decode.autoregressive import AutoregressiveCounters, Cohort, TaskUpdate, select_rows
 from oasr.engine.decode.base import Request, StepEvent
 from oasr.engine.decode.logits import SamplingParams, choose_token
-from oasr.engine.decode.requests import DecodeCounters, RequestTable, TableEntry
+from oasr.engine.decode.requests import RequestTable, TableEntry
 from oasr.engine.outputs import RequestOutput, Segment, compression_ratio
 from oasr.models.base import DecodeType
-from oasr.models.decoders import DecoderState, KVPool
 from oasr.models.decoders.graphs import step_graphs_for
 from oasr.models.loaders import LoadedModel
 
@@ -167,12 +169,8 @@ class _Req(TableEntry):
 
 
 @dataclass
-class LlmCounters(DecodeCounters):
-    """``DecodeCounters`` plus prefill calls, generated tokens and K/V pool growths."""
-
-    prefills: int = 0
-    tokens_generated: int = 0
-    pool_grows: int = 0
+class LlmCounters(AutoregressiveCounters):
+    tokens_generated: int = 0  # every chosen token, stop ids included
 
 
 class LlmDecodeStrategy(RequestTable[_Req]):
@@ -207,11 +205,7 @@ class LlmDecodeStrategy(RequestTable[_Req]):
         self.max_rows = config.max_batch_size
         self.device = model.device
         self.dtype = model.compute_dtype
-        self.pool: KVPool | None = None
-        self.state: DecoderState | None = None
-        self.rows: list[_Req] = []  # running rows, in pool order
-        self.next_tokens: list[int] = []  # the token each running row feeds next
-        self.waiting: deque[_Req] = deque()
+        self.batch: Cohort[_Req] = Cohort(self.decoder, self.device)  # one row per request; its pool grows in length
         self.step_graphs = step_graphs_for(self.decoder, config.step_graphs)
 
     # -- admission ---------------------------------------------------------------------
@@ -274,20 +268,17 @@ class LlmDecodeStrategy(RequestTable[_Req]):
         return _Req(request, opts, params, generator, max_new, feats, int(n_frames), stream)
 
     def _enqueue(self, req: _Req) -> None:
-        self.waiting.append(req)
+        self.batch.waiting.append(req)
 
     def _forget(self, req: _Req) -> None:
-        if req in self.waiting:
-            self.waiting = deque(r for r in self.waiting if r is not req)
-        if any(r is req for r in self.rows):  # free its row now, not at the next step
-            self._keep([i for i, r in enumerate(self.rows) if r is not req])
+        self.batch.discard(lambda r: r is req)  # its row leaves now, not at the next step
         self._release_if_idle()
 
     def _running_rows(self) -> int:
-        return len(self.rows)
+        return self.batch.n_rows
 
     def _waiting_tasks(self) -> int:
-        return len(self.waiting)
+        return len(self.batch.waiting)
 
     def _extra_stats(self) -> dict[str, float]:
         return self.step_graphs.stats() if self.step_graphs else {}
@@ -304,18 +295,13 @@ class LlmDecodeStrategy(RequestTable[_Req]):
 
     def _release_if_idle(self) -> None:
         """Give the pool's memory back once nothing runs or waits."""
-        if not self.rows and not self.waiting:
-            self.pool, self.state, self.next_tokens = None, None, []
+        if not self.batch.tasks and not self.batch.waiting:
+            self.batch.release()
 
     # -- 1. join: encode, prompt, prefill, merge -----------------------------------------------
 
     def _join(self, events: list[StepEvent]) -> None:
-        free = self.max_rows - len(self.rows)
-        batch: list[_Req] = []
-        while self.waiting and len(batch) < free:
-            req = self.waiting.popleft()
-            if not req.done:
-                batch.append(req)
+        batch = self.batch.take(self.max_rows - len(self.batch.tasks), lambda r: r.done)
         if not batch:
             return
         try:
@@ -396,62 +382,34 @@ class LlmDecodeStrategy(RequestTable[_Req]):
             valid[i, t - len(p) :] = True
         ids_t, valid = ids_t.to(self.device), valid.to(self.device)
         embeds = self.model.embed_prompt(ids_t, valid, audio.index_select(0, rows), n_audio.index_select(0, rows))
-        self._ensure_pool(max(len(p) + r.max_new for p, r in zip(group_prompts, reqs)))
-        logits, new = self.decoder.prefill(self.pool, embeds, valid, row0=len(self.rows))
+        need_len = max(len(p) + r.max_new for p, r in zip(group_prompts, reqs))
+        if self.batch.reserve_length(
+            need_len, rows=self.max_rows, len_step=POOL_LEN_STEP, max_len=self.context_len, dtype=self.dtype
+        ):
+            self.counters.pool_grows += 1
+        logits, new = self.decoder.prefill(self.batch.pool, embeds, valid, row0=self.batch.next_row0)
         self.counters.prefills += 1
         tokens, logprobs = self._choose(reqs, logits)
-        alive = [
-            i for i, (r, tok, lp) in enumerate(zip(reqs, tokens, logprobs)) if not self._accept(r, tok, lp, events)
-        ]
-        if not alive:
-            return
-        if len(alive) < len(reqs):
-            new = self.decoder.select(new, alive)
-        if self.state is None or not self.rows:
-            self.state = new
-        else:
-            self.state = self.decoder.merge(self.state, new)
-            self.counters.joins_running += len(alive)
-        self.rows += [reqs[i] for i in alive]
-        self.next_tokens += [tokens[i] for i in alive]
-
-    def _ensure_pool(self, need_len: int) -> None:
-        """A pool of ``max_rows`` rows holding at least ``need_len`` tokens each; a growing
-        pool takes the running rows along."""
-        if self.pool is not None and self.pool.max_len >= need_len:
-            return
-        new_len = min(max(need_len, math.ceil(need_len / POOL_LEN_STEP) * POOL_LEN_STEP), self.context_len)
-        pool = self.decoder.new_pool(self.max_rows, max_len=new_len, device=self.device, dtype=self.dtype)
-        if self.pool is not None and self.state is not None and self.rows:
-            pool.copy_from(self.pool, self.state.row0 + self.state.n_rows, 0, self.state.max_length)
-            self.state.pool = pool
-            self.counters.pool_grows += 1
-        self.pool = pool
+        selection = select_rows(reqs, [1] * len(reqs), self._row_update(tokens, logprobs, events), compact=False)
+        self.counters.joins_running += self.batch.admit(new, *selection)
 
     # -- 2. decode steps ------------------------------------------------------------------------
 
     def _advance(self, events: list[StepEvent]) -> None:
-        if not self.rows:
+        batch = self.batch
+        if not batch.tasks:
             return
-        stepper = self.step_graphs or self.decoder
-        logits = stepper.step(self.state, torch.tensor(self.next_tokens, device=self.device))
-        tokens, logprobs = self._choose(self.rows, logits)
-        alive = []
-        for i, (r, tok, lp) in enumerate(zip(self.rows, tokens, logprobs)):
-            if not self._accept(r, tok, lp, events):
-                alive.append(i)
-                self.next_tokens[i] = tok
-        if len(alive) < len(self.rows):
-            self._keep(alive)
+        logits = batch.step(self.step_graphs or self.decoder)
+        tokens, logprobs = self._choose(batch.tasks, logits)
+        batch.keep(*select_rows(batch.tasks, [1] * len(batch.tasks), self._row_update(tokens, logprobs, events)))
 
-    def _keep(self, alive: list[int]) -> None:
-        """Keep rows ``alive`` (ascending); holes are filled from the tail so few rows move."""
-        m, kept = len(alive), set(alive)
-        tail = [i for i in alive if i >= m]
-        order = [i if i in kept else tail.pop() for i in range(m)]
-        self.state = self.decoder.select(self.state, order)
-        self.rows = [self.rows[i] for i in order]
-        self.next_tokens = [self.next_tokens[i] for i in order]
+    def _row_update(self, tokens: list[int], logprobs: list[float], events: list[StepEvent]) -> TaskUpdate:
+        """``select_rows``' update for one chosen token per row: a request that goes on feeds it next."""
+
+        def update(req: _Req, lo: int, hi: int) -> tuple[list[int], list[int]] | None:
+            return None if self._accept(req, tokens[lo], logprobs[lo], events) else ([0], [tokens[lo]])
+
+        return update
 
     def _choose(self, reqs: list[_Req], logits: torch.Tensor) -> tuple[list[int], list[float]]:
         """Each row's next token and its log-probability under the model (before filtering)."""

@@ -124,7 +124,7 @@ def test_continuous_batching_matches_solo_decodes(loaded, clips, graphs):
     outputs.update(_drain(strategy))
     assert [_tokens(outputs[f"r{i}"]) for i in range(5)] == solo
     assert strategy.stats()["joins_running"] >= 3
-    assert strategy.pool is None  # released when idle
+    assert strategy.batch.pool is None  # released when idle
     assert strategy.stats().get("step_graph_eager", 0) > 0 if graphs else "step_graph_eager" not in strategy.stats()
 
 
@@ -184,7 +184,7 @@ def test_pool_grows_with_running_rows(loaded, clips):
     long = engine.make_options(max_new_tokens=300, language="en")
     strategy.add_request(strategy.prepare(Request("a", clips[4], short)))
     strategy.step()
-    first_len = strategy.pool.max_len
+    first_len = strategy.batch.pool.max_len
     strategy.add_request(strategy.prepare(Request("b", clips[3], long)))
     outputs = _drain(strategy)
     assert strategy.counters.pool_grows == 1 and first_len < 300

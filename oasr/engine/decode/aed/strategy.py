@@ -17,7 +17,9 @@ stage of a ``step``:
 
 Cohorts are keyed by rows per task (1 for greedy, ``beam_size`` for beam search,
 ``best_of`` for sampling), so every cohort keeps the shared cross-attention fast
-path of the K/V pool.
+path of the K/V pool. Joining, stepping, compaction and pool growth are the shared
+scheduler's (``oasr.engine.decode.autoregressive.Cohort``); what stays here is
+Whisper's: windows, prompts, language detection, timestamps and the fallback.
 """
 
 from __future__ import annotations
@@ -26,7 +28,6 @@ import math
 from collections import deque
 from dataclasses import dataclass, field
 
-import numpy as np
 import torch
 
 from oasr.audio.frontends import build_frontend
@@ -36,12 +37,12 @@ from oasr.engine.decode.aed.logits import FilterRules, TimestampIds, apply_filte
 from oasr.engine.decode.aed.prompt import MAX_LENGTH, PromptPlan, build_prompt, plan_prompt
 from oasr.engine.decode.aed.search import BeamSearch, GreedySearch, SamplingSearch, TaskSearch
 from oasr.engine.decode.aed.timing import add_word_timestamps, find_alignment
+from oasr.engine.decode.autoregressive import AutoregressiveCounters, Cohort, select_rows
 from oasr.engine.decode.base import Request, StepEvent
-from oasr.engine.decode.requests import DecodeCounters, RequestTable, TableEntry
+from oasr.engine.decode.requests import RequestTable, TableEntry
 from oasr.engine.outputs import RequestOutput, Segment, Word, compression_ratio
 from oasr.languages import normalize_language
 from oasr.models.base import DecodeType
-from oasr.models.decoders import DecoderState, KVPool
 from oasr.models.decoders.graphs import step_graphs_for
 from oasr.models.loaders import LoadedModel
 from oasr.specs import FeatureSpec
@@ -99,22 +100,12 @@ class _Task:
     no_speech_prob: float = 0.0
 
 
-@dataclass
-class _Cohort:
-    k: int
-    pool: KVPool
-    state: DecoderState | None = None
-    tasks: list[_Task] = field(default_factory=list)
-    next_tokens: list[int] = field(default_factory=list)
-    waiting: deque = field(default_factory=deque)
-
-
 # ---------------------------------------------------------------------------
 
 
 @dataclass
-class AedCounters(DecodeCounters):
-    """``DecodeCounters`` plus encoder windows, finished decode tasks and temperature fallbacks."""
+class AedCounters(AutoregressiveCounters):
+    """The scheduler's counters plus encoder windows, finished decode tasks and temperature fallbacks."""
 
     windows_encoded: int = 0
     tasks_finished: int = 0
@@ -153,7 +144,7 @@ class AedDecodeStrategy(RequestTable[_Req]):
         self.device = model.device
         self.dtype = model.compute_dtype
         self.max_groups = config.max_batch_size
-        self.cohorts: dict[int, _Cohort] = {}
+        self.cohorts: dict[int, Cohort[_Task]] = {}
         self.encode_queue: deque[tuple[_Req, str, int]] = deque()
         self.step_graphs = step_graphs_for(self.decoder, config.step_graphs)
         on_gpu = self.device.type == "cuda"
@@ -235,19 +226,7 @@ class AedDecodeStrategy(RequestTable[_Req]):
 
     def _forget(self, req: _Req) -> None:
         for cohort in self.cohorts.values():  # free its rows now, not at the next step
-            cohort.waiting = deque(t for t in cohort.waiting if t.req is not req)
-            if cohort.state is not None and any(t.req is req for t in cohort.tasks):
-                keep_idx, keep_tasks, keep_tokens = [], [], []
-                row = 0
-                for t in cohort.tasks:
-                    n = t.search.k
-                    if t.req is not req:
-                        keep_idx.extend(range(row, row + n))
-                        keep_tasks.append(t)
-                        keep_tokens.extend(cohort.next_tokens[row : row + n])
-                    row += n
-                cohort.state = self.decoder.select(cohort.state, keep_idx)
-                cohort.tasks, cohort.next_tokens = keep_tasks, keep_tokens
+            cohort.discard(lambda t: t.req is req)
         self.encode_queue = deque(item for item in self.encode_queue if item[0] is not req)
 
     def _release(self, req: _Req) -> None:
@@ -411,22 +390,10 @@ class AedDecodeStrategy(RequestTable[_Req]):
         if cohort is None:
             # Start small (a lone request needs one group) and grow on demand up to max_batch_size.
             groups = min(self.max_groups, max(1, len(self.requests)))
-            cohort = self.cohorts[k] = _Cohort(k=k, pool=self.decoder.new_pool(groups * k, groups))
+            cohort = self.cohorts[k] = Cohort(
+                self.decoder, self.device, k=k, pool=self.decoder.new_pool(groups * k, groups)
+            )
         cohort.waiting.append(task)
-
-    def _reserve(self, cohort: _Cohort, groups: int) -> None:
-        """Grow the cohort's pool (between steps) so it holds ``groups`` groups."""
-        pool = cohort.pool
-        if groups <= pool.max_groups:
-            return
-        cap = min(self.max_groups, max(groups, 2 * pool.max_groups))
-        new = self.decoder.new_pool(cap * cohort.k, cap)
-        state = cohort.state
-        if state is not None and state.n_rows:
-            new.copy_from(pool, state.row0 + state.n_rows, state.group0 + state.n_groups, state.max_length)
-        if state is not None:
-            state.pool = new
-        cohort.pool = new
 
     def _make_task(self, req: _Req) -> _Task:
         opts, win = req.opts, req.window
@@ -482,22 +449,14 @@ class AedDecodeStrategy(RequestTable[_Req]):
         )
         return tuple(sorted(set(ids)))
 
-    def _join(self, cohort: _Cohort, events: list[StepEvent]) -> None:
+    def _join(self, cohort: Cohort[_Task], events: list[StepEvent]) -> None:
         """Prefill waiting tasks into the free rows after the running batch and merge them in."""
-        while cohort.waiting and cohort.waiting[0].req.done:
-            cohort.waiting.popleft()
-        running_groups = cohort.state.n_groups if cohort.state is not None else 0
-        free = self.max_groups - running_groups
-        if not cohort.waiting or free <= 0:
-            return
-        tasks: list[_Task] = []
-        while cohort.waiting and len(tasks) < free:
-            t = cohort.waiting.popleft()
-            if not t.req.done:
-                tasks.append(t)
+        running_groups = cohort.n_groups
+        tasks = cohort.take(self.max_groups - running_groups, lambda t: t.req.done)
         if not tasks:
             return
-        self._reserve(cohort, running_groups + len(tasks))
+        if cohort.reserve_groups(running_groups + len(tasks), self.max_groups):
+            self.counters.pool_grows += 1
         dev = self.device
         b = len(tasks)
         lens = [len(t.plan.prefill) for t in tasks]
@@ -506,46 +465,31 @@ class AedDecodeStrategy(RequestTable[_Req]):
             tokens[i, : lens[i]] = torch.tensor(t.plan.prefill)
         at = torch.tensor([[t.plan.sot_index, lens[i] - 1] for i, t in enumerate(tasks)])
         memory = torch.stack([t.req.window.enc for t in tasks])  # type: ignore[union-attr]
-        state = cohort.state
-        row0 = (state.row0 + state.n_rows) if state is not None else 0
-        group0 = (state.group0 + state.n_groups) if state is not None else 0
         logits, new = self.decoder.prefill(
             cohort.pool,
             tokens.to(dev),
             torch.tensor(lens, device=dev),
-            row0=row0,
-            group0=group0,
+            row0=cohort.next_row0,
+            group0=cohort.next_group0,
             memory=memory,
             logits_at=at.to(dev),
         )
+        self.counters.prefills += 1
         ns = self.tok.special.no_speech
         if ns is not None:
             nsp = torch.softmax(logits[:, 0].float(), dim=-1)[:, ns].tolist()
             for t, p in zip(tasks, nsp):
                 t.no_speech_prob = p
-        idx, nxt, alive = self._select_next(tasks, logits[:, 1], first=True, events=events)
-        if not alive:
-            return
-        new = self.decoder.select(new, idx)
-        if state is None or state.n_rows == 0:
-            cohort.state, cohort.tasks, cohort.next_tokens = new, alive, nxt
-        else:
-            cohort.state = self.decoder.merge(state, new)
-            cohort.tasks = cohort.tasks + alive
-            cohort.next_tokens = cohort.next_tokens + nxt
-            self.counters.joins_running += len(alive)
+        selection = self._select_next(tasks, logits[:, 1], first=True, events=events)
+        self.counters.joins_running += cohort.admit(new, *selection)
 
     # -- 4. decode steps ----------------------------------------------------------------------------
 
-    def _advance(self, cohort: _Cohort, events: list[StepEvent]) -> None:
-        state = cohort.state
-        if state is None or state.n_rows == 0:
+    def _advance(self, cohort: Cohort[_Task], events: list[StepEvent]) -> None:
+        if cohort.n_rows == 0:
             return
-        stepper = self.step_graphs or self.decoder
-        logits = stepper.step(state, torch.tensor(cohort.next_tokens, device=self.device))
-        idx, nxt, alive = self._select_next(cohort.tasks, logits, first=False, events=events)
-        cohort.state = self.decoder.select(state, idx)
-        cohort.tasks, cohort.next_tokens = alive, nxt
+        logits = cohort.step(self.step_graphs or self.decoder)
+        cohort.keep(*self._select_next(cohort.tasks, logits, first=False, events=events))
 
     def _select_next(
         self, tasks: list[_Task], logits: torch.Tensor, *, first: bool, events: list[StepEvent]
@@ -564,33 +508,24 @@ class AedDecodeStrategy(RequestTable[_Req]):
         logprobs = torch.log_softmax(logits.float(), dim=-1)
         best_lp, best_id = logprobs.max(dim=-1)
         argmax = list(zip(best_id.tolist(), best_lp.tolist()))
-        offsets = np.cumsum([0] + rows_per_task)
-        continuing: list[tuple[int, list[int], list[int]]] = []  # (task index, parent rows, next tokens)
         finished: list[_Task] = []
-        for i, t in enumerate(tasks):
+
+        def update(t: _Task, lo: int, hi: int) -> tuple[list[int], list[int]] | None:
             if t.req.done:
-                continue
-            lo, hi = int(offsets[i]), int(offsets[i + 1])
+                return None
             if t.search.done:
                 finished.append(t)
-                continue
+                return None
             parents, nxt = t.search.update(logprobs[lo:hi], argmax[lo:hi])
             if t.search.done:
                 finished.append(t)
-            else:
-                continuing.append((i, [lo + p for p in parents], nxt))
-        order = _compaction_order([c[0] for c in continuing], len(tasks)) if not first else list(range(len(continuing)))
-        idx: list[int] = []
-        nxt_tokens: list[int] = []
-        alive: list[_Task] = []
-        for j in order:
-            ti, parents, nxt = continuing[j]
-            idx.extend(parents)
-            nxt_tokens.extend(nxt)
-            alive.append(tasks[ti])
+                return None
+            return parents, nxt
+
+        selection = select_rows(tasks, rows_per_task, update, compact=not first)
         for t in finished:
             self._task_done(t, events)
-        return idx, nxt_tokens, alive
+        return selection
 
     # -- 5. results ----------------------------------------------------------------------------
 
@@ -815,29 +750,6 @@ class AedDecodeStrategy(RequestTable[_Req]):
                     return "truncate", seek
             hal_last_end = seg["end"]
         return None
-
-
-def _compaction_order(alive_positions: list[int], n_before: int) -> list[int]:
-    """Order of the surviving tasks that moves as few as possible: each hole left by a
-    finished task is filled by the last survivor (swap-remove).
-
-    Args:
-        alive_positions: old positions of the survivors, ascending.
-        n_before: tasks before the step.
-
-    Returns:
-        indices into ``alive_positions`` in their new order.
-    """
-    m = len(alive_positions)
-    slot_of = {p: i for i, p in enumerate(alive_positions)}
-    order: list[int] = []
-    tail = [i for i, p in enumerate(alive_positions) if p >= m]
-    for pos in range(m):
-        if pos in slot_of:
-            order.append(slot_of[pos])
-        else:
-            order.append(tail.pop())
-    return order
 
 
 def _get_end(subs: list[dict]) -> float | None:
