@@ -282,3 +282,32 @@ def test_segments_come_out_window_by_window(tiny_en, clips):
     assert seen[0][2] is None and seen[0][0] < steps  # the first segment came before the end
     assert out.segments[-1].end > 30.0
     assert normalize_text(out.text, "en").count("ask not what your country can do for you") == 3
+
+
+class _EndOnlyEngine:
+    """An engine whose strategy reports segments only in the finished output (as the llm
+    strategy does): yields each input's RequestOutput and nothing before it."""
+
+    def make_options(self, **options):
+        return options
+
+    def transcribe_iter(self, inputs, *, return_exceptions=False, segments=False, min_duration_s=0.0, **options):
+        assert segments
+        for index, _ in enumerate(inputs):
+            segs = [Segment(1, 0, 0.0, 1.5, " first"), Segment(2, 0, 1.5, 2.0, " second")]
+            yield index, RequestOutput(f"r{index}", "first second", segs, duration=2.0)
+
+
+def test_segments_reported_only_at_the_end_are_still_streamed_and_printed(monkeypatch, capsys, tmp_path):
+    from oasr.engine.engine import SegmentStream
+
+    stream = SegmentStream(_EndOnlyEngine(), "a.wav", {})
+    assert [s.text for s in stream] == [" first", " second"] and stream.output.text == "first second"
+
+    monkeypatch.setattr(transcribe_cmd, "load_engine", lambda args: _EndOnlyEngine())
+    audio = tmp_path / "a.wav"
+    audio.write_bytes(b"")
+    assert main(["transcribe", str(audio), "-v", "--no-progress", "-f", "json"]) == 0
+    out, err = capsys.readouterr()
+    assert err.splitlines() == ["[00:00.000 --> 00:01.500] first", "[00:01.500 --> 00:02.000] second"]
+    assert out == '{"text": "first second", "language": null}\n'
