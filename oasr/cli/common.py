@@ -172,32 +172,40 @@ def add_decode_options(parser: argparse.ArgumentParser, *, language: bool = True
         type=positive_int,
         default=None,
         metavar="N",
-        help="beams at temperature 0 (1: greedy; default: the model's decoder's own, Whisper 5, CTC / transducer 1)",
+        help="beams at temperature 0 (1: greedy; default: the decoding's own: Whisper 5, CTC 1, CTC + attention "
+        "rescoring 10, transducer 1)",
     )
     g.add_argument(
-        "--best-of", type=positive_int, default=None, metavar="N", help="samples at temperature > 0 (default 5)"
+        "--best-of",
+        type=positive_int,
+        default=None,
+        metavar="N",
+        help="Whisper: samples at temperature > 0 (default 5)",
     )
     g.add_argument(
-        "--patience", type=positive_float, default=None, metavar="P", help="beam search patience (default 1.0)"
+        "--patience", type=positive_float, default=None, metavar="P", help="Whisper: beam search patience (default 1.0)"
     )
     g.add_argument(
         "--temperature",
         type=temperatures,
         default=None,
         metavar="T[,T...]",
-        help="temperature or fallback sequence (default 0,0.2,0.4,0.6,0.8,1.0)",
+        help="Whisper: temperature or fallback sequence (default 0,0.2,0.4,0.6,0.8,1.0); speech-LLM: "
+        "one temperature (default: the checkpoint's)",
     )
     if task:
         g.add_argument("--word-timestamps", action="store_true", help="time every word")
-    g.add_argument("--initial-prompt", default=None, metavar="TEXT", help="text to prompt the first window with")
+    g.add_argument(
+        "--initial-prompt", default=None, metavar="TEXT", help="Whisper: text to prompt the first window with"
+    )
     g.add_argument(
         "--no-condition-on-previous-text",
         dest="condition_on_previous_text",
         action="store_false",
         default=True,
-        help="do not prompt each window with the previous window's text",
+        help="Whisper: do not prompt each window with the previous window's text",
     )
-    g.add_argument("--without-timestamps", action="store_true", help="decode text tokens only")
+    g.add_argument("--without-timestamps", action="store_true", help="Whisper: decode text tokens only")
     g.add_argument(
         "--vad",
         action="store_true",
@@ -211,7 +219,11 @@ def add_decode_options(parser: argparse.ArgumentParser, *, language: bool = True
         help="phrases to favour (Whisper: prompt hint; CTC: beam-search boost, comma-separated)",
     )
     g.add_argument(
-        "--hotword-weight", type=float, default=None, metavar="W", help="CTC: bonus per hotword token (default 1.5)"
+        "--hotword-weight",
+        type=float,
+        default=None,
+        metavar="W",
+        help="CTC / transducer: bonus per hotword token (default 1.5)",
     )
     g.add_argument(
         "--max-sym-per-frame",
@@ -228,26 +240,42 @@ def add_decode_options(parser: argparse.ArgumentParser, *, language: bool = True
         help="transducer: subtracted from the blank logit before the search (default 0)",
     )
     g.add_argument(
-        "--ctc-weight", type=float, default=None, metavar="W", help="attention rescoring: weight of the CTC score"
+        "--ctc-weight",
+        type=float,
+        default=None,
+        metavar="W",
+        help="attention rescoring: weight of the CTC score (default: the checkpoint's, else 0.5)",
     )
     g.add_argument(
         "--reverse-weight",
         type=float,
         default=None,
         metavar="W",
-        help="attention rescoring: weight of the right-to-left decoder",
+        help="attention rescoring: weight of the right-to-left decoder (default: the checkpoint's, else 0)",
     )
     g.add_argument(
         "--context", default=None, metavar="TEXT", help="speech-LLM: text for the prompt's system turn (biasing)"
     )
     g.add_argument(
-        "--seed", type=int, default=None, metavar="N", help="sampling seed (default 0; negative: a random one)"
+        "--seed",
+        type=int,
+        default=None,
+        metavar="N",
+        help="Whisper / speech-LLM sampling seed (default 0; negative: a random one)",
     )
     g.add_argument(
-        "--top-k", type=nonnegative_int, default=None, metavar="K", help="speech-LLM sampling: top-k (0: off)"
+        "--top-k",
+        type=nonnegative_int,
+        default=None,
+        metavar="K",
+        help="speech-LLM sampling: top-k (0: off; default: the checkpoint's)",
     )
     g.add_argument(
-        "--top-p", type=positive_float, default=None, metavar="P", help="speech-LLM sampling: top-p (1.0: off)"
+        "--top-p",
+        type=positive_float,
+        default=None,
+        metavar="P",
+        help="speech-LLM sampling: top-p (1.0: off; default: the checkpoint's)",
     )
 
 

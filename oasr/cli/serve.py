@@ -97,10 +97,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="encoder windows / decode rows per batch (default 8)",
     )
     g.add_argument(
-        "--beam-size", type=positive_int, default=1, metavar="N", help="beams at temperature 0 (default 1: greedy)"
+        "--beam-size",
+        type=positive_int,
+        default=None,
+        metavar="N",
+        help="beams at temperature 0 for every request (default: the decoding's own: Whisper 5, CTC 1, "
+        "rescoring 10, transducer 1)",
     )
     g.add_argument(
-        "--best-of", type=positive_int, default=5, metavar="N", help="samples per fallback temperature (default 5)"
+        "--best-of",
+        type=positive_int,
+        default=None,
+        metavar="N",
+        help="Whisper: samples per fallback temperature for every request (default 5)",
     )
     g.add_argument(
         "--max-sym-per-frame",
@@ -200,6 +209,10 @@ def fix_malloc_mmap_threshold(threshold: int = 128 * 1024) -> bool:
         return False
 
 
+SERVE_DECODE_FLAGS = ("beam_size", "best_of", "max_sym_per_frame", "blank_penalty")
+"""``oasr serve`` flags that set a decoding option for every request (unset: the strategy's default)."""
+
+
 def settings_from_args(args: argparse.Namespace):
     from oasr.server.settings import DEFAULT_MAX_AUDIO_S, ServerSettings
 
@@ -215,10 +228,7 @@ def settings_from_args(args: argparse.Namespace):
         upload_idle_s=args.upload_idle_timeout,
         max_audio_s=args.max_audio_seconds if args.max_audio_seconds is not None else DEFAULT_MAX_AUDIO_S,
         min_duration_s=args.min_duration,
-        beam_size=args.beam_size,
-        best_of=args.best_of,
-        max_sym_per_frame=args.max_sym_per_frame,
-        blank_penalty=args.blank_penalty,
+        request_options={name: getattr(args, name) for name in SERVE_DECODE_FLAGS if getattr(args, name) is not None},
         device=resolve_device(args.device),
         dtype=args.dtype,
         num_threads=args.threads,

@@ -54,7 +54,7 @@ from oasr.audio.vad import (
     spans_from_probabilities,
     speech_spans,
 )
-from oasr.engine.config import TranscribeOptions
+from oasr.engine.config import TranscribeOptions, is_set
 from oasr.engine.decode.base import DecodeStrategy, Request, StepEvent
 from oasr.engine.decode.ctc.words import is_no_space_char
 from oasr.engine.outputs import RequestOutput, Segment, Word
@@ -409,14 +409,13 @@ class VadSplitter:
 
 def _chunk_options(opts: TranscribeOptions, index: int) -> TranscribeOptions:
     """A chunk is decoded on its own: no VAD, no previous text, the prefix only for the first."""
-    return dataclasses.replace(
-        opts,
-        vad_filter=False,
-        vad_parameters=None,
-        condition_on_previous_text=False,
-        clip_timestamps="0",
-        prefix=opts.prefix if index == 0 else None,
-    )
+    changes: dict[str, object] = {"vad_filter": False, "vad_parameters": None, "clip_timestamps": "0"}
+    # Options of the strategy that reads them (a strategy without them leaves them unset).
+    if is_set(opts.condition_on_previous_text):
+        changes["condition_on_previous_text"] = False
+    if is_set(opts.prefix) and index > 0:
+        changes["prefix"] = None
+    return dataclasses.replace(opts, **changes)
 
 
 def _separator(before: str, after: str) -> str:

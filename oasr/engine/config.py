@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
@@ -102,16 +102,84 @@ class EngineConfig:
             raise ValueError(f"EngineConfig.max_audio_s must be > 0 or None, got {self.max_audio_s}")
 
 
+class _Unset:
+    """The value of a ``TranscribeOptions`` field the caller did not set: the decode strategy's own
+    default applies (``StrategyOptions``). Falsy, and equal only to itself."""
+
+    _instance: _Unset | None = None
+
+    def __new__(cls) -> _Unset:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __bool__(self) -> bool:
+        return False
+
+    def __repr__(self) -> str:
+        return "UNSET"
+
+    def __reduce__(self) -> str:
+        return "UNSET"
+
+
+UNSET: Any = _Unset()
+
+
+def is_set(value: Any) -> bool:
+    """Whether an option value was given (is not ``UNSET``)."""
+    return value is not UNSET
+
+
 @dataclass(frozen=True)
-class TranscribeOptions:
-    """Per-request decoding options (faster-whisper's names and defaults where they apply).
+class CommonOptions:
+    """The options every decode strategy reads (their defaults are the same for all).
 
     Attributes:
-        language: ISO code or name; None detects it (multilingual models).
-        task: "transcribe" or "translate".
-        beam_size: beams at temperature 0 (1 = greedy); None: the decode strategy's own
-            default (Whisper: faster-whisper's 5; CTC, transducer, Paraformer: 1, greedy, as
-            their references decode by default).
+        language: ISO code or English name; None (or "auto" / "") detects it where the model
+            can (a family without language identification then forces none).
+        task: "transcribe" or "translate" (where the model can translate).
+        word_timestamps: time every word (how depends on the strategy: cross-attention
+            alignment, CTC / transducer frames, CIF peaks).
+        hotwords: hint phrases (separated by commas, semicolons or newlines): Whisper places
+            them in the previous-text prompt; CTC beam search boosts them.
+        clip_timestamps: "start,end,..." seconds (or a list) of the clips to transcribe; "0"
+            is the whole input.
+        vad_filter: cut the audio at speech boundaries with Silero VAD (needs the ``vad``
+            extra) into chunks of at most 30 s of speech, silences left out, and decode every
+            chunk as an independent window of one batch (no conditioning on the previous
+            chunk's text; ``prefix`` applies to the first chunk, ``initial_prompt`` to every
+            chunk; without a ``language`` each chunk detects its own). Times are mapped back
+            to the original audio. Audio without speech gives an empty transcript.
+        vad_parameters: ``oasr.audio.vad.VadOptions`` fields (threshold,
+            min_speech_duration_ms, max_speech_duration_s, min_silence_duration_ms,
+            speech_pad_ms) overriding its defaults; needs ``vad_filter``.
+    """
+
+    language: str | None = None
+    task: str = "transcribe"
+    word_timestamps: bool = False
+    hotwords: str | None = None
+    clip_timestamps: str | tuple[float, ...] = "0"
+    vad_filter: bool = False
+    vad_parameters: dict[str, float] | VadOptions | None = None
+
+
+@dataclass(frozen=True)
+class TranscribeOptions(CommonOptions):
+    """One request's decoding options: the common core (``CommonOptions``) plus every decode
+    strategy's own options, in one validated value that travels with the request.
+
+    A strategy option the caller did not set is ``UNSET``; the strategy's ``validate``
+    (``StrategyOptions.resolve``) fills it with that strategy's default and refuses a set
+    option it does not take, naming the strategies that do. Each default is written once, in
+    the strategy's options dataclass: ``WhisperOptions`` (faster-whisper's defaults),
+    ``CtcOptions``, ``TransducerOptions``, ``ParaformerOptions``, ``LlmOptions`` (the
+    checkpoint's generation config). What each field means (faster-whisper's names where
+    they apply):
+
+    Attributes:
+        beam_size: beams at temperature 0 (1 = greedy).
         best_of: independent samples at temperature > 0.
         patience: beam search patience factor.
         length_penalty: exponential length penalty of beam scores.
@@ -130,132 +198,131 @@ class TranscribeOptions:
         suppress_tokens: ids to suppress; -1 expands to the non-speech symbols.
         without_timestamps: sample text tokens only (segments then span whole windows).
         max_initial_timestamp: the first timestamp is at most this (seconds).
-        word_timestamps: time every word by cross-attention alignment.
         prepend_punctuations / append_punctuations: punctuation merged into words.
         max_new_tokens: Whisper: the prompt plus this is the decode length limit, of
-            which (as in faster-whisper / CTranslate2) at most half is generated, so a
-            short prompt gets about (prompt + max_new_tokens) / 2 new tokens per window;
-            speech-LLMs: new tokens per request (None: up to the decoder context).
-        hotwords: hint phrases: Whisper places them in the previous-text prompt; CTC
-            beam search boosts them (phrases separated by commas, semicolons or newlines).
+            which (as in faster-whisper / CTranslate2) at most half is generated;
+            speech-LLMs: new tokens per request (None: the checkpoint's, capped by the context).
         language_detection_threshold / language_detection_segments: detection settings.
         hallucination_silence_threshold: with word timestamps, skip silences longer
             than this around likely hallucinations.
-        clip_timestamps: "start,end,..." seconds (or a list) of the clips to transcribe.
         multilingual: detect the language again in every window.
-        seed: RNG seed for sampling (fixed for reproducible fallbacks).
-        ctc_weight: CTC + attention rescoring: weight of the CTC score in the
-            combined score; None takes the checkpoint's default
-            (``DecodingSpec.params["ctc_weight"]``, else 0.5).
-        reverse_weight: CTC + attention rescoring: weight of the right-to-left
-            decoder's score (0..1); None takes the checkpoint's default
-            (``DecodingSpec.params["reverse_weight"]``, else 0.0).
-        hotword_weight: CTC decoding with ``hotwords``: bonus (natural log) per token
-            of a matched hotword phrase.
+        seed: RNG seed for sampling (fixed for reproducible fallbacks; negative: random).
+        ctc_weight: CTC + attention rescoring: weight of the CTC score (None: the
+            checkpoint's ``DecodingSpec.params["ctc_weight"]``, else 0.5).
+        reverse_weight: CTC + attention rescoring: weight of the right-to-left decoder's
+            score, 0..1 (None: the checkpoint's, else 0.0).
+        hotword_weight: CTC decoding with ``hotwords``: bonus (natural log) per token of a
+            matched hotword phrase.
+        max_sym_per_frame: transducer greedy search: symbols per encoder frame (None: the
+            model's own rule).
+        blank_penalty: transducer: subtracted from the blank logit before the search.
         top_k: speech-LLM sampling: keep the k most likely tokens (0 = off).
         top_p: speech-LLM sampling: keep the smallest set of tokens whose probability
-            reaches top_p (1.0 = off); must be in (0, 1].
-        context: speech-LLM decoding: text placed in the system turn of the prompt to
-            bias the transcript (names, terms, the topic).
-        vad_filter: cut the audio at speech boundaries with Silero VAD (needs the
-            ``vad`` extra) into chunks of at most 30 s of speech, silences left out,
-            and decode every chunk as an independent window of one batch (no
-            conditioning on the previous chunk's text; ``prefix`` applies to the first
-            chunk, ``initial_prompt`` to every chunk; without a ``language`` each chunk
-            detects its own). Times are mapped back to the original audio. Audio
-            without speech gives an empty transcript.
-        vad_parameters: ``oasr.audio.vad.VadOptions`` fields (threshold,
-            min_speech_duration_ms, max_speech_duration_s, min_silence_duration_ms,
-            speech_pad_ms) overriding its defaults; needs ``vad_filter``.
+            reaches top_p, in (0, 1] (1.0 = off).
+        context: speech-LLM decoding: text placed in the system turn of the prompt to bias
+            the transcript (names, terms, the topic).
     """
 
-    language: str | None = None
-    task: str = "transcribe"
-    beam_size: int | None = None
-    best_of: int = 5
-    patience: float = 1.0
-    length_penalty: float = 1.0
-    repetition_penalty: float = 1.0
-    no_repeat_ngram_size: int = 0
-    temperature: float | tuple[float, ...] = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
-    compression_ratio_threshold: float | None = 2.4
-    log_prob_threshold: float | None = -1.0
-    no_speech_threshold: float | None = 0.6
-    condition_on_previous_text: bool = True
-    prompt_reset_on_temperature: float = 0.5
-    initial_prompt: str | tuple[int, ...] | None = None
-    prefix: str | None = None
-    suppress_blank: bool = True
-    suppress_tokens: tuple[int, ...] | None = (-1,)
-    without_timestamps: bool = False
-    max_initial_timestamp: float = 1.0
-    word_timestamps: bool = False
-    prepend_punctuations: str = "\"'“¿([{-"
-    append_punctuations: str = "\"'.。,，!！?？:：”)]}、"
-    max_new_tokens: int | None = None
-    hotwords: str | None = None
-    language_detection_threshold: float | None = 0.5
-    language_detection_segments: int = 1
-    hallucination_silence_threshold: float | None = None
-    clip_timestamps: str | tuple[float, ...] = "0"
-    multilingual: bool = False
-    seed: int = 0
-    ctc_weight: float | None = None
-    reverse_weight: float | None = None
-    hotword_weight: float = 1.5
-    max_sym_per_frame: int | None = None
-    blank_penalty: float = 0.0
-    top_k: int = 0
-    top_p: float = 1.0
-    context: str | None = None
-    vad_filter: bool = False
-    vad_parameters: dict[str, float] | VadOptions | None = None
+    beam_size: int = UNSET
+    best_of: int = UNSET
+    patience: float = UNSET
+    length_penalty: float = UNSET
+    repetition_penalty: float | None = UNSET
+    no_repeat_ngram_size: int = UNSET
+    temperature: float | tuple[float, ...] | None = UNSET
+    compression_ratio_threshold: float | None = UNSET
+    log_prob_threshold: float | None = UNSET
+    no_speech_threshold: float | None = UNSET
+    condition_on_previous_text: bool = UNSET
+    prompt_reset_on_temperature: float = UNSET
+    initial_prompt: str | tuple[int, ...] | None = UNSET
+    prefix: str | None = UNSET
+    suppress_blank: bool = UNSET
+    suppress_tokens: tuple[int, ...] | None = UNSET
+    without_timestamps: bool = UNSET
+    max_initial_timestamp: float = UNSET
+    prepend_punctuations: str = UNSET
+    append_punctuations: str = UNSET
+    max_new_tokens: int | None = UNSET
+    language_detection_threshold: float | None = UNSET
+    language_detection_segments: int = UNSET
+    hallucination_silence_threshold: float | None = UNSET
+    multilingual: bool = UNSET
+    seed: int = UNSET
+    ctc_weight: float | None = UNSET
+    reverse_weight: float | None = UNSET
+    hotword_weight: float = UNSET
+    max_sym_per_frame: int | None = UNSET
+    blank_penalty: float = UNSET
+    top_k: int | None = UNSET
+    top_p: float | None = UNSET
+    context: str | None = UNSET
 
     @property
     def temperatures(self) -> tuple[float, ...]:
+        """``temperature`` as a sequence (() when unset or None)."""
         t = self.temperature
+        if t is UNSET or t is None:
+            return ()
         return tuple(float(x) for x in t) if isinstance(t, (list, tuple)) else (float(t),)
 
+    def given(self) -> dict[str, Any]:
+        """The strategy options that were set (the common core left out)."""
+        return {
+            f.name: getattr(self, f.name)
+            for f in dataclasses.fields(self)
+            if f.name not in COMMON_FIELDS and getattr(self, f.name) is not UNSET
+        }
+
     def __post_init__(self) -> None:
+        def given(name: str) -> bool:
+            value = getattr(self, name)
+            return value is not UNSET and value is not None
+
         if self.task not in ("transcribe", "translate"):
             raise ValueError(f"task must be 'transcribe' or 'translate', got {self.task!r}")
-        if self.beam_size is not None and self.beam_size < 1:
+        if given("beam_size") and self.beam_size < 1:
             raise ValueError(f"beam_size must be >= 1, got {self.beam_size}")
-        if self.best_of < 1:
+        if given("best_of") and self.best_of < 1:
             raise ValueError(f"best_of must be >= 1, got {self.best_of}")
-        if self.patience <= 0:
+        if given("patience") and not self.patience > 0:
             raise ValueError(f"patience must be > 0, got {self.patience}")
-        if not self.temperatures or not all(t >= 0 for t in self.temperatures):
-            raise ValueError(f"temperature must be >= 0 (a value or a non-empty sequence), got {self.temperature!r}")
-        for t in self.temperatures:
-            # Sampling divides float32 log-probs by t: a t that is 0 or subnormal there (1e-300)
-            # would turn the best token's 0 into 0/0 = NaN; one past float32's range into 0.
-            if t > 0 and not _FLOAT32.tiny <= t <= _FLOAT32.max:
+        if given("temperature"):
+            temps = self.temperatures
+            if not temps or not all(t >= 0 for t in temps):
                 raise ValueError(
-                    f"temperature {t!r} cannot be represented in float32, which sampling computes in: use 0 "
-                    f"(greedy) or a value in [{_FLOAT32.tiny:.3g}, {_FLOAT32.max:.3g}]"
+                    f"temperature must be >= 0 (a value or a non-empty sequence), got {self.temperature!r}"
                 )
+            for t in temps:
+                # Sampling divides float32 log-probs by t: a t that is 0 or subnormal there (1e-300)
+                # would turn the best token's 0 into 0/0 = NaN; one past float32's range into 0.
+                if t > 0 and not _FLOAT32.tiny <= t <= _FLOAT32.max:
+                    raise ValueError(
+                        f"temperature {t!r} cannot be represented in float32, which sampling computes in: use 0 "
+                        f"(greedy) or a value in [{_FLOAT32.tiny:.3g}, {_FLOAT32.max:.3g}]"
+                    )
         for name in _FINITE_FIELDS:
-            value = getattr(self, name)
-            if value is not None and not math.isfinite(value):
-                raise ValueError(f"{name} must be a finite number, got {value!r}")
-        if self.max_new_tokens is not None and self.max_new_tokens < 1:
+            if given(name) and not math.isfinite(getattr(self, name)):
+                raise ValueError(f"{name} must be a finite number, got {getattr(self, name)!r}")
+        if given("max_new_tokens") and self.max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
-        if self.language_detection_segments < 1:
+        if given("language_detection_segments") and self.language_detection_segments < 1:
             raise ValueError("language_detection_segments must be >= 1")
-        if self.repetition_penalty <= 0:
+        if given("repetition_penalty") and not self.repetition_penalty > 0:
             raise ValueError(f"repetition_penalty must be > 0, got {self.repetition_penalty}")
-        if self.no_repeat_ngram_size < 0:
+        if given("no_repeat_ngram_size") and self.no_repeat_ngram_size < 0:
             raise ValueError("no_repeat_ngram_size must be >= 0")
-        if self.ctc_weight is not None and not self.ctc_weight >= 0:
+        if given("ctc_weight") and not self.ctc_weight >= 0:
             raise ValueError(f"ctc_weight must be >= 0, got {self.ctc_weight}")
-        if self.reverse_weight is not None and not 0 <= self.reverse_weight <= 1:
+        if given("reverse_weight") and not 0 <= self.reverse_weight <= 1:
             raise ValueError(f"reverse_weight must be in [0, 1], got {self.reverse_weight}")
-        if not self.hotword_weight >= 0:
+        if given("hotword_weight") and not self.hotword_weight >= 0:
             raise ValueError(f"hotword_weight must be >= 0, got {self.hotword_weight}")
-        if self.top_k < 0:
+        if given("max_sym_per_frame") and self.max_sym_per_frame < 1:
+            raise ValueError(f"max_sym_per_frame must be >= 1, got {self.max_sym_per_frame}")
+        if given("top_k") and self.top_k < 0:
             raise ValueError(f"top_k must be >= 0 (0 = off), got {self.top_k}")
-        if not 0 < self.top_p <= 1:
+        if given("top_p") and not 0 < self.top_p <= 1:
             raise ValueError(f"top_p must be in (0, 1] (1.0 = off), got {self.top_p}")
         if self.vad_parameters is not None:
             if not self.vad_filter:
@@ -288,6 +355,73 @@ class TranscribeOptions:
 
     def replace(self, **changes: Any) -> TranscribeOptions:
         return dataclasses.replace(self, **changes)
+
+
+COMMON_FIELDS = frozenset(f.name for f in dataclasses.fields(CommonOptions))
+
+
+class OptionNotTaken(TypeError, ValueError):
+    """A set option that the chosen decode strategy does not read (a ``TypeError`` as for an
+    unknown keyword, and a ``ValueError`` as for any refused value: HTTP 400, CLI exit 2)."""
+
+
+@dataclass(frozen=True)
+class StrategyOptions:
+    """Base of a decode strategy's options dataclass: its fields are the ``TranscribeOptions``
+    fields the strategy reads beyond the common core, with the strategy's defaults.
+
+    A strategy names its dataclass in ``DecodeStrategy.options_class``; ``resolve`` is what its
+    ``validate`` starts with.
+    """
+
+    hints: ClassVar[dict[str, str]] = {}
+    """What to use instead of an option the strategy does not take, by option name (added to the
+    refusal)."""
+
+    @classmethod
+    def field_names(cls) -> frozenset[str]:
+        return frozenset(f.name for f in dataclasses.fields(cls))
+
+    @classmethod
+    def defaults(cls) -> dict[str, Any]:
+        """Each field's default (the strategy's, written once, here)."""
+        out = {}
+        for f in dataclasses.fields(cls):
+            if f.default is not dataclasses.MISSING:
+                out[f.name] = f.default
+            elif f.default_factory is not dataclasses.MISSING:
+                out[f.name] = f.default_factory()
+        return out
+
+    @classmethod
+    def resolve(cls, options: TranscribeOptions, strategy: str) -> TranscribeOptions:
+        """``options`` with this strategy's defaults in place of its unset fields.
+
+        Raises:
+            OptionNotTaken: a set option that this strategy does not read (the message names
+                the registered strategies that do).
+        """
+        own = cls.field_names()
+        foreign = sorted(set(options.given()) - own)
+        if foreign:
+            raise OptionNotTaken(
+                "; ".join(
+                    f"{name}: {_not_taken(name, strategy)}" + (f"; {cls.hints[name]}" if name in cls.hints else "")
+                    for name in foreign
+                )
+            )
+        fill = {name: value for name, value in cls.defaults().items() if getattr(options, name) is UNSET}
+        return options.replace(**fill) if fill else options
+
+
+def _not_taken(name: str, strategy: str) -> str:
+    from oasr.engine.decode.registry import strategies_taking
+
+    takers = [repr(t) for t in strategies_taking(name)]
+    if not takers:
+        return f"the {strategy!r} decoding does not take it (no decode strategy does)"
+    named = takers[0] if len(takers) == 1 else ", ".join(takers[:-1]) + " and " + takers[-1]
+    return f"the {strategy!r} decoding does not take it (only {named} decoding does)"
 
 
 _FLOAT32 = torch.finfo(torch.float32)

@@ -71,7 +71,7 @@ class TranslationRequest(BaseModel):
     model: str
     prompt: str | None = None
     response_format: ResponseFormat = "json"
-    temperature: float = Field(default=0.0, ge=0.0, le=1.0)
+    temperature: float | None = Field(default=None, ge=0.0, le=1.0)
 
     @property
     def granularities(self) -> tuple[str, ...]:

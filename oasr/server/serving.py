@@ -3,11 +3,14 @@ run the request through the ``AsyncEngine``, render the response, stream SSE.
 
 Decoding policy:
 
-* greedy at temperature 0 (``beam_size`` = ``--beam-size``, default 1) with the
-  temperature fallback on: OpenAI's ``temperature=0`` (the default) means
-  "increase the temperature on failure", i.e. oasr's fallback sequence
-  (0.0, 0.2, ..., 1.0, ``best_of`` = ``--best-of`` samples each); ``0 < t <= 1``
-  decodes at that one temperature (``best_of`` samples).
+* the decode strategy's own defaults, as through Python and ``oasr transcribe`` (Whisper:
+  faster-whisper's beam 5 with the temperature fallback; CTC / transducer: greedy; a
+  speech-LLM: the checkpoint's generation config), unless ``oasr serve`` was started with
+  explicit decoding flags (``--beam-size``, ``--best-of``, ...). OpenAI's ``temperature=0``
+  (its default) means "increase the temperature on failure", which is the strategy's own
+  default (Whisper's fallback sequence 0.0, 0.2, ..., 1.0); ``0 < t <= 1`` decodes at that
+  one temperature (Whisper: ``best_of`` samples), and is refused by a strategy that does not
+  sample (CTC, transducer, Paraformer).
 * ``prompt`` is the option the decode strategy takes free text in: Whisper's
   ``initial_prompt``, a speech-LLM's ``context`` (the system turn); ``language`` (transcriptions only) an ISO
   code (English names are accepted too); the translations route sets
@@ -148,7 +151,7 @@ class OpenAIServingSpeechToText:
         language = getattr(req, "language", None)
         if language:
             steps.append(("language", {"language": language}))
-        if req.temperature > 0:
+        if req.temperature:  # 0 (OpenAI's default) is "automatic": the strategy's own (Whisper's fallback)
             steps.append(("temperature", {"temperature": req.temperature}))
         if req.prompt:
             # Whisper's initial_prompt, a speech-LLM's context (its system turn), ...

@@ -38,9 +38,9 @@ class ServerSettings:
             (``EngineConfig.max_audio_s``; None: no limit).
         upload_idle_s: an upload that sends nothing for this long is closed with 408.
         min_duration_s: shorter audio is refused with 400.
-        beam_size: beams at temperature 0 (1: greedy, the server default).
-        best_of: samples per fallback temperature > 0.
-        max_sym_per_frame, blank_penalty: transducer search options (None: the strategy's default).
+        request_options: ``TranscribeOptions`` every request starts from, set by explicit
+            ``oasr serve`` flags (``--beam-size`` ...); what is not in it is the decode strategy's
+            own default, as through Python and ``oasr transcribe``.
         device, dtype, num_threads, max_batch_size: ``EngineConfig`` fields.
         prepare_workers: threads decoding audio / computing features.
         log_level: uvicorn's log level.
@@ -57,10 +57,7 @@ class ServerSettings:
     max_audio_s: float | None = DEFAULT_MAX_AUDIO_S
     upload_idle_s: float = DEFAULT_UPLOAD_IDLE_S
     min_duration_s: float = 0.1
-    beam_size: int = 1
-    best_of: int = 5
-    max_sym_per_frame: int | None = None
-    blank_penalty: float | None = None
+    request_options: dict[str, Any] = field(default_factory=dict)
     device: str = "cpu"
     dtype: str | None = None
     num_threads: int = 0
@@ -82,18 +79,15 @@ class ServerSettings:
             raise ValueError(f"upload_idle_s must be > 0, got {self.upload_idle_s}")
         if self.min_duration_s < 0:
             raise ValueError(f"min_duration_s must be >= 0, got {self.min_duration_s}")
-        if self.beam_size < 1 or self.best_of < 1:
-            raise ValueError("beam_size and best_of must be >= 1")
+        from oasr.engine.config import TranscribeOptions
+
+        TranscribeOptions.from_kwargs(**self.request_options)  # names and ranges (the strategy checks the rest)
         if any(not name for name in self.served_model_names):
             raise ValueError("served model names must not be empty")
 
     def decode_options(self) -> dict[str, Any]:
-        """The server-wide ``TranscribeOptions`` every request starts from (unset ones left out)."""
-        options: dict[str, Any] = {"beam_size": self.beam_size, "best_of": self.best_of}
-        for name in ("max_sym_per_frame", "blank_penalty"):
-            if getattr(self, name) is not None:
-                options[name] = getattr(self, name)
-        return options
+        """The ``TranscribeOptions`` every request starts from (only what ``oasr serve`` set)."""
+        return dict(self.request_options)
 
     @property
     def max_upload_bytes(self) -> int:

@@ -361,7 +361,7 @@ def test_an_untranscribed_tail_is_decoded_again_after_its_chunk():
     assert [e.kind for e in splitter.step()] == ["segment"]  # chunk 0 out; its tail holds chunk 1 back
     tail = strategy.requests["p/vad0/tail"]
     assert np.array_equal(tail.source, np.arange(SR, 4 * SR, dtype=np.float32))
-    assert tail.options.prefix is None and not tail.options.vad_filter
+    assert not tail.options.prefix and not tail.options.vad_filter
     assert splitter.num_unfinished() == 1 and splitter.stats()["vad_tails_decoded"] == 1
     events = splitter.step()
     assert [e.kind for e in events] == ["segment", "segment", "finished"]

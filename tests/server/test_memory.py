@@ -42,7 +42,8 @@ def server(tmp_path_factory):
 
     if bundled_path(TINY) is None:
         pytest.skip("tiny.en is not installed")
-    s = ServerProcess(["--model", TINY, "--max-upload-mb", "256"], tmp_path_factory.mktemp("memory") / "server.log")
+    args = ["--model", TINY, "--max-upload-mb", "256", "--beam-size", "1"]  # greedy: the cheaper decode
+    s = ServerProcess(args, tmp_path_factory.mktemp("memory") / "server.log")
     yield s
     s.stop()
 

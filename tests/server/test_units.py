@@ -30,7 +30,7 @@ def test_parse_form_defaults_and_lists():
     assert (req.model, req.response_format, req.temperature, req.stream, req.granularities) == (
         "m",
         "json",
-        0,
+        None,  # not given: the decode strategy's own default
         False,
         (),
     )
@@ -187,7 +187,8 @@ def test_cli_arguments():
     )
     s = settings_from_args(args)
     assert (s.model, s.served_model_names, s.port, s.api_key) == ("tiny.en", ("a", "b"), 0, "k")
-    assert (s.max_upload_mb, s.max_queue, s.request_timeout_s, s.beam_size, s.max_batch_size) == (3, 9, 2.5, 2, 4)
+    assert (s.max_upload_mb, s.max_queue, s.request_timeout_s, s.max_batch_size) == (3, 9, 2.5, 4)
+    assert s.decode_options() == {"beam_size": 2}  # only what was given: the rest is the strategy's default
     assert s.engine_kwargs()["max_queue_size"] == 9
     with pytest.raises(SystemExit):
         build_parser().parse_args(["serve", "--port", "70000"])

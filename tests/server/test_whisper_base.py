@@ -17,7 +17,8 @@ MODEL = "whisper-base"
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    s = ServerProcess(["--model", MODEL], tmp_path_factory.mktemp("base") / "server.log")
+    # greedy (an explicit flag): quicker than Whisper's default beam 5, and what the texts below were read from
+    s = ServerProcess(["--model", MODEL, "--beam-size", "1"], tmp_path_factory.mktemp("base") / "server.log")
     yield s
     s.stop()
 

@@ -15,7 +15,7 @@ import abc
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from oasr.engine.config import EngineConfig, TranscribeOptions
+from oasr.engine.config import EngineConfig, StrategyOptions, TranscribeOptions
 from oasr.engine.outputs import RequestOutput, Segment
 from oasr.models.base import DecodeType
 from oasr.models.interfaces import CapabilityError, require_capability
@@ -91,8 +91,8 @@ class DecodeStrategy(abc.ABC):
     """
 
     decode_type: DecodeType
-    default_beam_size: ClassVar[int] = 1
-    """What ``beam_size=None`` means for this strategy (its reference's default)."""
+    options_class: ClassVar[type[StrategyOptions]] = StrategyOptions
+    """The options this strategy reads beyond the common core, with its defaults (its reference's)."""
     prompt_option: ClassVar[str | None] = None
     """The option a free-text prompt (OpenAI's ``prompt`` field) becomes: ``initial_prompt``
     for Whisper, ``context`` (the system turn) for a speech-LLM; None: the strategy takes none."""
@@ -117,9 +117,9 @@ class DecodeStrategy(abc.ABC):
 
         Raises:
             ValueError: an option this strategy / checkpoint cannot honour.
+            OptionNotTaken: a set option this strategy does not read.
         """
-        if options.beam_size is None:
-            options = options.replace(beam_size=self.default_beam_size)
+        options = self.options_class.resolve(options, str(self.decode_type))
         if options.word_timestamps and not self.word_timing_modes:
             raise ValueError(
                 f"word_timestamps=True is not available: {type(self.model).__name__} decoded by "

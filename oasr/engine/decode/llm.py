@@ -28,19 +28,18 @@ the repetition penalty.
 Option semantics:
 
 * ``temperature``: one value, or a sequence of which the first value is used (the
-  LLM path has no quality-based fallback; the ``TranscribeOptions`` default
-  ``(0.0, 0.2, ...)`` therefore means greedy). Left at its default, the checkpoint's
+  LLM path has no quality-based fallback). Unset (``LlmOptions``: None), the checkpoint's
   ``DecodingSpec`` temperature applies (greedy when it declares none).
-* ``top_k`` / ``top_p`` / ``repetition_penalty`` / ``max_new_tokens``: when left at
-  their ``TranscribeOptions`` defaults (0 / 1.0 / 1.0 / None) the checkpoint's
-  ``DecodingSpec`` values apply; ``max_new_tokens`` is further capped by the LM context.
+* ``top_k`` / ``top_p`` / ``repetition_penalty`` / ``max_new_tokens``: unset (None), the
+  checkpoint's ``DecodingSpec`` values apply; ``max_new_tokens`` is further capped by the
+  LM context.
 * ``language``: resolved by ``model.resolve_language`` in ``validate`` (an unknown
   one is a ``ValueError``); None / "" / "auto" detect it.
 * ``context``: text for the prompt's system turn. ``initial_prompt``, ``prefix`` and
   ``hotwords`` are refused (use ``context``), as are ``word_timestamps`` and a
   ``task`` the model does not declare (``model.supports_translation``).
-* ``beam_size`` / ``best_of`` and Whisper's fallback thresholds are not used: one
-  hypothesis is decoded per request.
+* Whisper's options (``beam_size``, ``best_of``, the fallback thresholds, ...) are refused
+  (``OptionNotTaken``): one hypothesis is decoded per request.
 
 Streaming: after each token the request's accumulated ids are turned into bytes
 (``tokenizer.decode_bytes``) and only complete UTF-8 characters are decoded; the
@@ -57,12 +56,13 @@ import logging
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import torch
 
 from oasr.audio import load_audio
 from oasr.audio.frontends import build_frontend
-from oasr.engine.config import EngineConfig, TranscribeOptions
+from oasr.engine.config import EngineConfig, StrategyOptions, TranscribeOptions
 from oasr.engine.decode.autoregressive import AutoregressiveCounters, Cohort, TaskUpdate, select_rows
 from oasr.engine.decode.base import Request, StepEvent
 from oasr.engine.decode.logits import SamplingParams, choose_token
@@ -78,7 +78,26 @@ DEFAULT_MAX_NEW_TOKENS = 512
 DEFAULT_MAX_AUDIO_S = 1200.0  # refused past this (a checkpoint may declare max_audio_s)
 POOL_LEN_STEP = 256  # the K/V pool grows in steps of this many tokens per row
 PREFILL_MASK_BUDGET = 1 << 24  # (rows x T x T) mask elements of one padded prefill
-_DEFAULTS = TranscribeOptions()
+
+
+@dataclass(frozen=True)
+class LlmOptions(StrategyOptions):
+    """The options the ``llm`` strategy reads. None means the checkpoint's generation config
+    (its ``DecodingSpec`` params: greedy, no penalty, when it declares none), which is what a
+    user of the reference (transformers' ``generate`` on the checkpoint) gets by default."""
+
+    temperature: float | tuple[float, ...] | None = None
+    top_k: int | None = None
+    top_p: float | None = None
+    repetition_penalty: float | None = None
+    max_new_tokens: int | None = None
+    seed: int = 0
+    context: str | None = None
+
+    hints: ClassVar[dict[str, str]] = {
+        name: "pass context= (text placed in the prompt's system turn) to bias the transcript instead"
+        for name in ("initial_prompt", "prefix")
+    }
 
 
 # ---------------------------------------------------------------------------
@@ -177,6 +196,7 @@ class LlmDecodeStrategy(RequestTable[_Req]):
     """Speech-LLM decoding (greedy or sampled) over continuous batches of a per-row K/V pool."""
 
     prompt_option = "context"
+    options_class = LlmOptions
 
     decode_type = DecodeType.LLM
     streams_text = True
@@ -215,12 +235,11 @@ class LlmDecodeStrategy(RequestTable[_Req]):
         name = type(self.model).__name__
         if options.task != "transcribe" and not getattr(self.model, "supports_translation", False):
             raise ValueError(f"task={options.task!r} is not available: {name} only transcribes")
-        for opt in ("initial_prompt", "prefix", "hotwords"):
-            if getattr(options, opt) is not None:
-                raise ValueError(
-                    f"{opt} is not used by the speech-LLM decoder ({name}); pass context= (text placed in "
-                    f"the prompt's system turn) to bias the transcript instead"
-                )
+        if options.hotwords is not None:
+            raise ValueError(
+                f"hotwords is not used by the speech-LLM decoder ({name}); pass context= (text placed in "
+                f"the prompt's system turn) to bias the transcript instead"
+            )
         language = self.model.resolve_language(options.language)
         # The model refuses what its prompt cannot express (e.g. context without a system turn)
         # now, before any audio is decoded.
@@ -238,16 +257,11 @@ class LlmDecodeStrategy(RequestTable[_Req]):
 
     def _sampling(self, opts: TranscribeOptions) -> tuple[SamplingParams, torch.Generator | None, int]:
         spec = self.spec
-        if opts.temperature == _DEFAULTS.temperature:
-            temperature = float(spec.get("temperature", opts.temperatures[0]))
-        else:
-            temperature = opts.temperatures[0]
-        top_k = opts.top_k if opts.top_k != _DEFAULTS.top_k else int(spec.get("top_k", 0) or 0)
-        top_p = opts.top_p if opts.top_p != _DEFAULTS.top_p else float(spec.get("top_p", 1.0))
+        temperature = float(spec.get("temperature", 0.0)) if opts.temperature is None else opts.temperatures[0]
+        top_k = int(spec.get("top_k", 0) or 0) if opts.top_k is None else opts.top_k
+        top_p = float(spec.get("top_p", 1.0)) if opts.top_p is None else opts.top_p
         penalty = (
-            opts.repetition_penalty
-            if opts.repetition_penalty != _DEFAULTS.repetition_penalty
-            else float(spec.get("repetition_penalty", 1.0))
+            float(spec.get("repetition_penalty", 1.0)) if opts.repetition_penalty is None else opts.repetition_penalty
         )
         max_new = opts.max_new_tokens or int(spec.get("max_new_tokens") or DEFAULT_MAX_NEW_TOKENS)
         seed = opts.seed if opts.seed >= 0 else random.SystemRandom().randrange(2**63)

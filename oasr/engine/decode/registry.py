@@ -101,10 +101,25 @@ def decode_strategy_class(name: str) -> Any:
     return ref
 
 
+def strategies_taking(option: str) -> list[str]:
+    """The registered decode types whose strategy reads ``option`` (its options dataclass has it);
+    a strategy that cannot be imported is left out."""
+    takers = []
+    for name in list_decode_strategies():
+        try:
+            options_class = decode_strategy_class(name).options_class
+        except Exception:  # a broken plugin: not a taker
+            continue
+        if option in options_class.field_names():
+            takers.append(name)
+    return takers
+
+
 __all__ = [
     "ENTRY_POINT_GROUP",
     "decode_strategy_class",
     "list_decode_strategies",
+    "strategies_taking",
     "register_decode_strategy",
     "reload_decode_strategies",
 ]

@@ -37,7 +37,6 @@ from oasr.models.loaders import LoadedModel
 CUT_SEARCH_FRACTION = 1 / 3  # windows are cut in their last third ...
 CUT_SPAN_S = 0.1  # ... at the quietest stretch of this length
 LOOKAHEAD_BATCHES = 8  # waiting windows considered when filling a batch, in batches
-_SAMPLING_FREE = (TranscribeOptions().temperatures, (0.0,))
 
 
 def plan_windows(audio: np.ndarray, sampling_rate: int, window_s: float) -> list[tuple[int, int]]:
@@ -138,27 +137,12 @@ class WindowedStrategy(RequestTable[WindowedRequest]):
     # -- admission ------------------------------------------------------------------------
 
     def validate(self, options: TranscribeOptions) -> TranscribeOptions:
-        """What every windowed strategy refuses: they transcribe whole inputs, take no prompt
-        and do not sample (each error names the option)."""
+        """Beyond the options a windowed strategy does not take (refused by its ``options_class``):
+        it transcribes whole inputs, and only transcribes."""
         options = super().validate(options)
         what = f"{type(self.model).__name__} decoded by {str(self.decode_type)!r}"
         if options.task != "transcribe":
             raise ValueError(f"task={options.task!r}: {what} can only transcribe")
-        if options.initial_prompt is not None:
-            raise ValueError(f"initial_prompt: {what} takes no prompt")
-        if options.prefix is not None:
-            raise ValueError(f"prefix: {what} cannot be forced to start with a text")
-        if options.temperatures not in _SAMPLING_FREE:
-            raise ValueError(
-                f"temperature={options.temperature!r}: {what} does not sample; use 0 (or leave the default)"
-            )
-        if options.multilingual:
-            raise ValueError(f"multilingual=True: {what} does not detect languages")
-        for name, default in (("top_k", 0), ("top_p", 1.0)):
-            if getattr(options, name) != default:
-                raise ValueError(f"{name}={getattr(options, name)!r}: {what} does not sample")
-        if options.context is not None:
-            raise ValueError(f"context={options.context!r}: {what} takes no prompt")
         clips = options.clip_timestamps
         if isinstance(clips, str):
             clips = [float(x) for x in clips.split(",")] if clips.strip() else []

@@ -140,9 +140,14 @@ def test_options_ctc_cannot_honour_are_refused(tmp_path):
         if name in known:  # the speech-LLM sampling options, where present
             with pytest.raises(ValueError, match=name):
                 engine.make_options(**{name: value})
-    # what the server and the CLI send by default passes
-    assert engine.make_options(task="transcribe", beam_size=1, best_of=5).beam_size == 1
-    assert engine.make_options(temperature=0.0, word_timestamps=True).word_timestamps
+    # no options: CTC's own default (greedy, as WeNet's ctc_greedy_search and transformers' pipelines)
+    assert engine.make_options().beam_size == 1
+    assert engine.make_options(word_timestamps=True).word_timestamps
+    # an option CTC does not read is refused, naming the decodings that take it
+    with pytest.raises(TypeError, match="best_of: the 'ctc' decoding does not take it \\(only 'aed' decoding does\\)"):
+        engine.make_options(beam_size=1, best_of=5)
+    with pytest.raises(ValueError, match="temperature: .*only 'aed' and 'llm' decoding does"):
+        engine.make_options(temperature=0.0)
     assert engine.make_options(language="EN").language == "en"
     assert engine.make_options(hotwords="hello, world", beam_size=4).hotwords == "hello, world"
     # a checkpoint that declares no language accepts only None

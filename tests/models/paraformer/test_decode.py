@@ -97,9 +97,10 @@ def test_engine_and_cli_transcribe_mandarin_with_cif_times(funasr_dirs, funasr_m
     [
         ({"task": "translate"}, "can only transcribe"),
         ({"language": "zh"}, "takes no language"),
-        ({"initial_prompt": "你好"}, "takes no prompt"),
+        ({"initial_prompt": "你好"}, "initial_prompt: the 'paraformer' decoding does not take it .only 'aed'"),
         ({"hotwords": "达摩院"}, "has no hotword biasing"),
-        ({"temperature": 0.7}, "does not sample"),
+        ({"temperature": 0.7}, "temperature: the 'paraformer' decoding does not take it .only 'aed' and 'llm'"),
+        ({"beam_size": 5}, "beam_size: the 'paraformer' decoding does not take it"),
     ],
 )
 def test_options_it_cannot_honour_are_refused(oasr_dir, option, message):

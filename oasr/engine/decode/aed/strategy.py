@@ -34,6 +34,7 @@ from oasr.audio.frontends import build_frontend
 from oasr.audio.stream import FeatureSource
 from oasr.engine.config import EngineConfig, TranscribeOptions
 from oasr.engine.decode.aed.logits import FilterRules, TimestampIds, apply_filters
+from oasr.engine.decode.aed.options import WhisperOptions
 from oasr.engine.decode.aed.prompt import MAX_LENGTH, PromptPlan, build_prompt, plan_prompt
 from oasr.engine.decode.aed.search import BeamSearch, GreedySearch, SamplingSearch, TaskSearch
 from oasr.engine.decode.aed.timing import add_word_timestamps, find_alignment
@@ -156,7 +157,7 @@ class AedDecodeStrategy(RequestTable[_Req]):
     def word_timing_modes(self) -> tuple[str, ...]:
         return ("attention",) if hasattr(self.decoder, "cross_attention") else ()
 
-    default_beam_size = 5  # faster-whisper's
+    options_class = WhisperOptions
     prompt_option = "initial_prompt"
 
     def validate(self, options: TranscribeOptions) -> TranscribeOptions:

@@ -54,7 +54,7 @@ import numpy as np
 import torch
 
 from oasr.audio.frontends import pad_features
-from oasr.engine.config import EngineConfig, TranscribeOptions
+from oasr.engine.config import EngineConfig, StrategyOptions, TranscribeOptions
 from oasr.engine.decode.base import Request, StepEvent
 from oasr.engine.decode.ctc.lm import ContextGraph, LmFusion, NgramLanguageModel
 from oasr.engine.decode.ctc.rescoring import attention_rescoring
@@ -90,6 +90,25 @@ _RowDecoder = Callable[[int, _Req], tuple[CtcHypothesis, list[float], int]]
 """Decodes row ``i`` of a run batch: (hypothesis, token probabilities, encoder frames)."""
 
 
+@dataclass(frozen=True)
+class CtcOptions(StrategyOptions):
+    """The options the ``ctc`` strategy reads: greedy by default, as WeNet's ``ctc_greedy_search``
+    and transformers' CTC pipelines decode."""
+
+    beam_size: int = 1
+    hotword_weight: float = 1.5
+
+
+@dataclass(frozen=True)
+class CtcRescoringOptions(CtcOptions):
+    """``ctc_aed_rescoring``: WeNet's attention rescoring re-ranks a prefix-beam n-best, 10 wide
+    by default as in WeNet's ``recognize.py``; the weights default to the checkpoint's."""
+
+    beam_size: int = 10
+    ctc_weight: float | None = None
+    reverse_weight: float | None = None
+
+
 @dataclass
 class CtcCounters(WindowedCounters):
     """``WindowedCounters`` plus the batches that read only the best path and the packed ones."""
@@ -102,6 +121,7 @@ class CtcDecodeStrategy(WindowedStrategy):
     """Offline CTC decoding (greedy / prefix beam, LM and hotword fusion) over batched windows."""
 
     decode_type = DecodeType.CTC
+    options_class = CtcOptions
     counters_class = CtcCounters
     best_path_only = True
     """Batches of greedy rows read only the best path (rescoring needs the n-best instead)."""
@@ -145,10 +165,6 @@ class CtcDecodeStrategy(WindowedStrategy):
 
     def validate(self, options: TranscribeOptions) -> TranscribeOptions:
         options = super().validate(options)
-        if self.decode_type is DecodeType.CTC:
-            for name in ("ctc_weight", "reverse_weight"):
-                if getattr(options, name) is not None:
-                    raise ValueError(f"{name}: applies to decode_type 'ctc_aed_rescoring', not 'ctc'")
         if options.hotwords:
             if options.beam_size < 2:
                 raise ValueError("hotwords need beam_size > 1 (greedy CTC decoding cannot boost phrases)")
@@ -332,6 +348,7 @@ class CtcRescoringStrategy(CtcDecodeStrategy):
     """CTC prefix beam search n-best, re-ranked by the attention decoder (WeNet's attention rescoring)."""
 
     decode_type = DecodeType.CTC_AED_RESCORING
+    options_class = CtcRescoringOptions
     best_path_only = False
     packs_rows = False  # the attention decoder reads the encoder output as a padded batch
 
@@ -354,4 +371,4 @@ class CtcRescoringStrategy(CtcDecodeStrategy):
         return attention_rescoring(self.model.decoder, enc[row : row + 1, :n], n, nbest, ctc_weight, reverse_weight)
 
 
-__all__ = ["CtcDecodeStrategy", "CtcRescoringStrategy", "plan_windows"]
+__all__ = ["CtcDecodeStrategy", "CtcOptions", "CtcRescoringOptions", "CtcRescoringStrategy", "plan_windows"]

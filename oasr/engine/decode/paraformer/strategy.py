@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 from oasr.audio.frontends import pad_features
-from oasr.engine.config import EngineConfig, TranscribeOptions
+from oasr.engine.config import EngineConfig, StrategyOptions, TranscribeOptions
 from oasr.engine.decode.base import StepEvent
 from oasr.engine.decode.paraformer.text import group_pieces, is_cjk, join_words
 from oasr.engine.decode.paraformer.timestamps import sequential_cif_peaks, token_times
@@ -84,10 +84,17 @@ def cif_token_spans(
     return token_times(cif.fires[row, :t], cif.alphas[row, :t], n_tokens, upsample_rate=1)
 
 
+@dataclass(frozen=True)
+class ParaformerOptions(StrategyOptions):
+    """Paraformer decodes in one non-autoregressive pass (CIF, then the parallel decoder): it has
+    no search to configure, so it reads only the common options."""
+
+
 class ParaformerDecodeStrategy(WindowedStrategy):
     """Batched encoder + CIF + parallel decoder over the windows of all admitted requests."""
 
     decode_type = DecodeType.PARAFORMER
+    options_class = ParaformerOptions
     features_on_device = False  # funasr's fbank runs on the CPU
 
     def __init__(self, loaded: LoadedModel, config: EngineConfig) -> None:
@@ -111,13 +118,8 @@ class ParaformerDecodeStrategy(WindowedStrategy):
         what = f"{type(self.model).__name__} decoded by 'paraformer'"
         if options.language is not None:
             raise ValueError(f"language={options.language!r}: {what} takes no language (leave it unset)")
-        for name, why in (
-            ("hotwords", "has no hotword biasing"),
-            ("ctc_weight", "has no CTC rescoring"),
-            ("reverse_weight", "has no CTC rescoring"),
-        ):
-            if getattr(options, name) not in (None, ""):
-                raise ValueError(f"{name}={getattr(options, name)!r}: {what} {why}")
+        if options.hotwords:
+            raise ValueError(f"hotwords={options.hotwords!r}: {what} has no hotword biasing")
         return options
 
     # -- the step ------------------------------------------------------------------------

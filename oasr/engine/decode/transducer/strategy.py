@@ -33,11 +33,12 @@ log-probability per encoder frame (greedy: of the chosen symbols, blanks include
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 
 from oasr.audio.frontends import pad_features
-from oasr.engine.config import EngineConfig, TranscribeOptions
+from oasr.engine.config import EngineConfig, StrategyOptions, TranscribeOptions
 from oasr.engine.decode.base import StepEvent
 from oasr.engine.decode.ctc.search import CtcHypothesis
 from oasr.engine.decode.ctc.strategy import CtcDecodeStrategy, _Req
@@ -45,10 +46,22 @@ from oasr.models.base import DecodeType
 from oasr.models.loaders import LoadedModel
 
 
+@dataclass(frozen=True)
+class TransducerOptions(StrategyOptions):
+    """The options the ``transducer`` strategy reads: greedy by default, as icefall's and NeMo's
+    own decoding; ``max_sym_per_frame`` None is the model's own rule."""
+
+    beam_size: int = 1
+    hotword_weight: float = 1.5
+    max_sym_per_frame: int | None = None
+    blank_penalty: float = 0.0
+
+
 class TransducerDecodeStrategy(CtcDecodeStrategy):
     """Batched greedy / modified-beam transducer decoding (see the module notes)."""
 
     decode_type = DecodeType.TRANSDUCER
+    options_class = TransducerOptions
     best_path_only = False
     packs_rows = False  # the search reads a padded (B, T', D) encoder output
 
@@ -65,15 +78,12 @@ class TransducerDecodeStrategy(CtcDecodeStrategy):
 
     def validate(self, options: TranscribeOptions) -> TranscribeOptions:
         what = f"{type(self.model).__name__} decoded by 'transducer'"
-        if options.beam_size is None:
-            options = options.replace(beam_size=self.default_beam_size)
+        options = self.options_class.resolve(options, str(self.decode_type))
         if options.beam_size > 1 and not self.label_window:
             raise ValueError(
                 f"beam_size={options.beam_size}: {what} has a recurrent predictor, which beam search cannot "
                 f"reorder; use beam_size=1 (greedy)"
             )
-        if options.max_sym_per_frame is not None and options.max_sym_per_frame < 1:
-            raise ValueError(f"max_sym_per_frame must be >= 1, got {options.max_sym_per_frame}")
         if options.beam_size > 1 and options.max_sym_per_frame not in (None, 1):
             raise ValueError("max_sym_per_frame applies to greedy search; modified beam search emits one per frame")
         if self.prompted and options.language is not None:
