@@ -5,6 +5,17 @@ from __future__ import annotations
 import importlib
 import importlib.metadata
 import importlib.util
+import os
+
+# OpenMP worker threads wait for the next parallel region by spinning, 300,000 rounds by libgomp's
+# default, which keeps their cores busy between regions; where other processes want those cores too,
+# oasr then slows several-fold. A spin of 10,000 rounds keeps the quiet-machine speed and gives up the
+# cores under contention (whisper-base, jfk.wav, greedy, 2 threads on 2 cores: quiet 1.52 s default,
+# 1.51 s at 10,000, 1.8-1.9 s never spinning; beside 4 busy processes 9.6-19.9 s default, 5.9-6.4 s at
+# 10,000, 5.2 s never spinning). It takes effect when oasr is imported before torch (the CLI and the
+# server always are); a value the user set (or OMP_WAIT_POLICY) is kept.
+if "OMP_WAIT_POLICY" not in os.environ:
+    os.environ.setdefault("GOMP_SPINCOUNT", "10000")
 
 try:  # the installed distribution's version (`oasr-engine` on PyPI)
     __version__ = importlib.metadata.version("oasr-engine")
