@@ -159,6 +159,41 @@ def add_model_engine_options(g) -> None:
     )
 
 
+def add_search_flags(g: argparse._ArgumentGroup, *, every_request: bool = False) -> None:
+    """The search flags ``oasr serve`` shares with ``transcribe`` / ``eval`` (where they set the
+    option for every request). None set: the chosen strategy's own default."""
+    scope = " for every request" if every_request else ""
+    g.add_argument(
+        "--beam-size",
+        type=positive_int,
+        default=None,
+        metavar="N",
+        help=f"beams at temperature 0{scope} (1: greedy; default: the decoding's own: Whisper 5, CTC 1, "
+        "CTC + attention rescoring 10, transducer 1)",
+    )
+    g.add_argument(
+        "--best-of",
+        type=positive_int,
+        default=None,
+        metavar="N",
+        help=f"Whisper: samples at temperature > 0{scope} (default 5)",
+    )
+    g.add_argument(
+        "--max-sym-per-frame",
+        type=positive_int,
+        default=None,
+        metavar="N",
+        help="transducer greedy search: symbols emitted per encoder frame at most (default: the model's, icefall 1)",
+    )
+    g.add_argument(
+        "--blank-penalty",
+        type=finite_float,
+        default=None,
+        metavar="X",
+        help="transducer: subtracted from the blank logit before the search (default 0)",
+    )
+
+
 def add_decode_options(parser: argparse.ArgumentParser, *, language: bool = True, task: bool = True) -> None:
     g = parser.add_argument_group("decoding")
     if language:
@@ -167,21 +202,7 @@ def add_decode_options(parser: argparse.ArgumentParser, *, language: bool = True
         )
     if task:
         g.add_argument("--task", choices=("transcribe", "translate"), default=None, help="default: transcribe")
-    g.add_argument(
-        "--beam-size",
-        type=positive_int,
-        default=None,
-        metavar="N",
-        help="beams at temperature 0 (1: greedy; default: the decoding's own: Whisper 5, CTC 1, CTC + attention "
-        "rescoring 10, transducer 1)",
-    )
-    g.add_argument(
-        "--best-of",
-        type=positive_int,
-        default=None,
-        metavar="N",
-        help="Whisper: samples at temperature > 0 (default 5)",
-    )
+    add_search_flags(g)
     g.add_argument(
         "--patience", type=positive_float, default=None, metavar="P", help="Whisper: beam search patience (default 1.0)"
     )
@@ -224,20 +245,6 @@ def add_decode_options(parser: argparse.ArgumentParser, *, language: bool = True
         default=None,
         metavar="W",
         help="CTC / transducer: bonus per hotword token (default 1.5)",
-    )
-    g.add_argument(
-        "--max-sym-per-frame",
-        type=positive_int,
-        default=None,
-        metavar="N",
-        help="transducer greedy search: symbols emitted per encoder frame at most (default: the model's, icefall 1)",
-    )
-    g.add_argument(
-        "--blank-penalty",
-        type=finite_float,
-        default=None,
-        metavar="X",
-        help="transducer: subtracted from the blank logit before the search (default 0)",
     )
     g.add_argument(
         "--ctc-weight",

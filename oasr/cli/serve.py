@@ -24,8 +24,8 @@ import sys
 from oasr.cli.common import (
     CliError,
     add_model_engine_options,
+    add_search_flags,
     engine_extras,
-    finite_float,
     nonnegative_int,
     positive_float,
     positive_int,
@@ -96,35 +96,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         metavar="N",
         help="encoder windows / decode rows per batch (default 8)",
     )
-    g.add_argument(
-        "--beam-size",
-        type=positive_int,
-        default=None,
-        metavar="N",
-        help="beams at temperature 0 for every request (default: the decoding's own: Whisper 5, CTC 1, "
-        "rescoring 10, transducer 1)",
-    )
-    g.add_argument(
-        "--best-of",
-        type=positive_int,
-        default=None,
-        metavar="N",
-        help="Whisper: samples per fallback temperature for every request (default 5)",
-    )
-    g.add_argument(
-        "--max-sym-per-frame",
-        type=positive_int,
-        default=None,
-        metavar="N",
-        help="transducer greedy search: symbols per encoder frame at most (default: the model's, icefall 1)",
-    )
-    g.add_argument(
-        "--blank-penalty",
-        type=finite_float,
-        default=None,
-        metavar="X",
-        help="transducer: subtracted from the blank logit before the search (default 0)",
-    )
+    add_search_flags(g, every_request=True)
 
     add_model_engine_options(g)
 
