@@ -145,8 +145,9 @@ def test_srt_and_vtt_carry_the_cif_times(server, engine, clips, fmt):
     else:
         assert r.text.startswith("WEBVTT")
         cues = [(_seconds(*c[0:4]), _seconds(*c[4:8]), c[8]) for c in _VTT_CUE.findall(r.text)]
+    # cues are the segments' CIF times, ends clamped to the audio's end (FunASR's last fire may lie past it)
     assert [(a, b, t) for a, b, t in cues] == [
-        (round(s.start, 3), round(s.end, 3), s.text.strip()) for s in out.segments
+        (round(s.start, 3), round(min(s.end, out.duration), 3), s.text.strip()) for s in out.segments
     ]
     assert "".join(t for _, _, t in cues) == out.text and cues[0][0] > 0.0  # the first CIF fire, not 0
 
