@@ -56,7 +56,7 @@ from oasr.audio.vad import (
 )
 from oasr.engine.config import TranscribeOptions, is_set
 from oasr.engine.decode.base import DecodeStrategy, Request, StepEvent
-from oasr.engine.decode.ctc.words import is_no_space_char
+from oasr.engine.decode.words import is_no_space_char
 from oasr.engine.outputs import RequestOutput, Segment, Word
 
 FRAMES_PER_SECOND = 100  # Segment.seek counts 10 ms feature frames

@@ -11,7 +11,7 @@ import torch
 from oasr.audio.frontends import build_frontend
 from oasr.engine import ASREngine
 from oasr.engine.decode.ctc import ContextGraph, ctc_prefix_beam_search, parse_hotwords
-from oasr.engine.decode.ctc.words import TokenPieces
+from oasr.engine.decode.words import TokenPieces
 from oasr.tokenizers import TableTokenizer
 
 from .conftest import EOS, HIGH_HZ, LOW_HZ, make_loaded, tone_audio

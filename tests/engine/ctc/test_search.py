@@ -10,7 +10,7 @@ import torch
 
 from oasr.engine.decode.ctc import CtcHypothesis, ctc_greedy_search, ctc_prefix_beam_search
 from oasr.engine.decode.ctc.search import log_add
-from oasr.engine.decode.ctc.words import PieceKind, TokenPieces, group_words, token_times
+from oasr.engine.decode.words import PieceKind, TokenPieces, group_words, token_times
 from oasr.tokenizers import TableTokenizer
 
 

@@ -22,7 +22,7 @@ from oasr.engine.decode.ctc import (
     ctc_prefix_beam_search,
 )
 from oasr.engine.decode.ctc.strategy import plan_windows
-from oasr.engine.decode.ctc.words import token_times
+from oasr.engine.decode.words import token_times
 
 from .conftest import EOS, HIGH_HZ, LOW_HZ, SR, UNK, WORLD, babble, make_loaded, tone_audio
 

@@ -95,7 +95,7 @@ def _spikes(log_probs: torch.Tensor, blank: int, skip: set[int]) -> tuple[list[i
 
 def test_cli_transcribes_the_overfitted_clips(overfit, tmp_path):
     from oasr.cli.main import main
-    from oasr.engine.decode.ctc.words import TokenPieces, group_words
+    from oasr.engine.decode.words import TokenPieces, group_words
     from oasr.models.loaders import load_pretrained
 
     directory, clips = overfit

@@ -5,7 +5,7 @@ function of a prefix's tokens, added to its CTC log-probability when the beam is
 ranked.
 
 * ``LmFusion`` is shallow fusion at word boundaries: when a prefix completes a word
-  (the next token starts a new one, see ``oasr.engine.decode.ctc.words``, or the
+  (the next token starts a new one, see ``oasr.engine.decode.words``, or the
   hypothesis ends) it gains ``alpha * ln P_lm(word | previous words) + beta``; a
   finished hypothesis also gains ``alpha * ln P_lm(</s> | ...)``. Words are the
   pieces' text joined (markers removed), passed to the LM as they are (no case
@@ -31,7 +31,7 @@ import re
 from collections import deque
 from collections.abc import Iterable, Sequence
 
-from oasr.engine.decode.ctc.words import PieceKind, TokenPieces
+from oasr.engine.decode.words import PieceKind, TokenPieces
 from oasr.tokenizers import Tokenizer
 
 LN10 = math.log(10.0)

@@ -21,7 +21,7 @@ Life of a request:
 3. Results: every window yields segments, split at pauses of more than
    ``SEGMENT_GAP_S`` between words; ``segment`` events go out in time order as soon
    as all earlier windows are done, then ``finished`` with the ``RequestOutput``.
-   Text comes from the token pieces (``oasr.engine.decode.ctc.words``): word
+   Text comes from the token pieces (``oasr.engine.decode.words``): word
    pieces joined, a space before each word that starts with the word marker, none
    before CJK characters; blank and the checkpoint's special ids never appear.
    ``word_timestamps`` times each word from its tokens' CTC spikes
@@ -64,8 +64,8 @@ from oasr.engine.decode.ctc.search import (
     ctc_greedy_search,
     ctc_prefix_beam_search,
 )
-from oasr.engine.decode.ctc.words import TokenPieces, group_words, token_times
 from oasr.engine.decode.windowed import WindowedCounters, WindowedRequest, WindowedStrategy, plan_windows
+from oasr.engine.decode.words import TokenPieces, group_words, token_times
 from oasr.engine.outputs import Word, compression_ratio
 from oasr.languages import code_of
 from oasr.models.base import DecodeType

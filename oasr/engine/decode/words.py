@@ -1,4 +1,6 @@
-"""Words from CTC tokens: which pieces start a word, grouping, and times from spikes.
+"""Words and times for the frame-synchronous decoders (CTC, transducer, and the text joins of VAD
+chunks): which token pieces start a word, grouping them, and token times from the frames they were
+emitted at (CTC spikes, transducer emissions).
 
 A piece (``tokenizer.id_to_token``) that starts with the SentencePiece marker ``▁``
 (or byte-level BPE's ``Ġ``) begins a word; a piece made only of characters of a
