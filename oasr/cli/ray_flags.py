@@ -13,17 +13,7 @@ import signal
 import sys
 import threading
 
-from oasr.cli.common import CliError, positive_int
-
-
-def _nonnegative_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
-    return value
+from oasr.cli.common import CliError, nonnegative_float, positive_int
 
 
 def parse_autoscale(text: str) -> tuple[int, int]:
@@ -69,11 +59,11 @@ def add_serve_options(parser: argparse.ArgumentParser) -> None:
         "--autoscale", type=_autoscale, default=None, metavar="MIN:MAX", help="autoscale between MIN and MAX replicas"
     )
     g.add_argument(
-        "--num-cpus-per-replica", type=_nonnegative_float, default=1.0, metavar="C", help="CPUs per replica (default 1)"
+        "--num-cpus-per-replica", type=nonnegative_float, default=1.0, metavar="C", help="CPUs per replica (default 1)"
     )
     g.add_argument(
         "--num-gpus-per-replica",
-        type=_nonnegative_float,
+        type=nonnegative_float,
         default=0.0,
         metavar="G",
         help="GPUs per replica; fractions share a GPU (0.5: two replicas a GPU; default 0)",
@@ -93,10 +83,10 @@ def add_transcribe_options(parser: argparse.ArgumentParser) -> None:
     )
     g.add_argument("--actors", type=positive_int, default=1, metavar="N", help="engine actors (default 1)")
     g.add_argument(
-        "--num-cpus-per-actor", type=_nonnegative_float, default=1.0, metavar="C", help="CPUs per actor (default 1)"
+        "--num-cpus-per-actor", type=nonnegative_float, default=1.0, metavar="C", help="CPUs per actor (default 1)"
     )
     g.add_argument(
-        "--num-gpus-per-actor", type=_nonnegative_float, default=0.0, metavar="G", help="GPUs per actor (default 0)"
+        "--num-gpus-per-actor", type=nonnegative_float, default=0.0, metavar="G", help="GPUs per actor (default 0)"
     )
     _address(g)
 

@@ -26,6 +26,7 @@ from oasr.cli.common import (
     add_model_engine_options,
     add_search_flags,
     engine_extras,
+    nonnegative_float,
     nonnegative_int,
     positive_float,
     positive_int,
@@ -35,16 +36,6 @@ from oasr.cli.ray_flags import add_serve_options as add_ray_serve_options
 from oasr.cli.ray_flags import run_ray_serve
 
 NAME = "serve"
-
-
-def _nonnegative_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
-    return value
 
 
 def _port(text: str) -> int:
@@ -140,14 +131,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     s.add_argument(
         "--min-duration",
-        type=_nonnegative_float,
+        type=nonnegative_float,
         default=0.1,
         metavar="S",
         help="shorter audio gets 400 (default 0.1)",
     )
     s.add_argument(
         "--graceful-shutdown",
-        type=_nonnegative_float,
+        type=nonnegative_float,
         default=10.0,
         metavar="S",
         help="seconds running requests may take to finish on shutdown (default 10)",
