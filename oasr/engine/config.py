@@ -328,7 +328,7 @@ class TranscribeOptions(CommonOptions):
             if not self.vad_filter:
                 raise ValueError("vad_parameters needs vad_filter=True")
             VadOptions.from_parameters(self.vad_parameters)
-        if self.vad_filter and not _whole_input(self.clip_timestamps):
+        if self.vad_filter and not whole_input(self.clip_timestamps):
             raise ValueError(
                 f"clip_timestamps={self.clip_timestamps!r} cannot be combined with vad_filter=True "
                 f"(VAD picks the stretches to transcribe)"
@@ -445,7 +445,7 @@ _FINITE_FIELDS = (
 )
 
 
-def _whole_input(clips: str | tuple[float, ...]) -> bool:
+def whole_input(clips: str | tuple[float, ...]) -> bool:
     """Whether ``clip_timestamps`` leaves the whole input to transcribe (as its default does)."""
     try:
         if isinstance(clips, str):

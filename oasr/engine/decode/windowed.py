@@ -28,7 +28,7 @@ import torch
 
 from oasr.audio.frontends import build_frontend
 from oasr.audio.io import load_audio
-from oasr.engine.config import EngineConfig, TranscribeOptions
+from oasr.engine.config import EngineConfig, TranscribeOptions, whole_input
 from oasr.engine.decode.base import Request, StepEvent
 from oasr.engine.decode.requests import DecodeCounters, RequestTable, TableEntry
 from oasr.engine.outputs import RequestOutput, Segment
@@ -143,10 +143,7 @@ class WindowedStrategy(RequestTable[WindowedRequest]):
         what = f"{type(self.model).__name__} decoded by {str(self.decode_type)!r}"
         if options.task != "transcribe":
             raise ValueError(f"task={options.task!r}: {what} can only transcribe")
-        clips = options.clip_timestamps
-        if isinstance(clips, str):
-            clips = [float(x) for x in clips.split(",")] if clips.strip() else []
-        if list(clips) not in ([], [0.0]):
+        if not whole_input(options.clip_timestamps):
             raise ValueError(f"clip_timestamps={options.clip_timestamps!r}: {what} transcribes whole inputs")
         return options
 
