@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from oasr.audio.frontends import Frontend
+from oasr.audio.streaming import Framing
 from oasr.specs import FeatureSpec
 
 __all__ = ["KaldiFbank", "kaldi_fbank", "kaldi_mel_banks"]
@@ -256,6 +257,17 @@ class KaldiFbank(Frontend):
         self.device = device
         self.n_features = self.num_mel_bins
         self.frame_shift_s = int(self.sampling_rate * self.frame_shift * 0.001) / self.sampling_rate
+        window = int(self.sampling_rate * self.frame_length * 0.001)
+        shift = int(self.sampling_rate * self.frame_shift * 0.001)
+        self._window, self._shift = window, shift
+        # Kaldi's pre-emphasis and DC removal stay inside each frame: a frame reads its window only.
+        self.framing = Framing(length=window, hop=shift, left_pad=0 if self.snip_edges else window // 2 - shift // 2)
+
+    def num_frames(self, n_samples: int) -> int:
+        """Frames ``n_samples`` samples give (kaldi's count, with or without ``snip_edges``)."""
+        if self.snip_edges:
+            return 0 if n_samples < self._window else 1 + (n_samples - self._window) // self._shift
+        return (n_samples + self._shift // 2) // self._shift if n_samples else 0
 
     @classmethod
     def from_spec(cls, spec: FeatureSpec) -> KaldiFbank:

@@ -37,6 +37,14 @@ class Frontend(abc.ABC):
     sampling_rate: int = 16000
     frame_shift_s: float = 0.01
     n_features: int = 80
+    # Which samples each frame reads (``oasr.audio.streaming.Framing``), for a front end whose
+    # frames depend on a fixed span of samples: what lets it run on a live stream. None: the
+    # frames depend on the whole utterance (a global normalisation), so it cannot stream.
+    framing = None
+
+    def num_frames(self, n_samples: int) -> int:
+        """Frames the front end gives ``n_samples`` samples (streaming front ends)."""
+        raise NotImplementedError(f"{type(self).__name__} does not stream (no framing)")
 
     @classmethod
     @abc.abstractmethod

@@ -127,6 +127,7 @@ class AsyncEngine(EngineCore):
         self._suspect: str | None = None  # the quarantined request decoding now
         self._held: deque[Request] = deque()  # admitted while a quarantine runs
         self._replaying: dict[str, int] = {}  # rerun request id -> segment / delta events still to skip
+        self._streams = None  # the live streams' loop (oasr.engine.streaming.api.StreamingLoop), built on demand
         self._thread = threading.Thread(target=self._run, name="oasr-engine", daemon=True)
         self._thread.start()
 
@@ -276,8 +277,33 @@ class AsyncEngine(EngineCore):
             self._wake.set()
         self._handles.pop(rid, None)
 
+    async def open_stream(self, **options: Any):
+        """Open a live stream (``oasr.engine.streaming.api``): ``feed`` / ``finish`` queue
+        samples, ``async for event in stream`` yields its events. Streams are stepped, all of
+        them batched, on a thread of their own, started with the first stream.
+
+        Raises:
+            EngineOverloaded: every streaming slot is in use.
+            ValueError / TypeError: a bad or unknown option, or a model that cannot stream.
+        """
+        from oasr.engine.streaming.api import StreamingLoop, validate_stream_options
+
+        if not self.is_running:
+            raise EngineStopped("the engine is not running")
+        opts, sopts = validate_stream_options(self, options)
+        if self._streams is None:
+            self._streams = StreamingLoop(self)
+        return self._streams.open(opts, sopts, asyncio.get_running_loop())
+
+    @property
+    def streaming(self):
+        """The streaming loop (None until the first ``open_stream``)."""
+        return self._streams
+
     def shutdown(self) -> None:
         """Stop the engine thread; pending requests fail with ``EngineStopped``."""
+        if self._streams is not None:
+            self._streams.shutdown()
         self._stop.set()
         self._wake.set()
         self._thread.join(timeout=30)

@@ -60,6 +60,14 @@ class EngineConfig:
             None: on when the model supports it (measured on 2 CPU cores, 8 windows of
             2-20 s, 88 s of audio: Parakeet-CTC-0.6B shape 1.46x, LASR 1.39x the padded
             batch, identical text); True requires a model that does; False always pads.
+        stream_chunk_ms: streaming: the encoder chunk in ms of audio, mapped per family
+            (WeNet: 40-ms units, ``decoding_chunk_size``; causal Zipformer: 20-ms units,
+            icefall's ``chunk_size``) and refused where it does not divide; None: the
+            family's default.
+        stream_left_chunks: streaming: chunks of attention history (None: all of it; refused
+            by encoders whose history the weights fix).
+        max_streams: streaming: concurrent live streams (slots of the encoder cache); one
+            more is refused with ``EngineOverloaded``.
     """
 
     device: str = "cpu"
@@ -71,6 +79,9 @@ class EngineConfig:
     max_queue_size: int = 1024
     ctc_window_s: float = 30.0
     max_audio_s: float | None = 4 * 3600.0
+    stream_chunk_ms: float | None = None
+    stream_left_chunks: int | None = None
+    max_streams: int = 256
     lm_path: str | None = None
     lm_alpha: float = 0.5
     lm_beta: float = 1.0

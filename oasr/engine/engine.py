@@ -31,6 +31,7 @@ from oasr.engine.decode.base import (
 )
 from oasr.engine.faults import with_faults
 from oasr.engine.outputs import RequestOutput, Segment
+from oasr.engine.streaming.api import StreamingEngineMixin
 from oasr.layers.quant import quantize_linears_
 from oasr.models.loaders import LoadedModel, load_pretrained
 
@@ -115,7 +116,7 @@ class EngineCore:
         return f"req-{next(self._ids)}"
 
 
-class ASREngine(EngineCore):
+class ASREngine(StreamingEngineMixin, EngineCore):
     """Batched speech recognition over one model.
 
     Example:

@@ -115,13 +115,22 @@ encoder owns (icefall's ``get_init_states`` / ``streaming_forward`` convention).
 class PagedCacheView:
     """What one paged streaming chunk reads and writes, for a batch of streams.
 
+    The encoder reads each row's history (frames ``[cache_lens - history, cache_lens)`` of
+    its stream; ``oasr.layers.paged`` does the indexing) and writes the chunk's own K/V at
+    frames ``[cache_lens, cache_lens + new frames)``; the runtime allocates the blocks those
+    frames land in before the call and advances ``cache_lens`` after it.
+
     Attributes:
-        k, v: the K/V pool, (n_layers, n_blocks, n_kv_heads, block_size, head_dim).
+        k, v: the K/V pool, (n_layers, n_blocks, block_size, n_kv_heads, head_dim).
         block_tables: (B, max_blocks) the pool blocks of each stream, in order (-1: none).
         cache_lens: (B,) encoder frames already cached per stream.
         conv: per-layer convolution tails, (n_layers, n_slots, channels, frames), or None.
         slots: (B,) each stream's slot in ``conv`` and in the stream-state buffers.
         states: the ``StreamStateSpec`` buffers by name, each with its slot axis.
+        block_size: frames per pool block.
+        history_frames: the most cached frames a chunk attends to (None: all of them; the
+            engine's left chunks times the chunk, or the model's fixed window).
+        final: (B,) bool, rows whose chunk is the last of their stream (a short one).
     """
 
     k: torch.Tensor
@@ -131,6 +140,9 @@ class PagedCacheView:
     conv: torch.Tensor | None
     slots: torch.Tensor
     states: dict[str, torch.Tensor] = field(default_factory=dict)
+    block_size: int = 16
+    history_frames: int | None = None
+    final: torch.Tensor | None = None
 
 
 @dataclass(frozen=True)
@@ -191,6 +203,16 @@ class LoadReport:
 
 # ---------------------------------------------------------------------------
 # Encoder and model
+
+
+def chunk_units(chunk_ms: float, unit_ms: float, who: str) -> int:
+    """``chunk_ms`` as a whole number of ``unit_ms`` units; ``ValueError`` when it is not one."""
+    units = chunk_ms / unit_ms
+    if chunk_ms <= 0 or abs(units - round(units)) > 1e-6:
+        raise ValueError(
+            f"chunk of {chunk_ms:g} ms is not a whole number of {who}'s {unit_ms:g}-ms streaming units"
+        )
+    return int(round(units))
 
 
 class BaseEncoder(nn.Module):
@@ -261,6 +283,31 @@ class BaseEncoder(nn.Module):
         raise NotImplementedError(f"{type(self).__name__} does not encode packed rows")
 
     # Optional declarations: "nothing declared" defaults.
+
+    # Feature value a short final streaming window is padded with, and feature frames of it
+    # appended when a stream finishes (icefall's causal Zipformer: log(1e-10), 30 frames).
+    streaming_pad_value: float = 0.0
+    streaming_tail_frames: int = 0
+
+    def streaming_chunk_size(self, chunk_ms: float | None, frame_shift_s: float) -> int:
+        """The chunk (in the encoder's streaming unit, as ``streaming_geometry`` takes it) for
+        a chunk of ``chunk_ms`` ms of audio; None: the encoder's published default.
+
+        The default unit is one output frame (``subsampling_rate`` feature frames: WeNet's
+        ``decoding_chunk_size``, 40 ms at a 4x subsampling of 10-ms frames), 16 frames
+        (640 ms) unless asked. Raises ``ValueError`` for a chunk that is not a whole number
+        of units.
+        """
+        unit_ms = self.subsampling_rate * frame_shift_s * 1000.0
+        if chunk_ms is None:
+            return 16
+        return chunk_units(chunk_ms, unit_ms, type(self).__name__)
+
+    @property
+    def streaming_left_chunks(self) -> bool:
+        """Whether the caller chooses the attention history (``left_chunks``); an encoder whose
+        history is fixed by its weights (a trained window) says False and refuses it."""
+        return self.streaming_kind == "paged" and self.fixed_attention_window is None
 
     @property
     def streaming_state_specs(self) -> tuple[StreamStateSpec, ...]:
@@ -425,6 +472,12 @@ class BaseAsrModel(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Encoder-only streaming chunk over the paged pool (``BaseEncoder.forward_chunk_paged``)."""
         return self.encoder.forward_chunk_paged(feats, feat_lens, cache)
+
+    def encode_chunk(
+        self, feats: torch.Tensor, feat_lens: torch.Tensor, states: StreamingStates
+    ) -> tuple[torch.Tensor, torch.Tensor, StreamingStates]:
+        """Encoder-only streaming chunk of the stateful / slot forms (``BaseEncoder.streaming_forward``)."""
+        return self.encoder.streaming_forward(feats, feat_lens, states)
 
     @unimplemented
     def forward_chunk_paged(

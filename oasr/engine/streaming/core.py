@@ -1,0 +1,485 @@
+"""The streaming scheduler: many live streams, one batched encoder forward per step.
+
+``StreamingCore`` owns an ``EncoderRuntime`` (the per-stream encoder caches) and a
+``StreamSearch`` (the decoding carried across chunks). Callers ``open`` a stream (its slot
+is taken then: ``EngineOverloaded`` when none is free), ``push`` samples of any length and
+``finish`` it; ``step`` advances every stream that has a chunk ready by one chunk, all of
+them in one encoder call and one search call (continuous batching: streams join and leave
+between steps), and returns the events each produced:
+
+- ``partial``: the segment's current best text, when it changed;
+- ``final``: a finished segment, its text, tokens and token / word times on the stream's
+  timeline (at an endpoint, after the second pass where the family has one, and at the end);
+- ``endpoint``: an endpoint rule fired (the final before it closes the segment);
+- ``error``: the stream failed (bad samples, too long, ...) and was closed;
+- ``done``: the stream is over and its slot free.
+
+Feature frames are computed as samples arrive (``FeatureStream``: equal to the whole-array
+front end), so a stream's chunks, and therefore its result, do not depend on how its audio
+was cut into pieces or on which other streams shared its steps.
+
+Not thread-safe by itself: ``AsyncEngine`` calls ``step`` from one thread and ``push`` /
+``finish`` / ``close`` through ``StreamingCore.lock``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import threading
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+import torch
+
+from oasr.audio.frontends import build_frontend
+from oasr.audio.streaming import FeatureStream
+from oasr.engine.decode.words import TokenPieces, group_words, token_times
+from oasr.engine.outputs import RequestOutput, Segment, Word
+from oasr.engine.streaming.endpoint import EndpointConfig
+from oasr.engine.streaming.runtime import EncoderRuntime, build_runtime
+from oasr.engine.streaming.search import Hypothesis, StreamSearch, build_stream_search
+
+__all__ = ["StreamEvent", "StreamOptions", "StreamingCore"]
+
+EventType = Literal["partial", "final", "endpoint", "error", "done"]
+
+
+@dataclass
+class StreamEvent:
+    """What a stream reports.
+
+    Attributes:
+        type: "partial", "final", "endpoint", "error" or "done".
+        stream_id: the stream's id.
+        segment: index of the segment (0, 1, ... one per endpoint).
+        text: the segment's text (partial / final).
+        start, end: seconds on the stream's timeline (final: from its tokens; partial: the
+            segment's start and the audio decoded so far).
+        tokens: token ids (final).
+        words: word times (final, when the stream asked for word timestamps).
+        code, message: the error (error events).
+    """
+
+    type: EventType
+    stream_id: str
+    segment: int = 0
+    text: str = ""
+    start: float | None = None
+    end: float | None = None
+    tokens: list[int] = field(default_factory=list)
+    words: list[Word] | None = None
+    code: str | None = None
+    message: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"type": self.type, "segment": self.segment}
+        if self.type in ("partial", "final"):
+            out.update(text=self.text, start=self.start, end=self.end)
+        if self.type == "final":
+            out["tokens"] = list(self.tokens)
+            if self.words is not None:
+                out["words"] = [dict(start=w.start, end=w.end, word=w.word, probability=w.probability) for w in self.words]
+        if self.type == "endpoint":
+            out["time"] = self.end
+        if self.type == "error":
+            out.update(code=self.code, message=self.message)
+        return out
+
+
+@dataclass(frozen=True)
+class StreamOptions:
+    """A stream's own options (its decoding options go through the engine's strategy).
+
+    Attributes:
+        sample_rate: rate of the samples the caller feeds (resampled to the model's).
+        endpoint: finalise a segment whenever an endpoint rule fires (off: one segment per stream).
+        endpoint_config: the rules.
+        partials: send partial events.
+    """
+
+    sample_rate: int | None = None
+    endpoint: bool = False
+    endpoint_config: EndpointConfig = field(default_factory=EndpointConfig)
+    partials: bool = True
+
+
+class StreamError(ValueError):
+    """A stream's input was refused (an ``error`` event carries its code)."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class _Stream:
+    """The scheduler's record of one live stream."""
+
+    def __init__(self, sid: str, slot: int, options, sopts: StreamOptions, features: FeatureStream, state) -> None:
+        self.id = sid
+        self.slot = slot
+        self.options = options
+        self.sopts = sopts
+        self.features = features
+        self.search_state = state
+        self.pending: deque[np.ndarray] = deque()  # samples pushed, not yet through the front end
+        self.resampler = None
+        self.buffer = torch.zeros(0, features.frontend.n_features)  # feature frames not yet encoded
+        self.input_done = False  # finish() asked
+        self.features_done = False  # the front end's last frames are in the buffer
+        self.closed = False
+        self.samples_in = 0  # at the model's rate
+        self.segment = 0
+        self.segment_frame0 = 0  # encoder frame (stream timeline) where the segment started
+        self.last_partial = ""
+        self.finals: list[Segment] = []
+
+
+class StreamingCore:
+    """Live streams of one model (see the module).
+
+    Args:
+        engine: the ``EngineCore`` (loaded model, config, option validation).
+        runtime_kind: force a runtime ("stateful" over a "slot" model: the parity oracle).
+    """
+
+    def __init__(self, engine, runtime_kind: str | None = None) -> None:
+        self.engine = engine
+        loaded = engine.loaded
+        config = engine.config
+        if loaded.feature_spec is None or loaded.tokenizer is None:
+            raise ValueError("streaming needs the checkpoint's feature spec and tokenizer")
+        self.model = loaded.model
+        self.frontend = build_frontend(loaded.feature_spec)
+        if self.frontend.framing is None:
+            raise ValueError(
+                f"{type(self.model).__name__} cannot stream: its front end ({loaded.feature_spec.kind}) "
+                f"normalises over the whole utterance"
+            )
+        self.sampling_rate = int(self.frontend.sampling_rate)
+        self.decode_type = str(engine.strategy.decode_type)
+        self.runtime: EncoderRuntime = build_runtime(
+            self.model,
+            runtime_kind,
+            chunk_ms=config.stream_chunk_ms,
+            left_chunks=config.stream_left_chunks,
+            max_streams=config.max_streams,
+            feature_shift_s=self.frontend.frame_shift_s,
+            max_stream_frames=self._max_frames(config),
+        )
+        self.plan = self.runtime.plan
+        strategy = engine.strategy
+        self.blank_id = int(getattr(self.model, "blank_id", 0))
+        self.skip_ids = frozenset(getattr(strategy, "skip_ids", ()) or ())
+        params = dict(loaded.decoding_spec.params) if loaded.decoding_spec is not None else {}
+        self.search: StreamSearch = build_stream_search(self.decode_type, self.model, self.blank_id, self.skip_ids, params)
+        self.tokenizer = loaded.tokenizer
+        self.pieces = TokenPieces(self.tokenizer, self.skip_ids | {self.blank_id})
+        self.max_batch = max(1, int(config.max_streams))
+        self.max_samples = None if config.max_audio_s is None else int(config.max_audio_s * self.sampling_rate)
+        self.lock = threading.RLock()
+        self.streams: dict[str, _Stream] = {}
+        self._ids = itertools.count()
+        self.chunks_encoded = 0
+        self.steps = 0
+
+    def _max_frames(self, config) -> int:
+        seconds = config.max_audio_s if config.max_audio_s is not None else 4 * 3600.0
+        enc = self.model.encoder
+        return int(math.ceil(seconds / (self.frontend.frame_shift_s * enc.subsampling_rate))) + 64
+
+    # -- streams --------------------------------------------------------------------
+
+    def open(self, options: Any, sopts: StreamOptions, stream_id: str | None = None) -> str:
+        """Admit a stream (its decoding ``options`` already validated). Raises ``EngineOverloaded``."""
+        rate = sopts.sample_rate or self.sampling_rate
+        if rate < 4000 or rate > 384_000:
+            raise ValueError(f"sample_rate {rate} Hz is outside 4000-384000 Hz")
+        conditioning = self._conditioning(options)
+        with self.lock:
+            slot = self.runtime.admit(conditioning)
+            try:
+                sid = stream_id or f"stream-{next(self._ids)}"
+                if sid in self.streams:
+                    raise ValueError(f"a stream with id {sid!r} is already open")
+                stream = _Stream(sid, slot, options, sopts, FeatureStream(self.frontend), self.search.new_state(options))
+                stream.conditioning = conditioning
+                if rate != self.sampling_rate:
+                    import soxr
+
+                    stream.resampler = soxr.ResampleStream(rate, self.sampling_rate, 1, dtype="float32", quality="HQ")
+            except BaseException:
+                self.runtime.release(slot)
+                raise
+            self.streams[sid] = stream
+        return sid
+
+    def _conditioning(self, options: Any) -> dict[str, float]:
+        """Persistent per-stream states a request sets (a language prompt), by state name."""
+        hook = getattr(self.model, "streaming_conditioning", None)
+        return dict(hook(options)) if hook is not None else {}
+
+    def push(self, sid: str, samples: np.ndarray) -> None:
+        """Queue samples (float32 mono at the stream's rate). Raises ``StreamError`` for bad ones."""
+        with self.lock:
+            stream = self._get(sid)
+            if stream.input_done:
+                raise StreamError("bad_request", "samples after the end of the stream")
+            x = np.asarray(samples, dtype=np.float32).reshape(-1)
+            if x.size and not np.isfinite(x).all():
+                raise StreamError("invalid_audio", "the samples hold NaN or Inf")
+            if x.size:
+                stream.pending.append(x)
+
+    def finish(self, sid: str) -> None:
+        """No more samples: the stream's last chunk is encoded and its final result sent."""
+        with self.lock:
+            self._get(sid).input_done = True
+
+    def close(self, sid: str) -> None:
+        """Drop a stream now (a hang-up): its slot and cache are freed at once, no events."""
+        with self.lock:
+            stream = self.streams.pop(sid, None)
+            if stream is not None and not stream.closed:
+                stream.closed = True
+                self.runtime.release(stream.slot)
+
+    def _get(self, sid: str) -> _Stream:
+        stream = self.streams.get(sid)
+        if stream is None or stream.closed:
+            raise KeyError(f"no open stream {sid!r}")
+        return stream
+
+    @property
+    def num_streams(self) -> int:
+        return len(self.streams)
+
+    def has_work(self) -> bool:
+        """Whether a step would do anything (a chunk ready, samples to featurise, a stream to end)."""
+        with self.lock:
+            for s in self.streams.values():
+                if s.pending or (s.input_done and not s.features_done):
+                    return True
+                if self._chunk_ready(s) is not None:
+                    return True
+            return False
+
+    # -- the step -------------------------------------------------------------------
+
+    def step(self) -> list[StreamEvent]:
+        """Advance every stream with a chunk ready by one chunk; the events, in order."""
+        events: list[StreamEvent] = []
+        with self.lock:
+            streams = list(self.streams.values())
+            for s in streams:
+                try:
+                    self._featurize(s)
+                except StreamError as e:
+                    self._fail(s, e.code, str(e), events)
+            ready: list[tuple[_Stream, torch.Tensor, int, bool]] = []
+            for s in streams:
+                if s.closed:
+                    continue
+                chunk = self._chunk_ready(s)
+                if chunk is not None and len(ready) < self.max_batch:
+                    ready.append((s, *self._take_chunk(s, chunk)))
+                elif chunk is None and s.features_done:
+                    self._end(s, events)
+        if not ready:
+            return events
+        feats = torch.stack([r[1] for r in ready])
+        lens = torch.tensor([r[2] for r in ready], dtype=torch.long)
+        try:
+            with torch.inference_mode():
+                enc, enc_lens = self.runtime.encode([r[0].slot for r in ready], feats, lens, [r[3] for r in ready])
+                self.search.advance([r[0].search_state for r in ready], enc, enc_lens)
+        except Exception as e:  # noqa: BLE001 - the step's streams fail; the others and the engine go on
+            with self.lock:
+                for s, *_ in ready:
+                    if not s.closed:
+                        self._fail(s, "engine_error", f"decoding failed: {type(e).__name__}: {e}", events)
+            return events
+        self.chunks_encoded += len(ready)
+        self.steps += 1
+        with self.lock:
+            for s, *_ in ready:
+                if s.closed:
+                    continue
+                self._after_chunk(s, events)
+        return events
+
+    def _featurize(self, s: _Stream) -> None:
+        while s.pending:
+            x = s.pending.popleft()
+            if s.resampler is not None:
+                x = s.resampler.resample_chunk(x)
+            self._add_samples(s, x)
+        if s.input_done and not s.features_done:
+            if s.resampler is not None:
+                self._add_samples(s, s.resampler.resample_chunk(np.zeros(0, np.float32), last=True))
+            tail = s.features.finish()
+            pad = torch.full((self.plan.tail_frames, tail.shape[1]), self.plan.pad_value) if self.plan.tail_frames else tail[:0]
+            s.buffer = torch.cat([s.buffer, tail, pad])
+            s.features_done = True
+
+    def _add_samples(self, s: _Stream, x: np.ndarray) -> None:
+        if not x.size:
+            return
+        s.samples_in += x.size
+        if self.max_samples is not None and s.samples_in > self.max_samples:
+            raise StreamError(
+                "audio_too_long", f"the stream is longer than the {self.engine.config.max_audio_s:g}-s limit"
+            )
+        frames = s.features.push(x)
+        if frames.shape[0]:
+            s.buffer = torch.cat([s.buffer, frames])
+
+    def _chunk_ready(self, s: _Stream) -> int | None:
+        """Valid frames of the next chunk, or None when none is ready."""
+        n = s.buffer.shape[0]
+        if n >= self.plan.window_frames:
+            return self.plan.window_frames
+        if s.features_done and n >= self.plan.min_final_frames and n > 0:
+            return n
+        return None
+
+    def _take_chunk(self, s: _Stream, valid: int) -> tuple[torch.Tensor, int, bool]:
+        w = self.plan.window_frames
+        window = s.buffer[:w]
+        final = valid < w
+        if final:
+            pad = torch.full((w - valid, window.shape[1]), self.plan.pad_value)
+            window = torch.cat([window, pad])
+            s.buffer = s.buffer[:0]
+        else:
+            s.buffer = s.buffer[self.plan.stride_frames :]
+            if s.features_done and s.buffer.shape[0] < self.plan.min_final_frames:
+                s.buffer = s.buffer[:0]  # too few to encode: the reference drops them too
+        return window, valid, final
+
+    def _after_chunk(self, s: _Stream, events: list[StreamEvent]) -> None:
+        hyp = self.search.partial(s.search_state)
+        frames = self.search.frames(s.search_state)
+        if s.sopts.endpoint:
+            frame_s = self.plan.output_frame_s
+            trailing = self.search.trailing_blanks(s.search_state) * frame_s
+            if s.sopts.endpoint_config.detect(bool(hyp.tokens), trailing, frames * frame_s):
+                self._finalize_segment(s, events, endpoint=True)
+                return
+        if s.sopts.partials:
+            text = self.tokenizer.decode(hyp.tokens).strip() if hyp.tokens else ""
+            if text != s.last_partial:
+                s.last_partial = text
+                start = s.segment_frame0 * self.plan.output_frame_s
+                end = (s.segment_frame0 + frames) * self.plan.output_frame_s
+                events.append(StreamEvent("partial", s.id, s.segment, text, round(start, 3), round(end, 3)))
+
+    def _finalize_segment(self, s: _Stream, events: list[StreamEvent], endpoint: bool) -> None:
+        with torch.inference_mode():
+            hyp = self.search.finalize(s.search_state)
+        frames = self.search.frames(s.search_state)
+        event = self._final_event(s, hyp, frames)
+        if event is not None:
+            events.append(event)
+        if endpoint:
+            end = (s.segment_frame0 + frames) * self.plan.output_frame_s
+            events.append(StreamEvent("endpoint", s.id, s.segment, end=round(end, 3)))
+            self.search.reset(s.search_state)
+            self.runtime.reset(s.slot)
+            s.segment_frame0 += frames
+            s.segment += 1
+            s.last_partial = ""
+
+    def _final_event(self, s: _Stream, hyp: Hypothesis, frames: int) -> StreamEvent | None:
+        tokens = [t for t in hyp.tokens]
+        frame_s = self.plan.output_frame_s
+        offset = s.segment_frame0 * frame_s
+        seg_end = offset + frames * frame_s
+        audio_end = s.samples_in / self.sampling_rate
+        end_cap = min(seg_end, audio_end) if s.features_done else seg_end
+        if not tokens:
+            return None
+        spans = token_times(hyp.frames, frame_s, offset, end_cap)
+        words: list[Word] = []
+        for w in group_words(tokens, self.pieces):
+            text = self.tokenizer.decode(tokens[w.start : w.end]).strip()
+            if not text:
+                continue
+            probs = hyp.probs[w.start : w.end] if len(hyp.probs) == len(tokens) else []
+            words.append(
+                Word(
+                    start=round(spans[w.start][0], 3),
+                    end=round(spans[w.end - 1][1], 3),
+                    word=(" " if w.spaced else "") + text,
+                    probability=float(np.mean(probs)) if probs else 1.0,
+                )
+            )
+        text = "".join(w.word for w in words)
+        if not text.strip():
+            return None
+        start, end = round(spans[0][0], 3), round(spans[-1][1], 3)
+        want_words = bool(getattr(s.options, "word_timestamps", False))
+        seg = Segment(
+            id=len(s.finals),
+            seek=0,
+            start=start,
+            end=end,
+            text=text,
+            tokens=tokens,
+            avg_logprob=float(hyp.score) / max(1, frames),
+            words=words if want_words else None,
+        )
+        s.finals.append(seg)
+        return StreamEvent("final", s.id, s.segment, text.strip(), start, end, tokens, words if want_words else None)
+
+    def _end(self, s: _Stream, events: list[StreamEvent]) -> None:
+        """The stream's input is all encoded: its last final, then done; the slot is freed."""
+        self._finalize_segment(s, events, endpoint=False)
+        events.append(StreamEvent("done", s.id, s.segment))
+        self._retire(s)
+
+    def _fail(self, s: _Stream, code: str, message: str, events: list[StreamEvent]) -> None:
+        events.append(StreamEvent("error", s.id, s.segment, code=code, message=message))
+        self._retire(s)
+
+    def _retire(self, s: _Stream) -> None:
+        if not s.closed:
+            s.closed = True
+            self.runtime.release(s.slot)
+        self.result_cache[s.id] = self._result(s)
+        self.streams.pop(s.id, None)
+
+    # -- results ------------------------------------------------------------------------
+
+    @property
+    def result_cache(self) -> dict[str, RequestOutput]:
+        cache = getattr(self, "_results", None)
+        if cache is None:
+            cache = self._results = {}
+        return cache
+
+    def _result(self, s: _Stream) -> RequestOutput:
+        text = "".join(seg.text for seg in s.finals).strip()
+        return RequestOutput(
+            request_id=s.id,
+            text=text,
+            segments=list(s.finals),
+            language=getattr(s.options, "language", None),
+            duration=s.samples_in / self.sampling_rate,
+        )
+
+    def pop_result(self, sid: str) -> RequestOutput | None:
+        """The whole result of a stream that ended (its finals as segments), once."""
+        with self.lock:
+            return self.result_cache.pop(sid, None)
+
+    def stats(self) -> dict[str, Any]:
+        return {
+            "streams_active": len(self.streams),
+            "streams_capacity": self.runtime.max_streams,
+            "stream_chunks_encoded": self.chunks_encoded,
+            "stream_steps": self.steps,
+            "stream_cache_bytes": self.runtime.memory_bytes(),
+        }
