@@ -304,6 +304,18 @@ class BaseEncoder(nn.Module):
         return chunk_units(chunk_ms, unit_ms, type(self).__name__)
 
     @property
+    def conv_cache_shape(self) -> tuple[int, int] | None:
+        """(channels, frames) of each layer's convolution tail a paged stream keeps
+        (``CacheSpec.conv_cache``), or None."""
+        return None
+
+    @property
+    def streaming_min_final_frames(self) -> int:
+        """The fewest feature frames a stream's short final window may hold to be encoded
+        (fewer are dropped, as WeNet's chunk loop drops them); default: one output frame's."""
+        return int(getattr(self, "right_context", 0)) + 1
+
+    @property
     def streaming_left_chunks(self) -> bool:
         """Whether the caller chooses the attention history (``left_chunks``); an encoder whose
         history is fixed by its weights (a trained window) says False and refuses it."""
@@ -463,6 +475,7 @@ class BaseAsrModel(nn.Module):
             n_layers=self.encoder.num_attention_layers,
             n_kv_heads=self.encoder.n_kv_head,
             head_dim=self.encoder.head_dim,
+            conv_cache=self.encoder.conv_cache_shape,
             stream_states=self.encoder.streaming_state_specs,
             fixed_attention_window=self.encoder.fixed_attention_window,
         )

@@ -106,7 +106,7 @@ class EncoderRuntime(abc.ABC):
             stride_frames=geometry.stride_frames,
             pad_value=float(self.encoder.streaming_pad_value),
             tail_frames=int(self.encoder.streaming_tail_frames),
-            min_final_frames=int(getattr(self.encoder, "right_context", 0)) + 1,
+            min_final_frames=int(self.encoder.streaming_min_final_frames),
             output_frame_s=sub * feature_shift_s,
         )
         self.left_chunks = left_chunks
