@@ -504,7 +504,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Time oasr and faster-whisper on the same audio, weights and decode settings, each run a "
         "fresh process, alternating; print median and spread of wall time, RTFx, tokens/s and peak memory.",
     )
-    p.add_argument("--workload", choices=(*WORKLOADS, "all"), default="all", help="what to time (default all)")
+    p.add_argument(
+        "--workload",
+        choices=(*WORKLOADS, "streaming", "all"),
+        default="all",
+        help="what to time (default all: short, long, corpus); streaming: live streams kept at real time by "
+        "--model (a streaming checkpoint), batched against a one-stream-per-forward loop",
+    )
     p.add_argument("--peer", choices=(FW, "none"), default=FW, help="the system to compare with (default %(default)s)")
     p.add_argument("--rounds", type=positive_int, default=3, metavar="K", help="timed runs per system (default 3)")
     p.add_argument(
@@ -561,6 +567,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     a.add_argument(
         "--cache-dir", type=Path, default=None, help="long recording and joined weights (~/.cache/oasr-bench)"
     )
+    st = p.add_argument_group("streaming workload")
+    st.add_argument(
+        "--stream-counts",
+        type=positive_int,
+        nargs="+",
+        default=[1, 2, 4, 8, 16, 32, 64, 128],
+        metavar="N",
+        help="concurrent streams to try, in order, until one falls behind (default 1 2 4 ... 128)",
+    )
+    st.add_argument("--chunk-ms", type=positive_float, default=None, metavar="MS", help="chunk (default: the family's)")
+    st.add_argument("--left-chunks", type=nonnegative_int, default=None, metavar="N", help="attention history in chunks")
+    st.add_argument("--stream-seconds", type=positive_float, default=8.0, metavar="S", help="audio per stream (default 8)")
+    st.add_argument("--architecture", default=None, help="load the checkpoint as this architecture (e.g. transducer)")
     o = p.add_argument_group("output")
     o.add_argument("--json", type=Path, default=None, metavar="PATH", help="write the results as JSON")
     o.add_argument("--markdown", type=Path, default=None, metavar="PATH", help="write the markdown table")
@@ -709,6 +728,10 @@ def run_benchmark(args: argparse.Namespace) -> dict:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.workload == "streaming":
+        from oasr.cli.bench_streaming import run_streaming
+
+        return run_streaming(args)
     check_requirements(args)
     report = run_benchmark(args)
     table = markdown_table(report)

@@ -135,6 +135,7 @@ class _Stream:
         self.segment_frame0 = 0  # encoder frame (stream timeline) where the segment started
         self.last_partial = ""
         self.finals: list[Segment] = []
+        self.chunks = 0  # chunks encoded
 
 
 class StreamingCore:
@@ -184,6 +185,8 @@ class StreamingCore:
         self._ids = itertools.count()
         self.chunks_encoded = 0
         self.steps = 0
+        self._retired_chunks: dict[str, int] = {}
+        self.result_cache: dict[str, RequestOutput] = {}  # ended streams' results until popped
 
     def _max_frames(self, config) -> int:
         seconds = config.max_audio_s if config.max_audio_s is not None else 4 * 3600.0
@@ -252,6 +255,13 @@ class StreamingCore:
             raise KeyError(f"no open stream {sid!r}")
         return stream
 
+    def chunks_encoded_of(self, sid: str) -> int:
+        """Chunks of a stream encoded so far (0 for a stream that is not open)."""
+        stream = self.streams.get(sid)
+        if stream is not None:
+            return stream.chunks
+        return self._retired_chunks.get(sid, 0)
+
     @property
     def num_streams(self) -> int:
         return len(self.streams)
@@ -305,6 +315,7 @@ class StreamingCore:
         self.steps += 1
         with self.lock:
             for s, *_ in ready:
+                s.chunks += 1
                 if s.closed:
                     continue
                 self._after_chunk(s, events)
@@ -449,16 +460,10 @@ class StreamingCore:
             s.closed = True
             self.runtime.release(s.slot)
         self.result_cache[s.id] = self._result(s)
+        self._retired_chunks[s.id] = s.chunks
         self.streams.pop(s.id, None)
 
     # -- results ------------------------------------------------------------------------
-
-    @property
-    def result_cache(self) -> dict[str, RequestOutput]:
-        cache = getattr(self, "_results", None)
-        if cache is None:
-            cache = self._results = {}
-        return cache
 
     def _result(self, s: _Stream) -> RequestOutput:
         text = "".join(seg.text for seg in s.finals).strip()
@@ -473,6 +478,7 @@ class StreamingCore:
     def pop_result(self, sid: str) -> RequestOutput | None:
         """The whole result of a stream that ended (its finals as segments), once."""
         with self.lock:
+            self._retired_chunks.pop(sid, None)
             return self.result_cache.pop(sid, None)
 
     def stats(self) -> dict[str, Any]:

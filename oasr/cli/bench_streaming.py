@@ -1,0 +1,248 @@
+"""``oasr bench --workload streaming``: how many live streams one engine keeps at real time.
+
+N streams play a real recording (looped) at real speed, each fed one chunk of audio every
+chunk period, their starts staggered across the period as independent callers' would be.
+The engine steps whenever a chunk is ready, every ready stream in one batched forward. A
+chunk's latency runs from the moment its last needed sample was fed to the end of the step
+that encoded (and searched) it. N is kept when the p95 latency stays under the chunk
+duration; the largest kept N is the capacity. The same harness with one stream per forward
+(``one_stream_loop``: sherpa-onnx's and NeMo's loop, each stream decoded on its own) is the
+peer, measured in the same run.
+"""
+
+from __future__ import annotations
+
+import math
+import resource
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+__all__ = ["RealtimeResult", "capacity", "realtime_run"]
+
+
+@dataclass
+class RealtimeResult:
+    streams: int
+    chunks: int
+    p50_ms: float
+    p95_ms: float
+    max_ms: float
+    wall_s: float
+    busy_fraction: float
+    mean_batch: float
+    cache_bytes_per_stream: float
+    rss_mb: float
+
+    def keeps_up(self, chunk_s: float) -> bool:
+        return self.p95_ms < chunk_s * 1000.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def _rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def realtime_run(
+    engine,
+    audio: np.ndarray,
+    n_streams: int,
+    *,
+    chunk_s: float,
+    seconds: float,
+    one_stream_loop: bool = False,
+    options: dict | None = None,
+) -> RealtimeResult:
+    """Play ``n_streams`` streams of ``seconds`` of ``audio`` at real speed through ``engine``
+    (an ``ASREngine`` whose ``max_streams`` >= n_streams) and time every chunk."""
+    from oasr.engine.streaming.api import validate_stream_options
+
+    core = engine._streaming()
+    sr = core.sampling_rate
+    framing = core.frontend.framing
+    plan = core.plan
+    piece = int(round(chunk_s * sr))
+    total = int(seconds * sr)
+    reps = math.ceil(total / max(1, len(audio)))
+    signal = np.tile(audio.astype(np.float32), reps)[:total]
+    opts, sopts = validate_stream_options(engine, {"partials": True, **(options or {})})
+    core.max_batch = 1 if one_stream_loop else max(1, core.runtime.max_streams)
+    sids = [core.open(opts, sopts) for _ in range(n_streams)]
+    n_pushes = math.ceil(total / piece)
+
+    def need(k: int) -> int:  # samples chunk k reads
+        return (k * plan.stride_frames + plan.window_frames - 1) * framing.hop - framing.left_pad + framing.length
+
+    pushed = [0] * n_streams
+    push_times: list[list[float]] = [[] for _ in range(n_streams)]
+    done_chunks = [0] * n_streams
+    latencies: list[float] = []
+    batches: list[int] = []
+    busy = 0.0
+    offsets = [i * chunk_s / n_streams for i in range(n_streams)]
+    t0 = time.perf_counter()
+    try:
+        while True:
+            now = time.perf_counter() - t0
+            for i, sid in enumerate(sids):
+                while pushed[i] < n_pushes and offsets[i] + pushed[i] * chunk_s <= now:
+                    a = pushed[i] * piece
+                    core.push(sid, signal[a : a + piece])
+                    push_times[i].append(time.perf_counter() - t0)
+                    pushed[i] += 1
+                    if pushed[i] == n_pushes:
+                        core.finish(sid)
+            if core.has_work():
+                before = [core.chunks_encoded_of(sid) for sid in sids]
+                s0 = time.perf_counter()
+                core.step()
+                end = time.perf_counter()
+                busy += end - s0
+                n = 0
+                for i, sid in enumerate(sids):
+                    after = core.chunks_encoded_of(sid)
+                    for k in range(before[i], after):
+                        j = min(len(push_times[i]) - 1, max(0, math.ceil(need(k) / piece) - 1))
+                        latencies.append(end - t0 - push_times[i][j])
+                        n += 1
+                    done_chunks[i] = after
+                if n:
+                    batches.append(n)
+                continue
+            if all(p == n_pushes for p in pushed) and not core.streams:
+                break
+            nxt = min((offsets[i] + pushed[i] * chunk_s for i in range(n_streams) if pushed[i] < n_pushes), default=None)
+            if nxt is None:
+                if not core.has_work() and not core.streams:
+                    break
+                time.sleep(0.001)
+            else:
+                time.sleep(max(0.0, min(0.005, nxt - (time.perf_counter() - t0))))
+        wall = time.perf_counter() - t0
+    finally:
+        for sid in sids:
+            core.close(sid)
+            core.pop_result(sid)
+    lat = sorted(latencies) or [0.0]
+    return RealtimeResult(
+        streams=n_streams,
+        chunks=len(latencies),
+        p50_ms=1000 * statistics.median(lat),
+        p95_ms=1000 * lat[min(len(lat) - 1, int(0.95 * len(lat)))],
+        max_ms=1000 * lat[-1],
+        wall_s=wall,
+        busy_fraction=busy / wall if wall else 0.0,
+        mean_batch=statistics.mean(batches) if batches else 0.0,
+        cache_bytes_per_stream=core.runtime.memory_bytes() / core.runtime.max_streams,
+        rss_mb=_rss_mb(),
+    )
+
+
+def capacity(
+    engine,
+    audio: np.ndarray,
+    *,
+    chunk_s: float,
+    seconds: float,
+    counts: list[int],
+    one_stream_loop: bool = False,
+    options: dict | None = None,
+    log=None,
+) -> tuple[int, list[RealtimeResult]]:
+    """Run ``counts`` in order, stopping after the first N that falls behind; (the largest N
+    that kept up, every run)."""
+    runs = []
+    best = 0
+    for n in counts:
+        r = realtime_run(engine, audio, n, chunk_s=chunk_s, seconds=seconds, one_stream_loop=one_stream_loop, options=options)
+        runs.append(r)
+        if log is not None:
+            log(
+                f"{'one-stream loop' if one_stream_loop else 'batched'} {n:4d} streams: p50 {r.p50_ms:7.1f} ms "
+                f"p95 {r.p95_ms:7.1f} ms max {r.max_ms:7.1f} ms, busy {100 * r.busy_fraction:5.1f} %, "
+                f"mean batch {r.mean_batch:5.1f}"
+            )
+        if not r.keeps_up(chunk_s):
+            break
+        best = n
+    return best, runs
+
+
+def run_streaming(args) -> int:
+    """``oasr bench --workload streaming``: capacity of the batched engine and of the one-stream
+    loop on ``--model`` (a streaming checkpoint), printed and written as JSON with ``--json``."""
+    import json
+    import os
+    import platform
+    import sys
+
+    from oasr.audio import load_audio
+    from oasr.engine.engine import ASREngine
+
+    if args.model == "whisper-base":
+        raise SystemExit("oasr bench --workload streaming: give --model DIR, a streaming checkpoint (WeNet U2++, a causal Zipformer, Nemotron)")
+    counts = sorted(set(args.stream_counts))
+    engine = ASREngine(
+        args.model,
+        num_threads=args.threads,
+        max_streams=max(counts),
+        stream_chunk_ms=args.chunk_ms,
+        stream_left_chunks=args.left_chunks,
+        architecture=getattr(args, "architecture", None),
+    )
+    clip = args.short_clip or _default_clip(args)
+    audio = load_audio(clip, engine.sampling_rate)
+    core = engine._streaming()
+    chunk_s = core.plan.stride_frames * core.frontend.frame_shift_s
+    log = lambda m: print(f"oasr bench streaming: {m}", file=sys.stderr, flush=True)  # noqa: E731
+    log(f"chunk {1000 * chunk_s:.0f} ms ({core.runtime.kind} runtime), {args.stream_seconds:g} s per stream, clip {clip}")
+    options = {"beam_size": args.beam_size} if args.beam_size and args.beam_size > 1 else {}
+    best, runs = capacity(engine, audio, chunk_s=chunk_s, seconds=args.stream_seconds, counts=counts, options=options, log=log)
+    peer_best, peer_runs = capacity(
+        engine, audio, chunk_s=chunk_s, seconds=args.stream_seconds, counts=counts, one_stream_loop=True, options=options, log=log
+    )
+    report = {
+        "settings": {
+            "model": str(args.model),
+            "chunk_ms": round(1000 * chunk_s, 3),
+            "runtime": core.runtime.kind,
+            "decode_type": core.decode_type,
+            "seconds_per_stream": args.stream_seconds,
+            "threads": args.threads or os.cpu_count(),
+            "clip": os.path.basename(clip),
+        },
+        "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
+        "batched": {"capacity": best, "runs": [r.to_dict() for r in runs]},
+        "one_stream_loop": {"capacity": peer_best, "runs": [r.to_dict() for r in peer_runs]},
+        "capacity_ratio": (best / peer_best) if peer_best else None,
+        "cache_bytes_per_stream": core.runtime.memory_bytes() / core.runtime.max_streams,
+    }
+    print(
+        f"streams kept at real time (p95 chunk latency < {1000 * chunk_s:.0f} ms): batched {best}, "
+        f"one-stream loop {peer_best}; cache {report['cache_bytes_per_stream'] / 2**20:.2f} MiB per stream"
+    )
+    if args.json is not None:
+        args.json.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    return 0
+
+
+def _default_clip(args) -> str:
+    from pathlib import Path
+
+    from oasr.cli.bench import default_audio_dir
+
+    audio_dir = args.audio_dir or default_audio_dir()
+    if audio_dir is None:
+        raise SystemExit("oasr bench --workload streaming: give --short-clip PATH (no benchmark audio found)")
+    for name in ("jfk.wav",):
+        if (Path(audio_dir) / name).is_file():
+            return str(Path(audio_dir) / name)
+    wavs = sorted(Path(audio_dir).glob("*.wav"))
+    if not wavs:
+        raise SystemExit(f"oasr bench --workload streaming: no .wav in {audio_dir}")
+    return str(wavs[0])
