@@ -288,6 +288,11 @@ class BaseEncoder(nn.Module):
     # appended when a stream finishes (icefall's causal Zipformer: log(1e-10), 30 frames).
     streaming_pad_value: float = 0.0
     streaming_tail_frames: int = 0
+    # Feature frames of ``streaming_pad_value`` put before a stream's first frame (and again
+    # after an endpoint reset): an encoder whose chunk grid starts before the audio (Nemotron's
+    # causal subsampling: ``subsampling_rate - 1``, so that a chunk ends on the newest frame
+    # its last output reads) sees them as its first window's head and treats them as padding.
+    streaming_head_frames: int = 0
 
     def streaming_chunk_size(self, chunk_ms: float | None, frame_shift_s: float) -> int:
         """The chunk (in the encoder's streaming unit, as ``streaming_geometry`` takes it) for

@@ -208,6 +208,7 @@ class StreamingCore:
                 if sid in self.streams:
                     raise ValueError(f"a stream with id {sid!r} is already open")
                 stream = _Stream(sid, slot, options, sopts, FeatureStream(self.frontend), self.search.new_state(options))
+                stream.buffer = self._head(stream.buffer)
                 stream.conditioning = conditioning
                 if rate != self.sampling_rate:
                     import soxr
@@ -335,6 +336,12 @@ class StreamingCore:
             s.buffer = torch.cat([s.buffer, tail, pad])
             s.features_done = True
 
+    def _head(self, buffer: torch.Tensor) -> torch.Tensor:
+        """``buffer`` behind the encoder's head frames (a fresh or just reset encoder cache)."""
+        if not self.plan.head_frames:
+            return buffer
+        return torch.cat([torch.full((self.plan.head_frames, buffer.shape[1]), self.plan.pad_value), buffer])
+
     def _add_samples(self, s: _Stream, x: np.ndarray) -> None:
         if not x.size:
             return
@@ -399,6 +406,7 @@ class StreamingCore:
             events.append(StreamEvent("endpoint", s.id, s.segment, end=round(end, 3)))
             self.search.reset(s.search_state)
             self.runtime.reset(s.slot)
+            s.buffer = self._head(s.buffer)
             s.segment_frame0 += frames
             s.segment += 1
             s.last_partial = ""

@@ -51,6 +51,7 @@ class ChunkPlan:
         stride_frames: feature frames the window advances per chunk.
         pad_value: feature value that fills a short final window.
         tail_frames: ``pad_value`` frames appended to a stream when it finishes.
+        head_frames: ``pad_value`` frames put before a stream's first frame (and after a reset).
         min_final_frames: the fewest feature frames a final short window may hold (fewer are dropped).
         output_frame_s: seconds per encoder output frame.
     """
@@ -60,6 +61,7 @@ class ChunkPlan:
     stride_frames: int
     pad_value: float
     tail_frames: int
+    head_frames: int
     min_final_frames: int
     output_frame_s: float
 
@@ -106,6 +108,7 @@ class EncoderRuntime(abc.ABC):
             stride_frames=geometry.stride_frames,
             pad_value=float(self.encoder.streaming_pad_value),
             tail_frames=int(self.encoder.streaming_tail_frames),
+            head_frames=int(self.encoder.streaming_head_frames),
             min_final_frames=int(self.encoder.streaming_min_final_frames),
             output_frame_s=sub * feature_shift_s,
         )
