@@ -17,6 +17,7 @@ the encoder, then the public model.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -33,9 +34,11 @@ from oasr.layers import (
     Relu,
     apply_activation,
 )
+from oasr.layers.attention import attention
 from oasr.layers.packing import Packing
+from oasr.layers.paged import paged_rows, read_paged, write_paged
 from oasr.layers.relpos import RelPositionalEncoding, RelPositionMultiHeadedAttention
-from oasr.models.base import BaseAsrModel, BaseEncoder, DecodeType
+from oasr.models.base import BaseAsrModel, BaseEncoder, DecodeType, PagedCacheView, StreamingKind
 from oasr.models.conformer.config import ConformerEncoderConfig, ConformerModelConfig
 from oasr.models.ctc import CtcMixin
 from oasr.models.decoders.transformer_decoder import BiTransformerDecoder
@@ -134,6 +137,19 @@ def chunk_attention_mask(
     return (j >= start[:, None]) & (j < end[:, None])
 
 
+def _conv_module_out(conv: ConformerConvolution, y: torch.Tensor) -> torch.Tensor:
+    """What follows the depthwise convolution: norm, activation, ``pointwise_conv2``.
+
+    Shapes:
+        y: (B, C, T) -> (B, C, T)
+    """
+    if conv.norm_kind == "batch_norm":
+        y = conv.norm(y)
+    else:
+        y = conv.norm(y.transpose(1, 2)).transpose(1, 2)
+    return conv.pointwise_conv2(apply_activation(y, conv.activation))
+
+
 def _wenet_causal_conv(
     conv: ConformerConvolution, x: torch.Tensor, mask: torch.Tensor | None, packing: Packing | None = None
 ) -> torch.Tensor:
@@ -154,14 +170,91 @@ def _wenet_causal_conv(
     y = conv.depthwise_conv(y)  # no padding left to add
     if packing is not None:
         y = y.index_select(-1, index)  # (1, C, N)
-    if conv.norm_kind == "batch_norm":
-        y = conv.norm(y)
-    else:
-        y = conv.norm(y.transpose(1, 2)).transpose(1, 2)
-    y = conv.pointwise_conv2(apply_activation(y, conv.activation))
+    y = _conv_module_out(conv, y)
     if mask is not None:
         y = y * mask[:, None, :].to(y.dtype)
     return y[0].t() if packing is not None else y.transpose(1, 2)
+
+
+def _wenet_causal_conv_chunk(
+    conv: ConformerConvolution, x: torch.Tensor, tail: torch.Tensor, lens: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One streaming chunk of a causal convolution module: the module's input continues
+    the k - 1 input frames the stream's previous chunk ended with (zeros for its first
+    chunk: exactly the offline left padding), as WeNet's ``cnn_cache``.
+
+    Args:
+        x: the chunk's module input; frames past ``lens`` are padding.
+        tail: each row's last k - 1 input frames so far.
+        lens: valid frames of each row's chunk.
+
+    Returns:
+        the output (padded frames unspecified) and each row's new tail: the last k - 1
+        frames of ``tail`` followed by the row's valid frames.
+
+    Shapes:
+        x: (B, T, C), tail: (B, C, k - 1), lens: (B,) -> (B, T, C), (B, C, k - 1)
+    """
+    k1 = conv.kernel_size - 1
+    y = torch.cat([tail.to(x.dtype), x.transpose(1, 2)], dim=2)  # (B, C, k - 1 + T)
+    pick = lens.to(y.device, torch.long)[:, None] + torch.arange(k1, device=y.device)[None, :]  # (B, k - 1)
+    new_tail = y.gather(2, pick[:, None, :].expand(-1, y.shape[1], -1))  # (B, C, k - 1)
+    y = conv.depthwise_conv(F.glu(conv.pointwise_conv1(y), dim=1))  # (B, C, T)
+    return _conv_module_out(conv, y).transpose(1, 2), new_tail
+
+
+def _sinusoid_rows(positions: torch.Tensor, d_model: int, dtype: torch.dtype) -> torch.Tensor:
+    """WeNet's sinusoidal position rows (``wenet_sinusoids``) of arbitrary frame positions,
+    computed for just those positions (a stream's absolute positions grow without bound).
+
+    Shapes:
+        positions: (B, W) int -> (B, W, d_model)
+    """
+    div_term = torch.exp(
+        torch.arange(0, d_model, 2, dtype=torch.float32, device=positions.device) * -(math.log(10000.0) / d_model)
+    )
+    angle = positions.to(torch.float32)[..., None] * div_term  # (B, W, D / 2)
+    pe = torch.stack([torch.sin(angle), torch.cos(angle)], dim=-1)  # (B, W, D / 2, 2)
+    return pe.flatten(-2).to(dtype)  # sin on even channels, cos on odd ones
+
+
+def _paged_rel_attention(
+    attn: RelPositionMultiHeadedAttention,
+    x: torch.Tensor,
+    pos_emb: torch.Tensor,
+    k_pool: torch.Tensor,
+    v_pool: torch.Tensor,
+    new_rows: tuple[torch.Tensor, torch.Tensor],
+    window_rows: tuple[torch.Tensor, torch.Tensor],
+) -> torch.Tensor:
+    """WeNet's rel-pos self-attention of a chunk over its stream's cached keys and itself.
+
+    The chunk's K/V are written to the pool first (``new_rows``), then each row attends the
+    window ``window_rows`` reads back: its history and its own valid frames, in order, with
+    ``pos_emb`` the absolute position row of each window key (as WeNet's ``forward_chunk``:
+    ``position_encoding(offset - cache_t1, cache_t1 + chunk)``). No mask within the chunk.
+
+    Shapes:
+        x: (B, T, D), pos_emb: (B, W, D), pools: (n_blocks, block_size, H, d_k),
+        new_rows: (B, T) rows / valid, window_rows: (B, W) rows / valid -> (B, T, D)
+    """
+    b, t, d = x.shape
+    q = attn._split(attn.linear_q(x))  # (B, T, H, d_k)
+    write_paged(k_pool, *new_rows, attn._split(attn.linear_k(x)))
+    write_paged(v_pool, *new_rows, attn._split(attn.linear_v(x)))
+    rows, valid = window_rows
+    k = read_paged(k_pool, rows, valid).transpose(1, 2)  # (B, H, W, d_k)
+    v = read_paged(v_pool, rows, valid).transpose(1, 2)
+    p = attn._split(attn.linear_pos(pos_emb)).permute(0, 2, 3, 1)  # (B, H, d_k, W)
+    q_u = (q + attn.pos_bias_u).transpose(1, 2)  # (B, H, T, d_k)
+    q_v = (q + attn.pos_bias_v).transpose(1, 2)
+    scale = 1.0 / math.sqrt(attn.d_k)
+    bias = torch.matmul(q_v, p) * scale  # (B, H, T, W): the position term
+    allowed = valid[:, None, None, :]  # (B, 1, 1, W)
+    allowed = allowed | ~allowed.any(dim=-1, keepdim=True)  # a row with no key: finite, discarded output
+    bias = bias.masked_fill(~allowed, float("-inf"))
+    out = attention(q_u, k, v, mask=bias, scale=scale).transpose(1, 2).reshape(b, t, d)  # (B, T, D)
+    return attn.linear_out(out)
 
 
 class ConformerEncoderLayer(nn.Module):
@@ -214,6 +307,23 @@ class ConformerEncoderLayer(nn.Module):
             return x + scale * fn(norm(x))
         return norm(x + scale * fn(x))
 
+    def _block(self, x: torch.Tensor, attend, convolve) -> torch.Tensor:
+        """The block around its attention and convolution (each a function of the normed input)."""
+        if self.feed_forward_macaron is not None:
+            x = self._residual(x, self.norm_ff_macaron, self.feed_forward_macaron, self.ff_scale)
+        x = self._residual(x, self.norm_mha, attend)
+        if self.conv_module is not None:
+            x = self._residual(x, self.norm_conv, convolve)
+        x = self._residual(x, self.norm_ff, self.feed_forward, self.ff_scale)
+        if self.conv_module is not None:
+            x = self.norm_final(x)
+        return x
+
+    def _convolve(self, h: torch.Tensor, valid: torch.Tensor | None, packing: Packing | None = None) -> torch.Tensor:
+        if self.causal:
+            return _wenet_causal_conv(self.conv_module, h, valid, packing)
+        return self.conv_module(h, valid, packing)
+
     def forward(
         self,
         x: torch.Tensor,
@@ -223,23 +333,53 @@ class ConformerEncoderLayer(nn.Module):
         valid: torch.Tensor | None,
         packing: Packing | None = None,
     ) -> torch.Tensor:
-        if self.feed_forward_macaron is not None:
-            x = self._residual(x, self.norm_ff_macaron, self.feed_forward_macaron, self.ff_scale)
-        x = self._residual(
+        return self._block(
             x,
-            self.norm_mha,
             lambda h: self.self_attn(h, pos_emb, key_lengths=lens, chunk_mask=chunk_mask, packing=packing),
+            lambda h: self._convolve(h, valid, packing),
         )
-        if self.conv_module is not None:
-            conv = self.conv_module
-            if self.causal:
-                x = self._residual(x, self.norm_conv, lambda h: _wenet_causal_conv(conv, h, valid, packing))
-            else:
-                x = self._residual(x, self.norm_conv, lambda h: conv(h, valid, packing))
-        x = self._residual(x, self.norm_ff, self.feed_forward, self.ff_scale)
-        if self.conv_module is not None:
-            x = self.norm_final(x)
-        return x
+
+    def forward_chunk(
+        self,
+        x: torch.Tensor,
+        pos_emb: torch.Tensor,
+        lens: torch.Tensor,
+        valid: torch.Tensor,
+        kv: tuple[torch.Tensor, torch.Tensor],
+        new_rows: tuple[torch.Tensor, torch.Tensor],
+        window_rows: tuple[torch.Tensor, torch.Tensor],
+        conv_tail: torch.Tensor | None,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """One streaming chunk of a batch of streams (see ``ConformerEncoder.forward_chunk_paged``).
+
+        Args:
+            x: the chunk's frames (padded past ``lens``).
+            pos_emb: position rows of each row's attention window.
+            lens, valid: valid frames of each row, and as a mask.
+            kv: this layer's K and V pools (the chunk's K/V are written into them).
+            new_rows, window_rows: pool rows of the chunk's frames / of the window read.
+            conv_tail: each row's causal convolution tail (None: a non-causal module,
+                which, as in WeNet's ``forward_chunk``, sees zeros past the chunk's edges).
+
+        Returns:
+            the chunk's output and the rows' new convolution tails (None when non-causal).
+
+        Shapes:
+            x: (B, T, D), pos_emb: (B, W, D), lens: (B,), valid: (B, T),
+            conv_tail: (B, D, k - 1) -> (B, T, D), (B, D, k - 1)
+        """
+        new_tail: list[torch.Tensor | None] = [None]
+
+        def convolve(h: torch.Tensor) -> torch.Tensor:
+            if conv_tail is None:
+                return self.conv_module(h, valid)
+            out, new_tail[0] = _wenet_causal_conv_chunk(self.conv_module, h, conv_tail, lens)
+            return out
+
+        x = self._block(
+            x, lambda h: _paged_rel_attention(self.self_attn, h, pos_emb, *kv, new_rows, window_rows), convolve
+        )
+        return x, new_tail[0]
 
 
 class ConformerEncoder(BaseEncoder):
@@ -269,6 +409,81 @@ class ConformerEncoder(BaseEncoder):
     @property
     def output_size(self) -> int:
         return self.cfg.output_size
+
+    # -- streaming (paged): WeNet's forward_chunk over a paged K/V pool ----------------
+
+    @property
+    def streaming_kind(self) -> StreamingKind:
+        """Paged for a checkpoint trained with chunk masks (dynamic or static), whose
+        chunk-by-chunk decoding WeNet supports; "none" for a full-context one."""
+        if self.cfg.use_dynamic_chunk or self.cfg.static_chunk_size > 0:
+            return "paged"
+        return "none"
+
+    @property
+    def num_attention_layers(self) -> int:
+        return self.cfg.num_blocks
+
+    @property
+    def n_kv_head(self) -> int:
+        return self.cfg.attention_heads
+
+    @property
+    def head_dim(self) -> int:
+        return self.cfg.output_size // self.cfg.attention_heads
+
+    @property
+    def conv_cache_shape(self) -> tuple[int, int] | None:
+        """(channels, k - 1) input frames of a causal convolution module; None without a
+        convolution module or with a non-causal one (which WeNet runs within each chunk)."""
+        if not self.cfg.use_cnn_module or not self.cfg.causal:
+            return None
+        return (self.cfg.output_size, self.cfg.cnn_module_kernel - 1)
+
+    def forward_chunk_paged(
+        self, feats: torch.Tensor, feat_lens: torch.Tensor, cache: PagedCacheView
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """WeNet's ``forward_chunk`` for a batch of streams at different points of their streams.
+
+        Each row's window of (C - 1) * sub + right_context + 1 feature frames (fewer valid
+        at a stream's end) is normalised and subsampled to C frames; every block attends
+        over the row's cached K/V (its last ``cache.history_frames`` frames, all of them
+        when None: WeNet's ``required_cache_size``) plus the chunk itself, each key with
+        the sinusoid of its absolute frame position, and appends the chunk's K/V to the
+        pool; a causal convolution module continues from the row's tail in ``cache.conv``
+        (updated in place).
+
+        Args:
+            feats: (B, T, input_dim) each row's window before CMVN (padded past ``feat_lens``).
+            feat_lens: (B,) valid feature frames per row.
+            cache: the rows' pool view (blocks for the chunk's frames already allocated).
+
+        Returns:
+            hidden (B, C, D) (frames past a row's length unspecified), lens (B,)
+        """
+        x, _, lens = self._front(feats, feat_lens)  # (B, T', D), positions taken below
+        b, t, _ = x.shape
+        dev = x.device
+        lens = lens.to(dev)
+        cached = cache.cache_lens.to(dev, torch.long)
+        history = cached if cache.history_frames is None else cached.clamp(max=int(cache.history_frames))
+        start = cached - history  # first frame of each row's window
+        width = int(history.max()) + t
+        tables = cache.block_tables.to(dev)
+        new_rows = paged_rows(tables, cached, lens, t, cache.block_size)
+        window_rows = paged_rows(tables, start, history + lens, width, cache.block_size)
+        positions = start[:, None] + torch.arange(width, device=dev)[None, :]  # (B, W) absolute frames
+        pos_emb = _sinusoid_rows(positions, self.cfg.output_size, x.dtype)
+        valid = torch.arange(t, device=dev)[None, :] < lens[:, None]  # (B, T')
+        slots = cache.slots.to(dev, torch.long)
+        for i, layer in enumerate(self.encoders):
+            tail = cache.conv[i].index_select(0, slots) if self.conv_cache_shape is not None else None
+            x, new_tail = layer.forward_chunk(
+                x, pos_emb, lens, valid, (cache.k[i], cache.v[i]), new_rows, window_rows, tail
+            )
+            if new_tail is not None:
+                cache.conv[i].index_copy_(0, slots, new_tail.to(cache.conv.dtype))
+        return self._final_norm(x), lens
 
     def attention_chunk_mask(
         self, size: int, decoding_chunk_size: int = -1, num_decoding_left_chunks: int = -1, device=None
@@ -373,7 +588,8 @@ class ConformerModel(CtcMixin, BaseAsrModel):
     when the checkpoint's decoder was built.
 
     ``capabilities`` is ``{ctc}``, plus ``ctc_aed_rescoring`` when ``self.decoder`` exists;
-    the default decode type is CTC. Offline only for now (``streaming_kind="none"``).
+    the default decode type is CTC. A checkpoint trained with chunk masks streams
+    (``streaming_kind="paged"``, ``ConformerEncoder.forward_chunk_paged``).
     """
 
     architecture = "conformer"

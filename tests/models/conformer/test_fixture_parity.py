@@ -27,7 +27,8 @@ def test_bundle_declares_wenet_specs(loaded64):
     model = loaded64.model
     assert model.capabilities == frozenset({DecodeType.CTC, DecodeType.CTC_AED_RESCORING})
     assert model.default_decode_type == DecodeType.CTC
-    assert model.encoder.streaming_kind == "none"
+    assert model.encoder.streaming_kind == "paged"  # dynamic-chunk training: WeNet decodes it chunk by chunk
+    assert model.encoder.conv_cache_shape is None  # a non-causal conv module keeps no tail
     assert model.blank_id == 0 and model.encoder.subsampling_rate == 4
     assert model.decoder.sos == model.decoder.eos == 63
     assert loaded64.tokenizer_spec.kind == "table"
