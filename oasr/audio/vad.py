@@ -288,6 +288,14 @@ class SpeechProbabilityStream:
         if self.n_pending >= self.net.BLOCK * self.net.window:
             self._run(final=False)
 
+    def flush(self) -> np.ndarray:
+        """The probabilities of the whole windows fed since the last ``flush`` (a live
+        stream's endpointing reads them as they come; they are not kept for ``finish``)."""
+        self._run(final=False)
+        out = torch.cat(self.probs).numpy() if self.probs else np.zeros(0, np.float32)
+        self.probs = []
+        return out
+
     def finish(self) -> np.ndarray:
         """The probability of every window fed (the last one zero-padded)."""
         self._run(final=True)

@@ -31,7 +31,9 @@ from oasr.engine.streaming.endpoint import EndpointConfig
 __all__ = ["AsyncStream", "Stream", "StreamingLoop", "split_stream_options"]
 
 _ENDPOINT_FIELDS = ("rule1_min_trailing_silence", "rule2_min_trailing_silence", "rule3_min_utterance_length")
-STREAM_OPTION_NAMES = frozenset({"sample_rate", "endpoint", "partials", "endpoint_config", *_ENDPOINT_FIELDS})
+STREAM_OPTION_NAMES = frozenset(
+    {"sample_rate", "endpoint", "partials", "endpoint_vad", "endpoint_config", *_ENDPOINT_FIELDS}
+)
 
 
 def split_stream_options(options: dict[str, Any]) -> tuple[dict[str, Any], StreamOptions]:
@@ -45,13 +47,18 @@ def split_stream_options(options: dict[str, Any]) -> tuple[dict[str, Any], Strea
         raise TypeError("give either endpoint_config or the rule*_ options, not both")
     endpoint = options.get("endpoint", False)
     partials = options.get("partials", True)
-    for name, value in (("endpoint", endpoint), ("partials", partials)):
+    endpoint_vad = options.get("endpoint_vad", False)
+    for name, value in (("endpoint", endpoint), ("partials", partials), ("endpoint_vad", endpoint_vad)):
         if not isinstance(value, bool):
             raise ValueError(f"{name} must be true or false, got {value!r}")
     rate = options.get("sample_rate")
     if rate is not None and (isinstance(rate, bool) or not isinstance(rate, int)):
         raise ValueError(f"sample_rate must be an integer number of Hz, got {rate!r}")
-    return decode, StreamOptions(sample_rate=rate, endpoint=endpoint, endpoint_config=config, partials=partials)
+    if endpoint_vad and not endpoint:
+        raise ValueError("endpoint_vad chooses how endpoints are detected: it needs endpoint=true")
+    return decode, StreamOptions(
+        sample_rate=rate, endpoint=endpoint, endpoint_config=config, partials=partials, endpoint_vad=endpoint_vad
+    )
 
 
 def validate_stream_options(engine, options: dict[str, Any]):

@@ -98,12 +98,19 @@ class StreamOptions:
         endpoint: finalise a segment whenever an endpoint rule fires (off: one segment per stream).
         endpoint_config: the rules.
         partials: send partial events.
+        endpoint_vad: measure the rules' trailing silence with Silero VAD (32-ms windows under
+            ``VAD_THRESHOLD`` since the last speech) instead of the decoder's blank frames (needs
+            the silero-vad package).
     """
 
     sample_rate: int | None = None
     endpoint: bool = False
     endpoint_config: EndpointConfig = field(default_factory=EndpointConfig)
     partials: bool = True
+    endpoint_vad: bool = False
+
+
+VAD_THRESHOLD = 0.5  # Silero's speech threshold (faster-whisper's and silero's default)
 
 
 class StreamError(ValueError):
@@ -136,6 +143,8 @@ class _Stream:
         self.last_partial = ""
         self.finals: list[Segment] = []
         self.chunks = 0  # chunks encoded
+        self.vad = None  # a SpeechProbabilityStream when the rules read Silero's silence
+        self.vad_trailing = 0  # VAD windows since the last speech window (or the segment's start)
 
 
 class StreamingCore:
@@ -210,6 +219,12 @@ class StreamingCore:
                 stream = _Stream(sid, slot, options, sopts, FeatureStream(self.frontend), self.search.new_state(options))
                 stream.buffer = self._head(stream.buffer)
                 stream.conditioning = conditioning
+                if sopts.endpoint_vad:
+                    from oasr.audio.vad import SpeechProbabilityStream
+
+                    if self.sampling_rate not in (8000, 16000):
+                        raise ValueError(f"endpoint_vad needs a model at 8 or 16 kHz, not {self.sampling_rate} Hz")
+                    stream.vad = SpeechProbabilityStream(self.sampling_rate)
                 if rate != self.sampling_rate:
                     import soxr
 
@@ -350,6 +365,10 @@ class StreamingCore:
             raise StreamError(
                 "audio_too_long", f"the stream is longer than the {self.engine.config.max_audio_s:g}-s limit"
             )
+        if s.vad is not None:
+            s.vad.feed(x)
+            for p in s.vad.flush():
+                s.vad_trailing = 0 if p >= VAD_THRESHOLD else s.vad_trailing + 1
         frames = s.features.push(x)
         if frames.shape[0]:
             s.buffer = torch.cat([s.buffer, frames])
@@ -382,7 +401,10 @@ class StreamingCore:
         frames = self.search.frames(s.search_state)
         if s.sopts.endpoint:
             frame_s = self.plan.output_frame_s
-            trailing = self.search.trailing_blanks(s.search_state) * frame_s
+            if s.vad is not None:
+                trailing = s.vad_trailing * s.vad.net.window / self.sampling_rate
+            else:
+                trailing = self.search.trailing_blanks(s.search_state) * frame_s
             if s.sopts.endpoint_config.detect(bool(hyp.tokens), trailing, frames * frame_s):
                 self._finalize_segment(s, events, endpoint=True)
                 return
@@ -409,6 +431,7 @@ class StreamingCore:
             s.buffer = self._head(s.buffer)
             s.segment_frame0 += frames
             s.segment += 1
+            s.vad_trailing = 0
             s.last_partial = ""
 
     def _final_event(self, s: _Stream, hyp: Hypothesis, frames: int) -> StreamEvent | None:

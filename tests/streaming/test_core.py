@@ -1,0 +1,219 @@
+"""The streaming scheduler over a real streaming family (WeNet's tiny causal U2++ fixture):
+batched streams equal each stream alone, piece sizes do not matter, admission, endpoints,
+bad input, and the async engine."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+
+from oasr.engine.decode.base import EngineOverloaded
+from oasr.engine.streaming import StreamError
+from tests.conftest import AUDIO_DIR, FIXTURES_DIR
+
+CAUSAL = FIXTURES_DIR / "wenet-u2pp-tiny-causal"
+OFFLINE = FIXTURES_DIR / "wenet-u2pp-tiny"
+
+
+@pytest.fixture(scope="module")
+def speech() -> np.ndarray:
+    from oasr.audio import load_audio
+
+    if not (CAUSAL / "train.yaml").is_file():
+        pytest.skip(f"shared fixture not found at {CAUSAL}")
+    clips = sorted(AUDIO_DIR.glob("*.wav"))
+    if not clips:
+        pytest.skip("no shared audio")
+    return np.concatenate([load_audio(c) for c in clips[:3]])
+
+
+@pytest.fixture(scope="module")
+def engine(speech):
+    from oasr.engine.engine import ASREngine
+
+    return ASREngine(str(CAUSAL), stream_chunk_ms=160, max_streams=16)
+
+
+def _run_alone(engine, audio: np.ndarray, piece: int, **options):
+    stream = engine.open_stream(**options)
+    events = []
+    for i in range(0, len(audio), piece):
+        events += stream.feed(audio[i : i + piece])
+    events += stream.finish()
+    return stream, events
+
+
+def _finals(events):
+    return [(e.text, e.tokens, e.start, e.end) for e in events if e.type == "final"]
+
+
+def test_piece_sizes_do_not_change_the_result(engine, speech):
+    audio = speech[: 16000 * 6]
+    results = []
+    for piece in (1601, 592, 16000, len(audio)):  # ~100 ms, 37 ms, 1 s, all at once
+        stream, events = _run_alone(engine, audio, piece)
+        assert events[-1].type == "done"
+        results.append(_finals(events))
+    assert results[0] and all(r == results[0] for r in results)
+
+
+def test_sixteen_streams_batched_equal_each_alone(engine, speech):
+    rng = np.random.default_rng(0)
+    lengths = [int(16000 * s) for s in rng.uniform(0.5, 6.0, 16)]
+    starts = [int(rng.integers(0, len(speech) - n)) for n in lengths]
+    audios = [speech[a : a + n] for a, n in zip(starts, lengths, strict=True)]
+    pieces = [int(p) for p in rng.integers(200, 9000, 16)]
+    alone = [_finals(_run_alone(engine, a, p)[1]) for a, p in zip(audios, pieces, strict=True)]
+
+    core = engine._streaming()
+    streams = []
+    fed = [0] * 16
+    joined = [3 * i for i in range(16)]  # stream i joins at round 3 i: admitted between steps
+    rnd = 0
+    while any(not s.done for s in streams) or len(streams) < 16:
+        for i in range(16):
+            if i == len(streams) and rnd >= joined[i]:
+                streams.append(engine.open_stream())
+        for i, s in enumerate(streams):
+            if fed[i] < len(audios[i]):
+                core.push(s.id, audios[i][fed[i] : fed[i] + pieces[i]])
+                fed[i] += pieces[i]
+                if fed[i] >= len(audios[i]):
+                    core.finish(s.id)
+        # one batched step per round: every stream with a chunk ready advances together
+        for event in core.step():
+            engine._open[event.stream_id]._deliver(event)
+        rnd += 1
+        assert rnd < 10_000
+    assert core.steps > 0 and core.chunks_encoded > core.steps  # batches of more than one stream ran
+    batched = [_finals(s.events()) for s in streams]
+    assert batched == alone
+    assert core.runtime.in_use == 0
+
+
+def test_admission_is_refused_when_every_slot_is_taken(speech):
+    from oasr.engine.engine import ASREngine
+
+    engine = ASREngine(str(CAUSAL), stream_chunk_ms=160, max_streams=2)
+    a, b = engine.open_stream(), engine.open_stream()
+    with pytest.raises(EngineOverloaded):
+        engine.open_stream()
+    a.close()
+    c = engine.open_stream()  # the closed stream's slot is free again
+    c.feed(speech[:8000])
+    b.finish()
+    c.finish()
+    assert engine._streaming().runtime.in_use == 0
+
+
+def test_endpoints_cut_segments_on_the_stream_timeline(engine, speech):
+    audio = speech[: 16000 * 8]
+    stream, events = _run_alone(engine, audio, 3200, endpoint=True, rule3_min_utterance_length=1.5)
+    kinds = [e.type for e in events]
+    assert kinds.count("endpoint") >= 3
+    finals = [e for e in events if e.type == "final"]
+    ends = [e.end for e in events if e.type == "endpoint"]
+    assert all(b > a for a, b in zip(ends, ends[1:], strict=False))
+    for f in finals:
+        assert 0.0 <= f.start <= f.end <= len(audio) / 16000 + 1e-6
+    assert [s.text.strip() for s in stream.output.segments] == [f.text for f in finals]
+    assert all(b.start >= a.start for a, b in zip(finals, finals[1:], strict=False))
+
+
+def test_non_finite_samples_are_refused(engine):
+    stream = engine.open_stream()
+    bad = np.zeros(1600, np.float32)
+    bad[7] = np.nan
+    with pytest.raises(StreamError, match="NaN"):
+        stream.feed(bad)
+    stream.close()
+    assert engine._streaming().runtime.in_use == 0
+
+
+def test_a_stream_past_the_longest_audio_fails_alone(speech):
+    from oasr.engine.engine import ASREngine
+
+    engine = ASREngine(str(CAUSAL), stream_chunk_ms=160, max_audio_s=1.0)
+    long, short = engine.open_stream(), engine.open_stream()
+    events = long.feed(speech[: 24000])
+    assert events[-1].type == "error" and events[-1].code == "audio_too_long"
+    short.feed(speech[:8000])
+    assert short.finish()[-1].type == "done"
+
+
+def test_streaming_options_are_checked(engine):
+    with pytest.raises(TypeError):
+        engine.open_stream(no_such_option=1)
+    with pytest.raises(ValueError, match="vad_filter"):
+        engine.open_stream(vad_filter=True)
+    with pytest.raises(ValueError, match="endpoint"):
+        engine.open_stream(endpoint="yes")
+    with pytest.raises(ValueError, match="sample_rate"):
+        engine.open_stream(sample_rate=1000)
+
+
+def test_an_offline_model_cannot_stream():
+    from oasr.engine.engine import ASREngine
+
+    if not (OFFLINE / "train.yaml").is_file():
+        pytest.skip("offline WeNet fixture missing")
+    engine = ASREngine(str(OFFLINE))
+    if engine.model.encoder.streaming_kind != "none":
+        pytest.skip("this fixture streams")
+    with pytest.raises(ValueError, match="cannot stream"):
+        engine.open_stream()
+
+
+def test_resampled_input_decodes(engine, speech):
+    import soxr
+
+    audio = speech[: 16000 * 3]
+    at8k = soxr.resample(audio, 16000, 8000)
+    _, events = _run_alone(engine, at8k, 800, sample_rate=8000)
+    assert events[-1].type == "done"
+
+
+def test_async_engine_streams(speech):
+    from oasr.engine.async_engine import AsyncEngine
+    from oasr.engine.engine import ASREngine
+
+    audio = speech[: 16000 * 4]
+    sync = ASREngine(str(CAUSAL), stream_chunk_ms=160)
+    expected = _finals(_run_alone(sync, audio, 4000)[1])
+
+    async def main():
+        engine = AsyncEngine(str(CAUSAL), stream_chunk_ms=160)
+        try:
+            streams = [await engine.open_stream() for _ in range(3)]
+            for i in range(0, len(audio), 4000):
+                for s in streams:
+                    s.feed(audio[i : i + 4000])
+            for s in streams:
+                s.finish()
+            out = []
+            for s in streams:
+                events = [e async for e in s]
+                out.append(_finals(events))
+                assert events[-1].type == "done"
+            return out, engine.streaming.core.stats()
+        finally:
+            engine.shutdown()
+
+    results, stats = asyncio.run(main())
+    assert all(r == expected for r in results)
+    assert stats["streams_active"] == 0
+
+
+def test_silero_endpoints_fall_in_the_silence(engine, speech):
+    pytest.importorskip("silero_vad")
+    first, second = speech[: 16000 * 3], speech[16000 * 3 : 16000 * 6]
+    audio = np.concatenate([first, np.zeros(16000 * 3, np.float32), second])
+    _, events = _run_alone(engine, audio, 1600, endpoint=True, endpoint_vad=True)
+    ends = [e.end for e in events if e.type == "endpoint"]
+    assert ends, "no endpoint in 3 s of silence"
+    assert any(3.0 < t < 6.0 for t in ends), ends
+    assert events[-1].type == "done"
+    with pytest.raises(ValueError, match="endpoint=true"):
+        engine.open_stream(endpoint_vad=True)
