@@ -422,14 +422,20 @@ class ConformerEncoder(BaseEncoder):
 
     @property
     def num_attention_layers(self) -> int:
+        if self.streaming_kind == "none":
+            return super().num_attention_layers  # refuses: a full-context checkpoint keeps no K/V cache
         return self.cfg.num_blocks
 
     @property
     def n_kv_head(self) -> int:
+        if self.streaming_kind == "none":
+            return super().n_kv_head  # refuses: a full-context checkpoint keeps no K/V cache
         return self.cfg.attention_heads
 
     @property
     def head_dim(self) -> int:
+        if self.streaming_kind == "none":
+            return super().head_dim  # refuses: a full-context checkpoint keeps no K/V cache
         return self.cfg.output_size // self.cfg.attention_heads
 
     @property
@@ -461,6 +467,8 @@ class ConformerEncoder(BaseEncoder):
         Returns:
             hidden (B, C, D) (frames past a row's length unspecified), lens (B,)
         """
+        if self.streaming_kind == "none":
+            return super().forward_chunk_paged(feats, feat_lens, cache)  # refuses
         x, _, lens = self._front(feats, feat_lens)  # (B, T', D), positions taken below
         b, t, _ = x.shape
         dev = x.device
