@@ -1,6 +1,7 @@
 """``oasr serve``: the OpenAI-compatible HTTP API (``/v1/audio/transcriptions``,
 ``/v1/audio/translations``, ``/v1/models``, ``/health``, ``/metrics``) over one model
-with continuous batching.
+with continuous batching, and live transcription over a WebSocket (``/v1/audio/stream``,
+``oasr.server.streaming``) for models that stream.
 
 Start-up binds the port first (taken: exit 2 with a message, before any model load),
 then loads the model (a model that does not load exits with code 2 and its message, as
@@ -47,8 +48,11 @@ def _port(text: str) -> int:
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     from oasr.server.settings import (
+        DEFAULT_MAX_MESSAGE_KB,
         DEFAULT_MAX_QUEUE,
+        DEFAULT_MAX_STREAMS,
         DEFAULT_MAX_UPLOAD_MB,
+        DEFAULT_STREAM_IDLE_S,
         DEFAULT_UPLOAD_IDLE_S,
         TIMEOUT_BASE_S,
         TIMEOUT_PER_AUDIO_S,
@@ -149,8 +153,55 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default="info",
         help="uvicorn's log level (default info)",
     )
+    w = p.add_argument_group("live streams (/v1/audio/stream)")
+    add_stream_flags(w, prefix="stream-")
+    w.add_argument(
+        "--max-streams",
+        type=positive_int,
+        default=DEFAULT_MAX_STREAMS,
+        metavar="N",
+        help=f"streams open at once (encoder cache slots); more are refused with 429 (default {DEFAULT_MAX_STREAMS})",
+    )
+    w.add_argument(
+        "--stream-idle-timeout",
+        type=positive_float,
+        default=DEFAULT_STREAM_IDLE_S,
+        metavar="S",
+        help=f"a stream that sends nothing for this long is closed (1008; default {DEFAULT_STREAM_IDLE_S:g})",
+    )
+    w.add_argument(
+        "--max-message-kb",
+        type=positive_float,
+        default=DEFAULT_MAX_MESSAGE_KB,
+        metavar="KB",
+        help="largest WebSocket message in KiB; a larger one closes the stream "
+        f"(1009; default {DEFAULT_MAX_MESSAGE_KB:g})",
+    )
     add_ray_serve_options(p)
     p.set_defaults(func=run, parser=p)
+
+
+def add_stream_flags(g: argparse._ArgumentGroup, prefix: str = "") -> None:
+    """``--[stream-]chunk-ms`` and ``--[stream-]left-chunks`` (``EngineConfig.stream_chunk_ms`` /
+    ``stream_left_chunks``), shared by ``oasr serve`` (prefixed) and ``oasr stream``."""
+    g.add_argument(
+        f"--{prefix}chunk-ms",
+        dest="stream_chunk_ms",
+        type=positive_float,
+        default=None,
+        metavar="MS",
+        help="encoder chunk in ms of audio, mapped per family (WeNet: 40-ms units, causal Zipformer: 20-ms "
+        "units) and refused where it does not divide (default: the family's)",
+    )
+    g.add_argument(
+        f"--{prefix}left-chunks",
+        dest="stream_left_chunks",
+        type=positive_int,
+        default=None,
+        metavar="N",
+        help="chunks of attention history a stream keeps (default: all of it; refused by encoders whose "
+        "history the weights fix)",
+    )
 
 
 def fix_malloc_mmap_threshold(threshold: int = 128 * 1024) -> bool:
@@ -191,6 +242,11 @@ def settings_from_args(args: argparse.Namespace):
         upload_idle_s=args.upload_idle_timeout,
         max_audio_s=args.max_audio_seconds if args.max_audio_seconds is not None else DEFAULT_MAX_AUDIO_S,
         min_duration_s=args.min_duration,
+        max_streams=args.max_streams,
+        stream_chunk_ms=args.stream_chunk_ms,
+        stream_left_chunks=args.stream_left_chunks,
+        stream_idle_s=args.stream_idle_timeout,
+        max_message_kb=args.max_message_kb,
         request_options={name: getattr(args, name) for name in SERVE_DECODE_FLAGS if getattr(args, name) is not None},
         device=resolve_device(args.device),
         dtype=args.dtype,
@@ -208,7 +264,7 @@ def run(args: argparse.Namespace) -> int:
         import uvicorn  # noqa: F401 - checked here so that a missing extra is one clear message
 
         from oasr.server.app import build_engine, create_app
-        from oasr.server.lifecycle import EXIT_ENGINE_DIED, bind_socket, run_server, warm_up
+        from oasr.server.lifecycle import EXIT_ENGINE_DIED, bind_socket, check_streaming, run_server, warm_up
     except ImportError as e:
         raise CliError(f"the server needs its extra: pip install 'oasr-engine[server]' ({e})", exit_code=2) from None
     from oasr.models.loaders import ModelNotFoundError
@@ -240,6 +296,11 @@ def run(args: argparse.Namespace) -> int:
                 asyncio.run(warm_up(engine, settings))
             except RuntimeError as e:
                 raise CliError(f"model {args.model or '(default)'} loaded but {e}; not starting", exit_code=2) from None
+            if args.stream_chunk_ms is not None or args.stream_left_chunks is not None:
+                try:  # streaming asked for: a chunk the model cannot serve is refused now, not per stream
+                    asyncio.run(check_streaming(engine))
+                except (TypeError, ValueError) as e:
+                    raise CliError(f"live streams: {e}; not starting", exit_code=2) from None
             app = create_app(settings, engine)
             code = run_server(app, settings, sock, graceful_s=args.graceful_shutdown, engine=engine)
         finally:

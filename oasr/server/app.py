@@ -6,7 +6,7 @@ body is read:
 * counts audio requests (``oasr_requests_total{endpoint,status}``, latency,
   in-flight; see ``oasr.server.metrics``), including the ones it refuses;
 * checks ``Authorization: Bearer <key>`` on every ``/v1/...`` path when an API key
-  is set (401 otherwise; ``/health`` and ``/metrics`` stay open);
+  is set (401 otherwise, for a WebSocket upgrade too; ``/health`` and ``/metrics`` stay open);
 * enforces ``--max-upload-mb`` on the audio routes: a ``Content-Length`` over the
   limit is refused with 413 at once, without reading the body, and the bytes
   actually received are counted as they arrive (chunked uploads, or a lying
@@ -30,6 +30,7 @@ from fastapi.exceptions import RequestValidationError
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.websockets import WebSocket
 
 from oasr.server.errors import APIError, UploadIdle, UploadTooLarge, bad_request, error_for_status
 from oasr.server.lifecycle import Drain, ShuttingDown
@@ -38,6 +39,7 @@ from oasr.server.protocol import ModelCard, ModelList
 from oasr.server.routes import router
 from oasr.server.serving import CLIENT_GONE, OpenAIServingTranscription, OpenAIServingTranslation
 from oasr.server.settings import ServerSettings
+from oasr.server.streaming import StreamingEndpoint
 
 log = logging.getLogger("oasr.server")
 
@@ -70,6 +72,7 @@ def create_app(settings: ServerSettings | None = None, engine=None) -> FastAPI:
         app.state.engine = eng
         app.state.transcription = OpenAIServingTranscription(eng, settings, metrics, drain)
         app.state.translation = OpenAIServingTranslation(eng, settings, metrics, drain)
+        app.state.streaming = StreamingEndpoint(eng, settings, metrics)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -163,6 +166,12 @@ class GateMiddleware:
         self.api_key = settings.api_key.encode() if settings.api_key else None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "websocket":
+            if self.api_key is not None and scope["path"].startswith("/v1/") and not self._authorized(scope):
+                await WebSocket(scope, receive, send).send_denial_response(self._unauthorized().response())
+                return
+            await self.app(scope, receive, send)
+            return
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return

@@ -131,6 +131,16 @@ async def warm_up(engine, settings) -> None:
         raise RuntimeError(f"decoding 1 s of silence failed ({type(e).__name__}: {e})") from e
 
 
+async def check_streaming(engine) -> None:
+    """Open and close one live stream (the streaming cache is allocated then).
+
+    Raises:
+        ValueError: the model cannot stream, or not with the configured chunk / history.
+    """
+    stream = await engine.open_stream()
+    stream.close()
+
+
 # ---------------------------------------------------------------------------
 # uvicorn
 
@@ -173,6 +183,24 @@ def _http_protocol() -> type:
         return _openai_shaped(H11Protocol)
 
 
+def _ws_protocol() -> type | str:
+    """uvicorn's WebSocket protocol (``websockets``' sans-I/O one), minus a false error: it
+    logs "returned without completing handshake" and writes a 500 after an upgrade refused
+    with an HTTP answer (401, 429), which is a completed exchange."""
+    try:
+        from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
+    except ImportError:  # websockets absent: uvicorn's own choice (wsproto, or none)
+        return "auto"
+
+    class DenialAwareProtocol(WebSocketsSansIOProtocol):
+        async def send(self, message) -> None:
+            await super().send(message)
+            if message["type"] == "websocket.http.response.body" and not message.get("more_body", False):
+                self.handshake_complete = True
+
+    return DenialAwareProtocol
+
+
 def run_server(app, settings, sock: socket.socket, *, graceful_s: float, engine=None) -> int:
     """Serve ``app`` on the bound ``sock`` until a signal or engine death.
 
@@ -194,7 +222,9 @@ def run_server(app, settings, sock: socket.socket, *, graceful_s: float, engine=
         app,
         log_level=settings.log_level,
         http=_http_protocol(),
+        ws=_ws_protocol(),
         timeout_graceful_shutdown=graceful_s + _DRAIN_MARGIN_S,
+        ws_max_size=settings.max_message_bytes,
     )
     server = Server(config)
 

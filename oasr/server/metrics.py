@@ -22,6 +22,16 @@ Engine-side metrics, read from ``AsyncEngine.stats()`` at scrape time:
 * ``oasr_audio_seconds_total``: seconds of audio admitted to the engine.
 * ``oasr_engine_steps_total``; ``oasr_engine_requests_total{outcome}`` (finished,
   failed, aborted).
+
+Live streams (``/v1/audio/stream``):
+
+* ``oasr_stream_connections``: WebSocket sessions open now (``--max-streams`` bounds it).
+* ``oasr_stream_sessions_total{code}``: sessions ended, by close code (1000 normal, 1003 /
+  1007 / 1008 / 1011 / 1013: see ``oasr.server.streaming``; 0: the client went away) or by
+  the HTTP status that refused the upgrade (429, 503).
+* from ``StreamingCore.stats()`` at scrape time: ``oasr_streams_active`` (streams holding
+  an encoder cache slot), ``oasr_streams_capacity``, ``oasr_stream_cache_bytes`` (the
+  encoder caches' memory), ``oasr_stream_chunks_total``, ``oasr_stream_steps_total``.
 """
 
 from __future__ import annotations
@@ -56,6 +66,22 @@ class _EngineCollector:
         outcomes.add_metric(["failed"], s.failed)
         outcomes.add_metric(["aborted"], s.aborted)
         yield outcomes
+        yield from _streaming_metrics(engine)
+
+
+def _streaming_metrics(engine):
+    loop = getattr(engine, "streaming", None)
+    if loop is not None:
+        s = loop.core.stats()
+    else:  # no stream opened yet: nothing allocated
+        capacity = getattr(getattr(engine, "config", None), "max_streams", 0)
+        s = dict.fromkeys(("streams_active", "stream_chunks_encoded", "stream_steps", "stream_cache_bytes"), 0)
+        s["streams_capacity"] = capacity
+    yield GaugeMetricFamily("oasr_streams_active", "Live streams holding an encoder cache slot", s["streams_active"])
+    yield GaugeMetricFamily("oasr_streams_capacity", "Encoder cache slots for live streams", s["streams_capacity"])
+    yield GaugeMetricFamily("oasr_stream_cache_bytes", "Memory of the streams' encoder caches", s["stream_cache_bytes"])
+    yield CounterMetricFamily("oasr_stream_chunks", "Stream chunks encoded", s["stream_chunks_encoded"])
+    yield CounterMetricFamily("oasr_stream_steps", "Batched streaming steps", s["stream_steps"])
 
 
 class ServerMetrics:
@@ -76,5 +102,14 @@ class ServerMetrics:
         self.in_flight = Gauge("oasr_requests_in_flight", "Audio requests being handled", registry=self.registry)
         self.cancelled = Counter(
             "oasr_requests_cancelled", "Requests aborted because the client disconnected", registry=self.registry
+        )
+        self.stream_connections = Gauge(
+            "oasr_stream_connections", "WebSocket stream sessions open", registry=self.registry
+        )
+        self.stream_sessions = Counter(
+            "oasr_stream_sessions",
+            "WebSocket stream sessions ended, by close code (0: client gone) or refusing HTTP status",
+            ["code"],
+            registry=self.registry,
         )
         self.registry.register(_EngineCollector(engine_ref))

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Request, WebSocket
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.datastructures import FormData, UploadFile
@@ -79,6 +79,12 @@ async def create_transcription(request: Request) -> Response:
 async def create_translation(request: Request) -> Response:
     """OpenAI's ``audio.translations.create``: speech in any language to English text."""
     return await _audio(request, TranslationRequest, request.app.state.translation)
+
+
+@router.websocket("/v1/audio/stream")
+async def stream_transcription(websocket: WebSocket) -> None:
+    """Live transcription: JSON configuration, binary audio, JSON events (``oasr.server.streaming``)."""
+    await websocket.app.state.streaming.handle(websocket)
 
 
 @router.get("/v1/models", response_model=ModelList)

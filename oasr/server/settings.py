@@ -11,6 +11,9 @@ DEFAULT_MAX_UPLOAD_MB = 25.0  # OpenAI's limit for /v1/audio uploads
 DEFAULT_MAX_QUEUE = 256
 DEFAULT_MAX_AUDIO_S = 4 * 3600.0  # EngineConfig.max_audio_s's default
 DEFAULT_UPLOAD_IDLE_S = 60.0
+DEFAULT_MAX_STREAMS = 256  # EngineConfig.max_streams's default
+DEFAULT_STREAM_IDLE_S = 30.0
+DEFAULT_MAX_MESSAGE_KB = 1024.0  # one WebSocket message: 16 s of 16-kHz PCM16
 # The default per-request budget: a base plus a share per second of audio (a number given replaces it).
 TIMEOUT_BASE_S = 60.0
 TIMEOUT_PER_AUDIO_S = 4.0
@@ -38,6 +41,12 @@ class ServerSettings:
             (``EngineConfig.max_audio_s``; None: no limit).
         upload_idle_s: an upload that sends nothing for this long is closed with 408.
         min_duration_s: shorter audio is refused with 400.
+        max_streams: live streams (``/v1/audio/stream`` connections) at once; one more is
+            refused with 429 before the upgrade (``EngineConfig.max_streams``).
+        stream_chunk_ms, stream_left_chunks: ``EngineConfig`` streaming fields (None: the
+            family's default chunk, all history).
+        stream_idle_s: a stream that sends nothing for this long is closed (1008 ``idle_timeout``).
+        max_message_kb: a WebSocket message over this many KiB closes its connection (1009).
         request_options: ``TranscribeOptions`` every request starts from, set by explicit
             ``oasr serve`` flags (``--beam-size`` ...); what is not in it is the decode strategy's
             own default, as through Python and ``oasr transcribe``.
@@ -57,6 +66,11 @@ class ServerSettings:
     max_audio_s: float | None = DEFAULT_MAX_AUDIO_S
     upload_idle_s: float = DEFAULT_UPLOAD_IDLE_S
     min_duration_s: float = 0.1
+    max_streams: int = DEFAULT_MAX_STREAMS
+    stream_chunk_ms: float | None = None
+    stream_left_chunks: int | None = None
+    stream_idle_s: float = DEFAULT_STREAM_IDLE_S
+    max_message_kb: float = DEFAULT_MAX_MESSAGE_KB
     request_options: dict[str, Any] = field(default_factory=dict)
     device: str = "cpu"
     dtype: str | None = None
@@ -79,6 +93,12 @@ class ServerSettings:
             raise ValueError(f"upload_idle_s must be > 0, got {self.upload_idle_s}")
         if self.min_duration_s < 0:
             raise ValueError(f"min_duration_s must be >= 0, got {self.min_duration_s}")
+        if self.max_streams < 1:
+            raise ValueError(f"max_streams must be >= 1, got {self.max_streams}")
+        if not self.stream_idle_s > 0:
+            raise ValueError(f"stream_idle_s must be > 0, got {self.stream_idle_s}")
+        if not (self.max_message_kb > 0 and math.isfinite(self.max_message_kb)):
+            raise ValueError(f"max_message_kb must be > 0, got {self.max_message_kb}")
         from oasr.engine.config import TranscribeOptions
 
         TranscribeOptions.from_kwargs(**self.request_options)  # names and ranges (the strategy checks the rest)
@@ -92,6 +112,10 @@ class ServerSettings:
     @property
     def max_upload_bytes(self) -> int:
         return int(self.max_upload_mb * 1024 * 1024)
+
+    @property
+    def max_message_bytes(self) -> int:
+        return int(self.max_message_kb * 1024)
 
     def request_budget(self, duration_s: float) -> float:
         """Seconds a request of ``duration_s`` seconds of audio may take (see ``request_timeout_s``)."""
@@ -119,5 +143,8 @@ class ServerSettings:
             "max_batch_size": self.max_batch_size,
             "max_queue_size": self.max_queue,
             "max_audio_s": self.max_audio_s,
+            "max_streams": self.max_streams,
+            "stream_chunk_ms": self.stream_chunk_ms,
+            "stream_left_chunks": self.stream_left_chunks,
             **self.extra_engine_config,
         }

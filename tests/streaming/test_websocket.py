@@ -1,0 +1,328 @@
+"""``/v1/audio/stream`` on a real ``oasr serve`` process (WeNet's tiny causal U2++ fixture),
+driven by the ``websockets`` client library: the events equal an in-process stream of the
+same samples, endpoints, bad input and its close codes (the server goes on serving), the
+API key, hang-ups mid-stream freeing their cache slot at once (``/metrics``), a full
+server refusing the upgrade with 429, and 32 concurrent connections."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+import numpy as np
+import pytest
+
+pytest.importorskip("websockets")
+from websockets.asyncio.client import connect  # noqa: E402
+from websockets.exceptions import ConnectionClosed, InvalidStatus  # noqa: E402
+
+from tests.conftest import AUDIO_DIR, FIXTURES_DIR  # noqa: E402
+from tests.server.conftest import ServerProcess, metric  # noqa: E402
+
+CAUSAL = FIXTURES_DIR / "wenet-u2pp-tiny-causal"
+KEY = "stream-key"
+MAX_STREAMS = 40
+MAX_AUDIO_S = 30.0
+IDLE_S = 3.0
+MAX_MESSAGE_KB = 64
+PIECE = 3200  # samples per binary message (200 ms at 16 kHz)
+CLIPS = ("jfk.wav", "bambatse_02_haggard_0323.wav", "bambatse_04_haggard_0273.wav", "bambatse_06_haggard_0090.wav")
+
+
+@pytest.fixture(scope="module")
+def clips() -> dict[str, np.ndarray]:
+    """The clips at 16 kHz, quantised to PCM16 (so both sample formats carry the same values)."""
+    from oasr.audio import load_audio
+
+    if not (CAUSAL / "train.yaml").is_file():
+        pytest.skip(f"shared fixture not found at {CAUSAL}")
+    missing = [c for c in CLIPS if not (AUDIO_DIR / c).exists()]
+    if missing:
+        pytest.skip(f"shared audio {missing} not found")
+    out = {}
+    for name in CLIPS:
+        x = load_audio(AUDIO_DIR / name)
+        out[name] = (np.clip(x, -1, 1) * 32767).astype(np.int16).astype(np.float32) / 32768.0
+    return out
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory, clips):
+    log = tmp_path_factory.mktemp("ws_server") / "server.log"
+    proc = ServerProcess(
+        ["--model", str(CAUSAL), "--api-key", KEY, "--max-streams", str(MAX_STREAMS)]
+        + ["--max-audio-seconds", str(MAX_AUDIO_S), "--stream-idle-timeout", str(IDLE_S)]
+        + ["--max-message-kb", str(MAX_MESSAGE_KB)],
+        log,
+        api_key=KEY,
+    )
+    yield proc
+    proc.stop()
+
+
+@pytest.fixture(scope="module")
+def reference():
+    """The in-process engine the server's events are compared with (the server's chunk)."""
+    from oasr.engine.engine import ASREngine
+
+    return ASREngine(str(CAUSAL), max_streams=2, max_audio_s=MAX_AUDIO_S)
+
+
+def reference_events(engine, samples: np.ndarray, **options) -> list[dict]:
+    stream = engine.open_stream(sample_rate=16000, **options)
+    events = stream.feed(samples)
+    events += stream.finish()
+    return [e.to_dict() for e in events]
+
+
+def pcm16(samples: np.ndarray) -> list[bytes]:
+    q = np.round(samples * 32768.0).clip(-32768, 32767).astype("<i2")
+    return [q[i : i + PIECE].tobytes() for i in range(0, len(q), PIECE)]
+
+
+def float32(samples: np.ndarray) -> list[bytes]:
+    x = samples.astype("<f4")
+    return [x[i : i + PIECE].tobytes() for i in range(0, len(x), PIECE)]
+
+
+def url(server: ServerProcess) -> str:
+    return f"ws://127.0.0.1:{server.port}/v1/audio/stream"
+
+
+async def session(server, config, messages=(), *, done=True, headers=None, pause_s=0.0):
+    """Send ``config`` (a dict is JSON-encoded), the messages and "done"; every event until the
+    server closes, and its close code."""
+    headers = server.headers() if headers is None else headers
+    async with connect(url(server), additional_headers=headers, max_size=None) as ws:
+        try:
+            await ws.send(json.dumps(config) if isinstance(config, dict) else config)
+            for m in messages:
+                await ws.send(m)
+                if pause_s:
+                    await asyncio.sleep(pause_s)
+            if done:
+                await ws.send("done")
+        except ConnectionClosed:
+            pass  # the server refused something: its events and close code say what
+        events = []
+        try:
+            async for message in ws:
+                events.append(json.loads(message))
+        except ConnectionClosed:
+            pass
+        return events, ws.close_code
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+def wait_for_metric(server, name: str, value: float, timeout_s: float = 20.0, **labels) -> float:
+    deadline = time.monotonic() + timeout_s
+    got = metric(server.metrics(), name, **labels)
+    while got != value and time.monotonic() < deadline:
+        time.sleep(0.1)
+        got = metric(server.metrics(), name, **labels)
+    return got
+
+
+# ---------------------------------------------------------------------------
+# Events
+
+
+def test_events_equal_an_in_process_stream(server, reference, clips):
+    samples = clips["jfk.wav"]
+    events, code = run(session(server, {"sample_rate": 16000}, pcm16(samples)))
+    assert code == 1000
+    assert events == reference_events(reference, samples)
+    kinds = [e["type"] for e in events]
+    assert kinds[-2:] == ["final", "done"] and "partial" in kinds
+    final = events[-2]
+    assert final["tokens"] and 0.0 <= final["start"] < final["end"] <= len(samples) / 16000 + 1e-6
+
+
+def test_float32_frames_give_the_pcm16_result(server, clips):
+    samples = clips["bambatse_02_haggard_0323.wav"]
+    as_pcm16, _ = run(session(server, {"sample_rate": 16000}, pcm16(samples)))
+    as_float, code = run(session(server, {"sample_rate": 16000, "sample_format": "float32"}, float32(samples)))
+    assert code == 1000
+    assert as_float == as_pcm16
+
+
+def test_word_times_and_no_partials(server, reference, clips):
+    samples = clips["bambatse_04_haggard_0273.wav"]
+    options = {"word_timestamps": True, "partials": False}
+    events, code = run(session(server, {"sample_rate": 16000, **options}, pcm16(samples)))
+    assert code == 1000
+    assert events == reference_events(reference, samples, **options)
+    assert [e["type"] for e in events] == ["final", "done"]
+    words = events[0]["words"]
+    assert words and all(a["end"] <= b["start"] + 1e-6 for a, b in zip(words, words[1:]))
+
+
+def test_a_resampled_stream_equals_the_in_process_one(server, reference, clips):
+    from oasr.audio import load_audio
+
+    samples = load_audio(AUDIO_DIR / "jfk.wav", 8000)
+    samples = np.round(samples * 32768.0).clip(-32768, 32767) / 32768.0
+    events, code = run(session(server, {"sample_rate": 8000}, pcm16(samples.astype(np.float32))))
+    assert code == 1000
+    stream = reference.open_stream(sample_rate=8000)
+    expected = [e.to_dict() for e in stream.feed(samples.astype(np.float32)) + stream.finish()]
+    assert events == expected
+
+
+def test_endpoints_close_segments(server, reference, clips):
+    samples = np.concatenate([clips["jfk.wav"], clips["bambatse_02_haggard_0323.wav"]])
+    options = {"endpoint": True, "rule3_min_utterance_length": 4.0}
+    events, code = run(session(server, {"sample_rate": 16000, **options}, pcm16(samples)))
+    assert code == 1000
+    assert events == reference_events(reference, samples, **options)
+    endpoints = [e for e in events if e["type"] == "endpoint"]
+    finals = [e for e in events if e["type"] == "final"]
+    assert len(endpoints) >= 2 and len(finals) >= len(endpoints)
+    assert [e["segment"] for e in endpoints] == list(range(len(endpoints)))
+    assert all(a["end"] <= b["start"] + 1e-6 for a, b in zip(finals, finals[1:]))
+
+
+# ---------------------------------------------------------------------------
+# Bad input: an error event, a close code, and the server goes on
+
+
+BAD = {
+    "audio before the configuration": (b"\x00\x00", [], 1003, "bad_frame"),
+    "configuration not JSON": ("{sample_rate", [], 1003, "bad_frame"),
+    "configuration not an object": ("[16000]", [], 1003, "bad_frame"),
+    "unknown sample format": ({"sample_rate": 16000, "sample_format": "mulaw"}, [], 1003, "bad_frame"),
+    "no sample rate": ({}, [], 1007, "invalid_options"),
+    "sample rate not a number": ({"sample_rate": "16k"}, [], 1007, "invalid_options"),
+    "sample rate out of range": ({"sample_rate": 1}, [], 1007, "invalid_options"),
+    "unknown option": ({"sample_rate": 16000, "beam_sizee": 2}, [], 1007, "invalid_options"),
+    "vad on a live stream": ({"sample_rate": 16000, "vad_filter": True}, [], 1007, "invalid_options"),
+    "endpoint not a boolean": ({"sample_rate": 16000, "endpoint": "yes"}, [], 1007, "invalid_options"),
+    "a model not served": ({"sample_rate": 16000, "model": "whisper-1"}, [], 1008, "model_not_found"),
+    "half a sample": ({"sample_rate": 16000}, [b"\x00\x00\x00"], 1003, "bad_frame"),
+    "a text message mid-stream": ({"sample_rate": 16000}, [b"\x00\x00" * 160, "hello"], 1003, "bad_frame"),
+    "NaN samples": (
+        {"sample_rate": 16000, "sample_format": "float32"},
+        [np.array([0.0, np.nan], "<f4").tobytes()],
+        1007,
+        "invalid_audio",
+    ),
+    "infinite samples": (
+        {"sample_rate": 16000, "sample_format": "float32"},
+        [np.array([np.inf] * 4, "<f4").tobytes()],
+        1007,
+        "invalid_audio",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD))
+def test_bad_input_is_an_error_event_and_a_close_code(server, case):
+    config, messages, close_code, error_code = BAD[case]
+    events, code = run(session(server, config, messages))
+    assert code == close_code
+    assert [e["type"] for e in events] == ["error"] and events[0]["code"] == error_code
+    assert events[0]["message"]
+    assert server.healthy()
+
+
+def test_a_stream_past_the_duration_limit_is_closed(server, clips):
+    silence = np.zeros(int(MAX_AUDIO_S * 16000) + PIECE, dtype=np.float32)
+    events, code = run(session(server, {"sample_rate": 16000}, pcm16(silence)))
+    assert code == 1008
+    assert events[-1]["type"] == "error" and events[-1]["code"] == "audio_too_long"
+    assert all(e["type"] == "partial" for e in events[:-1])
+
+
+def test_an_idle_stream_is_closed(server):
+    async def idle():
+        async with connect(url(server), additional_headers=server.headers()) as ws:
+            await ws.send(json.dumps({"sample_rate": 16000}))
+            await ws.send(b"\x00\x00" * 1600)
+            started = time.monotonic()
+            events = []
+            with pytest.raises(ConnectionClosed):
+                async for m in ws:
+                    events.append(json.loads(m))
+            return events, ws.close_code, time.monotonic() - started
+
+    events, code, waited = run(idle())
+    assert code == 1008 and events[-1]["code"] == "idle_timeout"
+    assert waited >= IDLE_S - 0.5
+
+
+def test_a_message_over_the_limit_closes_with_1009(server):
+    big = b"\x00\x00" * (MAX_MESSAGE_KB * 1024)  # twice the limit
+    events, code = run(session(server, {"sample_rate": 16000}, [big]))
+    assert code == 1009 and events == []
+    assert server.healthy()
+
+
+def test_the_api_key_is_required(server):
+    for headers in ({}, {"Authorization": "Bearer wrong"}):
+        with pytest.raises(InvalidStatus) as e:
+            run(session(server, {"sample_rate": 16000}, headers=headers))
+        assert e.value.response.status_code == 401
+        assert json.loads(e.value.response.body)["error"]["code"] == "invalid_api_key"
+    assert "returned without completing handshake" not in server.log()
+
+
+# ---------------------------------------------------------------------------
+# Slots: hang-ups free them at once, a full server refuses the upgrade
+
+
+def test_a_hang_up_mid_stream_frees_its_slot_at_once(server, clips):
+    before = metric(server.metrics(), "oasr_stream_sessions_total", code="0")
+
+    async def hang_up():
+        ws = await connect(url(server), additional_headers=server.headers())
+        await ws.send(json.dumps({"sample_rate": 16000}))
+        for m in pcm16(clips["jfk.wav"])[:10]:
+            await ws.send(m)
+        await ws.recv()  # a partial: the stream holds its slot
+        assert metric(server.metrics(), "oasr_streams_active") == 1
+        ws.transport.abort()  # no close frame: the TCP connection just drops
+
+    run(hang_up())
+    assert wait_for_metric(server, "oasr_streams_active", 0) == 0
+    assert wait_for_metric(server, "oasr_stream_connections", 0) == 0
+    assert metric(server.metrics(), "oasr_stream_sessions_total", code="0") == before + 1
+    assert metric(server.metrics(), "oasr_stream_cache_bytes") > 0  # the pool stays allocated, its slot free
+
+
+def test_a_full_server_refuses_the_upgrade_with_429(server, clips):
+    async def fill():
+        held = [await connect(url(server), additional_headers=server.headers()) for _ in range(MAX_STREAMS)]
+        try:
+            with pytest.raises(InvalidStatus) as e:
+                await connect(url(server), additional_headers=server.headers())
+            assert e.value.response.status_code == 429
+            assert json.loads(e.value.response.body)["error"]["code"] == "streams_full"
+        finally:
+            for ws in held:
+                await ws.close()
+
+    run(fill())
+    assert wait_for_metric(server, "oasr_stream_connections", 0) == 0
+    events, code = run(session(server, {"sample_rate": 16000}, pcm16(clips["bambatse_02_haggard_0323.wav"])))
+    assert code == 1000 and events[-1]["type"] == "done"
+
+
+def test_32_concurrent_connections(server, reference, clips):
+    names = [CLIPS[1 + i % 3] for i in range(32)]
+    expected = {name: reference_events(reference, clips[name]) for name in set(names)}
+
+    async def all_at_once():
+        return await asyncio.gather(
+            *(session(server, {"sample_rate": 16000}, pcm16(clips[n]), pause_s=0.01) for n in names)
+        )
+
+    results = run(all_at_once())
+    for name, (events, code) in zip(names, results):
+        assert code == 1000
+        assert events == expected[name]
+    assert wait_for_metric(server, "oasr_streams_active", 0) == 0
+    assert metric(server.metrics(), "oasr_stream_steps_total") > 0
