@@ -68,6 +68,9 @@ class EngineConfig:
             by encoders whose history the weights fix).
         max_streams: streaming: concurrent live streams (slots of the encoder cache); one
             more is refused with ``EngineOverloaded``.
+        stream_cache_mb: streaming: the most memory a paged encoder's K/V pool takes; a stream
+            that would need more is refused at admission, or fails alone when its unbounded
+            history outgrows the pool. None: room for every slot's whole window.
     """
 
     device: str = "cpu"
@@ -82,6 +85,7 @@ class EngineConfig:
     stream_chunk_ms: float | None = None
     stream_left_chunks: int | None = None
     max_streams: int = 256
+    stream_cache_mb: float | None = 1024.0
     lm_path: str | None = None
     lm_alpha: float = 0.5
     lm_beta: float = 1.0

@@ -178,6 +178,7 @@ class StreamingCore:
             max_streams=config.max_streams,
             feature_shift_s=self.frontend.frame_shift_s,
             max_stream_frames=self._max_frames(config),
+            cache_mb=config.stream_cache_mb,
         )
         self.plan = self.runtime.plan
         strategy = engine.strategy
@@ -286,7 +287,7 @@ class StreamingCore:
         """Whether a step would do anything (a chunk ready, samples to featurise, a stream to end)."""
         with self.lock:
             for s in self.streams.values():
-                if s.pending or (s.input_done and not s.features_done):
+                if s.pending or s.input_done:  # samples to featurise, or a stream to end
                     return True
                 if self._chunk_ready(s) is not None:
                     return True
@@ -315,6 +316,15 @@ class StreamingCore:
                     self._end(s, events)
         if not ready:
             return events
+        refused = set(self.runtime.reserve([r[0].slot for r in ready]))
+        if refused:
+            with self.lock:
+                for r in ready:
+                    if r[0].slot in refused:
+                        self._fail(r[0], "cache_full", "the streaming cache is full: the stream was stopped", events)
+            ready = [r for r in ready if r[0].slot not in refused]
+            if not ready:
+                return events
         feats = torch.stack([r[1] for r in ready])
         lens = torch.tensor([r[2] for r in ready], dtype=torch.long)
         try:

@@ -159,6 +159,11 @@ class EncoderRuntime(abc.ABC):
 
     # -- the step ---------------------------------------------------------------------
 
+    def reserve(self, slots: list[int]) -> list[int]:
+        """Make room for one more chunk of each listed stream; the slots that found none
+        (the caller fails those streams and encodes the others)."""
+        return []
+
     @abc.abstractmethod
     def encode(
         self, slots: list[int], feats: torch.Tensor, feat_lens: torch.Tensor, final: list[bool]
@@ -214,8 +219,11 @@ class PagedRuntime(EncoderRuntime):
         max_stream_frames: the longest stream in encoder frames (bounds a block table when
             the history is unbounded).
         pool_frames: K/V frames the pool holds across streams (None: room for every slot's
-            whole attention window, or ``max_stream_frames`` each when the history is unbounded
-            but at most 64 K frames a slot).
+            whole attention window, within ``cache_mb``).
+        cache_mb: the most memory the K/V pool takes (None: no bound). With unbounded history
+            a stream takes blocks as it grows; one that finds none left fails alone
+            (``reserve``), and admission refuses while the pool cannot hold a new stream's
+            first window.
     """
 
     kind = "paged"
@@ -227,6 +235,7 @@ class PagedRuntime(EncoderRuntime):
         block_size: int = 16,
         max_stream_frames: int = 90_000,
         pool_frames: int | None = None,
+        cache_mb: float | None = 1024.0,
         **kw,
     ) -> None:
         super().__init__(model, **kw)
@@ -245,9 +254,15 @@ class PagedRuntime(EncoderRuntime):
         window = (self.history + out_chunk) if self.history is not None else max_stream_frames
         self.blocks_per_stream = math.ceil(max_stream_frames / self.block_size) + 1
         need = math.ceil(window / self.block_size) + 1  # blocks one stream holds at most
+        itemsize = torch.empty((), dtype=self.dtype).element_size()
+        block_bytes = 2 * spec.n_layers * self.block_size * spec.n_kv_heads * spec.head_dim * itemsize
         if pool_frames is None:
-            pool_frames = self.max_streams * min(need, math.ceil(65_536 / self.block_size)) * self.block_size
-        self.n_blocks = max(1, math.ceil(pool_frames / self.block_size))
+            pool_frames = self.max_streams * need * self.block_size
+        n_blocks = math.ceil(pool_frames / self.block_size)
+        if cache_mb is not None:
+            n_blocks = min(n_blocks, int(cache_mb * 2**20 // block_bytes))
+        # Always room for one stream's window: a budget below it could serve nobody.
+        self.n_blocks = max(n_blocks, min(need, math.ceil(max_stream_frames / self.block_size)), 1)
         self.window_blocks = need
         shape = (spec.n_layers, self.n_blocks, self.block_size, spec.n_kv_heads, spec.head_dim)
         self.k = torch.zeros(shape, dtype=self.dtype, device=self.device)
@@ -267,11 +282,21 @@ class PagedRuntime(EncoderRuntime):
         return self.plan.stride_frames // self.encoder.subsampling_rate
 
     def admit(self, conditioning: dict[str, float] | None = None) -> int:
-        if len(self._free_blocks) < self.window_blocks and self.history is not None:
-            raise EngineOverloaded(f"the streaming K/V pool is full ({self.n_blocks} blocks of {self.block_size} frames)")
-        if not self._free_blocks:
-            raise EngineOverloaded(f"the streaming K/V pool is full ({self.n_blocks} blocks of {self.block_size} frames)")
+        first = self._blocks_for(self._output_chunk_frames() + self.plan.head_frames)
+        promised = sum(self._promise(s) for s in range(self.max_streams) if s not in self._free)
+        if self.n_blocks - promised < (self.window_blocks if self.history is not None else first):
+            raise EngineOverloaded(
+                f"the streaming K/V pool is full ({self.n_blocks} blocks of {self.block_size} frames, "
+                f"{self.in_use} streams)"
+            )
         return super().admit(conditioning)
+
+    def _blocks_for(self, frames: int) -> int:
+        return math.ceil(frames / self.block_size) + 1
+
+    def _promise(self, slot: int) -> int:
+        """Blocks a live stream holds or, with a bounded window, will hold."""
+        return self.window_blocks if self.history is not None else len(self._held[slot])
 
     def _init_slot(self, slot: int, conditioning: dict[str, float], keep_persistent: bool) -> None:
         self.cache_lens[slot] = 0
@@ -313,10 +338,17 @@ class PagedRuntime(EncoderRuntime):
                 row[j] = b
                 self._held[slot].append(b)
 
-    def encode(self, slots, feats, feat_lens, final):
-        out_chunk = self._output_chunk_frames()
+    def reserve(self, slots: list[int]) -> list[int]:
+        out_chunk = self._output_chunk_frames() + self.plan.head_frames
+        failed = []
         for s in slots:
-            self._reserve(s, int(self.cache_lens[s]) + out_chunk)
+            try:
+                self._reserve(s, int(self.cache_lens[s]) + out_chunk)
+            except (EngineOverloaded, OverflowError):
+                failed.append(s)
+        return failed
+
+    def encode(self, slots, feats, feat_lens, final):
         index = torch.tensor(slots, dtype=torch.long)
         dev = self.device
         view = PagedCacheView(
@@ -420,5 +452,5 @@ def build_runtime(model: BaseAsrModel, kind: str | None = None, **kw) -> Encoder
         raise ValueError(f"unknown streaming kind {kind!r}; known: {sorted(_RUNTIMES)}")
     cls = _RUNTIMES[kind]
     if cls is not PagedRuntime:
-        kw = {k: v for k, v in kw.items() if k not in ("block_size", "max_stream_frames", "pool_frames")}
+        kw = {k: v for k, v in kw.items() if k not in ("block_size", "max_stream_frames", "pool_frames", "cache_mb")}
     return cls(model, **kw)
