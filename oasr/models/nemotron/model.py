@@ -18,12 +18,17 @@ query sees its own chunk of ``lookahead + 1`` frames and ``left_chunks`` chunks 
 Offline attention runs in query blocks (``OFFLINE_BLOCK_FRAMES`` rounded up to whole chunks),
 each against its own frames plus the trained history, so scores grow with T, not T^2.
 Short utterances (T <= 2 x the keys of one block) stay one dense block.
-Every mask is per utterance: a padded batch gives each row what it gets alone. Offline only
-(cache-aware streaming is not wired yet: ``streaming_kind`` is "none").
+Every mask is per utterance: a padded batch gives each row what it gets alone.
+
+Cache-aware streaming runs over the engine's paged K/V pool (``NemotronEncoder``'s streaming
+members, ``NemotronRnntModel.encode_chunk_paged``): the same chunked-limited attention on
+absolute positions, the convolutions continued from their carried tails, each stream's
+prompt id a persistent state.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping
 from typing import Any
@@ -33,9 +38,19 @@ import torch.nn.functional as F
 from torch import nn
 
 from oasr.layers import ConformerConvolution, Conv2d, Embedding, FeedForward, LayerNorm, Linear
+from oasr.layers.activation import apply_activation
 from oasr.layers.attention import attention
+from oasr.layers.paged import paged_rows, read_paged, write_paged
 from oasr.layers.relpos_xl import RelPositionMultiHeadAttentionXL, xl_relative_positions
-from oasr.models.base import BaseAsrModel, DecodeType
+from oasr.models.base import (
+    BaseAsrModel,
+    CacheSpec,
+    DecodeType,
+    PagedCacheView,
+    StreamingGeometry,
+    StreamStateSpec,
+    chunk_units,
+)
 from oasr.models.ctc import BlankVocabMixin
 from oasr.models.nemotron.config import NemotronConfig, NemotronEncoderConfig
 from oasr.models.nemotron.predictor import AdditiveJoint, LstmPredictor
@@ -108,6 +123,62 @@ class NemotronSubsampling(nn.Module):
         """Zero the frames past each row's end, then ReLU, in place on a fresh conv output
         (the stage activations are the largest tensors of a long utterance)."""
         return x.mul_(_valid(lengths, x.shape[2])[:, None, :, None].to(x.dtype)).relu_()
+
+    @property
+    def num_stages(self) -> int:
+        return len(self.layers) + 1
+
+    @property
+    def tail_frames(self) -> int:
+        """Input frames of each stage a stream carries into its next chunk (kernel - stride)."""
+        return self.kernel_size - self.stride
+
+    def stage_widths(self, num_mel_bins: int) -> list[tuple[int, int]]:
+        """(channels, frequency bins) of each stage's input."""
+        widths, freq = [(1, num_mel_bins)], num_mel_bins
+        for _ in self.layers:
+            freq = self._reduce(freq)
+            widths.append((self.conv_in.weight.shape[0], freq))
+        return widths
+
+    def forward_chunk(
+        self, feats: torch.Tensor, first_positions: torch.Tensor, tails: list[torch.Tensor]
+    ) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """One streaming chunk: each stage reads its input's carried tail before the chunk (NeMo's
+        cache-aware subsampling: ``kernel - stride`` frames, no right padding) and hands the
+        chunk's last ones on.
+
+        Every stage's output grid may start before the stream (``first_positions``, the
+        absolute index of the chunk's first feature frame, negative in a stream's first chunk
+        under its head frames): frames before position 0 are zeroed at every stage, which is
+        what the offline causal padding and transformers' zero-initialised first chunk feed
+        the next stage.
+
+        Shapes:
+            feats: (B, T, F) with T a multiple of the subsampling factor, first_positions: (B,),
+            tails: per stage (B, C_i, kernel - stride, F_i)
+            -> (B, T / factor, D), the new tails (same shapes)
+        """
+
+        def before_start(x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+            keep = pos[:, None] + torch.arange(x.shape[2], device=x.device) >= 0  # (B, T)
+            return x * keep[:, None, :, None].to(x.dtype)
+
+        x = before_start(feats[:, None], first_positions)  # (B, 1, T, F)
+        pos, new_tails = first_positions, []
+        stages = [(self.conv_in, None)] + [(stage.depthwise_conv, stage.pointwise_conv) for stage in self.layers]
+        for tail, (conv, pointwise) in zip(tails, stages, strict=True):
+            joined = torch.cat([tail, x], dim=2)  # (B, C, tail + T, F)
+            new_tails.append(joined[:, :, joined.shape[2] - self.tail_frames :])
+            x = F.conv2d(F.pad(joined, self.pad), conv.weight, conv.bias, conv.stride, 0, 1, conv.groups)
+            if pointwise is not None:
+                x = pointwise(x)
+            # output J reads inputs [stride * J - (kernel - 1), stride * J]: the chunk's first one
+            # ends on its first input frame's stride - 1 frames on.
+            pos = torch.div(pos + self.stride - 1, self.stride, rounding_mode="floor")
+            x = before_start(x, pos).relu_()
+        b, c, t, f = x.shape
+        return self.linear(x.transpose(1, 2).reshape(b, t, c * f)), new_tails  # (B, T', D), channel-major
 
     def forward(self, feats: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         x = (feats * _valid(lengths, feats.shape[1])[..., None].to(feats.dtype))[:, None]  # (B, 1, T, F)
@@ -212,6 +283,49 @@ class ChunkedLimitedAttention(RelPositionMultiHeadAttentionXL):
         out = out.reshape(b, h, nb * nq, dh)[:, :, :t].transpose(1, 2).reshape(b, t, self.d_model)
         return self.linear_out(out)
 
+    def forward_chunk(
+        self, x: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, cache: PagedCacheView, history: int
+    ) -> torch.Tensor:
+        """One streaming chunk per row over the paged K/V pool of this layer: the chunk's
+        queries score the row's last ``history`` cached keys and the chunk's own under the
+        ``chunked_limited`` mask on absolute frame positions (history before the stream's
+        start, or dropped from the pool, is masked); the chunk's K/V are written after.
+
+        Shapes:
+            x: (B, T, D), k_pool / v_pool: (n_blocks, block_size, H, Dh) -> (B, T, D)
+        """
+        b, t, _ = x.shape
+        h, dh = self.n_heads, self.d_head
+        start = cache.cache_lens.long()  # (B,) absolute position of the chunk's first frame
+        q = self.linear_q(x).view(b, t, h, dh)
+        k_new, v_new = self.linear_k(x).view(b, t, h, dh), self.linear_v(x).view(b, t, h, dh)
+        rows, found = paged_rows(
+            cache.block_tables, start - history, torch.full_like(start, history), history, cache.block_size
+        )
+        k = torch.cat([read_paged(k_pool, rows, found), k_new], dim=1).transpose(1, 2)  # (B, H, W, Dh)
+        v = torch.cat([read_paged(v_pool, rows, found), v_new], dim=1).transpose(1, 2)
+        new_rows, new_valid = paged_rows(cache.block_tables, start, torch.full_like(start, t), t, cache.block_size)
+        write_paged(k_pool, new_rows, new_valid, k_new)
+        write_paged(v_pool, new_rows, new_valid, v_new)
+
+        w = history + t
+        q = q.transpose(1, 2)  # (B, H, T, Dh)
+        pos = xl_relative_positions(w, self.d_model, device=x.device, dtype=x.dtype)[: w + t - 1]
+        p = self.linear_pos(pos).view(-1, h, dh).permute(1, 2, 0)  # (H, Dh, W + T - 1)
+        scale = dh**-0.5
+        bd = _shift(torch.matmul(q + self.bias_v[:, None, :], p), t, w) * scale  # (B, H, T, W)
+
+        qi = start[:, None] + torch.arange(t, device=x.device)  # (B, T) absolute query
+        kj = start[:, None] - history + torch.arange(w, device=x.device)  # (B, W) absolute key
+        diff = torch.div(qi[:, :, None], self.chunk, rounding_mode="floor") - torch.div(
+            kj[:, None, :].clamp(min=0), self.chunk, rounding_mode="floor"
+        )
+        present = torch.cat([found, torch.ones(b, t, dtype=torch.bool, device=x.device)], dim=1)  # (B, W)
+        allowed = (diff >= 0) & (diff <= self.left_chunks) & present[:, None, :]  # (B, T, W)
+        mask = bd.masked_fill(~allowed[:, None], float("-inf"))
+        out = attention(q + self.bias_u[:, None, :], k, v, mask=mask, scale=scale)  # (B, H, T, Dh)
+        return self.linear_out(out.transpose(1, 2).reshape(b, t, self.d_model))
+
 
 class NemotronBlock(nn.Module):
     """One macaron conformer block: half-step FFs, chunked-limited attention, causal
@@ -254,9 +368,51 @@ class NemotronBlock(nn.Module):
         h = self.feed_forward2(y)
         return self.norm_out(x + 0.5 * h)
 
+    def forward_chunk(
+        self,
+        x: torch.Tensor,
+        k_pool: torch.Tensor,
+        v_pool: torch.Tensor,
+        conv_tail: torch.Tensor,
+        cache: PagedCacheView,
+        history: int,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """One streaming chunk: attention over the paged pool, the causal convolution after the
+        row's carried ``kernel - 1`` GLU frames. Every frame of the chunk is a frame of the
+        stream (a short final chunk's padding included, as transformers' padded last chunk).
+
+        Shapes:
+            x: (B, T, D), conv_tail: (B, D, kernel - 1) -> (B, T, D), the new conv tail
+        """
+        h = self.feed_forward1(self.norm_feed_forward1(x))
+        y, x = self.norm_self_att.add_forward(0.5 * h, x)
+        h = self.self_attn.forward_chunk(y, k_pool, v_pool, cache, history)
+        y, x = self.norm_conv.add_forward(h, x)
+        conv = self.conv
+        g = F.glu(conv.pointwise_conv1(y.transpose(1, 2)), dim=1)  # (B, D, T)
+        joined = torch.cat([conv_tail.to(g.dtype), g], dim=2)  # (B, D, kernel - 1 + T)
+        new_tail = joined[:, :, joined.shape[2] - conv_tail.shape[2] :]
+        g = conv.norm(conv.depthwise_conv(joined).transpose(1, 2)).transpose(1, 2)
+        h = conv.pointwise_conv2(apply_activation(g, conv.activation)).transpose(1, 2)
+        y, x = self.norm_feed_forward2.add_forward(h, x)
+        h = self.feed_forward2(y)
+        return self.norm_out(x + 0.5 * h), new_tail
+
 
 class NemotronEncoder(FastConformerEncoder):
-    """Cache-aware FastConformer encoder, run offline.
+    """Cache-aware FastConformer encoder, offline and streaming over the paged K/V pool.
+
+    Streaming (NeMo's cache-aware streaming as transformers' ``generate`` over a generator of
+    mel chunks runs it) keeps four kinds of per-stream state, each on a declared axis: the
+    trained attention window of K/V in the paged pool (``fixed_attention_window``), each
+    layer's ``kernel - 1`` GLU frames before its causal convolution (the pool's ``conv``
+    tails), and the ``kernel - stride`` input frames each subsampling stage carries
+    (``streaming_state_specs``). A chunk is a whole number of trained attention chunks
+    (``lookahead + 1`` frames) and reads ``subsampling_factor`` feature frames per output
+    frame; the stream's chunk grid starts ``subsampling_factor - 1`` frames before the audio
+    (``streaming_head_frames``), so each window ends on the newest frame its last output
+    reads: transformers' first chunk of ``1 + factor * lookahead`` frames, then
+    ``factor * (lookahead + 1)`` a chunk.
 
     Shapes:
         feats: (B, T, num_mel_bins), feat_lens: (B,) -> hidden (B, T', D), hidden_lens (B,)
@@ -271,6 +427,125 @@ class NemotronEncoder(FastConformerEncoder):
         for layer in self.layers:
             x = layer(x, lengths, valid)
         return x, lengths
+
+    # -- streaming contract ------------------------------------------------------------
+
+    @property
+    def streaming_kind(self) -> str:
+        return "paged"
+
+    @property
+    def num_attention_layers(self) -> int:
+        return self.config.num_hidden_layers
+
+    @property
+    def n_kv_head(self) -> int:
+        return self.config.num_attention_heads
+
+    @property
+    def head_dim(self) -> int:
+        return self.config.hidden_size // self.config.num_attention_heads
+
+    @property
+    def fixed_attention_window(self) -> int:
+        """The trained left context: ``left_chunks`` whole attention chunks."""
+        return self.config.left_chunks * self.config.attention_chunk
+
+    @property
+    def conv_cache_shape(self) -> tuple[int, int]:
+        return (self.config.hidden_size, self.config.conv_kernel_size - 1)
+
+    @property
+    def streaming_head_frames(self) -> int:  # type: ignore[override]
+        return self.subsampling_rate - 1
+
+    @property
+    def streaming_state_specs(self) -> tuple[StreamStateSpec, ...]:
+        """The input frames each subsampling stage carries, (channels, kernel - stride, bins):
+        ``subsampling.0`` of the features (one channel), then one per depthwise stage."""
+        sub = self.subsampling
+        return tuple(
+            StreamStateSpec(f"subsampling.{i}", (channels, sub.tail_frames, freq))
+            for i, (channels, freq) in enumerate(sub.stage_widths(self.config.num_mel_bins))
+        )
+
+    def streaming_chunk_size(self, chunk_ms: float | None, frame_shift_s: float) -> int:
+        """Output frames per chunk: None -> one trained attention chunk (``lookahead + 1``
+        frames); else ``chunk_ms`` in output frames (``streaming_geometry`` refuses what is not
+        a whole number of attention chunks)."""
+        if chunk_ms is None:
+            return self.config.attention_chunk
+        return chunk_units(chunk_ms, self.subsampling_rate * frame_shift_s * 1000.0, type(self).__name__)
+
+    def streaming_geometry(self, chunk_size: int) -> StreamingGeometry:
+        """``chunk_size`` output frames read ``chunk_size * subsampling_factor`` new feature frames.
+
+        Raises:
+            ValueError: a chunk that is not a whole number of trained attention chunks (the mask
+                groups absolute positions: a partial one would need keys from the future), or a
+                subsampling whose stages do not cut a window of whole chunks into whole frames.
+        """
+        c = self.config.attention_chunk
+        if chunk_size <= 0 or chunk_size % c:
+            lookahead = self.config.default_num_lookahead_tokens
+            raise ValueError(
+                f"a Nemotron streaming chunk is a whole number of its trained attention chunks "
+                f"({c} frames = {lookahead} lookahead + 1, {c * self.subsampling_rate * 10} ms at 10-ms features); "
+                f"got {chunk_size} frames"
+            )
+        sub = self.subsampling
+        if sub.stride**sub.num_stages != self.subsampling_rate or sub.kernel_size < sub.stride:
+            raise ValueError(
+                f"subsampling of {sub.num_stages} stages of stride {sub.stride} (kernel {sub.kernel_size}) does not "
+                f"cut a window of whole chunks into whole frames at every stage (factor {self.subsampling_rate})"
+            )
+        window = chunk_size * self.subsampling_rate
+        return StreamingGeometry(window_frames=window, stride_frames=window)
+
+    def forward_chunk_paged(
+        self, feats: torch.Tensor, feat_lens: torch.Tensor, cache: PagedCacheView
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """One chunk of each row's stream (rows at different positions in one batch).
+
+        ``cache.cache_lens`` is the output frames each row's stream has produced: its chunk's
+        window starts at feature frame ``cache_lens * factor - head`` (negative in a first
+        chunk: those head frames are padding). Feature frames past ``feat_lens`` (a short
+        final window) are zeroed and encoded with the chunk, as transformers encodes a padded
+        last chunk; the frames returned are those the offline encoder gives the stream's real
+        frames (``output_lengths``), less what earlier chunks gave.
+
+        Shapes:
+            feats: (B, window_frames, F), feat_lens: (B,) -> hidden (B, chunk, D), hidden_lens (B,)
+        """
+        b, window, _ = feats.shape
+        sub = self.subsampling_rate
+        if window % (self.config.attention_chunk * sub):
+            raise ValueError(
+                f"a {window}-frame window is not a whole number of chunks ({self.config.attention_chunk * sub} frames)"
+            )
+        t_out = window // sub
+        done = cache.cache_lens.to(device=feats.device, dtype=torch.long)  # (B,) output frames so far
+        lens = feat_lens.to(device=feats.device, dtype=torch.long)
+        first = done * sub - self.streaming_head_frames  # (B,) absolute feature frame of the window's start
+        feats = feats * _valid(lens, window)[..., None].to(feats.dtype)
+        slots = cache.slots.to(feats.device)
+        specs = self.streaming_state_specs
+        tails = [cache.states[s.name].index_select(0, slots).to(feats.dtype) for s in specs]
+        x, tails = self.subsampling.forward_chunk(feats, first, tails)
+        for s, t in zip(specs, tails, strict=True):
+            cache.states[s.name].index_copy_(0, slots, t.to(cache.states[s.name].dtype))
+        if self.input_scale != 1.0:
+            x = x * self.input_scale
+        history = int(cache.history_frames if cache.history_frames is not None else self.fixed_attention_window)
+        for i, layer in enumerate(self.layers):
+            x, tail = layer.forward_chunk(
+                x, cache.k[i], cache.v[i], cache.conv[i].index_select(0, slots), cache, history
+            )
+            cache.conv[i].index_copy_(0, slots, tail.to(cache.conv.dtype))
+        real = first + lens  # (B,) the stream's real feature frames up to this window's end
+        produced = torch.where(real > 0, self.output_lengths(real.clamp(min=1)), torch.zeros_like(real))
+        out_lens = (produced - done).clamp(min=0, max=t_out)
+        return x, out_lens
 
 
 class PromptProjector(nn.Module):
@@ -394,6 +669,49 @@ class NemotronRnntModel(BlankVocabMixin, BaseAsrModel):
         if bool(((prompt_ids < 0) | (prompt_ids >= self.config.num_prompts)).any()):
             raise ValueError(f"prompt_ids {prompt_ids.tolist()} outside the {self.config.num_prompts} prompts")
         return self.prompt_projector(hidden, prompt_ids), lens
+
+    # -- streaming -----------------------------------------------------------------------
+
+    PROMPT_STATE = "prompt_id"
+
+    @property
+    def cache_spec(self) -> CacheSpec:
+        """The encoder's streaming cache, plus (with a prompt projector) the stream's prompt id:
+        a persistent state, set at admission and kept across an endpoint reset."""
+        spec = super().cache_spec
+        if self.prompt_projector is None:
+            return spec
+        prompt = StreamStateSpec(
+            self.PROMPT_STATE, (), dtype=torch.long, init_value=float(self.config.default_prompt_id), persistent=True
+        )
+        return dataclasses.replace(spec, stream_states=(*spec.stream_states, prompt))
+
+    def streaming_conditioning(self, options: Any) -> dict[str, float]:
+        """A stream's persistent states from its options: the prompt id of ``options.language``
+        (none on a checkpoint without prompts, which refuses a language).
+
+        Raises:
+            ValueError: an unknown or ambiguous language, or one on a checkpoint without prompts.
+        """
+        language = getattr(options, "language", None)
+        language = language if isinstance(language, str) else None
+        prompt = self.resolve_prompt_id(language)
+        return {} if self.prompt_projector is None else {self.PROMPT_STATE: float(prompt)}
+
+    def encode_chunk_paged(
+        self, feats: torch.Tensor, feat_lens: torch.Tensor, cache: PagedCacheView
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """A streaming chunk through the encoder and the prompt projector, each row conditioned
+        on its stream's prompt id (``cache.states["prompt_id"]``).
+
+        Shapes:
+            feats: (B, window_frames, F), feat_lens: (B,) -> hidden (B, chunk, D), hidden_lens (B,)
+        """
+        hidden, lens = self.encoder.forward_chunk_paged(feats, feat_lens, cache)
+        if self.prompt_projector is None:
+            return hidden, lens
+        prompts = cache.states[self.PROMPT_STATE].index_select(0, cache.slots.to(hidden.device)).long()
+        return self.prompt_projector(hidden, prompts), lens
 
     transducer_search = nemo_transducer_search
     """The engine's transducer search (``oasr.engine.decode.transducer``): batched greedy."""

@@ -24,6 +24,7 @@ import torch
 
 from oasr.audio.features import mel_filters
 from oasr.audio.frontends import Frontend
+from oasr.audio.streaming import Framing
 from oasr.models.base import FeatureSpec
 
 LOG_GUARD = 2.0**-24  # added to the mel energies before the log
@@ -83,6 +84,18 @@ class ParakeetFrontend(Frontend):
         self.normalize = bool(normalize)
         self.frame_shift_s = self.hop_length / self.sampling_rate
         self.dtype = dtype
+        # Without the whole-utterance normalisation a frame reads only its centred n_fft samples
+        # (and the one before them, for the preemphasis): the front end can run on a live stream.
+        self.framing = (
+            None
+            if self.normalize
+            else Framing(
+                length=self.n_fft,
+                hop=self.hop_length,
+                left_pad=self.n_fft // 2,
+                history=int(self.preemphasis is not None),
+            )
+        )
 
     @classmethod
     def from_spec(cls, spec: FeatureSpec, dtype: torch.dtype = torch.float32) -> ParakeetFrontend:

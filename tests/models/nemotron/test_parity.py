@@ -90,7 +90,11 @@ def test_bundle_specs(ours, nemotron_reference):
     assert model.architecture == "nemotron"
     assert model.blank_id == nemotron_reference.blank_id == len(nemotron_reference.tokenizer)
     assert model.encoder.subsampling_rate == 8
-    assert model.encoder.streaming_kind == "none" and model.cache_spec is None
+    # Cache-aware streaming over the paged pool: the trained window (3 chunks of 4), the conv tails,
+    # the three subsampling tails and the prompt id (tests/streaming/test_nemotron_streaming.py).
+    spec = model.cache_spec
+    assert model.encoder.streaming_kind == "paged" and spec.fixed_attention_window == 12
+    assert [s.name for s in spec.stream_states] == ["subsampling.0", "subsampling.1", "subsampling.2", "prompt_id"]
     assert "language" in model.encoder_options
     assert ours.decoding_spec.decode_type == oasr.models.DecodeType.TRANSDUCER
     assert ours.decoding_spec.params["blank_id"] == model.blank_id
