@@ -404,8 +404,8 @@ def engine_extras(args: argparse.Namespace) -> dict[str, Any]:
     return extras
 
 
-def load_engine(args: argparse.Namespace):
-    """Build the ``ASREngine`` the options ask for.
+def load_engine(args: argparse.Namespace, **config: Any):
+    """Build the ``ASREngine`` the options ask for (``config``: further ``EngineConfig`` fields).
 
     Raises:
         CliError: (exit code 2) no model is available, or the model cannot be loaded.
@@ -422,6 +422,7 @@ def load_engine(args: argparse.Namespace):
             num_threads=args.threads,
             max_batch_size=args.batch_size,
             **engine_extras(args),
+            **config,
         )
     except ModelNotFoundError as e:
         raise CliError(str(e), exit_code=2) from None
