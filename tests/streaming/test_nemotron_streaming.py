@@ -97,6 +97,7 @@ def _stream_alone(model, feats: torch.Tensor, prompt: int, chunk_ms: float | Non
     out = []
     with torch.no_grad():
         for w, n in _windows(feats, rt.plan.window_frames):
+            assert not rt.reserve([slot])
             enc, lens = rt.encode([slot], w[None], torch.tensor([n]), [n < rt.plan.window_frames])
             out.append(enc[0, : int(lens[0])])
     return out
@@ -158,6 +159,7 @@ def test_three_streams_in_one_batch_equal_each_alone(model, features):
                 if slots[i] is not None and pending[i]:
                     rows.append(i)
             batch = [pending[i].pop(0) for i in rows]
+            assert not rt.reserve([slots[i] for i in rows])
             enc, lens = rt.encode(
                 [slots[i] for i in rows],
                 torch.stack([w for w, _ in batch]),
@@ -189,6 +191,7 @@ def test_endpoint_reset_keeps_the_prompt_and_rewinds_the_audio(model, features):
     slot = rt.admit({"prompt_id": 5.0})
     with torch.no_grad():
         for w, n in _windows(feats[:cut])[:3]:
+            assert not rt.reserve([slot])
             rt.encode([slot], w[None], torch.tensor([n]), [False])
         assert int(rt.cache_lens[slot]) == 3 * (LOOKAHEAD + 1)
         rt.reset(slot)
@@ -197,6 +200,7 @@ def test_endpoint_reset_keeps_the_prompt_and_rewinds_the_audio(model, features):
             assert not rt.states.buffers[spec.name][slot].any()
         after = []
         for w, n in _windows(feats[cut:]):
+            assert not rt.reserve([slot])
             enc, lens = rt.encode([slot], w[None], torch.tensor([n]), [n < WINDOW])
             after.append(enc[0, : int(lens[0])])
     fresh = _stream_alone(model, feats[cut:], 5)

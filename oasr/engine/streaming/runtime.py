@@ -282,7 +282,7 @@ class PagedRuntime(EncoderRuntime):
         return self.plan.stride_frames // self.encoder.subsampling_rate
 
     def admit(self, conditioning: dict[str, float] | None = None) -> int:
-        first = self._blocks_for(self._output_chunk_frames() + self.plan.head_frames)
+        first = self._blocks_for(self._output_chunk_frames())
         promised = sum(self._promise(s) for s in range(self.max_streams) if s not in self._free)
         if self.n_blocks - promised < (self.window_blocks if self.history is not None else first):
             raise EngineOverloaded(
@@ -339,7 +339,7 @@ class PagedRuntime(EncoderRuntime):
                 self._held[slot].append(b)
 
     def reserve(self, slots: list[int]) -> list[int]:
-        out_chunk = self._output_chunk_frames() + self.plan.head_frames
+        out_chunk = self._output_chunk_frames()
         failed = []
         for s in slots:
             try:
