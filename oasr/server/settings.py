@@ -11,7 +11,10 @@ DEFAULT_MAX_UPLOAD_MB = 25.0  # OpenAI's limit for /v1/audio uploads
 DEFAULT_MAX_QUEUE = 256
 DEFAULT_MAX_AUDIO_S = 4 * 3600.0  # EngineConfig.max_audio_s's default
 DEFAULT_UPLOAD_IDLE_S = 60.0
-DEFAULT_MAX_STREAMS = 256  # EngineConfig.max_streams's default
+# Live streams at once. Below EngineConfig.max_streams's 256: the paged encoder cache is allocated
+# for every slot when the first stream opens (up to 65,536 frames a slot while the history is
+# unbounded), which at 256 slots does not fit in a server's memory.
+DEFAULT_MAX_STREAMS = 16
 DEFAULT_STREAM_IDLE_S = 30.0
 DEFAULT_MAX_MESSAGE_KB = 1024.0  # one WebSocket message: 16 s of 16-kHz PCM16
 # The default per-request budget: a base plus a share per second of audio (a number given replaces it).
