@@ -6,7 +6,7 @@ Run on a GPU machine (no network, no oasr install, no PyAV / soxr / soundfile ne
 
 Every figure goes into one JSON file; a readable summary goes to stdout.
 
-Sections (``--only whisper,ctc,llm,accuracy``; all by default):
+Sections (``--only whisper,ctc,llm,accuracy,streaming``; all by default):
 
 * ``whisper``: Whisper at the openai ``whisper-base`` and ``whisper-small`` shapes, fp16 on
   CUDA. A transformers ``WhisperForConditionalGeneration`` with seeded random weights is
@@ -31,6 +31,9 @@ Sections (``--only whisper,ctc,llm,accuracy``; all by default):
   oasr, whose speech-LLM path has no suppression option, the tied embedding rows of the two
   stop tokens are zero, so their logit is exactly 0 while the best of ~150k random logits
   is positive; the counts are checked).
+* ``streaming``: live streams of a WeNet U2++ conformer (~80M, random weights, WeNet's format)
+  at 80-ms chunks, played at real time: the most streams whose p95 chunk latency stays under
+  the chunk, batched against a one-stream-per-forward loop (target: >= 200 streams per GPU).
 * ``accuracy``: oasr's half-precision path against its own float32 path on the same random
   Whisper-base (and Parakeet) model and inputs: cosine of encoder output and of the first
   decoder step's logits (CTC log-probs), and teacher-forced token agreement (the half
@@ -61,7 +64,7 @@ from typing import Any
 import numpy as np
 import torch
 
-SECTIONS = ("whisper", "ctc", "llm", "accuracy")
+SECTIONS = ("whisper", "ctc", "llm", "accuracy", "streaming")
 SAMPLE_RATE = 16000
 SEED = 20240611
 
@@ -964,6 +967,44 @@ def run_accuracy(args: argparse.Namespace, device: torch.device, workdir: Path) 
 
 
 # ---------------------------------------------------------------------------
+# Streaming: live streams kept at real time
+
+
+def run_streaming(args: argparse.Namespace, device: torch.device, workdir: Path) -> dict[str, Any]:
+    """WeNet U2++ at the ~80M WenetSpeech shape (``streaming_bench.build_wenet``), 80-ms chunks
+    (the seed's), 64 chunks of history, greedy CTC: the most streams kept at real time with p95
+    chunk latency under 80 ms, batched and as a one-stream loop (``oasr.cli.bench_streaming``)."""
+    import streaming_bench
+
+    from oasr.cli.bench_streaming import capacity
+    from oasr.engine.engine import ASREngine
+
+    path = workdir / "wenet_u2pp_80m"
+    params = streaming_bench.build_wenet(path, streaming_bench.WENET_TINY if args.tiny else None)
+    counts = [1, 2] if args.tiny else [25, 50, 100, 200, 300, 400, 600]
+    engine = ASREngine(
+        str(path),
+        device=str(device),
+        dtype="float16" if device.type == "cuda" else None,
+        max_streams=max(counts),
+        stream_chunk_ms=80,
+        stream_left_chunks=64,
+        stream_cache_mb=None,
+    )
+    audio = np.concatenate(waveforms(2, 3.0, seed=5))
+    chunk_s = 0.08
+    seconds = 2.0 if args.tiny else 6.0
+    out: dict[str, Any] = {"parameters": params, "chunk_ms": 80, "left_chunks": 64, "seconds_per_stream": seconds}
+    for name, one in (("batched", False), ("one_stream_loop", True)):
+        best, runs = capacity(engine, audio, chunk_s=chunk_s, seconds=seconds, counts=counts, one_stream_loop=one)
+        out[name] = {"capacity": best, "runs": [r.to_dict() for r in runs]}
+    out["target_streams"] = 200
+    out["target_met"] = out["batched"]["capacity"] >= 200
+    out["cache_bytes_per_stream"] = engine._streaming().runtime.memory_bytes() / max(counts)
+    return out
+
+
+# ---------------------------------------------------------------------------
 # Driver
 
 RUNNERS: dict[str, Callable[[argparse.Namespace, torch.device, Path], dict[str, Any]]] = {
@@ -971,6 +1012,7 @@ RUNNERS: dict[str, Callable[[argparse.Namespace, torch.device, Path], dict[str, 
     "ctc": run_ctc,
     "llm": run_llm,
     "accuracy": run_accuracy,
+    "streaming": run_streaming,
 }
 
 
@@ -1098,6 +1140,15 @@ def print_summary(results: dict[str, Any]) -> None:
                     continue
                 figures = ", ".join(f"{k} {v:.6f}" for k, v in res.items() if isinstance(v, float))
                 print(f"  {part}: {figures}; targets met: {res['targets_met']}")
+        elif name == "streaming":
+            for way in ("batched", "one_stream_loop"):
+                runs = data[way]["runs"]
+                last = runs[-1] if runs else {}
+                print(
+                    f"  {way}: {data[way]['capacity']} streams at real time (80-ms chunks); last run "
+                    f"{last.get('streams')} streams p95 {last.get('p95_ms', 0):.1f} ms"
+                )
+            print(f"  target >= {data['target_streams']} streams: {'met' if data['target_met'] else 'NOT met'}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

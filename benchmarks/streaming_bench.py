@@ -41,15 +41,17 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 WENET_80M = dict(
     output_size=512, attention_heads=8, linear_units=2048, num_blocks=12, cnn_module_kernel=15, vocab=5000
 )
+WENET_TINY = dict(output_size=64, attention_heads=2, linear_units=128, num_blocks=2, cnn_module_kernel=7, vocab=64)
 
 
-def build_wenet(directory: Path) -> int:
-    """A causal U2++ conformer at the WenetSpeech shape, saved as a WeNet experiment directory."""
+def build_wenet(directory: Path, shape: dict | None = None) -> int:
+    """A causal U2++ conformer (default: the WenetSpeech shape), saved as a WeNet experiment
+    directory; its parameter count."""
     from tests.models.conformer._wenet_format import randomize, save_wenet_experiment
 
     from oasr.models.conformer.model import ConformerModel
 
-    s = WENET_80M
+    s = shape or WENET_80M
     config = {
         "vocab_size": s["vocab"],
         "encoder": dict(
@@ -67,7 +69,7 @@ def build_wenet(directory: Path) -> int:
             vocab_size=s["vocab"],
             d_model=s["output_size"],
             attention_heads=s["attention_heads"],
-            linear_units=2048,
+            linear_units=s["linear_units"],
             num_blocks=3,
             bidirectional=True,
             r_num_blocks=3,
