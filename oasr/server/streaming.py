@@ -34,6 +34,7 @@ Close codes (after an ``error`` event naming the problem, except for 1009):
       ``--stream-idle-timeout`` seconds (``idle_timeout``), or named a model not served
 1009  a message over ``--max-message-kb`` (closed by the WebSocket layer, no event)
 1011  the stream failed inside the engine (``engine_error``); the server goes on
+1012  the server is shutting down (SIGTERM): uvicorn closes open WebSockets at once, no event
 1013  every stream slot was taken when the stream opened (``streams_full``): try again later
 ====  =======================================================================
 

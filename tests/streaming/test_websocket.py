@@ -326,3 +326,28 @@ def test_32_concurrent_connections(server, reference, clips):
         assert events == expected[name]
     assert wait_for_metric(server, "oasr_streams_active", 0) == 0
     assert metric(server.metrics(), "oasr_stream_steps_total") > 0
+
+
+def test_sigterm_closes_open_streams_with_1012_and_the_server_exits(tmp_path, clips):
+    import signal
+
+    proc = ServerProcess(["--model", str(CAUSAL), "--max-streams", "2", "--max-audio-seconds", "30"], tmp_path / "log")
+    try:
+
+        async def cut_off():
+            async with connect(url(proc)) as ws:
+                await ws.send(json.dumps({"sample_rate": 16000}))
+                for m in pcm16(clips["jfk.wav"])[:10]:
+                    await ws.send(m)
+                await ws.recv()  # the stream is open and decoding
+                proc.proc.send_signal(signal.SIGTERM)
+                with pytest.raises(ConnectionClosed):
+                    while True:
+                        await ws.recv()
+                return ws.close_code
+
+        assert run(cut_off()) == 1012
+        assert proc.proc.wait(timeout=30) in (0, -signal.SIGTERM)  # uvicorn re-raises the signal it handled
+        assert "Traceback" not in proc.log()
+    finally:
+        proc.stop()
