@@ -124,8 +124,21 @@ class NemotronSubsampling(nn.Module):
         (the stage activations are the largest tensors of a long utterance)."""
         return x.mul_(_valid(lengths, x.shape[2])[:, None, :, None].to(x.dtype)).relu_()
 
+    def forward(self, feats: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        x = (feats * _valid(lengths, feats.shape[1])[..., None].to(feats.dtype))[:, None]  # (B, 1, T, F)
+        x = self.conv_in(F.pad(x, (*self.pad, *self.pad)))  # (freq left, right, time left, right)
+        x = self._mask_relu(x, self._reduce(lengths))
+        lengths = self._reduce(lengths)
+        for stage in self.layers:
+            x, lengths = self._strided(stage.depthwise_conv, x, lengths)
+            x = self._mask_relu(stage.pointwise_conv(x), lengths)
+        b, c, t, f = x.shape
+        x = x.transpose(1, 2).reshape(b, t, c * f)  # (B, T', C * F'), channel-major
+        return self.linear(x), lengths
+
     @property
     def num_stages(self) -> int:
+        """Strided convolutions (``conv_in`` and the depthwise stages)."""
         return len(self.layers) + 1
 
     @property
@@ -173,24 +186,12 @@ class NemotronSubsampling(nn.Module):
             x = F.conv2d(F.pad(joined, self.pad), conv.weight, conv.bias, conv.stride, 0, 1, conv.groups)
             if pointwise is not None:
                 x = pointwise(x)
-            # output J reads inputs [stride * J - (kernel - 1), stride * J]: the chunk's first one
-            # ends on its first input frame's stride - 1 frames on.
+            # output J reads inputs [stride * J - (kernel - 1), stride * J]: the chunk's first output
+            # reads up to the chunk's first input frame + stride - 1.
             pos = torch.div(pos + self.stride - 1, self.stride, rounding_mode="floor")
             x = before_start(x, pos).relu_()
         b, c, t, f = x.shape
         return self.linear(x.transpose(1, 2).reshape(b, t, c * f)), new_tails  # (B, T', D), channel-major
-
-    def forward(self, feats: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        x = (feats * _valid(lengths, feats.shape[1])[..., None].to(feats.dtype))[:, None]  # (B, 1, T, F)
-        x = self.conv_in(F.pad(x, (*self.pad, *self.pad)))  # (freq left, right, time left, right)
-        x = self._mask_relu(x, self._reduce(lengths))
-        lengths = self._reduce(lengths)
-        for stage in self.layers:
-            x, lengths = self._strided(stage.depthwise_conv, x, lengths)
-            x = self._mask_relu(stage.pointwise_conv(x), lengths)
-        b, c, t, f = x.shape
-        x = x.transpose(1, 2).reshape(b, t, c * f)  # (B, T', C * F'), channel-major
-        return self.linear(x), lengths
 
 
 def _shift(scores: torch.Tensor, n_queries: int, n_keys: int) -> torch.Tensor:
@@ -490,8 +491,7 @@ class NemotronEncoder(FastConformerEncoder):
             lookahead = self.config.default_num_lookahead_tokens
             raise ValueError(
                 f"a Nemotron streaming chunk is a whole number of its trained attention chunks "
-                f"({c} frames = {lookahead} lookahead + 1, {c * self.subsampling_rate * 10} ms at 10-ms features); "
-                f"got {chunk_size} frames"
+                f"({c} output frames: {lookahead} of lookahead + 1); got {chunk_size} frames"
             )
         sub = self.subsampling
         if sub.stride**sub.num_stages != self.subsampling_rate or sub.kernel_size < sub.stride:
@@ -517,7 +517,7 @@ class NemotronEncoder(FastConformerEncoder):
         Shapes:
             feats: (B, window_frames, F), feat_lens: (B,) -> hidden (B, chunk, D), hidden_lens (B,)
         """
-        b, window, _ = feats.shape
+        window = feats.shape[1]
         sub = self.subsampling_rate
         if window % (self.config.attention_chunk * sub):
             raise ValueError(
