@@ -273,10 +273,9 @@ class StreamingEndpoint:
             return await sender
         finally:
             for task in (receiver, sender):
-                if not task.done():
-                    task.cancel()
-                    with contextlib.suppress(BaseException):
-                        await task
+                task.cancel()
+                with contextlib.suppress(BaseException):  # (also takes the exception of a task that ended too)
+                    await task
 
     async def _feed(self, ws: WebSocket, stream, config: StreamConfig) -> None:
         max_samples = None

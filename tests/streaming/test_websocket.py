@@ -351,3 +351,33 @@ def test_sigterm_closes_open_streams_with_1012_and_the_server_exits(tmp_path, cl
         assert "Traceback" not in proc.log()
     finally:
         proc.stop()
+
+
+def test_no_free_cache_slot_at_open_closes_with_1013(clips):
+    """More connections allowed than the engine has slots (an in-process app): the stream that
+    finds none free gets ``streams_full`` and 1013, and the one holding the slot goes on."""
+    from starlette.testclient import TestClient
+
+    from oasr.engine.async_engine import AsyncEngine
+    from oasr.server.app import create_app
+    from oasr.server.settings import ServerSettings
+
+    engine = AsyncEngine(str(CAUSAL), max_streams=1, max_audio_s=MAX_AUDIO_S)
+    try:
+        app = create_app(ServerSettings(model=str(CAUSAL), max_streams=2), engine=engine)
+        with TestClient(app) as client, client.websocket_connect("/v1/audio/stream") as first:
+            first.send_text(json.dumps({"sample_rate": 16000}))
+            for m in pcm16(clips["bambatse_02_haggard_0323.wav"]):
+                first.send_bytes(m)
+            assert first.receive_json()["type"] == "partial"
+            with client.websocket_connect("/v1/audio/stream") as second:
+                second.send_text(json.dumps({"sample_rate": 16000}))
+                assert second.receive_json()["code"] == "streams_full"
+                assert second.receive() == {"type": "websocket.close", "code": 1013, "reason": "streams_full"}
+            first.send_text("done")
+            events = []
+            while not events or events[-1]["type"] != "done":
+                events.append(first.receive_json())
+            assert [e["type"] for e in events][-2:] == ["final", "done"]
+    finally:
+        engine.shutdown()
