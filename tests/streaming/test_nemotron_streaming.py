@@ -142,6 +142,52 @@ def test_streamed_encoder_equals_transformers_chunk_by_chunk(reference, model, f
         assert cos >= TOL_COS and err <= TOL_ABS, (k, cos, err)
 
 
+def test_english_release_without_a_prompt_streams_as_transformers(tmp_path, reference, features):
+    """``nemotron_asr_streaming`` (no prompt projector): no prompt state, no language taken."""
+    from transformers import NemotronAsrStreamingConfig, NemotronAsrStreamingForRNNT, NemotronAsrStreamingProcessor
+
+    config = NemotronAsrStreamingConfig(
+        encoder_config={k: v for k, v in TINY_ENCODER.items() if k != "model_type"},
+        vocab_size=reference.model.config.vocab_size,
+        blank_token_id=reference.blank_id,
+        pad_token_id=reference.tokenizer.pad_token_id,
+        decoder_hidden_size=24,
+    )
+    torch.manual_seed(5)
+    hf = NemotronAsrStreamingForRNNT(config).eval()
+    hf.save_pretrained(tmp_path)
+    NemotronAsrStreamingProcessor(
+        feature_extractor=reference.feature_extractor, tokenizer=reference.tokenizer
+    ).save_pretrained(tmp_path)
+    english = oasr.load_pretrained(tmp_path).model.double().eval()
+    hf = hf.double()
+    assert [s.name for s in english.cache_spec.stream_states] == ["subsampling.0", "subsampling.1", "subsampling.2"]
+    assert english.streaming_conditioning(type("Options", (), {"language": None})()) == {}
+    with pytest.raises(ValueError, match="no language prompt"):
+        english.streaming_conditioning(type("Options", (), {"language": "en"})())
+    feats = features[0]
+    rt = _runtime(english, 1)
+    slot = rt.admit()
+    cache = padding_cache = None
+    with torch.no_grad():
+        for (w, n), chunk in zip(_windows(feats), _transformers_chunks(feats), strict=True):
+            out = hf.get_audio_features(
+                input_features=chunk,
+                cache=cache,
+                padding_cache=padding_cache,
+                num_lookahead_tokens=LOOKAHEAD,
+                use_cache=True,
+                output_attention_mask=False,
+            )
+            cache, padding_cache = out.cache, out.padding_cache
+            assert not rt.reserve([slot])
+            enc, lens = rt.encode([slot], w[None], torch.tensor([n]), [n < WINDOW])
+            cos, err = parity(
+                english.joiner.project_encoder(enc[0, : int(lens[0])]), out.pooler_output[0, : int(lens[0])]
+            )
+            assert cos >= TOL_COS and err <= TOL_ABS, (cos, err)
+
+
 def test_three_streams_in_one_batch_equal_each_alone(model, features):
     streams = [(features[1], 0), (features[0], 2), (features[1][37:], 5)]
     alone = [_stream_alone(model, f, p) for f, p in streams]
@@ -226,6 +272,38 @@ def test_streaming_geometry_refusals(model):
     assert model.streaming_conditioning(type("Options", (), {"language": "de"})()) == {"prompt_id": 2.0}
 
 
+def _transformers_stream_features(fe, audio: np.ndarray) -> list[torch.Tensor]:
+    """The mel chunks of transformers' feature extractor in its streaming mode: the first chunk
+    centred, then each chunk's samples from ``n_fft // 2`` before its first frame, uncentred, the
+    last one with ``is_last_audio_chunk`` and zero-padded to the chunk. (1, T, F) each."""
+    hop, half = fe.hop_length, fe.n_fft // 2
+    total = audio.size // hop
+    end = 1 + SUB * LOOKAHEAD
+    chunks = [fe(audio[: end * hop + half], sampling_rate=16000, return_tensors="pt").input_features[0, :end]]
+    while end < total:
+        start, end = end, end + WINDOW
+        if end < total:
+            piece = fe(
+                audio[start * hop - half : (end - 1) * hop + half],
+                sampling_rate=16000,
+                center=False,
+                return_tensors="pt",
+            )
+            chunks.append(piece.input_features[0])
+        else:
+            last = fe(
+                audio[start * hop - half :],
+                sampling_rate=16000,
+                center=False,
+                is_last_audio_chunk=True,
+                return_tensors="pt",
+            )
+            c = last.input_features[0, : int(last.attention_mask.sum())]
+            chunks.append(torch.cat([c, c.new_zeros(WINDOW - c.shape[0], c.shape[1])]))
+    assert sum(c.shape[0] for c in chunks) >= total
+    return [c[None] for c in chunks]
+
+
 def _pieces(x: np.ndarray, seed: int) -> list[np.ndarray]:
     rng = np.random.default_rng(seed)
     out, i = [], 0
@@ -253,17 +331,16 @@ def test_engine_stream_tokens_equal_transformers_streaming_generate(reference, m
     mine = [t for seg in stream.output.segments for t in seg.tokens]
 
     hf = Nemotron3_5AsrForRNNT.from_pretrained(Path(reference.path)).eval()  # float32, as the engine
-    fe = reference.feature_extractor(audio, sampling_rate=16000, return_tensors="pt")
-    feats = fe.input_features[0, : int(fe.attention_mask.sum())]
+    chunks = _transformers_stream_features(reference.feature_extractor, audio)
     blank = reference.blank_id
     with torch.no_grad():
         out = hf.generate(
-            input_features=(c for c in _transformers_chunks(feats)),
+            input_features=(c for c in chunks),
             num_lookahead_tokens=LOOKAHEAD,
             decoder_start_token_id=blank,
             prompt_ids=torch.tensor([prompt]),
         )
-    n = int(hf.encoder._get_subsampling_output_length(torch.tensor([feats.shape[0]]))[0])
+    n = int(hf.encoder._get_subsampling_output_length(torch.tensor([audio.size // 160]))[0])
     ((expected, _, _),) = generated_labels(out.sequences, out.durations, [n], blank)
     assert len(expected) > 10
     assert mine == expected
