@@ -205,6 +205,136 @@ def _frames(cons: tuple | None) -> tuple[int, ...]:
     return tuple(reversed(out))
 
 
+class CtcPrefixBeam:
+    """CTC prefix beam search (WeNet's algorithm) that can be resumed, optionally fused with
+    an LM and hotwords: ``feed`` the log-probabilities of consecutive pieces of an utterance
+    (streaming chunks), read the n-best at any point. The search is frame by frame, so the
+    state after feeding pieces is the state after feeding their concatenation, and the
+    n-best equals ``ctc_prefix_beam_search`` over it.
+
+    Args:
+        beam_size: prefixes kept, and symbols expanded, per frame.
+        blank_id: the model's blank.
+        skip_ids: ids never emitted (see the module docstring).
+        lm: word-level n-gram fusion (``LmFusion``), or None.
+        hotwords: a hotword ``ContextGraph``, or None.
+    """
+
+    def __init__(
+        self,
+        beam_size: int,
+        blank_id: int,
+        skip_ids: Iterable[int] = (),
+        lm: PrefixScorer | None = None,
+        hotwords: PrefixScorer | None = None,
+    ) -> None:
+        if beam_size < 1:
+            raise ValueError(f"beam_size must be >= 1, got {beam_size}")
+        self.beam_size = beam_size
+        self.blank_id = blank_id
+        self.skip = frozenset(int(i) for i in skip_ids)
+        self.scorers = [s for s in (lm, hotwords) if s is not None]
+        self.trie = _PrefixTrie()
+        root = _Prefix(0.0, tuple(s.initial() for s in self.scorers))
+        root.pb, root.vb = 0.0, 0.0
+        self.beam: list[tuple[int, _Prefix]] = [(0, root)]
+        self.frames = 0  # frames fed so far (spike frames count from the first)
+
+    def _extend(self, parent: _Prefix, token: int) -> _Prefix:
+        if not self.scorers or token in self.skip:
+            return _Prefix(parent.bonus, parent.states)
+        bonus = parent.bonus
+        states = []
+        for scorer, state in zip(self.scorers, parent.states):
+            delta, new_state = scorer.advance(state, token)
+            bonus += delta
+            states.append(new_state)
+        return _Prefix(bonus, tuple(states))
+
+    def feed(self, log_probs: torch.Tensor) -> None:
+        """Advance the beam over the next frames.
+
+        Shapes:
+            log_probs: (T, V) log-probabilities of the utterance's next T frames (T may be 0).
+        """
+        lp = _cpu_float(log_probs)
+        n_frames, vocab = lp.shape
+        if not n_frames:
+            return
+        beam_size, blank_id, trie, extend = self.beam_size, self.blank_id, self.trie, self._extend
+        last = trie.last
+        beam = self.beam
+        values, ids = lp.topk(min(beam_size, vocab), dim=-1)
+        all_ids, all_values = ids.tolist(), values.tolist()
+        for i in range(n_frames):
+            t = self.frames + i
+            nxt: dict[int, _Prefix] = {}
+            # per prefix: node, scores, its total CTC log-prob and its best path (fixed during the frame)
+            current = [(node, cur, cur.ctc(), cur.viterbi()) for node, cur in beam]
+            for u, p in zip(all_ids[i], all_values[i]):
+                for node, cur, total, (v_best, t_best) in current:
+                    if u == blank_id:
+                        # prefix + blank: same prefix, now ending in blank
+                        new = nxt.get(node)
+                        if new is None:
+                            new = nxt[node] = _Prefix(cur.bonus, cur.states)
+                        new.pb = log_add(new.pb, total + p)
+                        new.vb, new.tb = v_best + p, t_best
+                        continue
+                    if node and last[node] == u:
+                        # repeated symbol without a blank between: collapses into the same prefix
+                        new = nxt.get(node)
+                        if new is None:
+                            new = nxt[node] = _Prefix(cur.bonus, cur.states)
+                        new.pnb = log_add(new.pnb, cur.pnb + p)
+                        v = cur.vnb + p
+                        if v > new.vnb:
+                            if p > cur.peak:  # the spike moves to this frame
+                                new.tnb, new.peak = (t, cur.tnb[1]), p  # type: ignore[index]
+                            else:
+                                new.tnb, new.peak = cur.tnb, cur.peak
+                            new.vnb = v
+                        # after a blank, the same symbol again is a new token
+                        longer = trie.extend(node, u)
+                        new = nxt.get(longer)
+                        if new is None:
+                            new = nxt[longer] = extend(cur, u)
+                        new.pnb = log_add(new.pnb, cur.pb + p)
+                        v = cur.vb + p
+                        if v > new.vnb:
+                            new.vnb, new.tnb, new.peak = v, (t, cur.tb), p
+                        continue
+                    longer = trie.extend(node, u)
+                    new = nxt.get(longer)
+                    if new is None:
+                        new = nxt[longer] = extend(cur, u)
+                    new.pnb = log_add(new.pnb, total + p)
+                    if v_best + p > new.vnb:
+                        new.vnb, new.tnb, new.peak = v_best + p, (t, t_best), p
+            ranked_next = sorted(nxt.items(), key=lambda item: item[1].ctc() + item[1].bonus, reverse=True)
+            # Prefixes of probability zero (a repeat after a frame with no blank-ending mass) sort
+            # last and can never recover: dropping them changes no surviving prefix.
+            beam = [item for item in ranked_next[:beam_size] if item[1].ctc() > NEG_INF] or ranked_next[:1]
+        self.beam = beam
+        self.frames += n_frames
+
+    def nbest(self) -> list[CtcHypothesis]:
+        """The hypotheses of the frames fed so far, best first (the beam is not changed):
+        ``score`` = CTC log-probability of the prefix (all its alignments) + fusion
+        bonuses (each scorer's ``finalize`` included), ``ctc_score`` = the CTC part."""
+        ranked: list[CtcHypothesis] = []
+        for node, cur in self.beam:
+            ctc = cur.ctc()
+            bonus = cur.bonus
+            for scorer, state in zip(self.scorers, cur.states):
+                bonus += scorer.finalize(state)
+            score = ctc + bonus if self.scorers else ctc
+            ranked.append(CtcHypothesis(self.trie.tokens(node), _frames(cur.viterbi()[1]), score, ctc))
+        if self.scorers:
+            ranked.sort(key=lambda h: h.score, reverse=True)
+        return _drop_skipped(ranked, self.skip)
+
+
 def ctc_prefix_beam_search(
     log_probs: torch.Tensor,
     beam_size: int,
@@ -213,7 +343,8 @@ def ctc_prefix_beam_search(
     lm: PrefixScorer | None = None,
     hotwords: PrefixScorer | None = None,
 ) -> list[CtcHypothesis]:
-    """CTC prefix beam search (WeNet's algorithm), optionally fused with an LM and hotwords.
+    """CTC prefix beam search (WeNet's algorithm) over one utterance, optionally fused with
+    an LM and hotwords (``CtcPrefixBeam`` fed the whole utterance).
 
     Shapes:
         log_probs: (T, V) log-probabilities of one utterance (valid frames only).
@@ -230,92 +361,9 @@ def ctc_prefix_beam_search(
         of the prefix (all its alignments) + fusion bonuses, ``ctc_score`` = the
         CTC part.
     """
-    if beam_size < 1:
-        raise ValueError(f"beam_size must be >= 1, got {beam_size}")
-    lp = _cpu_float(log_probs)
-    n_frames, vocab = lp.shape
-    skip = frozenset(int(i) for i in skip_ids)
-    scorers = [s for s in (lm, hotwords) if s is not None]
-    trie = _PrefixTrie()
-    last = trie.last
-
-    def extend(parent: _Prefix, token: int) -> _Prefix:
-        if not scorers or token in skip:
-            return _Prefix(parent.bonus, parent.states)
-        bonus = parent.bonus
-        states = []
-        for scorer, state in zip(scorers, parent.states):
-            delta, new_state = scorer.advance(state, token)
-            bonus += delta
-            states.append(new_state)
-        return _Prefix(bonus, tuple(states))
-
-    root = _Prefix(0.0, tuple(s.initial() for s in scorers))
-    root.pb, root.vb = 0.0, 0.0
-    beam: list[tuple[int, _Prefix]] = [(0, root)]
-    if n_frames:
-        values, ids = lp.topk(min(beam_size, vocab), dim=-1)
-        all_ids, all_values = ids.tolist(), values.tolist()
-    for t in range(n_frames):
-        nxt: dict[int, _Prefix] = {}
-        # per prefix: node, scores, its total CTC log-prob and its best path (fixed during the frame)
-        current = [(node, cur, cur.ctc(), cur.viterbi()) for node, cur in beam]
-        for u, p in zip(all_ids[t], all_values[t]):
-            for node, cur, total, (v_best, t_best) in current:
-                if u == blank_id:
-                    # prefix + blank: same prefix, now ending in blank
-                    new = nxt.get(node)
-                    if new is None:
-                        new = nxt[node] = _Prefix(cur.bonus, cur.states)
-                    new.pb = log_add(new.pb, total + p)
-                    new.vb, new.tb = v_best + p, t_best
-                    continue
-                if node and last[node] == u:
-                    # repeated symbol without a blank between: collapses into the same prefix
-                    new = nxt.get(node)
-                    if new is None:
-                        new = nxt[node] = _Prefix(cur.bonus, cur.states)
-                    new.pnb = log_add(new.pnb, cur.pnb + p)
-                    v = cur.vnb + p
-                    if v > new.vnb:
-                        if p > cur.peak:  # the spike moves to this frame
-                            new.tnb, new.peak = (t, cur.tnb[1]), p  # type: ignore[index]
-                        else:
-                            new.tnb, new.peak = cur.tnb, cur.peak
-                        new.vnb = v
-                    # after a blank, the same symbol again is a new token
-                    longer = trie.extend(node, u)
-                    new = nxt.get(longer)
-                    if new is None:
-                        new = nxt[longer] = extend(cur, u)
-                    new.pnb = log_add(new.pnb, cur.pb + p)
-                    v = cur.vb + p
-                    if v > new.vnb:
-                        new.vnb, new.tnb, new.peak = v, (t, cur.tb), p
-                    continue
-                longer = trie.extend(node, u)
-                new = nxt.get(longer)
-                if new is None:
-                    new = nxt[longer] = extend(cur, u)
-                new.pnb = log_add(new.pnb, total + p)
-                if v_best + p > new.vnb:
-                    new.vnb, new.tnb, new.peak = v_best + p, (t, t_best), p
-        ranked_next = sorted(nxt.items(), key=lambda item: item[1].ctc() + item[1].bonus, reverse=True)
-        # Prefixes of probability zero (a repeat after a frame with no blank-ending mass) sort
-        # last and can never recover: dropping them changes no surviving prefix.
-        beam = [item for item in ranked_next[:beam_size] if item[1].ctc() > NEG_INF] or ranked_next[:1]
-
-    ranked: list[CtcHypothesis] = []
-    for node, cur in beam:
-        ctc = cur.ctc()
-        bonus = cur.bonus
-        for scorer, state in zip(scorers, cur.states):
-            bonus += scorer.finalize(state)
-        score = ctc + bonus if scorers else ctc
-        ranked.append(CtcHypothesis(trie.tokens(node), _frames(cur.viterbi()[1]), score, ctc))
-    if scorers:
-        ranked.sort(key=lambda h: h.score, reverse=True)
-    return _drop_skipped(ranked, skip)
+    search = CtcPrefixBeam(beam_size, blank_id, skip_ids, lm=lm, hotwords=hotwords)
+    search.feed(log_probs)
+    return search.nbest()
 
 
 def _drop_skipped(ranked: Sequence[CtcHypothesis], skip: frozenset[int]) -> list[CtcHypothesis]:
@@ -340,6 +388,7 @@ def _drop_skipped(ranked: Sequence[CtcHypothesis], skip: frozenset[int]) -> list
 
 __all__ = [
     "CtcHypothesis",
+    "CtcPrefixBeam",
     "PrefixScorer",
     "collapse_best_path",
     "ctc_greedy_search",
