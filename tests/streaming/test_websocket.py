@@ -381,3 +381,50 @@ def test_no_free_cache_slot_at_open_closes_with_1013(clips):
             assert [e["type"] for e in events][-2:] == ["final", "done"]
     finally:
         engine.shutdown()
+
+
+def test_a_step_that_fails_closes_its_stream_with_1011_and_the_next_stream_decodes(clips, monkeypatch):
+    """A failure inside a streaming step (the encoder raising once, in-process app): the stream
+    gets ``engine_error`` and 1011; the engine's next stream decodes as usual."""
+    from starlette.testclient import TestClient
+
+    from oasr.engine.async_engine import AsyncEngine
+    from oasr.engine.streaming.runtime import PagedRuntime
+    from oasr.server.app import create_app
+    from oasr.server.settings import ServerSettings
+
+    real = PagedRuntime.encode
+    failed = []
+
+    def fail_once(self, *args, **kwargs):
+        if not failed:
+            failed.append(True)
+            raise RuntimeError("injected encoder failure")
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(PagedRuntime, "encode", fail_once)
+    samples = clips["bambatse_02_haggard_0323.wav"]
+    engine = AsyncEngine(str(CAUSAL), max_streams=2, max_audio_s=MAX_AUDIO_S)
+    try:
+        app = create_app(ServerSettings(model=str(CAUSAL), max_streams=2), engine=engine)
+        with TestClient(app) as client:
+            with client.websocket_connect("/v1/audio/stream") as ws:
+                ws.send_text(json.dumps({"sample_rate": 16000}))
+                for m in pcm16(samples):
+                    ws.send_bytes(m)
+                event = ws.receive_json()
+                assert event["type"] == "error" and event["code"] == "engine_error"
+                assert "injected encoder failure" in event["message"]
+                assert ws.receive() == {"type": "websocket.close", "code": 1011, "reason": ""}
+            assert failed
+            with client.websocket_connect("/v1/audio/stream") as ws:
+                ws.send_text(json.dumps({"sample_rate": 16000}))
+                for m in pcm16(samples):
+                    ws.send_bytes(m)
+                ws.send_text("done")
+                events = []
+                while not events or events[-1]["type"] != "done":
+                    events.append(ws.receive_json())
+                assert events[-2]["type"] == "final" and events[-2]["tokens"]
+    finally:
+        engine.shutdown()
