@@ -31,7 +31,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -210,6 +210,24 @@ def _shift(scores: torch.Tensor, n_queries: int, n_keys: int) -> torch.Tensor:
     )
 
 
+class ChunkLayout(NamedTuple):
+    """One streaming chunk's view of the paged pool, the same for every layer.
+
+    Attributes:
+        rows, found: (B, history) flat pool rows of each row's cached history, and which exist.
+        new_rows, new_valid: (B, T) flat pool rows the chunk's own K/V go to.
+        allowed: (B, 1, T, history + T) the keys each query may see.
+        positions: (history + 2T - 1, D) the relative-position sinusoids of the keys' distances.
+    """
+
+    rows: torch.Tensor
+    found: torch.Tensor
+    new_rows: torch.Tensor
+    new_valid: torch.Tensor
+    allowed: torch.Tensor
+    positions: torch.Tensor
+
+
 class ChunkedLimitedAttention(RelPositionMultiHeadAttentionXL):
     """Transformer-XL rel-pos attention under the ``chunked_limited`` mask, in query blocks.
 
@@ -284,46 +302,51 @@ class ChunkedLimitedAttention(RelPositionMultiHeadAttentionXL):
         out = out.reshape(b, h, nb * nq, dh)[:, :, :t].transpose(1, 2).reshape(b, t, self.d_model)
         return self.linear_out(out)
 
+    def chunk_layout(self, cache: PagedCacheView, t: int, history: int, dtype: torch.dtype) -> ChunkLayout:
+        """Where a chunk of ``t`` frames per row reads and writes the pool, and its mask: the
+        queries see the row's last ``history`` cached keys and the chunk's own under the
+        ``chunked_limited`` mask on absolute frame positions (history before the stream's start,
+        or dropped from the pool, is masked). Shared by every layer of the chunk."""
+        start = cache.cache_lens.long()  # (B,) absolute position of the chunk's first frame
+        device = start.device
+        rows, found = paged_rows(
+            cache.block_tables, start - history, torch.full_like(start, history), history, cache.block_size
+        )
+        new_rows, new_valid = paged_rows(cache.block_tables, start, torch.full_like(start, t), t, cache.block_size)
+        w = history + t
+        qi = start[:, None] + torch.arange(t, device=device)  # (B, T) absolute query
+        kj = start[:, None] - history + torch.arange(w, device=device)  # (B, W) absolute key
+        diff = torch.div(qi[:, :, None], self.chunk, rounding_mode="floor") - torch.div(
+            kj[:, None, :].clamp(min=0), self.chunk, rounding_mode="floor"
+        )
+        present = torch.cat([found, torch.ones_like(new_valid)], dim=1)  # (B, W)
+        allowed = (diff >= 0) & (diff <= self.left_chunks) & present[:, None, :]  # (B, T, W)
+        positions = xl_relative_positions(w, self.d_model, device=device, dtype=dtype)[: w + t - 1]
+        return ChunkLayout(rows, found, new_rows, new_valid, allowed[:, None], positions)
+
     def forward_chunk(
-        self, x: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, cache: PagedCacheView, history: int
+        self, x: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, layout: ChunkLayout
     ) -> torch.Tensor:
-        """One streaming chunk per row over the paged K/V pool of this layer: the chunk's
-        queries score the row's last ``history`` cached keys and the chunk's own under the
-        ``chunked_limited`` mask on absolute frame positions (history before the stream's
-        start, or dropped from the pool, is masked); the chunk's K/V are written after.
+        """One streaming chunk per row over this layer's paged K/V pool (``chunk_layout``): the
+        history read, the chunk's K/V written after it.
 
         Shapes:
             x: (B, T, D), k_pool / v_pool: (n_blocks, block_size, H, Dh) -> (B, T, D)
         """
         b, t, _ = x.shape
         h, dh = self.n_heads, self.d_head
-        start = cache.cache_lens.long()  # (B,) absolute position of the chunk's first frame
-        q = self.linear_q(x).view(b, t, h, dh)
+        q = self.linear_q(x).view(b, t, h, dh).transpose(1, 2)  # (B, H, T, Dh)
         k_new, v_new = self.linear_k(x).view(b, t, h, dh), self.linear_v(x).view(b, t, h, dh)
-        rows, found = paged_rows(
-            cache.block_tables, start - history, torch.full_like(start, history), history, cache.block_size
-        )
-        k = torch.cat([read_paged(k_pool, rows, found), k_new], dim=1).transpose(1, 2)  # (B, H, W, Dh)
-        v = torch.cat([read_paged(v_pool, rows, found), v_new], dim=1).transpose(1, 2)
-        new_rows, new_valid = paged_rows(cache.block_tables, start, torch.full_like(start, t), t, cache.block_size)
-        write_paged(k_pool, new_rows, new_valid, k_new)
-        write_paged(v_pool, new_rows, new_valid, v_new)
+        k = torch.cat([read_paged(k_pool, layout.rows, layout.found), k_new], dim=1).transpose(1, 2)  # (B, H, W, Dh)
+        v = torch.cat([read_paged(v_pool, layout.rows, layout.found), v_new], dim=1).transpose(1, 2)
+        write_paged(k_pool, layout.new_rows, layout.new_valid, k_new)
+        write_paged(v_pool, layout.new_rows, layout.new_valid, v_new)
 
-        w = history + t
-        q = q.transpose(1, 2)  # (B, H, T, Dh)
-        pos = xl_relative_positions(w, self.d_model, device=x.device, dtype=x.dtype)[: w + t - 1]
-        p = self.linear_pos(pos).view(-1, h, dh).permute(1, 2, 0)  # (H, Dh, W + T - 1)
+        w = k.shape[2]
+        p = self.linear_pos(layout.positions).view(-1, h, dh).permute(1, 2, 0)  # (H, Dh, W + T - 1)
         scale = dh**-0.5
         bd = _shift(torch.matmul(q + self.bias_v[:, None, :], p), t, w) * scale  # (B, H, T, W)
-
-        qi = start[:, None] + torch.arange(t, device=x.device)  # (B, T) absolute query
-        kj = start[:, None] - history + torch.arange(w, device=x.device)  # (B, W) absolute key
-        diff = torch.div(qi[:, :, None], self.chunk, rounding_mode="floor") - torch.div(
-            kj[:, None, :].clamp(min=0), self.chunk, rounding_mode="floor"
-        )
-        present = torch.cat([found, torch.ones(b, t, dtype=torch.bool, device=x.device)], dim=1)  # (B, W)
-        allowed = (diff >= 0) & (diff <= self.left_chunks) & present[:, None, :]  # (B, T, W)
-        mask = bd.masked_fill(~allowed[:, None], float("-inf"))
+        mask = bd.masked_fill(~layout.allowed, float("-inf"))
         out = attention(q + self.bias_u[:, None, :], k, v, mask=mask, scale=scale)  # (B, H, T, Dh)
         return self.linear_out(out.transpose(1, 2).reshape(b, t, self.d_model))
 
@@ -375,19 +398,20 @@ class NemotronBlock(nn.Module):
         k_pool: torch.Tensor,
         v_pool: torch.Tensor,
         conv_tail: torch.Tensor,
-        cache: PagedCacheView,
-        history: int,
+        layout: ChunkLayout,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """One streaming chunk: attention over the paged pool, the causal convolution after the
-        row's carried ``kernel - 1`` GLU frames. Every frame of the chunk is a frame of the
-        stream (a short final chunk's padding included, as transformers' padded last chunk).
+        """One streaming chunk: attention over this layer's paged pool (``layout`` from
+        ``ChunkedLimitedAttention.chunk_layout``), the causal convolution after the row's carried
+        ``kernel - 1`` GLU frames. Every frame of the chunk is a frame of the stream (a short
+        final chunk's padding included, as transformers' padded last chunk).
 
         Shapes:
-            x: (B, T, D), conv_tail: (B, D, kernel - 1) -> (B, T, D), the new conv tail
+            x: (B, T, D), k_pool / v_pool: (n_blocks, block_size, H, Dh), conv_tail: (B, D, kernel - 1)
+            -> (B, T, D), the new conv tail
         """
         h = self.feed_forward1(self.norm_feed_forward1(x))
         y, x = self.norm_self_att.add_forward(0.5 * h, x)
-        h = self.self_attn.forward_chunk(y, k_pool, v_pool, cache, history)
+        h = self.self_attn.forward_chunk(y, k_pool, v_pool, layout)
         y, x = self.norm_conv.add_forward(h, x)
         conv = self.conv
         g = F.glu(conv.pointwise_conv1(y.transpose(1, 2)), dim=1)  # (B, D, T)
@@ -537,10 +561,9 @@ class NemotronEncoder(FastConformerEncoder):
         if self.input_scale != 1.0:
             x = x * self.input_scale
         history = int(cache.history_frames if cache.history_frames is not None else self.fixed_attention_window)
+        layout = self.layers[0].self_attn.chunk_layout(cache, t_out, history, x.dtype)
         for i, layer in enumerate(self.layers):
-            x, tail = layer.forward_chunk(
-                x, cache.k[i], cache.v[i], cache.conv[i].index_select(0, slots), cache, history
-            )
+            x, tail = layer.forward_chunk(x, cache.k[i], cache.v[i], cache.conv[i].index_select(0, slots), layout)
             cache.conv[i].index_copy_(0, slots, tail.to(cache.conv.dtype))
         real = first + lens  # (B,) the stream's real feature frames up to this window's end
         produced = torch.where(real > 0, self.output_lengths(real.clamp(min=1)), torch.zeros_like(real))
