@@ -7,6 +7,7 @@ token."""
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -257,3 +258,47 @@ def test_stream_refuses_hotwords(loaded):
     engine = ASREngine(str(CAUSAL), stream_chunk_ms=160, max_streams=1)
     with pytest.raises(ValueError, match="hotwords"):
         engine.open_stream(beam_size=4, hotwords="elinor")
+
+
+def test_rescoring_search_rescores_each_segment_over_its_own_encoder_output(loaded, reference, expected):
+    """Two streams advanced together in uneven, padded chunks: each segment's result is the
+    offline prefix beam + attention rescoring over that segment's encoder output alone, and
+    a reset (an endpoint) starts the next segment afresh."""
+    from oasr.engine.decode.ctc.rescoring import attention_rescoring
+    from oasr.engine.decode.ctc.search import ctc_prefix_beam_search
+    from oasr.engine.streaming.ctc import CtcRescoringStreamSearch
+
+    model = loaded.model
+    params = dict(loaded.decoding_spec.params)
+    search = CtcRescoringStreamSearch(model, 0, frozenset({63}), params)
+    options = SimpleNamespace(beam_size=4, ctc_weight=None, reverse_weight=None, hotwords=None)  # checkpoint weights
+    enc = torch.from_numpy(reference["encoder_out_chunk8_left1_cached"])
+    segments = [enc, enc[40:150]]  # stream 0, and stream 1's first segment
+    second = enc[100:]  # stream 1's segment after a reset
+
+    def offline(e: torch.Tensor) -> list[int]:
+        with torch.inference_mode():
+            nbest = ctc_prefix_beam_search(model.ctc_log_probs(e[None])[0], 4, 0, skip_ids=(63,))
+            return list(attention_rescoring(model.decoder, e[None], e.shape[0], nbest, 0.3, 0.3).tokens)
+
+    states = [search.new_state(options), search.new_state(options)]
+    pos = [0, 0]
+    with torch.inference_mode():
+        while pos[0] < segments[0].shape[0] or pos[1] < segments[1].shape[0]:
+            rows = [i for i in (0, 1) if pos[i] < segments[i].shape[0]]
+            takes = [min(8 - i * 3, segments[i].shape[0] - pos[i]) for i in rows]  # chunks of 8 and 5
+            batch = torch.zeros(len(rows), 8, enc.shape[1])
+            for r, (i, n) in enumerate(zip(rows, takes)):
+                batch[r, :n] = segments[i][pos[i] : pos[i] + n]
+                pos[i] += n
+            search.advance([states[i] for i in rows], batch, torch.tensor(takes))
+        assert search.frames(states[0]) == enc.shape[0]
+        assert search.finalize(states[0]).tokens == offline(enc)
+        assert search.finalize(states[0]).tokens == expected["streaming"]["chunk8_left1_cached"]["attention_rescoring"]
+        assert search.finalize(states[1]).tokens == offline(segments[1])
+        search.reset(states[1])
+        assert search.frames(states[1]) == 0 and search.finalize(states[1]).tokens == []
+        for i in range(0, second.shape[0], 6):
+            piece = second[i : i + 6]
+            search.advance([states[1]], piece[None], torch.tensor([piece.shape[0]]))
+        assert search.finalize(states[1]).tokens == offline(second)
