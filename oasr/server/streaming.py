@@ -3,9 +3,9 @@
 The life of a session:
 
 1. Upgrade. Refused before it, with an HTTP answer in OpenAI's error shape: 401 without the
-   API key (when one is set; checked by ``GateMiddleware``), 429 ``streams_full`` when every
-   stream slot (``--max-streams``) is taken by an open connection, 503 when the engine has
-   stopped.
+   API key (when one is set; checked by ``GateMiddleware``), 400 ``streaming_unsupported`` when
+   the model's encoder is offline-only, 429 ``streams_full`` when every stream slot
+   (``--max-streams``) is taken by an open connection, 503 when the engine has stopped.
 2. The first message, text: a JSON object with ``sample_rate`` (Hz of the samples that follow;
    required), ``sample_format`` (``"pcm16"``: signed 16-bit little-endian, the default, or
    ``"float32"``: IEEE float little-endian in [-1, 1]), optionally ``model`` (one of the served
@@ -205,6 +205,14 @@ class StreamingEndpoint:
     def _refusal(self) -> APIError | None:
         if not engine_alive(self.engine):
             return APIError(503, "the engine is not running", code="engine_stopped")
+        model = self.engine.model
+        if model.encoder.streaming_kind == "none":
+            return APIError(
+                400,
+                f"this server's model ({type(model).__name__}) cannot stream: its encoder is offline-only; "
+                "use /v1/audio/transcriptions",
+                code="streaming_unsupported",
+            )
         if self.connections >= self.settings.max_streams:
             return APIError(
                 429,
