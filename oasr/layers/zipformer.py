@@ -117,6 +117,19 @@ class ChunkCausalDepthwiseConv1d(nn.Module):
         xc = xc.transpose(1, 2).reshape(b, c, n * chunk)[..., :t]
         return xc + causal
 
+    def streaming_forward(self, x: torch.Tensor, cache: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """One streaming chunk: the causal kernel reads the cached ``kernel // 2`` frames before
+        it, the within-chunk kernel sees the chunk alone.
+
+        Shapes:
+            x: (B, C, T) the whole chunk, cache: (B, C, kernel // 2) -> (B, C, T), new cache
+        """
+        t = x.shape[-1]
+        left = self.kernel // 2
+        full = torch.cat((cache, x), dim=-1)  # (B, C, left + T)
+        out = self.causal_conv(full) + self.chunkwise_conv(x) * self._chunk_scale(t)
+        return out, full[..., full.shape[-1] - left :]
+
 
 class SimpleDownsample(nn.Module):
     """Softmax(bias)-weighted sum of each group of ``factor`` frames. A row's last group is

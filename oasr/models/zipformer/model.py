@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
@@ -42,12 +42,27 @@ from torch import nn
 
 from oasr.layers import Conv1d, Conv2d, CtcProjection, Linear, Tanh
 from oasr.layers.zipformer import BiasNorm, Bypass, ChunkCausalDepthwiseConv1d, SimpleDownsample, swoosh_l, swoosh_r
-from oasr.models.base import BaseAsrModel, BaseEncoder, DecodeType
+from oasr.models.base import (
+    BaseAsrModel,
+    BaseEncoder,
+    DecodeType,
+    StreamingGeometry,
+    StreamingNotSupported,
+    StreamingStates,
+    StreamStateSpec,
+    chunk_units,
+)
 from oasr.models.ctc import CtcMixin
 from oasr.models.zipformer.config import ZipformerConfig, ZipformerEncoderConfig
 
 MASK_SCORE = -1000.0  # icefall fills masked attention scores with -1000, not -inf
 LOG_EPS = math.log(1e-10)  # icefall's padding value for log-mel features
+# The embed turns T frames into (T - 7) // 2 and its ConvNeXt looks 3 frames ahead: a window of
+# 2 * chunk + 13 feature frames yields exactly ``chunk`` embed frames.
+EMBED_WINDOW_PAD = 7 + 2 * 3
+# icefall's streaming_decode.py pads each utterance with EMBED_WINDOW_PAD + 30 LOG_EPS frames
+# (DecodeStream.set_features(..., tail_pad_len=30)) and encodes windows while any is left.
+STREAMING_TAIL_FRAMES = EMBED_WINDOW_PAD + 30
 
 
 def _valid(lengths: torch.Tensor, n: int) -> torch.Tensor:
@@ -72,6 +87,22 @@ class ConvNeXt(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = self.pointwise_conv2(swoosh_l(self.pointwise_conv1(self.depthwise_conv(x))))
         return x + h
+
+    def streaming_forward(self, x: torch.Tensor, cache: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """One streaming chunk: the depthwise kernel reads the cached frames before the chunk
+        and the frames after it that the chunk's window carries (its look-ahead).
+
+        Shapes:
+            x: (B, C, T + k // 2, W) the chunk and its look-ahead, cache: (B, C, k // 2, W)
+            -> (B, C, T, W), new cache (the chunk's last k // 2 frames)
+        """
+        dw = self.depthwise_conv
+        pad_t, pad_f = dw.weight.shape[-2] // 2, dw.weight.shape[-1] // 2
+        t = x.shape[2] - pad_t
+        full = torch.cat((cache, x), dim=2)  # (B, C, pad + T + pad, W)
+        h = F.conv2d(full, dw.weight, dw.bias, 1, (0, pad_f), 1, dw.groups)  # (B, C, T, W)
+        h = self.pointwise_conv2(swoosh_l(self.pointwise_conv1(h)))
+        return x[:, :, :t] + h, full[:, :, t : t + pad_t]
 
 
 class Conv2dSubsampling(nn.Module):
@@ -117,6 +148,21 @@ class Conv2dSubsampling(nn.Module):
         x = x.transpose(1, 2).reshape(b, t, c * w)  # (B, T', C * W), channel-major
         return self.out_norm(self.out(x)), out_lens
 
+    def streaming_forward(self, feats: torch.Tensor, cache: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """One streaming window: every frame is real or LOG_EPS padding (no length mask); the
+        ConvNeXt continues from the cached frames of the window before.
+
+        Shapes:
+            feats: (B, T, F), cache: (B, C, 3, W) -> (B, (T - 7) // 2 - 3, D), new cache
+        """
+        x = feats[:, None]  # (B, 1, T, F)
+        for conv in self.conv.values():
+            x = swoosh_r(conv(x))
+        x, cache = self.convnext.streaming_forward(x, cache)
+        b, c, t, w = x.shape
+        x = x.transpose(1, 2).reshape(b, t, c * w)  # (B, T', C * W), channel-major
+        return self.out_norm(self.out(x)), cache
+
 
 @functools.lru_cache(maxsize=32)
 def _compact_rel_pos_f32(t: int, dim: int) -> torch.Tensor:
@@ -141,6 +187,18 @@ def _compact_rel_pos_f32(t: int, dim: int) -> torch.Tensor:
 def compact_rel_positions(t: int, dim: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
     """Position encodings of relative offsets -(t-1)..(t-1), ascending. -> (2t - 1, dim)"""
     return _compact_rel_pos_f32(t, dim).to(device=device, dtype=dtype)
+
+
+@functools.lru_cache(maxsize=64)
+def streaming_rel_positions(t: int, left: int, dim: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    """Position encodings of the offsets a streaming chunk of ``t`` queries sees over ``left``
+    cached keys and its own: -(t + left - 1)..(t - 1), ascending. Kept on the device (a
+    captured step must not copy from the host).
+
+    Shapes:
+        -> (2t + left - 1, dim)
+    """
+    return _compact_rel_pos_f32(t + left, dim)[: 2 * t + left - 1].to(device=device, dtype=dtype)
 
 
 class RelPositionMultiheadAttentionWeights(nn.Module):
@@ -180,6 +238,36 @@ class RelPositionMultiheadAttentionWeights(nn.Module):
             scores = scores.masked_fill(mask[:, None], MASK_SCORE)
         return scores.softmax(dim=-1)
 
+    def streaming_forward(
+        self, x: torch.Tensor, pos_emb: torch.Tensor, cached_key: torch.Tensor, key_mask: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """A chunk's probabilities over the cached keys and its own; the keys of the last
+        ``L`` frames become the new cache.
+
+        Shapes:
+            x: (B, T, D), pos_emb: (2T + L - 1, pos_dim) (``streaming_rel_positions``),
+            cached_key: (L, B, H * dq) (icefall's layout), key_mask: (B, L + T) bool (True = masked)
+            -> (B, H, T, L + T), new cached_key (L, B, H * dq)
+        """
+        b, t, _ = x.shape
+        h, dq, dp = self.num_heads, self.query_head_dim, self.pos_head_dim
+        left = cached_key.shape[0]
+        proj = self.in_proj(x)
+        q = proj[..., : h * dq].reshape(b, t, h, dq).transpose(1, 2)  # (B, H, T, dq)
+        keys = torch.cat((cached_key.transpose(0, 1), proj[..., h * dq : 2 * h * dq]), dim=1)  # (B, L + T, H * dq)
+        n = keys.shape[1]
+        k = keys.reshape(b, n, h, dq).permute(0, 2, 3, 1)  # (B, H, dq, L + T)
+        p = proj[..., 2 * h * dq :].reshape(b, t, h, dp).transpose(1, 2)  # (B, H, T, dp)
+        scores = torch.matmul(q, k)  # (B, H, T, L + T)
+        pos = self.linear_pos(pos_emb).reshape(2 * t + left - 1, h, dp).permute(1, 2, 0)  # (H, dp, 2T + L - 1)
+        pos_scores = torch.matmul(p, pos).contiguous()  # (B, H, T, 2T + L - 1)
+        # Relative shift: element (i, j) is column (T - 1) - i + j, offset j - L - i (key j of
+        # the cache + chunk against query i of the chunk).
+        s0, s1, s2, s3 = pos_scores.stride()
+        pos_scores = pos_scores.as_strided((b, h, t, n), (s0, s1, s2 - s3, s3), storage_offset=s3 * (t - 1))
+        scores = (scores + pos_scores).masked_fill(key_mask[:, None, None, :], MASK_SCORE)
+        return scores.softmax(dim=-1), keys[:, t:].transpose(0, 1)
+
 
 class SelfAttention(nn.Module):
     """Values weighted by precomputed attention probabilities.
@@ -199,6 +287,22 @@ class SelfAttention(nn.Module):
         v = self.in_proj(x).reshape(b, t, h, -1).transpose(1, 2)  # (B, H, T, dv)
         out = torch.matmul(weights, v).transpose(1, 2).reshape(b, t, -1)  # (B, T, H * dv)
         return self.out_proj(out)
+
+    def streaming_forward(
+        self, x: torch.Tensor, weights: torch.Tensor, cached_val: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The chunk's values after the cached ones, weighted by the chunk's probabilities.
+
+        Shapes:
+            x: (B, T, D), weights: (B, H, T, L + T), cached_val: (L, B, H * dv)
+            -> (B, T, D), new cached_val (L, B, H * dv)
+        """
+        b, t, _ = x.shape
+        h = weights.shape[1]
+        vals = torch.cat((cached_val.transpose(0, 1), self.in_proj(x)), dim=1)  # (B, L + T, H * dv)
+        v = vals.reshape(b, vals.shape[1], h, -1).transpose(1, 2)  # (B, H, L + T, dv)
+        out = torch.matmul(weights, v).transpose(1, 2).reshape(b, t, -1)  # (B, T, H * dv)
+        return self.out_proj(out), vals[:, t:].transpose(0, 1)
 
 
 class NonlinAttention(nn.Module):
@@ -220,6 +324,21 @@ class NonlinAttention(nn.Module):
         v = v * self.tanh(s)  # (B, T, hidden)
         v = torch.matmul(weights[:, 0], v)  # first head only: (B, T, hidden)
         return self.out_proj(v * y)
+
+    def streaming_forward(
+        self, x: torch.Tensor, weights: torch.Tensor, cached: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The gated projection of the cached frames and the chunk's, averaged by the first head.
+
+        Shapes:
+            x: (B, T, D), weights: (B, H, T, L + T), cached: (1, B, L, hidden)
+            -> (B, T, D), new cached (1, B, L, hidden)
+        """
+        t = x.shape[1]
+        s, v, y = self.in_proj(x).chunk(3, dim=-1)
+        vals = torch.cat((cached[0], v * self.tanh(s)), dim=1)  # (B, L + T, hidden)
+        out = torch.matmul(weights[:, 0], vals)  # (B, T, hidden)
+        return self.out_proj(out * y), vals[None, :, t:]
 
 
 class FeedForward(nn.Module):
@@ -264,6 +383,16 @@ class ConvolutionModule(nn.Module):
         else:
             x = self.depthwise_conv(x)
         return self.out_proj(swoosh_r(x.transpose(1, 2)))
+
+    def streaming_forward(self, x: torch.Tensor, cache: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """One whole chunk through the chunk-causal module (a causal model's).
+
+        Shapes:
+            x: (B, T, D), cache: (B, D, kernel // 2) -> (B, T, D), new cache
+        """
+        x, s = self.in_proj(x).chunk(2, dim=-1)
+        x, cache = self.depthwise_conv.streaming_forward((x * torch.sigmoid(s)).transpose(1, 2), cache)
+        return self.out_proj(swoosh_r(x.transpose(1, 2))), cache
 
 
 class ZipformerLayer(nn.Module):
@@ -315,6 +444,34 @@ class ZipformerLayer(nn.Module):
         x = x + self.feed_forward3(x)
         return self.bypass(x_in, self.norm(x))
 
+    def streaming_forward(
+        self, x: torch.Tensor, pos_emb: torch.Tensor, key_mask: torch.Tensor, states: Sequence[torch.Tensor]
+    ) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """One chunk; ``states`` are icefall's six per-layer caches (key, nonlin attention,
+        value 1, value 2, conv 1, conv 2), returned updated in the same order.
+
+        Shapes:
+            x: (B, T, D), pos_emb: (2T + L - 1, pos_dim), key_mask: (B, L + T) -> (B, T, D)
+        """
+        cached_key, cached_nonlin, cached_val1, cached_val2, cached_conv1, cached_conv2 = states
+        x_in = x
+        weights, key = self.self_attn_weights.streaming_forward(x, pos_emb, cached_key, key_mask)
+        x = x + self.feed_forward1(x)
+        out, nonlin = self.nonlin_attention.streaming_forward(x, weights, cached_nonlin)
+        x = x + out
+        out, val1 = self.self_attn1.streaming_forward(x, weights, cached_val1)
+        x = x + out
+        out, conv1 = self.conv_module1.streaming_forward(x, cached_conv1)
+        x = x + out
+        x = x + self.feed_forward2(x)
+        x = self.bypass_mid(x_in, x)
+        out, val2 = self.self_attn2.streaming_forward(x, weights, cached_val2)
+        x = x + out
+        out, conv2 = self.conv_module2.streaming_forward(x, cached_conv2)
+        x = x + out
+        x = x + self.feed_forward3(x)
+        return self.bypass(x_in, self.norm(x)), [key, nonlin, val1, val2, conv1, conv2]
+
 
 class ZipformerStack(nn.Module):
     """One encoder stack: its layers at its own frame rate, with the downsample, upsample
@@ -363,6 +520,32 @@ class ZipformerStack(nn.Module):
             return x
         x = x.repeat_interleave(self.factor, dim=1)[:, :t_in]  # SimpleUpsample
         return self.out_combiner(x_in, x)
+
+    def streaming_forward(
+        self, x: torch.Tensor, key_mask: torch.Tensor, states: Sequence[torch.Tensor]
+    ) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """One chunk at this stack's rate; ``states`` holds six caches per layer (icefall's order).
+
+        Shapes:
+            x: (B, T, D) at the embed rate (T a multiple of ``factor``), key_mask: (B, L + T)
+            bool at the embed rate (True = a cache frame the stream has not filled yet)
+            -> (B, T, D), the layers' new states
+        """
+        x_in, t_in = x, x.shape[1]
+        if self.factor > 1:
+            whole = torch.full((x.shape[0],), t_in, dtype=torch.long, device=x.device)
+            x, _ = self.downsample(x, whole)
+            key_mask = key_mask[:, :: self.factor]
+        t, left = x.shape[1], states[0].shape[0]
+        pos_emb = streaming_rel_positions(t, left, self.pos_dim, x.device, x.dtype)
+        new: list[torch.Tensor] = []
+        for j, layer in enumerate(self._layers()):
+            x, layer_states = layer.streaming_forward(x, pos_emb, key_mask, states[6 * j : 6 * j + 6])
+            new += layer_states
+        if self.factor == 1:
+            return x, new
+        x = x.repeat_interleave(self.factor, dim=1)[:, :t_in]  # SimpleUpsample
+        return self.out_combiner(x_in, x), new
 
 
 def chunk_attention_mask(t: int, chunk_size: int, left_chunks: int, device: torch.device) -> torch.Tensor:
@@ -468,6 +651,178 @@ class ZipformerEncoder(BaseEncoder):
         x, lengths = self.embed(*self.pad_tail(feats, feat_lens))
         x, lengths, _ = self.forward_stacks(x, lengths)
         return x, lengths
+
+    # -- streaming (a causal model: "slot", its list API the "stateful" form) -----------------
+    #
+    # A stream's state is icefall's list: six caches per layer, stacks in order (key
+    # (L_i, B, H * dq), nonlin attention (1, B, L_i, 3 D / 4), value 1 and 2 (L_i, B, H * dv),
+    # conv 1 and 2 (B, D, kernel // 2)), then the embed's ConvNeXt frames (B, C, 3, W) and the
+    # embed frames the stream has been through (B,) int32; L_i = left_context_frames // factor_i.
+    # Each window is a whole one (a short final window arrives padded with LOG_EPS and counts
+    # whole, as icefall's own stream alone does), so no row's result depends on its batch.
+
+    streaming_pad_value = LOG_EPS
+    streaming_tail_frames = STREAMING_TAIL_FRAMES
+
+    @property
+    def streaming_kind(self) -> str:
+        cfg = self.config
+        return "slot" if cfg.chunked and cfg.left_context_frames > 0 else "none"
+
+    @property
+    def streaming_left_chunks(self) -> bool:
+        """False: the attention history is the model's ``left_context_frames``."""
+        return False
+
+    @property
+    def streaming_min_final_frames(self) -> int:
+        """1: any frame left is encoded, its window padded (icefall's DecodeStream)."""
+        return 1
+
+    def streaming_chunk_size(self, chunk_ms: float | None, frame_shift_s: float) -> int:
+        """The chunk in embed frames (20 ms at 10-ms features: icefall's ``--chunk-size``, 16 =
+        320 ms); None: the config's ``chunk_size`` (the published decode chunk)."""
+        if chunk_ms is None:
+            return int(self.config.chunk_size)
+        return chunk_units(chunk_ms, 2 * frame_shift_s * 1000.0, type(self).__name__)
+
+    def _require_streaming(self) -> None:
+        if self.streaming_kind == "none":
+            raise StreamingNotSupported(
+                f"{type(self).__name__} declares streaming_kind='none': not a causal (chunked) Zipformer "
+                f"(causal={self.config.causal}, chunk_size={self.config.chunk_size}, "
+                f"left_context_frames={self.config.left_context_frames}); serve it offline"
+            )
+
+    def _streaming_factors(self) -> tuple[int, ...]:
+        cfg = self.config
+        return (*cfg.downsampling_factor, cfg.output_downsampling_factor)
+
+    def streaming_geometry(self, chunk_size: int) -> StreamingGeometry:
+        """Windows of ``2 * chunk_size + 13`` feature frames at a stride of ``2 * chunk_size``.
+
+        Raises:
+            StreamingNotSupported: a non-causal model (or one without a left context).
+            ValueError: a chunk that is not a positive multiple of every downsampling factor
+                (each stack needs whole frames of its own rate).
+        """
+        self._require_streaming()
+        factors = self._streaming_factors()
+        unit = math.lcm(*factors)
+        if chunk_size <= 0 or chunk_size % unit:
+            raise ValueError(
+                f"a Zipformer streaming chunk of {chunk_size} embed frames must be a positive multiple of "
+                f"{unit} (the downsampling factors {factors}): {unit * 20} ms, {2 * unit * 20} ms, ..."
+            )
+        if self.config.left_context_frames % unit:
+            raise ValueError(
+                f"left_context_frames={self.config.left_context_frames} is not a multiple of {unit} "
+                f"(the downsampling factors {factors})"
+            )
+        return StreamingGeometry(window_frames=2 * chunk_size + EMBED_WINDOW_PAD, stride_frames=2 * chunk_size)
+
+    @property
+    def streaming_state_specs(self) -> tuple[StreamStateSpec, ...]:
+        """icefall's per-stream tensors, in ``streaming_forward``'s order, each with its batch
+        axis (in icefall's layout) as the slot axis; () for a model that cannot stream."""
+        if self.streaming_kind == "none":
+            return ()
+        cfg = self.config
+        specs: list[StreamStateSpec] = []
+        for i, ds in enumerate(cfg.downsampling_factor):
+            left, d = cfg.left_context_frames // ds, cfg.encoder_dim[i]
+            key_dim = cfg.num_heads[i] * cfg.query_head_dim[i]
+            value_dim = cfg.num_heads[i] * cfg.value_head_dim[i]
+            conv = (d, cfg.cnn_module_kernel[i] // 2)
+            for j in range(cfg.num_encoder_layers[i]):
+                name = f"stack{i}.layer{j}"
+                specs += [
+                    StreamStateSpec(f"{name}.key", (left, key_dim), slot_axis=1),
+                    StreamStateSpec(f"{name}.nonlin_attn", (1, left, 3 * d // 4), slot_axis=1),
+                    StreamStateSpec(f"{name}.val1", (left, value_dim), slot_axis=1),
+                    StreamStateSpec(f"{name}.val2", (left, value_dim), slot_axis=1),
+                    StreamStateSpec(f"{name}.conv1", conv),
+                    StreamStateSpec(f"{name}.conv2", conv),
+                ]
+        embed = self.encoder_embed
+        pad = embed.convnext.depthwise_conv.weight.shape[-2] // 2
+        specs.append(StreamStateSpec("embed_left_pad", (cfg.embed_channels[2], pad, embed.out_width)))
+        specs.append(StreamStateSpec("processed_lens", (), dtype=torch.int32))
+        return tuple(specs)
+
+    def get_streaming_init_states(self, batch_size: int, device: torch.device | str | None = None) -> StreamingStates:
+        """Fresh states of ``batch_size`` streams (zeros: icefall's ``get_init_states``)."""
+        self._require_streaming()
+        specs = self.streaming_state_specs
+        weight = self.encoder_embed.out.weight
+        device = weight.device if device is None else device
+        states = []
+        for spec in specs:
+            shape = list(spec.shape)
+            shape.insert(spec.slot_axis, batch_size)
+            states.append(torch.full(shape, spec.init_value, dtype=spec.dtype or weight.dtype, device=device))
+        return states
+
+    def stack_streaming_states(self, states: list[StreamingStates]) -> StreamingStates:
+        """One batch state from single streams' states (each tensor joined on its batch axis)."""
+        specs = self.streaming_state_specs
+        return [torch.cat([st[n] for st in states], dim=spec.slot_axis) for n, spec in enumerate(specs)]
+
+    def unstack_streaming_states(self, states: StreamingStates) -> list[StreamingStates]:
+        """Single streams' states from a batch state (the inverse of ``stack_streaming_states``)."""
+        specs = self.streaming_state_specs
+        columns = [t.split(1, dim=spec.slot_axis) for t, spec in zip(states, specs, strict=True)]
+        return [list(row) for row in zip(*columns, strict=True)]
+
+    def streaming_forward(
+        self, feats: torch.Tensor, feat_lens: torch.Tensor, states: StreamingStates
+    ) -> tuple[torch.Tensor, torch.Tensor, StreamingStates]:
+        """One window of every stream in the batch (icefall's ``streaming_forward``): the embed
+        continues from its cached frames, each stack's attention reads the last L_i frames'
+        keys / values (those the stream has not filled yet masked by its processed length), the
+        convolutions their cached tails. No host synchronisation, fixed shapes: a step over
+        slot buffers can be captured in a CUDA graph.
+
+        Args:
+            feats: every row a whole window (a stream's short final window padded with
+                ``LOG_EPS``, as the runtime does).
+            feat_lens: the real frames of each row; not read: a padded final window counts
+                whole, as it does for a stream decoded alone.
+            states: the batch's states (``get_streaming_init_states`` / ``stack_streaming_states``
+                layout, or the slot runtime's gathered buffers).
+
+        Shapes:
+            feats: (B, 2 * chunk + 13, F), feat_lens: (B,)
+            -> hidden (B, chunk // 2, D_out), lens (B,), new states (same layout)
+        """
+        self._require_streaming()
+        cfg = self.config
+        b, t_feat, _ = feats.shape
+        chunk = (t_feat - EMBED_WINDOW_PAD) // 2
+        if t_feat != 2 * chunk + EMBED_WINDOW_PAD:
+            raise ValueError(f"a streaming window has 2 * chunk + {EMBED_WINDOW_PAD} frames, got {t_feat}")
+        self.streaming_geometry(chunk)
+        n_layer_states = 6 * sum(cfg.num_encoder_layers)
+        if len(states) != n_layer_states + 2:
+            raise ValueError(f"expected {n_layer_states + 2} streaming state tensors, got {len(states)}")
+        x, embed_cache = self.encoder_embed.streaming_forward(feats, states[-2])  # (B, chunk, D_0)
+        processed = states[-1]
+        left = cfg.left_context_frames
+        # Cache frame j (oldest first) is masked while the stream has been through fewer than
+        # left - j embed frames: it still holds the initial zeros.
+        unfilled = processed[:, None] <= torch.arange(left - 1, -1, -1, device=x.device)  # (B, L)
+        key_mask = torch.cat((unfilled, unfilled.new_zeros(b, chunk)), dim=1)  # (B, L + chunk)
+        outputs, new_states, at = [], [], 0
+        for dim, n_layers, stack in zip(cfg.encoder_dim, cfg.num_encoder_layers, self.encoder.encoders):
+            x = _convert_num_channels(x, dim)
+            x, stack_states = stack.streaming_forward(x, key_mask, states[at : at + 6 * n_layers])
+            at += 6 * n_layers
+            outputs.append(x)
+            new_states += stack_states
+        x = self._full_dim_output(outputs)
+        whole = torch.full((b,), chunk, dtype=torch.long, device=x.device)
+        x, lens = self.encoder.downsample_output(x, whole)
+        return x, lens, new_states + [embed_cache, processed + chunk]
 
 
 def _convert_num_channels(x: torch.Tensor, dim: int) -> torch.Tensor:
