@@ -11,8 +11,12 @@ Attention follows WeNet's chunk masks: a model trained with dynamic chunks decod
 with the chunk the caller asks for (``decoding_chunk_size``, -1 or 0 = full context),
 one trained with a static chunk always applies it, any other ignores the argument.
 
-Reads top to bottom: CMVN, subsampling, the causal convolution path, the block,
-the encoder, then the public model.
+Streaming (a checkpoint trained with chunk masks): ``forward_chunk_paged`` is WeNet's
+``forward_chunk`` for a batch of streams over the engine's paged K/V pool, each key with
+the sinusoid of its absolute frame, causal convolution tails kept per stream.
+
+Reads top to bottom: CMVN, subsampling, the causal convolution path (whole and by
+chunk), the paged chunk attention, the block, the encoder, then the public model.
 """
 
 from __future__ import annotations
@@ -368,18 +372,19 @@ class ConformerEncoderLayer(nn.Module):
             x: (B, T, D), pos_emb: (B, W, D), lens: (B,), valid: (B, T),
             conv_tail: (B, D, k - 1) -> (B, T, D), (B, D, k - 1)
         """
-        new_tail: list[torch.Tensor | None] = [None]
+        new_tail = None
 
         def convolve(h: torch.Tensor) -> torch.Tensor:
+            nonlocal new_tail
             if conv_tail is None:
                 return self.conv_module(h, valid)
-            out, new_tail[0] = _wenet_causal_conv_chunk(self.conv_module, h, conv_tail, lens)
+            out, new_tail = _wenet_causal_conv_chunk(self.conv_module, h, conv_tail, lens)
             return out
 
         x = self._block(
             x, lambda h: _paged_rel_attention(self.self_attn, h, pos_emb, *kv, new_rows, window_rows), convolve
         )
-        return x, new_tail[0]
+        return x, new_tail
 
 
 class ConformerEncoder(BaseEncoder):
