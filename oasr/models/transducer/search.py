@@ -121,6 +121,148 @@ def greedy_search(
     return TransducerResult(tokens=tokens, frames=frames, scores=score.tolist(), token_logprobs=logprobs)
 
 
+@dataclass
+class BeamSet:
+    """Modified beam search in progress over ``B`` rows of ``k`` slots (flat hypothesis
+    ``i * k + j`` is slot ``j`` of row ``i``); carried across a stream's chunks.
+
+    Attributes:
+        k: slots per row (the beam).
+        windows: the predictor's label windows of the ``B * k`` hypotheses.
+        scores: (B, k) total log-probabilities; an empty slot is -inf.
+        hyps: per row, per slot: (labels, emission frames, context-graph state).
+    """
+
+    k: int
+    windows: torch.Tensor
+    scores: torch.Tensor
+    hyps: list[list[tuple[tuple[int, ...], list[int], Any]]]
+
+    @classmethod
+    def start(cls, model: Any, rows: int, k: int, device, dtype: torch.dtype, context_graph: Biasing | None = None):
+        """Every row at its start window, one live slot. Scores accumulate in at least float32
+        (icefall starts them as float32 zeros)."""
+        if k < 1:
+            raise ValueError(f"beam must be at least 1, got {k}")
+        if not model.predictor.label_window_state:
+            raise ValueError(
+                f"{type(model.predictor).__name__} keeps a recurrent state: modified beam search needs a label window"
+            )
+        scores = torch.full((rows, k), float("-inf"), dtype=torch.promote_types(dtype, torch.float32), device=device)
+        scores[:, 0] = 0.0
+        start = context_graph.initial() if context_graph is not None else None
+        return cls(k, model.predictor.init_state(rows * k, device), scores, [[((), [], start)] for _ in range(rows)])
+
+    @classmethod
+    def cat(cls, sets: list[BeamSet]) -> BeamSet:
+        """The rows of several sets (same ``k``) as one."""
+        return cls(
+            sets[0].k,
+            torch.cat([s.windows for s in sets]),
+            torch.cat([s.scores for s in sets]),
+            [h for s in sets for h in s.hyps],
+        )
+
+    def split(self) -> list[BeamSet]:
+        """One set per row (the inverse of ``cat``)."""
+        k = self.k
+        return [
+            BeamSet(k, self.windows[i * k : (i + 1) * k], self.scores[i : i + 1], [self.hyps[i]])
+            for i in range(len(self.hyps))
+        ]
+
+    def best(self, context: int) -> list[tuple[tuple[int, ...], list[int], float]]:
+        """Per row: (labels, frames, score) of the best hypothesis by score per label, icefall's
+        length norm (it counts the ``context`` start labels)."""
+        out = []
+        score_list = self.scores.tolist()
+        for i, hyps in enumerate(self.hyps):
+            j = max(range(len(hyps)), key=lambda j: score_list[i][j] / (context + len(hyps[j][0])))
+            out.append((hyps[j][0], hyps[j][1], score_list[i][j]))
+        return out
+
+
+@torch.inference_mode()
+def beam_advance(
+    model: Any,
+    beams: BeamSet,
+    enc_proj: torch.Tensor,
+    enc_lens: list[int],
+    *,
+    frame0: list[int] | None = None,
+    blank_penalty: float = 0.0,
+    temperature: float = 1.0,
+    context_graph: Biasing | None = None,
+) -> None:
+    """Advance ``beams`` over each row's projected encoder frames (one symbol per frame), in place.
+
+    Args:
+        enc_proj: the joiner's projection of the encoder output of the rows.
+        enc_lens: valid frames per row.
+        frame0: per row, the frame index of ``enc_proj[:, 0]`` in the row's emission frames.
+
+    Shapes:
+        enc_proj: (B, T, J)
+    """
+    predictor, joiner, blank = model.predictor, model.joiner, int(model.blank_id)
+    b, k = len(beams.hyps), beams.k
+    frame0 = frame0 or [0] * b
+    windows, scores, hyps = beams.windows, beams.scores, beams.hyps
+    for t in range(max(enc_lens, default=0)):
+        live = [i for i in range(b) if t < enc_lens[i]]
+        if not live:
+            break
+        pred_proj = joiner.decoder_proj(predictor.predict(windows))  # (B * k, J)
+        frame = enc_proj[:, t].repeat_interleave(k, dim=0)  # (B * k, J)
+        logits = joiner.join(frame, pred_proj)  # (B * k, V)
+        if blank_penalty:
+            logits[:, blank] -= blank_penalty
+        vocab = logits.shape[-1]
+        log_probs = (logits / temperature).log_softmax(dim=-1) + scores.reshape(-1, 1)
+        top_vals, top_idx = log_probs.reshape(b, k * vocab).topk(k, dim=-1)  # (B, k), best first
+        top_list, val_list = top_idx.tolist(), top_vals.tolist()
+        new_scores = scores.clone()
+        parent_list = list(range(b * k))
+        token_list = [blank] * (b * k)
+        for i in live:
+            kept: dict[tuple[int, ...], int] = {}  # label sequence -> slot
+            new_hyps: list[tuple[tuple[int, ...], list[int], Any]] = []
+            slot_vals: list[float] = []
+            slot_src: list[int] = []  # the candidate each slot was created from
+            for c in range(k):
+                if val_list[i][c] == float("-inf"):
+                    continue
+                parent, token = divmod(top_list[i][c], vocab)
+                seq, frames, ctx = hyps[i][parent]
+                if token != blank:
+                    seq, frames = seq + (token,), frames + [frame0[i] + t]
+                    if context_graph is not None:
+                        bonus, ctx = context_graph.advance(ctx, token)
+                        if bonus:
+                            top_vals[i, c] += bonus
+                            val_list[i][c] = float(top_vals[i, c])
+                slot = kept.get(seq)
+                if slot is not None:  # same labels: log-add, in the scores' dtype (as icefall)
+                    merged = torch.logaddexp(top_vals[i, slot_src[slot]], top_vals[i, c])
+                    top_vals[i, slot_src[slot]] = merged
+                    slot_vals[slot] = float(merged)
+                    continue
+                kept[seq] = len(new_hyps)
+                parent_list[i * k + len(new_hyps)] = i * k + parent
+                token_list[i * k + len(new_hyps)] = token
+                slot_src.append(c)
+                new_hyps.append((seq, frames, ctx))
+                slot_vals.append(val_list[i][c])
+            hyps[i] = new_hyps
+            new_scores[i] = float("-inf")
+            new_scores[i, : len(slot_vals)] = torch.tensor(slot_vals, dtype=scores.dtype)
+        parents = torch.tensor(parent_list, device=enc_proj.device)
+        new_tokens = torch.tensor(token_list, device=enc_proj.device)
+        windows = predictor.advance(windows.index_select(0, parents), new_tokens, new_tokens != blank)
+        scores = new_scores
+    beams.windows, beams.scores = windows, scores
+
+
 @torch.inference_mode()
 def modified_beam_search(
     model: Any,
@@ -147,88 +289,24 @@ def modified_beam_search(
     Shapes:
         enc: (B, T, D), enc_lens: (B,)
     """
-    if beam < 1:
-        raise ValueError(f"beam must be at least 1, got {beam}")
     if temperature <= 0:
         raise ValueError(f"temperature must be positive, got {temperature}")
     enc_lens = _check(model, enc, enc_lens)
-    predictor, joiner, blank = model.predictor, model.joiner, int(model.blank_id)
-    if not predictor.label_window_state:
-        raise ValueError(
-            f"{type(predictor).__name__} keeps a recurrent state: modified beam search needs a label window"
-        )
-    b, _, _ = enc.shape
-    k = beam
-    enc_proj = joiner.encoder_proj(enc)  # (B, T, J)
-    context = int(predictor.init_state(1, enc.device).shape[1])
-    # Slot j of row i is flat hypothesis i * k + j; empty slots score -inf.
-    windows = predictor.init_state(b * k, enc.device)  # (B * k, context)
-    # Scores accumulate in at least float32 (icefall starts them as float32 zeros).
-    score_dtype = torch.promote_types(enc_proj.dtype, torch.float32)
-    scores = torch.full((b, k), float("-inf"), dtype=score_dtype, device=enc.device)
-    scores[:, 0] = 0.0
-    start = context_graph.initial() if context_graph is not None else None
-    # Per row, per slot: (labels, emission frames, context-graph state).
-    hyps: list[list[tuple[tuple[int, ...], list[int], Any]]] = [[((), [], start)] for _ in range(b)]
-    lens = enc_lens.tolist()
-    for t in range(max(lens, default=0)):
-        live = [i for i in range(b) if t < lens[i]]
-        if not live:
-            break
-        pred_proj = joiner.decoder_proj(predictor.predict(windows))  # (B * k, J)
-        frame = enc_proj[:, t].repeat_interleave(k, dim=0)  # (B * k, J)
-        logits = joiner.join(frame, pred_proj)  # (B * k, V)
-        if blank_penalty:
-            logits[:, blank] -= blank_penalty
-        vocab = logits.shape[-1]
-        log_probs = (logits / temperature).log_softmax(dim=-1) + scores.reshape(-1, 1)
-        top_vals, top_idx = log_probs.reshape(b, k * vocab).topk(k, dim=-1)  # (B, k), best first
-        top_list, val_list = top_idx.tolist(), top_vals.tolist()
-        new_scores = scores.clone()
-        parent_list = list(range(b * k))
-        token_list = [blank] * (b * k)
-        for i in live:
-            kept: dict[tuple[int, ...], int] = {}  # label sequence -> slot
-            new_hyps: list[tuple[tuple[int, ...], list[int], Any]] = []
-            slot_vals: list[float] = []
-            slot_src: list[int] = []  # the candidate each slot was created from
-            for c in range(k):
-                if val_list[i][c] == float("-inf"):
-                    continue
-                parent, token = divmod(top_list[i][c], vocab)
-                seq, frames, ctx = hyps[i][parent]
-                if token != blank:
-                    seq, frames = seq + (token,), frames + [t]
-                    if context_graph is not None:
-                        bonus, ctx = context_graph.advance(ctx, token)
-                        if bonus:
-                            top_vals[i, c] += bonus
-                            val_list[i][c] = float(top_vals[i, c])
-                slot = kept.get(seq)
-                if slot is not None:  # same labels: log-add, in the scores' dtype (as icefall)
-                    merged = torch.logaddexp(top_vals[i, slot_src[slot]], top_vals[i, c])
-                    top_vals[i, slot_src[slot]] = merged
-                    slot_vals[slot] = float(merged)
-                    continue
-                kept[seq] = len(new_hyps)
-                parent_list[i * k + len(new_hyps)] = i * k + parent
-                token_list[i * k + len(new_hyps)] = token
-                slot_src.append(c)
-                new_hyps.append((seq, frames, ctx))
-                slot_vals.append(val_list[i][c])
-            hyps[i] = new_hyps
-            new_scores[i] = float("-inf")
-            new_scores[i, : len(slot_vals)] = torch.tensor(slot_vals, dtype=scores.dtype)
-        parents = torch.tensor(parent_list, device=enc.device)
-        new_tokens = torch.tensor(token_list, device=enc.device)
-        windows = predictor.advance(windows.index_select(0, parents), new_tokens, new_tokens != blank)
-        scores = new_scores
-    tokens, frames, best_scores = [], [], []
-    score_list = scores.tolist()
-    for i in range(b):
-        # icefall's length norm counts the start window's context_size labels.
-        best = max(range(len(hyps[i])), key=lambda j: score_list[i][j] / (context + len(hyps[i][j][0])))
-        tokens.append(list(hyps[i][best][0]))
-        frames.append(list(hyps[i][best][1]))
-        best_scores.append(score_list[i][best])
-    return TransducerResult(tokens=tokens, frames=frames, scores=best_scores)
+    enc_proj = model.joiner.encoder_proj(enc)  # (B, T, J)
+    beams = BeamSet.start(model, enc.shape[0], beam, enc.device, enc_proj.dtype, context_graph)
+    beam_advance(
+        model,
+        beams,
+        enc_proj,
+        enc_lens.tolist(),
+        blank_penalty=blank_penalty,
+        temperature=temperature,
+        context_graph=context_graph,
+    )
+    context = int(model.predictor.init_state(1, enc.device).shape[1])
+    best = beams.best(context)
+    return TransducerResult(
+        tokens=[list(labels) for labels, _, _ in best],
+        frames=[list(frames) for _, frames, _ in best],
+        scores=[score for _, _, score in best],
+    )
