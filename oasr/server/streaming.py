@@ -295,7 +295,8 @@ class StreamingEndpoint:
             text, data = message.get("text"), message.get("bytes")
             if text is not None:
                 if text.strip() == END_OF_INPUT:
-                    stream.finish()
+                    with contextlib.suppress(KeyError):  # already ended by the engine: its events say why
+                        stream.finish()
                     return
                 raise Refusal(
                     CLOSE_UNSUPPORTED_DATA,
@@ -311,6 +312,8 @@ class StreamingEndpoint:
                 stream.feed(x)
             except StreamError as e:
                 raise Refusal(_ENGINE_CLOSE_CODES.get(e.code, CLOSE_UNSUPPORTED_DATA), e.code, str(e)) from None
+            except KeyError:  # the engine ended the stream (a failed step): its error event is on the way
+                return
 
     async def _send_events(self, ws: WebSocket, stream) -> int:
         async for event in stream:

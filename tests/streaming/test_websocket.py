@@ -410,8 +410,7 @@ def test_a_step_that_fails_closes_its_stream_with_1011_and_the_next_stream_decod
         with TestClient(app) as client:
             with client.websocket_connect("/v1/audio/stream") as ws:
                 ws.send_text(json.dumps({"sample_rate": 16000}))
-                for m in pcm16(samples):
-                    ws.send_bytes(m)
+                ws.send_bytes(b"".join(pcm16(samples)))  # one message: none is sent after the close
                 event = ws.receive_json()
                 assert event["type"] == "error" and event["code"] == "engine_error"
                 assert "injected encoder failure" in event["message"]
