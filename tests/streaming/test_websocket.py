@@ -443,3 +443,17 @@ def test_a_model_that_cannot_stream_refuses_the_upgrade_with_400(tmp_path):
         assert proc.healthy()
     finally:
         proc.stop()
+
+
+def test_a_chunk_the_model_cannot_serve_stops_serve_at_start():
+    import subprocess
+    import sys
+
+    from tests.server.conftest import REPO_ROOT, _free_port
+
+    argv = ["serve", "--model", str(CAUSAL), "--port", str(_free_port()), "--stream-chunk-ms", "100"]
+    run_ = subprocess.run(
+        [sys.executable, "-m", "oasr.cli.main", *argv], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300
+    )
+    assert run_.returncode == 2
+    assert "live streams: chunk of 100 ms is not a whole number" in run_.stderr and "not starting" in run_.stderr
