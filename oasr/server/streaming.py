@@ -235,6 +235,13 @@ class StreamingEndpoint:
             return await self._refuse(ws, r)
         except _Gone:
             return 0
+        except Exception as e:  # a bug: this session ends with 1011, the server goes on
+            log.error("stream session failed", exc_info=e)
+            if stream is not None:
+                stream.close()
+            return await self._refuse(
+                ws, Refusal(CLOSE_INTERNAL_ERROR, "internal_error", f"internal error: {type(e).__name__}")
+            )
         finally:
             if stream is not None:
                 stream.close()  # a hang-up: the slot and cache are freed now (no-op once done)

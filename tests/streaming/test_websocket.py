@@ -457,3 +457,42 @@ def test_a_chunk_the_model_cannot_serve_stops_serve_at_start():
     )
     assert run_.returncode == 2
     assert "live streams: chunk of 100 ms is not a whole number" in run_.stderr and "not starting" in run_.stderr
+
+
+def test_a_bug_in_a_session_closes_it_with_1011_and_frees_its_slot(clips, monkeypatch):
+    from starlette.testclient import TestClient
+
+    from oasr.engine.async_engine import AsyncEngine
+    from oasr.server import streaming
+    from oasr.server.app import create_app
+    from oasr.server.settings import ServerSettings
+
+    def broken(self, data):
+        raise ZeroDivisionError("a bug")
+
+    engine = AsyncEngine(str(CAUSAL), max_streams=1, max_audio_s=MAX_AUDIO_S)
+    try:
+        app = create_app(ServerSettings(model=str(CAUSAL), max_streams=1), engine=engine)
+        with TestClient(app) as client:
+            with monkeypatch.context() as patch:
+                patch.setattr(streaming.StreamConfig, "samples", broken)
+                with client.websocket_connect("/v1/audio/stream") as ws:
+                    ws.send_text(json.dumps({"sample_rate": 16000}))
+                    ws.send_bytes(b"\x00\x00" * 160)
+                    assert ws.receive_json() == {
+                        "type": "error",
+                        "code": "internal_error",
+                        "message": "internal error: ZeroDivisionError",
+                    }
+                    assert ws.receive()["code"] == 1011
+            assert engine.streaming.core.num_streams == 0
+            with client.websocket_connect("/v1/audio/stream") as ws:  # the one slot is free again
+                ws.send_text(json.dumps({"sample_rate": 16000}))
+                ws.send_bytes(b"".join(pcm16(clips["bambatse_02_haggard_0323.wav"])))
+                ws.send_text("done")
+                events = []
+                while not events or events[-1]["type"] != "done":
+                    events.append(ws.receive_json())
+                assert events[-2]["type"] == "final"
+    finally:
+        engine.shutdown()
