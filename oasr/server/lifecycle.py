@@ -4,8 +4,9 @@ drain, an engine death turned into a non-zero exit, and the HTTP layer's own err
 in OpenAI's shape.
 
 Order of start-up (``serve``): bind the port (taken: a clear message, no model load);
-load the model; decode 1 s of silence (fails: refuse to start); only then serve, so
-``/health`` says ok only for an engine that has decoded.
+load the model; decode 1 s of silence (fails: refuse to start); with a streaming chunk or
+history given, open and close one live stream (a chunk the model cannot serve: refuse to
+start); only then serve, so ``/health`` says ok only for an engine that has decoded.
 
 Shutdown (SIGTERM / Ctrl-C): uvicorn stops accepting and lets running requests finish.
 At ``--graceful-shutdown`` seconds the ``Drain`` fires: every request still waiting
