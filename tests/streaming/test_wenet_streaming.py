@@ -302,3 +302,20 @@ def test_rescoring_search_rescores_each_segment_over_its_own_encoder_output(load
             piece = second[i : i + 6]
             search.advance([states[1]], piece[None], torch.tensor([piece.shape[0]]))
         assert search.finalize(states[1]).tokens == offline(second)
+
+
+def test_greedy_and_beam_streams_advance_in_one_batch(loaded, reference, expected):
+    """A greedy and a beam-4 stream share each chunk's CTC head call and get their own results."""
+    from oasr.engine.streaming.ctc import CtcStreamSearch
+
+    search = CtcStreamSearch(loaded.model, 0, frozenset({63}), {})
+    enc = torch.from_numpy(reference["encoder_out_chunk4_left2_cached"])
+    states = [search.new_state(SimpleNamespace(beam_size=b, hotwords=None)) for b in (1, 4)]
+    with torch.inference_mode():
+        for i in range(0, enc.shape[0], 4):
+            piece = enc[i : i + 4]
+            search.advance(states, torch.stack([piece, piece]), torch.tensor([piece.shape[0]] * 2))
+    want = expected["streaming"]["chunk4_left2_cached"]
+    assert search.finalize(states[0]).tokens == want["ctc_greedy_search"]
+    assert search.finalize(states[1]).tokens == want["ctc_prefix_beam_search"]
+    assert search.frames(states[0]) == search.frames(states[1]) == enc.shape[0]

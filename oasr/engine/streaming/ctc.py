@@ -76,14 +76,16 @@ class CtcStreamSearch(StreamSearch):
 
     def advance(self, states: list[Any], enc: torch.Tensor, lens: torch.Tensor) -> None:
         logp = self.log_probs(enc)  # (B, T, V)
-        greedy = [row for row, st in enumerate(states) if isinstance(st, _GreedyState)]
-        if greedy:
+        if any(isinstance(st, _GreedyState) for st in states):
             best, ids = logp.max(dim=-1)  # (B, T)
             best, ids = best.cpu(), ids.cpu()
+        if any(isinstance(st, _BeamState) for st in states):
+            logp_cpu = logp.cpu()  # one copy for all the beams
+        lens = lens.cpu()
         for row, st in enumerate(states):
             n = int(lens[row])
             if isinstance(st, _BeamState):
-                st.beam.feed(logp[row, :n])
+                st.beam.feed(logp_cpu[row, :n])
                 if self.keeps_encoder_output:
                     st.enc.append(enc[row, :n].clone())
                 continue
