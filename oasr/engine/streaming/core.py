@@ -395,15 +395,15 @@ class StreamingCore:
     def _take_chunk(self, s: _Stream, valid: int) -> tuple[torch.Tensor, int, bool]:
         w = self.plan.window_frames
         window = s.buffer[:w]
-        final = valid < w
-        if final:
+        if valid < w:
             pad = torch.full((w - valid, window.shape[1]), self.plan.pad_value)
             window = torch.cat([window, pad])
-            s.buffer = s.buffer[:0]
-        else:
-            s.buffer = s.buffer[self.plan.stride_frames :]
-            if s.features_done and s.buffer.shape[0] < self.plan.min_final_frames:
-                s.buffer = s.buffer[:0]  # too few to encode: the reference drops them too
+        # A short window is not always the last: where windows overlap by more than
+        # min_final_frames (icefall's Zipformer: 13 frames), the next one still starts inside it.
+        s.buffer = s.buffer[self.plan.stride_frames :]
+        if s.features_done and s.buffer.shape[0] < self.plan.min_final_frames:
+            s.buffer = s.buffer[:0]  # too few to encode: the reference drops them too
+        final = valid < w and not s.buffer.shape[0]
         return window, valid, final
 
     def _after_chunk(self, s: _Stream, events: list[StreamEvent]) -> None:
