@@ -137,11 +137,6 @@ class NemotronSubsampling(nn.Module):
         return self.linear(x), lengths
 
     @property
-    def num_stages(self) -> int:
-        """Strided convolutions (``conv_in`` and the depthwise stages)."""
-        return len(self.layers) + 1
-
-    @property
     def tail_frames(self) -> int:
         """Input frames of each stage a stream carries into its next chunk (kernel - stride)."""
         return self.kernel_size - self.stride
@@ -505,10 +500,12 @@ class NemotronEncoder(FastConformerEncoder):
     def streaming_geometry(self, chunk_size: int) -> StreamingGeometry:
         """``chunk_size`` output frames read ``chunk_size * subsampling_factor`` new feature frames.
 
+        The window is a whole number of output frames, so every subsampling stage's input is a
+        whole number of its strides (the config holds the factor to a power of the stride).
+
         Raises:
             ValueError: a chunk that is not a whole number of trained attention chunks (the mask
-                groups absolute positions: a partial one would need keys from the future), or a
-                subsampling whose stages do not cut a window of whole chunks into whole frames.
+                groups absolute positions: a partial one would need keys from the future).
         """
         c = self.config.attention_chunk
         if chunk_size <= 0 or chunk_size % c:
@@ -516,12 +513,6 @@ class NemotronEncoder(FastConformerEncoder):
             raise ValueError(
                 f"a Nemotron streaming chunk is a whole number of its trained attention chunks "
                 f"({c} output frames: {lookahead} of lookahead + 1); got {chunk_size} frames"
-            )
-        sub = self.subsampling
-        if sub.stride**sub.num_stages != self.subsampling_rate or sub.kernel_size < sub.stride:
-            raise ValueError(
-                f"subsampling of {sub.num_stages} stages of stride {sub.stride} (kernel {sub.kernel_size}) does not "
-                f"cut a window of whole chunks into whole frames at every stage (factor {self.subsampling_rate})"
             )
         window = chunk_size * self.subsampling_rate
         return StreamingGeometry(window_frames=window, stride_frames=window)
