@@ -81,8 +81,19 @@ def windows(feats: torch.Tensor, chunk: int) -> list[torch.Tensor]:
     return out
 
 
+_ICEFALL_CHUNKS: dict[tuple[int, int, int], list[torch.Tensor]] = {}
+
+
 def icefall_encoder_chunks(causal: Reference, feats: torch.Tensor, chunk: int) -> list[torch.Tensor]:
-    """The package's streaming encoder over one stream alone: each window's output (1, chunk / 2, D)."""
+    """The package's streaming encoder over one stream alone: each window's output (1, chunk / 2, D)
+    (computed once per stream and chunk)."""
+    key = (id(feats), feats.shape[0], chunk)
+    if key not in _ICEFALL_CHUNKS:
+        _ICEFALL_CHUNKS[key] = _icefall_encoder_chunks(causal, feats, chunk)
+    return _ICEFALL_CHUNKS[key]
+
+
+def _icefall_encoder_chunks(causal: Reference, feats: torch.Tensor, chunk: int) -> list[torch.Tensor]:
     from zipformer.modules.model import StreamingEncoderWrapper
 
     wrapper = StreamingEncoderWrapper(causal.model.encoder, causal.model.encoder_embed)
@@ -280,3 +291,58 @@ def test_open_stream_equals_icefall_streaming_decode(engine, causal, audio_dir, 
         assert want, "the reference decodes nothing: the check would be empty"
         assert together[i] == want, (beam, i)
         assert _stream_tokens(engine, [a], beam)[0] == together[i]  # alone == in a batch of four
+
+
+def test_ctc_model_streams_the_shared_encoder(causal, streams, audio_dir):
+    """The same causal checkpoint loaded as the icefall CTC model streams too: its stream's
+    tokens are the greedy CTC path of the package's streaming encoder output through its CTC head."""
+    from oasr.audio import load_audio
+    from tests.models.zipformer.conftest import CLIPS
+
+    engine = oasr.ASREngine(str(causal.path), dtype="float32")
+    assert engine.strategy.decode_type.value == "ctc"
+    audio = load_audio(str(audio_dir / CLIPS[0]))
+    got = _stream_tokens(engine, [audio], beam=1)[0]
+    with torch.no_grad():
+        enc = torch.cat(icefall_encoder_chunks(causal, streams[0], 16), dim=1)
+        path = causal.model.ctc_output(enc)[0].argmax(dim=-1).tolist()
+    skip = engine._streaming().skip_ids
+    want = [t for j, t in enumerate(path) if t != 0 and (j == 0 or t != path[j - 1]) and t not in skip]
+    assert want and got == want
+
+
+@pytest.mark.parametrize("name", ["nemotron", "parakeet_transducer"])
+def test_search_is_generic_over_recurrent_predictors_and_tdt(name):
+    """The same search over an LSTM predictor (RNN-T, and TDT whose durations can jump past a
+    chunk's end): chunks of 5 frames, three streams batched, equal NeMo's greedy decode over the
+    whole output (tokens, frames)."""
+    from oasr.models.nemotron.search import nemo_transducer_search
+    from oasr.models.registry import get_model_info
+    from tests.models.tiny_configs import TINY_CONFIGS
+
+    torch.manual_seed(0)
+    model = get_model_info(name).model_class().from_config(TINY_CONFIGS[name]()).double().eval()
+    with torch.no_grad():  # sharpen the random joint so that it emits on some frames, not all
+        model.joiner.head.weight.mul_(8.0)
+    lengths = [23, 11, 6]
+    enc = [torch.randn(n, model.encoder.output_size, dtype=torch.float64) for n in lengths]
+    search = TransducerStreamSearch(model, model.blank_id, frozenset(), {})
+    states = [search.new_state(_search_options(1)) for _ in lengths]
+    for at in range(0, max(lengths), 5):
+        rows = [i for i, n in enumerate(lengths) if at < n]
+        part = [enc[i][at : at + 5] for i in rows]
+        batch = torch.zeros(len(rows), 5, enc[0].shape[1], dtype=torch.float64)
+        for j, p in enumerate(part):
+            batch[j, : p.shape[0]] = p
+        search.advance([states[i] for i in rows], batch, torch.tensor([p.shape[0] for p in part]))
+    emitted = 0
+    for i, n in enumerate(lengths):
+        want = nemo_transducer_search(
+            model, enc[i][None], torch.tensor([n]), beam_size=1, max_sym_per_frame=None, blank_penalty=0.0
+        )
+        got = search.finalize(states[i])
+        assert got.tokens == want.tokens[0] and got.frames == want.frames[0], (name, i)
+        emitted += len(got.tokens)
+    assert emitted
+    with pytest.raises(ValueError, match="beam_size=4"):
+        search.new_state(_search_options(4))  # TDT, or a recurrent predictor: greedy only

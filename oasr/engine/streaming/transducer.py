@@ -88,6 +88,11 @@ class TransducerStreamSearch(StreamSearch):
         if beam > 1:
             if self.durations is not None:
                 raise ValueError(f"beam_size={beam}: a TDT model decodes greedily only; stream with beam_size=1")
+            if not self.predictor.label_window_state:
+                raise ValueError(
+                    f"beam_size={beam}: {type(self.predictor).__name__} keeps a recurrent state, which modified "
+                    f"beam search cannot reorder; stream with beam_size=1"
+                )
             beams = BeamSet.start(self.model, 1, beam, device, self.model.compute_dtype)
             return _Beam(beams, penalty)
         max_sym = getattr(options, "max_sym_per_frame", None) or self._default_max_sym()
