@@ -9,7 +9,9 @@
 
 Tensor names follow icefall's ``AsrModel`` except the predictor, ``decoder.*`` there and
 ``predictor.*`` here (the engine's transducer contract names it), and a hybrid's CTC head
-``ctc_output.1.*`` -> ``ctc_output.*``. The search loops are in ``search.py``.
+``ctc_output.1.*`` -> ``ctc_output.*``. The search loops are in ``search.py``. A causal encoder
+streams (the Zipformer's slot states); the search carried across its chunks is
+``oasr.engine.streaming.transducer``, which shares the beam loop (``BeamSet``) of ``search.py``.
 """
 
 from __future__ import annotations

@@ -46,8 +46,9 @@ class ZipformerEncoderConfig(ModelConfig):
         output_downsampling_factor: reduction of the final output downsample (icefall: 2).
         causal: chunk-causal convolution modules (a streaming release).
         chunk_size: for a causal model, the attention / convolution chunk in embed frames
-            (icefall evaluates releases at 16); <= 0 means full context.
-        left_context_frames: for a causal model, embed frames of left context (128); < 0 is unlimited.
+            (icefall evaluates releases at 16; also the default streaming chunk); <= 0 means full context.
+        left_context_frames: for a causal model, embed frames of left context (128; also each
+            stream's attention cache when streaming); < 0 is unlimited (and cannot stream).
         tail_pad_frames: feature frames of log(1e-10) appended to every row before encoding, as
             icefall's decode.py does for causal models (30: it completes the last chunk); 0 = none.
     """

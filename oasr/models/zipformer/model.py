@@ -27,6 +27,16 @@ attention masks padded keys, the convolution modules zero padded frames, and a r
 than the chunk scales its chunk as it would alone. A causal model runs offline with
 icefall's chunked attention mask and chunk-causal convolutions (chunk 16, left context 128),
 its features padded by 30 frames of log(1e-10) first, as icefall's decode.py evaluates them.
+
+A causal model also streams (``streaming_kind`` "slot"), as icefall's streaming_decode.py
+runs it: windows of 2 * chunk + 13 feature frames at a stride of 2 * chunk (chunk in embed
+frames, 20 ms each; the config's ``chunk_size`` unless the engine asks for another), each
+stream padded with 13 + 30 frames of log(1e-10) at its end and a short last window with more;
+every module has a ``streaming_forward`` that continues from the stream's caches (the
+ConvNeXt's last frames, each layer's last ``left_context_frames // factor`` keys, nonlin
+attention inputs and values, each convolution's tail) and masks the cached frames the stream
+has not filled yet by its processed length. Those caches are icefall's state list, declared
+one ``StreamStateSpec`` each, so the engine's slot runtime keeps them in fixed buffers.
 """
 
 from __future__ import annotations
