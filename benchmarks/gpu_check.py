@@ -974,6 +974,9 @@ def run_streaming(args: argparse.Namespace, device: torch.device, workdir: Path)
     """WeNet U2++ at the ~80M WenetSpeech shape (``streaming_bench.build_wenet``), 80-ms chunks
     (the seed's), 64 chunks of history, greedy CTC: the most streams kept at real time with p95
     chunk latency under 80 ms, batched and as a one-stream loop (``oasr.cli.bench_streaming``)."""
+    here = str(Path(__file__).resolve().parent)
+    if here not in sys.path:  # imported as a module (the tests), not run as a script
+        sys.path.insert(0, here)
     import streaming_bench
 
     from oasr.cli.bench_streaming import capacity

@@ -70,7 +70,7 @@ def tiny_run(tmp_path_factory) -> tuple[dict, str]:
 
 def test_tiny_run_has_every_section(tiny_run):
     results, stdout = tiny_run
-    assert list(results["sections"]) == ["whisper", "ctc", "llm", "accuracy"]
+    assert list(results["sections"]) == ["whisper", "ctc", "llm", "accuracy", "streaming"]
     assert all(s["status"] == "ok" for s in results["sections"].values())
     env = results["environment"]
     assert env["device"] == "cpu" and env["torch"] and env["transformers"]
@@ -137,6 +137,19 @@ def test_tiny_accuracy_figures(tiny_run):
         "first_step_logits_cosine",
         "teacher_forced_token_agreement",
     }
+
+
+def test_tiny_streaming_figures(tiny_run):
+    results, stdout = tiny_run
+    data = results["sections"]["streaming"]["results"]
+    assert data["chunk_ms"] == 80 and data["target_streams"] == 200
+    for way in ("batched", "one_stream_loop"):
+        runs = data[way]["runs"]
+        assert runs and runs[0]["streams"] == 1 and runs[0]["chunks"] > 0, runs
+        assert all(r["p95_ms"] >= r["p50_ms"] > 0 for r in runs)
+        assert data[way]["capacity"] in (0, *[r["streams"] for r in runs])
+    assert data["cache_bytes_per_stream"] > 0
+    assert "[streaming] ok" in stdout
 
 
 @pytest.mark.slow
