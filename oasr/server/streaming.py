@@ -74,6 +74,7 @@ CLOSE_TRY_AGAIN_LATER = 1013
 
 SAMPLE_FORMATS = {"pcm16": np.dtype("<i2"), "float32": np.dtype("<f4")}
 END_OF_INPUT = "done"
+MAX_BACKLOG_S = 10.0  # audio a connection may have queued ahead of the encoder before it stops reading
 
 # The engine's error codes (error events) -> close codes.
 _ENGINE_CLOSE_CODES = {
@@ -298,6 +299,10 @@ class StreamingEndpoint:
             max_samples = int(math.ceil(self.settings.max_audio_s * config.sample_rate))
         received = 0
         while True:
+            # Backpressure: a client sending faster than the engine decodes waits here (its
+            # frames stay in the socket) instead of piling audio up in memory.
+            while stream.backlog_s > MAX_BACKLOG_S and not stream.done:
+                await asyncio.sleep(0.01)
             message = await self._receive(ws)
             text, data = message.get("text"), message.get("bytes")
             if text is not None:

@@ -220,3 +220,23 @@ def test_silero_endpoints_fall_in_the_silence(engine, speech):
     assert events[-1].type == "done"
     with pytest.raises(ValueError, match="endpoint=true"):
         engine.open_stream(endpoint_vad=True)
+
+
+def test_backlog_counts_audio_not_yet_encoded(engine, speech):
+    core = engine._streaming()
+    stream = engine.open_stream()
+    core.push(stream.id, speech[:32000])
+    assert core.backlog_s(stream.id) == pytest.approx(2.0)
+    engine.run_streams()
+    assert core.backlog_s(stream.id) < 0.2  # what is left is less than a window
+    stream.close()
+    assert core.backlog_s(stream.id) == 0.0
+
+
+def test_an_engine_with_an_lm_refuses_streams(speech):
+    from oasr.engine.engine import ASREngine
+
+    engine = ASREngine(str(CAUSAL), stream_chunk_ms=160)
+    engine.config = type(engine.config)(**{**engine.config.__dict__, "lm_path": "/nonexistent.arpa"})
+    with pytest.raises(ValueError, match="lm_path"):
+        engine.open_stream()

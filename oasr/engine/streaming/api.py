@@ -198,6 +198,11 @@ class AsyncStream:
             self.done = True
             self._loop.close(self.id)
 
+    @property
+    def backlog_s(self) -> float:
+        """Seconds of audio fed and not yet encoded."""
+        return self._loop.core.backlog_s(self.id)
+
     async def next_event(self, timeout: float | None = None) -> StreamEvent:
         event = await (asyncio.wait_for(self._queue.get(), timeout) if timeout else self._queue.get())
         if event.type in ("done", "error"):

@@ -210,6 +210,11 @@ class StreamingCore:
         rate = sopts.sample_rate or self.sampling_rate
         if rate < 4000 or rate > 384_000:
             raise ValueError(f"sample_rate {rate} Hz is outside 4000-384000 Hz")
+        if self.engine.config.lm_path is not None:
+            raise ValueError(
+                "the engine's n-gram LM (lm_path) is not fused into live streams; open an engine without "
+                "lm_path to stream"
+            )
         conditioning = self._conditioning(options)
         with self.lock:
             slot = self.runtime.admit(conditioning)
@@ -271,6 +276,17 @@ class StreamingCore:
         if stream is None or stream.closed:
             raise KeyError(f"no open stream {sid!r}")
         return stream
+
+    def backlog_s(self, sid: str) -> float:
+        """Seconds of a stream's audio received and not yet encoded (0 for a stream that is not
+        open): what a server reads to stop taking audio from a client that sends faster than
+        the engine decodes."""
+        with self.lock:
+            s = self.streams.get(sid)
+            if s is None:
+                return 0.0
+            queued = sum(x.size for x in s.pending) / (s.sopts.sample_rate or self.sampling_rate)
+            return queued + s.buffer.shape[0] * self.frontend.frame_shift_s
 
     def chunks_encoded_of(self, sid: str) -> int:
         """Chunks of a stream encoded so far (0 for a stream that is not open)."""
