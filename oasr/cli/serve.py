@@ -163,6 +163,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help=f"streams open at once (encoder cache slots); more are refused with 429 (default {DEFAULT_MAX_STREAMS})",
     )
     w.add_argument(
+        "--stream-cache-mb",
+        type=positive_float,
+        default=1024.0,
+        metavar="MB",
+        help="the most memory the streams' attention cache takes; a stream it cannot hold is refused "
+        "(1013) or, with unlimited history, stopped when it outgrows it (default 1024)",
+    )
+    w.add_argument(
         "--stream-idle-timeout",
         type=positive_float,
         default=DEFAULT_STREAM_IDLE_S,
@@ -243,6 +251,7 @@ def settings_from_args(args: argparse.Namespace):
         max_audio_s=args.max_audio_seconds if args.max_audio_seconds is not None else DEFAULT_MAX_AUDIO_S,
         min_duration_s=args.min_duration,
         max_streams=args.max_streams,
+        stream_cache_mb=args.stream_cache_mb,
         stream_chunk_ms=args.stream_chunk_ms,
         stream_left_chunks=args.stream_left_chunks,
         stream_idle_s=args.stream_idle_timeout,

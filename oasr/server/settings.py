@@ -11,10 +11,9 @@ DEFAULT_MAX_UPLOAD_MB = 25.0  # OpenAI's limit for /v1/audio uploads
 DEFAULT_MAX_QUEUE = 256
 DEFAULT_MAX_AUDIO_S = 4 * 3600.0  # EngineConfig.max_audio_s's default
 DEFAULT_UPLOAD_IDLE_S = 60.0
-# Live streams at once. Below EngineConfig.max_streams's 256: the paged encoder cache is allocated
-# for every slot when the first stream opens (up to 65,536 frames a slot while the history is
-# unbounded), which at 256 slots does not fit in a server's memory.
-DEFAULT_MAX_STREAMS = 16
+# Live streams at once (encoder cache slots). The paged K/V pool they share is bounded by
+# stream_cache_mb (EngineConfig's 1 GiB), so slots cost only their convolution tails and states.
+DEFAULT_MAX_STREAMS = 128
 DEFAULT_STREAM_IDLE_S = 30.0
 DEFAULT_MAX_MESSAGE_KB = 1024.0  # one WebSocket message: 16 s of 16-kHz PCM16
 # The default per-request budget: a base plus a share per second of audio (a number given replaces it).
@@ -46,6 +45,8 @@ class ServerSettings:
         min_duration_s: shorter audio is refused with 400.
         max_streams: live streams (``/v1/audio/stream`` connections) at once; one more is
             refused with 429 before the upgrade (``EngineConfig.max_streams``).
+        stream_cache_mb: the most memory the streams' paged K/V pool takes
+            (``EngineConfig.stream_cache_mb``; None: every slot's whole window).
         stream_chunk_ms, stream_left_chunks: ``EngineConfig`` streaming fields (None: the
             family's default chunk, all history).
         stream_idle_s: a stream that sends nothing for this long is closed (1008 ``idle_timeout``).
@@ -70,6 +71,7 @@ class ServerSettings:
     upload_idle_s: float = DEFAULT_UPLOAD_IDLE_S
     min_duration_s: float = 0.1
     max_streams: int = DEFAULT_MAX_STREAMS
+    stream_cache_mb: float | None = 1024.0
     stream_chunk_ms: float | None = None
     stream_left_chunks: int | None = None
     stream_idle_s: float = DEFAULT_STREAM_IDLE_S
@@ -147,6 +149,7 @@ class ServerSettings:
             "max_queue_size": self.max_queue,
             "max_audio_s": self.max_audio_s,
             "max_streams": self.max_streams,
+            "stream_cache_mb": self.stream_cache_mb,
             "stream_chunk_ms": self.stream_chunk_ms,
             "stream_left_chunks": self.stream_left_chunks,
             **self.extra_engine_config,

@@ -35,7 +35,8 @@ Close codes (after an ``error`` event naming the problem, except for 1009):
 1009  a message over ``--max-message-kb`` (closed by the WebSocket layer, no event)
 1011  the stream failed inside the engine (``engine_error``); the server goes on
 1012  the server is shutting down (SIGTERM): uvicorn closes open WebSockets at once, no event
-1013  every stream slot was taken when the stream opened (``streams_full``): try again later
+1013  every stream slot was taken when the stream opened (``streams_full``), or the stream outgrew
+      the shared attention cache (``cache_full``): try again later
 ====  =======================================================================
 
 A client that disconnects mid-stream has its stream dropped at once: its slot and encoder
@@ -81,6 +82,7 @@ _ENGINE_CLOSE_CODES = {
     "invalid_audio": CLOSE_INVALID_PAYLOAD,
     "audio_too_long": CLOSE_POLICY,
     "bad_request": CLOSE_UNSUPPORTED_DATA,
+    "cache_full": CLOSE_TRY_AGAIN_LATER,  # the stream outgrew the shared K/V pool
 }
 
 
