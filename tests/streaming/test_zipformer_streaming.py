@@ -141,6 +141,7 @@ def _full_path(causal: Reference):
     return path
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["slot", "stateful"])
 @pytest.mark.parametrize("chunk", [16, 8])
 def test_runtime_equals_icefall_streaming_chunk_by_chunk(ours, causal, streams, kind, chunk):
@@ -271,6 +272,7 @@ def _stream_tokens(engine, audio_list: list[np.ndarray], beam: int) -> list[list
     return [[t for seg in s.output.segments for t in seg.tokens] for s in opened]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("beam", [1, 4])
 def test_open_stream_equals_icefall_streaming_decode(engine, causal, audio_dir, beam):
     from oasr.audio import load_audio
