@@ -75,8 +75,9 @@ def realtime_run(
     sids = [core.open(opts, sopts) for _ in range(n_streams)]
     n_pushes = math.ceil(total / piece)
 
-    def need(k: int) -> int:  # samples chunk k reads
-        return (k * plan.stride_frames + plan.window_frames - 1) * framing.hop - framing.left_pad + framing.length
+    def need(k: int) -> int:  # samples chunk k reads (its window starts head_frames of padding early)
+        last = max(0, k * plan.stride_frames + plan.window_frames - 1 - plan.head_frames)
+        return last * framing.hop - framing.left_pad + framing.length
 
     pushed = [0] * n_streams
     push_times: list[list[float]] = [[] for _ in range(n_streams)]
