@@ -13,9 +13,9 @@ encoder output at once, and does not depend on which streams shared its steps:
   a jump past the chunk's end is carried into the next chunk.
 * modified beam search (``beam_size`` k > 1, icefall's ``modified_beam_search``): one
   symbol per frame, the k best extensions of a stream's hypotheses kept at every frame and
-  merged by label sequence, the result the best by score per label
-  (``oasr.models.transducer.search.BeamSet``, shared with the offline search). It needs a
-  label-window predictor.
+  merged by label sequence, the result the best by score per label. The model runs it
+  (``start_beams`` / ``advance_beams``: icefall's transducer shares its offline beam loop);
+  a model without them, or with a recurrent predictor, streams greedily only.
 
 Every search starts from the predictor's own start state (``init_state``: icefall's
 ``[-1] * (context_size - 1) + [blank]``), and again after an endpoint. Emission frames count
@@ -32,7 +32,6 @@ from typing import Any
 import torch
 
 from oasr.engine.streaming.search import Hypothesis, StreamSearch
-from oasr.models.transducer.search import BeamSet, beam_advance
 
 __all__ = ["TransducerStreamSearch"]
 
@@ -57,7 +56,7 @@ class _Greedy:
 class _Beam:
     """A stream's modified beam search (one row of a ``BeamSet``)."""
 
-    beams: BeamSet
+    beams: Any  # the model's beam set (``start_beams``): cat / split / best
     blank_penalty: float
     n_frames: int = 0
 
@@ -88,13 +87,12 @@ class TransducerStreamSearch(StreamSearch):
         if beam > 1:
             if self.durations is not None:
                 raise ValueError(f"beam_size={beam}: a TDT model decodes greedily only; stream with beam_size=1")
-            if not self.predictor.label_window_state:
+            if not self.predictor.label_window_state or not hasattr(self.model, "start_beams"):
                 raise ValueError(
-                    f"beam_size={beam}: {type(self.predictor).__name__} keeps a recurrent state, which modified "
-                    f"beam search cannot reorder; stream with beam_size=1"
+                    f"beam_size={beam}: {type(self.model).__name__} streams greedily only (its predictor "
+                    f"keeps a recurrent state, or it has no streaming beam search); stream with beam_size=1"
                 )
-            beams = BeamSet.start(self.model, 1, beam, device, self.model.compute_dtype)
-            return _Beam(beams, penalty)
+            return _Beam(self.model.start_beams(1, beam), penalty)
         max_sym = getattr(options, "max_sym_per_frame", None) or self._default_max_sym()
         if max_sym < 1:
             raise ValueError(f"max_sym_per_frame must be at least 1, got {max_sym}")
@@ -109,8 +107,7 @@ class TransducerStreamSearch(StreamSearch):
 
     def reset(self, state: _Greedy | _Beam) -> None:
         if isinstance(state, _Beam):
-            fresh = BeamSet.start(self.model, 1, state.beams.k, self.model.device, self.model.compute_dtype)
-            state.beams, state.n_frames = fresh, 0
+            state.beams, state.n_frames = self.model.start_beams(1, state.beams.k), 0
             return
         fresh_state = self.predictor.init_state(1, self.model.device)
         state.__init__(
@@ -146,14 +143,9 @@ class TransducerStreamSearch(StreamSearch):
             st.n_frames += frames
 
     def _advance_beam(self, states: list[_Beam], enc_proj: torch.Tensor, lens: list[int]) -> None:
-        beams = BeamSet.cat([st.beams for st in states])
-        beam_advance(
-            self.model,
-            beams,
-            enc_proj,
-            lens,
-            frame0=[st.n_frames for st in states],
-            blank_penalty=states[0].blank_penalty,
+        beams = type(states[0].beams).cat([st.beams for st in states])
+        self.model.advance_beams(
+            beams, enc_proj, lens, frame0=[st.n_frames for st in states], blank_penalty=states[0].blank_penalty
         )
         for st, row in zip(states, beams.split(), strict=True):
             st.beams = row

@@ -26,7 +26,7 @@ from oasr.models.base import BaseAsrModel, DecodeType
 from oasr.models.ctc import CtcMixin
 from oasr.models.decoders.base import Joiner, TransducerPredictor
 from oasr.models.transducer.config import TransducerConfig
-from oasr.models.transducer.search import TransducerResult, greedy_search, modified_beam_search
+from oasr.models.transducer.search import BeamSet, TransducerResult, beam_advance, greedy_search, modified_beam_search
 from oasr.models.zipformer.model import ZipformerEncoder
 
 
@@ -170,6 +170,23 @@ class TransducerModel(CtcMixin, BaseAsrModel):
         return modified_beam_search(
             self, enc, enc_lens, beam=beam_size, blank_penalty=blank_penalty, context_graph=context_graph
         )
+
+    def start_beams(self, rows: int, beam: int) -> BeamSet:
+        """Modified beam search carried across chunks (the engine's streaming search): ``rows``
+        streams at the predictor's start window, ``beam`` slots each. The set joins others
+        (``BeamSet.cat``), splits per row (``split``) and gives each row's best (``best``)."""
+        return BeamSet.start(self, rows, beam, self.device, self.compute_dtype)
+
+    def advance_beams(
+        self, beams: BeamSet, enc_proj: torch.Tensor, enc_lens: list[int], *, frame0: list[int], blank_penalty: float
+    ) -> None:
+        """``beams`` over one chunk of each row's projected encoder output, in place; emission
+        frames count from ``frame0`` per row.
+
+        Shapes:
+            enc_proj: (B, T, J) (``joiner.encoder_proj`` of the chunk)
+        """
+        beam_advance(self, beams, enc_proj, enc_lens, frame0=frame0, blank_penalty=blank_penalty)
 
 
 __all__ = ["IcefallJoiner", "StatelessPredictor", "TransducerModel"]
