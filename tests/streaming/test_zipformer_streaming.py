@@ -167,6 +167,11 @@ def test_runtime_equals_icefall_streaming_chunk_by_chunk(ours, causal, streams, 
                 worst = max(worst, diff)
                 assert diff < 1e-9, (kind, chunk, i, step, diff)
     print(f"{kind} chunk {chunk}: max-abs {worst:.2e} over {sum(len(w) for w in wins)} windows")
+    # An endpoint reset rewinds the stream: its next window is a first window again.
+    runtime.reset(slots[0])
+    with torch.inference_mode():
+        out, _ = runtime.encode([slots[0]], wins[0][0][None], torch.tensor([wins[0][0].shape[0]]), [False])
+    assert float((out[0] - want[0][0][0]).abs().max()) < 1e-9
 
 
 def _search_options(beam: int, max_sym: int | None = None):
@@ -205,6 +210,13 @@ def test_search_over_chunks_equals_search_over_the_whole(ours, beam, max_sym):
         last = got.frames[-1] if got.frames else -1
         assert search.trailing_blanks(states[i]) == n - 1 - last
     assert any(search.partial(st).tokens for st in states)
+    # After an endpoint the segment starts over: the same frames give the same result again.
+    first = search.finalize(states[0])
+    search.reset(states[0])
+    assert search.frames(states[0]) == 0 and not search.partial(states[0]).tokens
+    search.advance([states[0]], enc[0][None], torch.tensor([lengths[0]]))
+    again = search.finalize(states[0])
+    assert (again.tokens, again.frames) == (first.tokens, first.frames)
 
 
 def icefall_streaming_tokens(causal: Reference, feats: torch.Tensor, beam: int, chunk: int = 16) -> list[int]:
