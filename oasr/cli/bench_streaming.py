@@ -4,8 +4,10 @@ N streams play a real recording (looped) at real speed, each fed one chunk of au
 chunk period, their starts staggered across the period as independent callers' would be.
 The engine steps whenever a chunk is ready, every ready stream in one batched forward. A
 chunk's latency runs from the moment its last needed sample was fed to the end of the step
-that encoded (and searched) it. N is kept when the p95 latency stays under the chunk
-duration; the largest kept N is the capacity. The same harness with one stream per forward
+that encoded (and searched) it; the chunks of a stream's end (the reference's tail padding,
+encoded once the input ends) are timed apart, as the last sample -> final result latency.
+N is kept when the p95 latency stays under the chunk duration; the largest kept N is the
+capacity. The same harness with one stream per forward
 (``one_stream_loop``: sherpa-onnx's and NeMo's loop, each stream decoded on its own) is the
 peer, measured in the same run.
 """
@@ -34,6 +36,7 @@ class RealtimeResult:
     wall_s: float
     busy_fraction: float
     mean_batch: float
+    final_ms: float  # the slowest stream's last sample -> its final result (the tail flushed)
     cache_bytes_per_stream: float
     rss_mb: float
 
@@ -82,6 +85,7 @@ def realtime_run(
     pushed = [0] * n_streams
     push_times: list[list[float]] = [[] for _ in range(n_streams)]
     done_chunks = [0] * n_streams
+    final_at: dict[int, float] = {}  # stream -> seconds from its last sample to its last final
     latencies: list[float] = []
     batches: list[int] = []
     busy = 0.0
@@ -108,10 +112,14 @@ def realtime_run(
                 for i, sid in enumerate(sids):
                     after = core.chunks_encoded_of(sid)
                     for k in range(before[i], after):
+                        n += 1
+                        if need(k) > total:  # the end-of-stream flush (tail padding): timed as final_ms
+                            continue
                         j = min(len(push_times[i]) - 1, max(0, math.ceil(need(k) / piece) - 1))
                         latencies.append(end - t0 - push_times[i][j])
-                        n += 1
                     done_chunks[i] = after
+                    if pushed[i] == n_pushes and i not in final_at and sid not in core.streams:
+                        final_at[i] = end - t0 - push_times[i][-1]
                 if n:
                     batches.append(n)
                 continue
@@ -139,6 +147,7 @@ def realtime_run(
         wall_s=wall,
         busy_fraction=busy / wall if wall else 0.0,
         mean_batch=statistics.mean(batches) if batches else 0.0,
+        final_ms=1000 * max(final_at.values(), default=0.0),
         cache_bytes_per_stream=core.runtime.memory_bytes() / core.runtime.max_streams,
         rss_mb=_rss_mb(),
     )
@@ -170,7 +179,7 @@ def capacity(
             log(
                 f"{'one-stream loop' if one_stream_loop else 'batched'} {n:4d} streams: p50 {r.p50_ms:7.1f} ms "
                 f"p95 {r.p95_ms:7.1f} ms max {r.max_ms:7.1f} ms, busy {100 * r.busy_fraction:5.1f} %, "
-                f"mean batch {r.mean_batch:5.1f}"
+                f"mean batch {r.mean_batch:5.1f}, final {r.final_ms:6.1f} ms"
             )
         if not r.keeps_up(chunk_s):
             break
