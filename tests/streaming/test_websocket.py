@@ -76,6 +76,16 @@ def reference_events(engine, samples: np.ndarray, **options) -> list[dict]:
     return [e.to_dict() for e in events]
 
 
+def _rounded(events: list[dict]) -> list[dict]:
+    out = []
+    for e in events:
+        e = dict(e)
+        if e.get("words"):
+            e["words"] = [{**w, "probability": round(w["probability"], 6)} for w in e["words"]]
+        out.append(e)
+    return out
+
+
 def pcm16(samples: np.ndarray) -> list[bytes]:
     q = np.round(samples * 32768.0).clip(-32768, 32767).astype("<i2")
     return [q[i : i + PIECE].tobytes() for i in range(0, len(q), PIECE)]
@@ -155,7 +165,9 @@ def test_word_times_and_no_partials(server, reference, clips):
     options = {"word_timestamps": True, "partials": False}
     events, code = run(session(server, {"sample_rate": 16000, **options}, pcm16(samples)))
     assert code == 1000
-    assert events == reference_events(reference, samples, **options)
+    # A word's probability is a mean of float32 softmax values: equal to within rounding across
+    # processes (thread counts differ), so it is compared to 6 places; all else exactly.
+    assert _rounded(events) == _rounded(reference_events(reference, samples, **options))
     assert [e["type"] for e in events] == ["final", "done"]
     words = events[0]["words"]
     assert words and all(a["end"] <= b["start"] + 1e-6 for a, b in zip(words, words[1:]))
