@@ -38,18 +38,15 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-WENET_80M = dict(
-    output_size=512, attention_heads=8, linear_units=2048, num_blocks=12, cnn_module_kernel=15, vocab=5000
-)
+WENET_80M = dict(output_size=512, attention_heads=8, linear_units=2048, num_blocks=12, cnn_module_kernel=15, vocab=5000)
 WENET_TINY = dict(output_size=64, attention_heads=2, linear_units=128, num_blocks=2, cnn_module_kernel=7, vocab=64)
 
 
 def build_wenet(directory: Path, shape: dict | None = None) -> int:
     """A causal U2++ conformer (default: the WenetSpeech shape), saved as a WeNet experiment
     directory; its parameter count."""
-    from tests.models.conformer._wenet_format import randomize, save_wenet_experiment
-
     from oasr.models.conformer.model import ConformerModel
+    from tests.models.conformer._wenet_format import randomize, save_wenet_experiment
 
     s = shape or WENET_80M
     config = {
@@ -94,7 +91,12 @@ def build_zipformer(directory: Path, feats: torch.Tensor) -> int:
     for k in ("query_head_dim", "value_head_dim", "pos_head_dim"):
         cfg[k] = str(cfg[k])
     model = AsrModel(
-        **cfg, causal=True, chunk_size="16,32,64,-1", left_context_frames="64,128,256,-1", use_ctc=False, use_transducer=True
+        **cfg,
+        causal=True,
+        chunk_size="16,32,64,-1",
+        left_context_frames="64,128,256,-1",
+        use_ctc=False,
+        use_transducer=True,
     ).eval()
     with torch.no_grad():
         model.joiner.output_linear.weight.mul_(8.0)
@@ -142,7 +144,11 @@ def main() -> int:
 
                 params = build_zipformer(d, KaldiFbank(snip_edges=False)(audio))
                 engine = ASREngine(
-                    str(d), architecture="transducer", num_threads=args.threads, max_streams=max(args.counts), stream_chunk_ms=160
+                    str(d),
+                    architecture="transducer",
+                    num_threads=args.threads,
+                    max_streams=max(args.counts),
+                    stream_chunk_ms=160,
                 )
             core = engine._streaming()
             chunk_s = core.plan.stride_frames * core.frontend.frame_shift_s
@@ -159,7 +165,7 @@ def main() -> int:
                 "batched": {"capacity": best, "runs": [r.to_dict() for r in runs]},
                 "one_stream_loop": {"capacity": peer, "runs": [r.to_dict() for r in peer_runs]},
                 "capacity_ratio": best / peer if peer else None,
-                "cache_bytes_per_stream": core.runtime.memory_bytes() / core.runtime.max_streams,
+                "cache_bytes_per_stream": max((r.cache_bytes_per_stream for r in runs), default=0.0),
             }
             log(f"{name}: batched keeps {best} streams at real time, the one-stream loop {peer}")
             del engine, core

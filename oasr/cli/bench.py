@@ -577,8 +577,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="concurrent streams to try, in order, until one falls behind (default 1 2 4 ... 128)",
     )
     st.add_argument("--chunk-ms", type=positive_float, default=None, metavar="MS", help="chunk (default: the family's)")
-    st.add_argument("--left-chunks", type=nonnegative_int, default=None, metavar="N", help="attention history in chunks")
-    st.add_argument("--stream-seconds", type=positive_float, default=8.0, metavar="S", help="audio per stream (default 8)")
+    st.add_argument(
+        "--left-chunks", type=nonnegative_int, default=None, metavar="N", help="attention history in chunks"
+    )
+    st.add_argument(
+        "--stream-seconds", type=positive_float, default=8.0, metavar="S", help="audio per stream (default 8)"
+    )
     st.add_argument("--architecture", default=None, help="load the checkpoint as this architecture (e.g. transducer)")
     o = p.add_argument_group("output")
     o.add_argument("--json", type=Path, default=None, metavar="PATH", help="write the results as JSON")

@@ -37,7 +37,7 @@ class RealtimeResult:
     busy_fraction: float
     mean_batch: float
     final_ms: float  # the slowest stream's last sample -> its final result (the tail flushed)
-    cache_bytes_per_stream: float
+    cache_bytes_per_stream: float  # the most encoder cache in use during the run, per stream
     rss_mb: float
 
     def keeps_up(self, chunk_s: float) -> bool:
@@ -86,6 +86,7 @@ def realtime_run(
     push_times: list[list[float]] = [[] for _ in range(n_streams)]
     done_chunks = [0] * n_streams
     final_at: dict[int, float] = {}  # stream -> seconds from its last sample to its last final
+    peak_bytes = 0
     latencies: list[float] = []
     batches: list[int] = []
     busy = 0.0
@@ -107,6 +108,7 @@ def realtime_run(
                 s0 = time.perf_counter()
                 core.step()
                 end = time.perf_counter()
+                peak_bytes = max(peak_bytes, core.runtime.bytes_in_use())
                 busy += end - s0
                 n = 0
                 for i, sid in enumerate(sids):
@@ -125,7 +127,9 @@ def realtime_run(
                 continue
             if all(p == n_pushes for p in pushed) and not core.streams:
                 break
-            nxt = min((offsets[i] + pushed[i] * chunk_s for i in range(n_streams) if pushed[i] < n_pushes), default=None)
+            nxt = min(
+                (offsets[i] + pushed[i] * chunk_s for i in range(n_streams) if pushed[i] < n_pushes), default=None
+            )
             if nxt is None:
                 if not core.has_work() and not core.streams:
                     break
@@ -148,7 +152,7 @@ def realtime_run(
         busy_fraction=busy / wall if wall else 0.0,
         mean_batch=statistics.mean(batches) if batches else 0.0,
         final_ms=1000 * max(final_at.values(), default=0.0),
-        cache_bytes_per_stream=core.runtime.memory_bytes() / core.runtime.max_streams,
+        cache_bytes_per_stream=peak_bytes / n_streams,
         rss_mb=_rss_mb(),
     )
 
@@ -173,7 +177,9 @@ def capacity(
     runs = []
     best = 0
     for n in counts:
-        r = realtime_run(engine, audio, n, chunk_s=chunk_s, seconds=seconds, one_stream_loop=one_stream_loop, options=options)
+        r = realtime_run(
+            engine, audio, n, chunk_s=chunk_s, seconds=seconds, one_stream_loop=one_stream_loop, options=options
+        )
         runs.append(r)
         if log is not None:
             log(
@@ -196,10 +202,15 @@ def run_streaming(args) -> int:
     import sys
 
     from oasr.audio import load_audio
+    from oasr.cli.bench import _error
     from oasr.engine.engine import ASREngine
 
     if args.model == "whisper-base":
-        raise SystemExit("oasr bench --workload streaming: give --model DIR, a streaming checkpoint (WeNet U2++, a causal Zipformer, Nemotron)")
+        raise _error(
+            "--workload streaming times a streaming checkpoint: give --model DIR (WeNet U2++, a causal "
+            "Zipformer, Nemotron)",
+            2,
+        )
     counts = sorted(set(args.stream_counts))
     engine = ASREngine(
         args.model,
@@ -214,11 +225,21 @@ def run_streaming(args) -> int:
     core = engine._streaming()
     chunk_s = core.plan.stride_frames * core.frontend.frame_shift_s
     log = lambda m: print(f"oasr bench streaming: {m}", file=sys.stderr, flush=True)  # noqa: E731
-    log(f"chunk {1000 * chunk_s:.0f} ms ({core.runtime.kind} runtime), {args.stream_seconds:g} s per stream, clip {clip}")
+    kind = core.runtime.kind
+    log(f"chunk {1000 * chunk_s:.0f} ms ({kind} runtime), {args.stream_seconds:g} s per stream, clip {clip}")
     options = {"beam_size": args.beam_size} if args.beam_size and args.beam_size > 1 else {}
-    best, runs = capacity(engine, audio, chunk_s=chunk_s, seconds=args.stream_seconds, counts=counts, options=options, log=log)
+    best, runs = capacity(
+        engine, audio, chunk_s=chunk_s, seconds=args.stream_seconds, counts=counts, options=options, log=log
+    )
     peer_best, peer_runs = capacity(
-        engine, audio, chunk_s=chunk_s, seconds=args.stream_seconds, counts=counts, one_stream_loop=True, options=options, log=log
+        engine,
+        audio,
+        chunk_s=chunk_s,
+        seconds=args.stream_seconds,
+        counts=counts,
+        one_stream_loop=True,
+        options=options,
+        log=log,
     )
     report = {
         "settings": {
@@ -234,7 +255,7 @@ def run_streaming(args) -> int:
         "batched": {"capacity": best, "runs": [r.to_dict() for r in runs]},
         "one_stream_loop": {"capacity": peer_best, "runs": [r.to_dict() for r in peer_runs]},
         "capacity_ratio": (best / peer_best) if peer_best else None,
-        "cache_bytes_per_stream": core.runtime.memory_bytes() / core.runtime.max_streams,
+        "cache_bytes_per_stream": max((r.cache_bytes_per_stream for r in runs), default=0.0),
     }
     print(
         f"streams kept at real time (p95 chunk latency < {1000 * chunk_s:.0f} ms): batched {best}, "
@@ -248,15 +269,15 @@ def run_streaming(args) -> int:
 def _default_clip(args) -> str:
     from pathlib import Path
 
-    from oasr.cli.bench import default_audio_dir
+    from oasr.cli.bench import _error, default_audio_dir
 
     audio_dir = args.audio_dir or default_audio_dir()
     if audio_dir is None:
-        raise SystemExit("oasr bench --workload streaming: give --short-clip PATH (no benchmark audio found)")
+        raise _error("--workload streaming: give --short-clip PATH (no benchmark audio found)", 2)
     for name in ("jfk.wav",):
         if (Path(audio_dir) / name).is_file():
             return str(Path(audio_dir) / name)
     wavs = sorted(Path(audio_dir).glob("*.wav"))
     if not wavs:
-        raise SystemExit(f"oasr bench --workload streaming: no .wav in {audio_dir}")
+        raise _error(f"--workload streaming: no .wav in {audio_dir}", 2)
     return str(wavs[0])

@@ -209,9 +209,7 @@ def chunk_units(chunk_ms: float, unit_ms: float, who: str) -> int:
     """``chunk_ms`` as a whole number of ``unit_ms`` units; ``ValueError`` when it is not one."""
     units = chunk_ms / unit_ms
     if chunk_ms <= 0 or abs(units - round(units)) > 1e-6:
-        raise ValueError(
-            f"chunk of {chunk_ms:g} ms is not a whole number of {who}'s {unit_ms:g}-ms streaming units"
-        )
+        raise ValueError(f"chunk of {chunk_ms:g} ms is not a whole number of {who}'s {unit_ms:g}-ms streaming units")
     return int(round(units))
 
 

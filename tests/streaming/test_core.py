@@ -58,13 +58,21 @@ def test_piece_sizes_do_not_change_the_result(engine, speech):
     assert results[0] and all(r == results[0] for r in results)
 
 
-def test_sixteen_streams_batched_equal_each_alone(engine, speech):
+@pytest.mark.parametrize(
+    "decode_type, options",
+    [("ctc", {}), ("ctc", {"beam_size": 4}), ("ctc_aed_rescoring", {"beam_size": 4})],
+    ids=["greedy", "prefix_beam", "rescoring"],
+)
+def test_sixteen_streams_batched_equal_each_alone(decode_type, options, speech):
+    from oasr.engine.engine import ASREngine
+
+    engine = ASREngine(str(CAUSAL), stream_chunk_ms=160, max_streams=16, decode_type=decode_type)
     rng = np.random.default_rng(0)
     lengths = [int(16000 * s) for s in rng.uniform(0.5, 6.0, 16)]
     starts = [int(rng.integers(0, len(speech) - n)) for n in lengths]
     audios = [speech[a : a + n] for a, n in zip(starts, lengths, strict=True)]
     pieces = [int(p) for p in rng.integers(200, 9000, 16)]
-    alone = [_finals(_run_alone(engine, a, p)[1]) for a, p in zip(audios, pieces, strict=True)]
+    alone = [_finals(_run_alone(engine, a, p, **options)[1]) for a, p in zip(audios, pieces, strict=True)]
 
     core = engine._streaming()
     streams = []
@@ -74,7 +82,7 @@ def test_sixteen_streams_batched_equal_each_alone(engine, speech):
     while any(not s.done for s in streams) or len(streams) < 16:
         for i in range(16):
             if i == len(streams) and rnd >= joined[i]:
-                streams.append(engine.open_stream())
+                streams.append(engine.open_stream(**options))
         for i, s in enumerate(streams):
             if fed[i] < len(audios[i]):
                 core.push(s.id, audios[i][fed[i] : fed[i] + pieces[i]])
@@ -136,7 +144,7 @@ def test_a_stream_past_the_longest_audio_fails_alone(speech):
 
     engine = ASREngine(str(CAUSAL), stream_chunk_ms=160, max_audio_s=1.0)
     long, short = engine.open_stream(), engine.open_stream()
-    events = long.feed(speech[: 24000])
+    events = long.feed(speech[:24000])
     assert events[-1].type == "error" and events[-1].code == "audio_too_long"
     short.feed(speech[:8000])
     assert short.finish()[-1].type == "done"

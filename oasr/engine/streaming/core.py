@@ -81,7 +81,9 @@ class StreamEvent:
         if self.type == "final":
             out["tokens"] = list(self.tokens)
             if self.words is not None:
-                out["words"] = [dict(start=w.start, end=w.end, word=w.word, probability=w.probability) for w in self.words]
+                out["words"] = [
+                    dict(start=w.start, end=w.end, word=w.word, probability=w.probability) for w in self.words
+                ]
         if self.type == "endpoint":
             out["time"] = self.end
         if self.type == "error":
@@ -185,7 +187,9 @@ class StreamingCore:
         self.blank_id = int(getattr(self.model, "blank_id", 0))
         self.skip_ids = frozenset(getattr(strategy, "skip_ids", ()) or ())
         params = dict(loaded.decoding_spec.params) if loaded.decoding_spec is not None else {}
-        self.search: StreamSearch = build_stream_search(self.decode_type, self.model, self.blank_id, self.skip_ids, params)
+        self.search: StreamSearch = build_stream_search(
+            self.decode_type, self.model, self.blank_id, self.skip_ids, params
+        )
         self.tokenizer = loaded.tokenizer
         self.pieces = TokenPieces(self.tokenizer, self.skip_ids | {self.blank_id})
         self.max_batch = max(1, int(config.max_streams))
@@ -222,7 +226,9 @@ class StreamingCore:
                 sid = stream_id or f"stream-{next(self._ids)}"
                 if sid in self.streams:
                     raise ValueError(f"a stream with id {sid!r} is already open")
-                stream = _Stream(sid, slot, options, sopts, FeatureStream(self.frontend), self.search.new_state(options))
+                stream = _Stream(
+                    sid, slot, options, sopts, FeatureStream(self.frontend), self.search.new_state(options)
+                )
                 stream.buffer = self._head(stream.buffer)
                 stream.conditioning = conditioning
                 if sopts.endpoint_vad:
@@ -373,7 +379,11 @@ class StreamingCore:
             if s.resampler is not None:
                 self._add_samples(s, s.resampler.resample_chunk(np.zeros(0, np.float32), last=True))
             tail = s.features.finish()
-            pad = torch.full((self.plan.tail_frames, tail.shape[1]), self.plan.pad_value) if self.plan.tail_frames else tail[:0]
+            pad = (
+                torch.full((self.plan.tail_frames, tail.shape[1]), self.plan.pad_value)
+                if self.plan.tail_frames
+                else tail[:0]
+            )
             s.buffer = torch.cat([s.buffer, tail, pad])
             s.features_done = True
 

@@ -157,6 +157,10 @@ class EncoderRuntime(abc.ABC):
         """Bytes of cache the runtime holds for all its slots."""
         return 0
 
+    def bytes_in_use(self) -> int:
+        """Bytes of cache the open streams take (their blocks, tails and states)."""
+        return int(self.memory_bytes() * self.in_use / self.max_streams)
+
     # -- the step ---------------------------------------------------------------------
 
     def reserve(self, slots: list[int]) -> list[int]:
@@ -261,8 +265,11 @@ class PagedRuntime(EncoderRuntime):
         n_blocks = math.ceil(pool_frames / self.block_size)
         if cache_mb is not None:
             n_blocks = min(n_blocks, int(cache_mb * 2**20 // block_bytes))
-        # Always room for one stream's window: a budget below it could serve nobody.
-        self.n_blocks = max(n_blocks, min(need, math.ceil(max_stream_frames / self.block_size)), 1)
+        # Always room for one stream's first window (its whole window when the history is
+        # bounded): a budget below it could serve nobody.
+        floor = need if self.history is not None else self._blocks_for(out_chunk)
+        self.n_blocks = max(n_blocks, floor, 1)
+        self.block_bytes = block_bytes
         self.window_blocks = need
         shape = (spec.n_layers, self.n_blocks, self.block_size, spec.n_kv_heads, spec.head_dim)
         self.k = torch.zeros(shape, dtype=self.dtype, device=self.device)
@@ -314,6 +321,11 @@ class PagedRuntime(EncoderRuntime):
     def memory_bytes(self) -> int:
         n = self.k.numel() * self.k.element_size() * 2 + self.states.nbytes()
         return n + (self.conv.numel() * self.conv.element_size() if self.conv is not None else 0)
+
+    def bytes_in_use(self) -> int:
+        blocks = sum(len(h) for h in self._held)
+        per_slot = (self.memory_bytes() - self.k.numel() * self.k.element_size() * 2) / self.max_streams
+        return int(blocks * self.block_bytes + per_slot * self.in_use)
 
     def _reserve(self, slot: int, upto_frames: int) -> None:
         """Blocks for frames up to ``upto_frames`` of a stream, and frees those behind its window."""
@@ -377,7 +389,9 @@ class SlotRuntime(EncoderRuntime):
         super().__init__(model, **kw)
         specs = self.encoder.streaming_state_specs
         if not specs:
-            raise ValueError(f"{type(self.encoder).__name__} declares streaming_kind='slot' but no streaming_state_specs")
+            raise ValueError(
+                f"{type(self.encoder).__name__} declares streaming_kind='slot' but no streaming_state_specs"
+            )
         self.states = _StateBuffers(specs, self.max_streams, self.device, self.dtype)
 
     def _init_slot(self, slot, conditioning, keep_persistent):
@@ -418,6 +432,9 @@ class StatefulRuntime(EncoderRuntime):
 
     def memory_bytes(self) -> int:
         return sum(t.numel() * t.element_size() for st in self._states.values() for t in st)
+
+    def bytes_in_use(self) -> int:
+        return self.memory_bytes()  # only open streams hold states
 
     def encode(self, slots, feats, feat_lens, final):
         batch = self.encoder.stack_streaming_states([self._states[s] for s in slots])

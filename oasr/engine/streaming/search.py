@@ -109,5 +109,7 @@ def stream_search_class(decode_type: str) -> type[StreamSearch]:
     return getattr(importlib.import_module(module), name)
 
 
-def build_stream_search(decode_type: str, model: Any, blank_id: int, skip_ids: frozenset[int], params: dict) -> StreamSearch:
+def build_stream_search(
+    decode_type: str, model: Any, blank_id: int, skip_ids: frozenset[int], params: dict
+) -> StreamSearch:
     return stream_search_class(decode_type)(model, blank_id, skip_ids, params)

@@ -32,6 +32,7 @@ from typing import Any
 import torch
 
 from oasr.engine.streaming.search import Hypothesis, StreamSearch
+from oasr.models.decoders.base import greedy_advance
 
 __all__ = ["TransducerStreamSearch"]
 
@@ -164,7 +165,6 @@ class TransducerStreamSearch(StreamSearch):
         pred_proj = torch.cat([st.pred_proj for st in states])
         dur = torch.tensor(self.durations, device=device) if self.durations is not None else None
         symbols = torch.zeros(b, dtype=torch.long, device=device)  # symbols emitted on the current frame
-        one = torch.ones_like(t)
         steps = []
         active = t < n
         while bool(active.any()):
@@ -175,18 +175,8 @@ class TransducerStreamSearch(StreamSearch):
             best = token_logits.argmax(dim=-1)
             logp = token_logits.float().log_softmax(dim=-1).gather(1, best[:, None])[:, 0]
             is_blank = best == blank
-            if dur is None:
-                symbols = torch.where(is_blank, torch.zeros_like(symbols), symbols + 1)
-                force = symbols >= max_sym
-                step = (is_blank | force).long()
-                symbols = torch.where(is_blank | force, torch.zeros_like(symbols), symbols)
-            else:
-                step = dur[logits[:, self.vocab :].argmax(dim=-1)]
-                step = torch.where(is_blank & (step == 0), one, step)
-                symbols = torch.where(step == 0, symbols + 1, torch.zeros_like(symbols))
-                force = symbols >= max_sym
-                step = torch.where(force, one, step)
-                symbols = torch.where(force, torch.zeros_like(symbols), symbols)
+            frame_durations = None if dur is None else dur[logits[:, self.vocab :].argmax(dim=-1)]
+            step, symbols = greedy_advance(is_blank, symbols, max_sym, frame_durations)
             emit = active & ~is_blank
             steps.append((emit, best, t.clone(), logp, active))
             t = t + torch.where(active, step, torch.zeros_like(step))

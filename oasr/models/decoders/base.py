@@ -241,3 +241,30 @@ class TransducerPredictor(nn.Module, abc.ABC):
     @abc.abstractmethod
     def unstack_states(self, state: Any) -> list[Any]:
         """Split a batched state per stream."""
+
+
+def greedy_advance(
+    is_blank: torch.Tensor, symbols: torch.Tensor, max_symbols: int, durations: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """How far each row of a greedy transducer search moves after one joiner call, and its new
+    count of symbols emitted on the current frame (one rule for the offline and streaming searches).
+
+    RNN-T: a blank moves one frame; a token stays, unless it is the ``max_symbols``-th on the
+    frame (icefall's ``max_sym_per_frame``, NeMo's ``max_symbols_per_step``), which moves on.
+    TDT: the predicted duration moves (a blank at duration 0 moves one frame), and the
+    ``max_symbols``-th symbol on a frame moves one.
+
+    Shapes:
+        is_blank, symbols: (B,); durations: (B,) each row's predicted duration (TDT) or None
+        -> advance (B,) long, symbols (B,)
+    """
+    zeros = torch.zeros_like(symbols)
+    if durations is None:
+        symbols = torch.where(is_blank, zeros, symbols + 1)
+        force = symbols >= max_symbols
+        return (is_blank | force).long(), torch.where(is_blank | force, zeros, symbols)
+    one = torch.ones_like(symbols)
+    advance = torch.where(is_blank & (durations == 0), one, durations)
+    symbols = torch.where(advance == 0, symbols + 1, zeros)
+    force = symbols >= max_symbols
+    return torch.where(force, one, advance), torch.where(force, zeros, symbols)

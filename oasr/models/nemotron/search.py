@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import torch
 
+from oasr.models.decoders.base import greedy_advance
 from oasr.models.nemotron.predictor import AdditiveJoint, LstmPredictor
 
 
@@ -114,7 +115,6 @@ def greedy_search(
     t = torch.zeros(b, dtype=torch.long, device=device)
     symbols = torch.zeros(b, dtype=torch.long, device=device)
     steps = []
-    one = torch.ones_like(t)
     while True:
         active = t < lens
         if not bool(active.any()):
@@ -125,18 +125,8 @@ def greedy_search(
             logits[:, blank_id] -= blank_penalty
         tokens = logits[:, :vocab].argmax(dim=-1)
         blank = tokens == blank_id
-        if dur_values is None:
-            symbols = torch.where(blank, torch.zeros_like(symbols), symbols + 1)
-            force = symbols >= max_symbols_per_step
-            advance = (blank | force).long()
-            symbols = torch.where(blank | force, torch.zeros_like(symbols), symbols)
-        else:
-            advance = dur_values[logits[:, vocab:].argmax(dim=-1)]
-            advance = torch.where(blank & (advance == 0), one, advance)
-            symbols = torch.where(advance == 0, symbols + 1, torch.zeros_like(symbols))
-            force = symbols >= max_symbols_per_step
-            advance = torch.where(force, one, advance)
-            symbols = torch.where(force, torch.zeros_like(symbols), symbols)
+        frame_durations = None if dur_values is None else dur_values[logits[:, vocab:].argmax(dim=-1)]
+        advance, symbols = greedy_advance(blank, symbols, max_symbols_per_step, frame_durations)
         emit = active & ~blank
         chosen = logits[:, :vocab].float().log_softmax(dim=-1).gather(1, tokens[:, None])[:, 0]
         steps.append((emit, tokens, t.clone(), advance, chosen, active))
