@@ -111,7 +111,7 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--seconds", type=float, default=8.0, help="audio per stream")
-    p.add_argument("--counts", type=int, nargs="+", default=[1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128])
+    p.add_argument("--counts", type=int, nargs="+", default=[1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128])
     p.add_argument("--models", nargs="+", default=["wenet", "zipformer"], choices=["wenet", "zipformer"])
     p.add_argument("--clip", default=None, help="the recording (default: the shared corpus' first English clip)")
     p.add_argument("--json", type=Path, default=None)
