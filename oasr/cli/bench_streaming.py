@@ -84,7 +84,6 @@ def realtime_run(
 
     pushed = [0] * n_streams
     push_times: list[list[float]] = [[] for _ in range(n_streams)]
-    done_chunks = [0] * n_streams
     final_at: dict[int, float] = {}  # stream -> seconds from its last sample to its last final
     peak_bytes = 0
     latencies: list[float] = []
@@ -119,7 +118,6 @@ def realtime_run(
                             continue
                         j = min(len(push_times[i]) - 1, max(0, math.ceil(need(k) / piece) - 1))
                         latencies.append(end - t0 - push_times[i][j])
-                    done_chunks[i] = after
                     if pushed[i] == n_pushes and i not in final_at and sid not in core.streams:
                         final_at[i] = end - t0 - push_times[i][-1]
                 if n:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections import deque
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import numpy as np
@@ -210,17 +210,6 @@ class AsyncStream:
             self.output = self._loop.core.pop_result(self.id)
         return event
 
-    def pending_events(self) -> list[StreamEvent]:
-        """Events already delivered and not yet taken (never waits)."""
-        out = []
-        while not self._queue.empty():
-            out.append(self._queue.get_nowait())
-        for e in out:
-            if e.type in ("done", "error"):
-                self.done = True
-                self.output = self._loop.core.pop_result(self.id)
-        return out
-
     async def __aiter__(self) -> AsyncIterator[StreamEvent]:
         while True:
             event = await self.next_event()
@@ -283,6 +272,3 @@ class StreamingLoop:
                 stream._put(StreamEvent("error", sid, code="engine_error", message=f"the streaming loop failed: {e}"))
                 self.core.close(sid)
             self._streams.clear()
-
-    def __iter__(self) -> Iterator[AsyncStream]:
-        return iter(list(self._streams.values()))
