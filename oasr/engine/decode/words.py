@@ -15,6 +15,9 @@ import enum
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
+from oasr.engine.outputs import Word
 from oasr.tokenizers import Tokenizer
 
 WORD_MARKERS = ("\u2581", "\u0120")  # SentencePiece "▁", byte-level BPE "Ġ"
@@ -120,6 +123,28 @@ def group_words(tokens: Sequence[int], pieces: TokenPieces) -> list[WordSpan]:
     return words
 
 
+def timed_word(
+    span: WordSpan,
+    tokens: Sequence[int],
+    token_spans: Sequence[tuple[float, float]],
+    probs: Sequence[float],
+    tokenizer: Tokenizer,
+) -> Word | None:
+    """One word of a hypothesis with its time (from its tokens' ``token_times`` spans, rounded to
+    the millisecond) and probability (the mean of its tokens'; 1.0 when the search gives none);
+    None for a word whose tokens decode to no text."""
+    text = tokenizer.decode(list(tokens[span.start : span.end])).strip()
+    if not text:
+        return None
+    p = probs[span.start : span.end]
+    return Word(
+        start=round(token_spans[span.start][0], 3),
+        end=round(token_spans[span.end - 1][1], 3),
+        word=(" " if span.spaced else "") + text,
+        probability=float(np.mean(p)) if len(p) else 1.0,
+    )
+
+
 def token_times(
     frames: Sequence[int],
     frame_s: float,
@@ -159,5 +184,6 @@ __all__ = [
     "WordSpan",
     "group_words",
     "is_no_space_char",
+    "timed_word",
     "token_times",
 ]

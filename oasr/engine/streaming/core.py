@@ -36,7 +36,7 @@ import torch
 
 from oasr.audio.frontends import build_frontend
 from oasr.audio.streaming import FeatureStream
-from oasr.engine.decode.words import TokenPieces, group_words, token_times
+from oasr.engine.decode.words import TokenPieces, group_words, timed_word, token_times
 from oasr.engine.outputs import RequestOutput, Segment, Word
 from oasr.engine.streaming.endpoint import EndpointConfig
 from oasr.engine.streaming.runtime import EncoderRuntime, build_runtime
@@ -230,7 +230,6 @@ class StreamingCore:
                     sid, slot, options, sopts, FeatureStream(self.frontend), self.search.new_state(options)
                 )
                 stream.buffer = self._head(stream.buffer)
-                stream.conditioning = conditioning
                 if sopts.endpoint_vad:
                     from oasr.audio.vad import SpeechProbabilityStream
 
@@ -471,7 +470,7 @@ class StreamingCore:
             s.last_partial = ""
 
     def _final_event(self, s: _Stream, hyp: Hypothesis, frames: int) -> StreamEvent | None:
-        tokens = [t for t in hyp.tokens]
+        tokens = list(hyp.tokens)
         frame_s = self.plan.output_frame_s
         offset = s.segment_frame0 * frame_s
         seg_end = offset + frames * frame_s
@@ -480,20 +479,12 @@ class StreamingCore:
         if not tokens:
             return None
         spans = token_times(hyp.frames, frame_s, offset, end_cap)
-        words: list[Word] = []
-        for w in group_words(tokens, self.pieces):
-            text = self.tokenizer.decode(tokens[w.start : w.end]).strip()
-            if not text:
-                continue
-            probs = hyp.probs[w.start : w.end] if len(hyp.probs) == len(tokens) else []
-            words.append(
-                Word(
-                    start=round(spans[w.start][0], 3),
-                    end=round(spans[w.end - 1][1], 3),
-                    word=(" " if w.spaced else "") + text,
-                    probability=float(np.mean(probs)) if probs else 1.0,
-                )
-            )
+        probs = hyp.probs if len(hyp.probs) == len(tokens) else ()
+        words = [
+            word
+            for span in group_words(tokens, self.pieces)
+            if (word := timed_word(span, tokens, spans, probs, self.tokenizer)) is not None
+        ]
         text = "".join(w.word for w in words)
         if not text.strip():
             return None

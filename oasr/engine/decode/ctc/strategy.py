@@ -50,7 +50,6 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 
 from oasr.audio.frontends import pad_features
@@ -65,8 +64,8 @@ from oasr.engine.decode.ctc.search import (
     ctc_prefix_beam_search,
 )
 from oasr.engine.decode.windowed import WindowedCounters, WindowedRequest, WindowedStrategy, plan_windows
-from oasr.engine.decode.words import TokenPieces, group_words, token_times
-from oasr.engine.outputs import Word, compression_ratio
+from oasr.engine.decode.words import TokenPieces, group_words, timed_word, token_times
+from oasr.engine.outputs import compression_ratio
 from oasr.languages import code_of
 from oasr.models.base import DecodeType
 from oasr.models.loaders import LoadedModel
@@ -313,19 +312,7 @@ class CtcDecodeStrategy(WindowedStrategy):
         segments = []
         for words in groups:
             lo, hi = words[0].start, words[-1].end
-            timed = []
-            for w in words:
-                text = self.tokenizer.decode(tokens[w.start : w.end]).strip()
-                if not text:
-                    continue
-                timed.append(
-                    Word(
-                        start=round(spans[w.start][0], 3),
-                        end=round(spans[w.end - 1][1], 3),
-                        word=(" " if w.spaced else "") + text,
-                        probability=float(np.mean(probs[w.start : w.end])),
-                    )
-                )
+            timed = [t for w in words if (t := timed_word(w, tokens, spans, probs, self.tokenizer)) is not None]
             text = "".join(w.word for w in timed)
             if not text.strip():
                 continue
