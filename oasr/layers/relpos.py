@@ -31,14 +31,23 @@ def wenet_sinusoids(length: int, d_model: int) -> torch.Tensor:
     Shapes:
         -> (length, d_model) float32
     """
+    return wenet_sinusoids_at(torch.arange(length), d_model)
+
+
+def wenet_sinusoids_at(positions: torch.Tensor, d_model: int) -> torch.Tensor:
+    """The rows of WeNet's table at any frame positions, computed for just those (a live
+    stream's absolute positions grow without bound).
+
+    Shapes:
+        positions: (...) int -> (..., d_model) float32
+    """
     if d_model % 2:
         raise ValueError(f"sinusoidal positions need an even width, got {d_model}")
-    position = torch.arange(length, dtype=torch.float32)[:, None]
-    div_term = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float32) * -(math.log(10000.0) / d_model))
-    pe = torch.zeros(length, d_model)
-    pe[:, 0::2] = torch.sin(position * div_term)
-    pe[:, 1::2] = torch.cos(position * div_term)
-    return pe
+    div_term = torch.exp(
+        torch.arange(0, d_model, 2, dtype=torch.float32, device=positions.device) * -(math.log(10000.0) / d_model)
+    )
+    angle = positions.to(torch.float32)[..., None] * div_term  # (..., D / 2)
+    return torch.stack([torch.sin(angle), torch.cos(angle)], dim=-1).flatten(-2)  # sin even, cos odd
 
 
 class SinusoidalTable(nn.Module):

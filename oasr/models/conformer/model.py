@@ -41,7 +41,7 @@ from oasr.layers import (
 from oasr.layers.attention import attention
 from oasr.layers.packing import Packing
 from oasr.layers.paged import paged_rows, read_paged, write_paged
-from oasr.layers.relpos import RelPositionalEncoding, RelPositionMultiHeadedAttention
+from oasr.layers.relpos import RelPositionalEncoding, RelPositionMultiHeadedAttention, wenet_sinusoids_at
 from oasr.models.base import BaseAsrModel, BaseEncoder, DecodeType, PagedCacheView, StreamingKind
 from oasr.models.conformer.config import ConformerEncoderConfig, ConformerModelConfig
 from oasr.models.ctc import CtcMixin
@@ -205,21 +205,6 @@ def _wenet_causal_conv_chunk(
     new_tail = y.gather(2, pick[:, None, :].expand(-1, y.shape[1], -1))  # (B, C, k - 1)
     y = conv.depthwise_conv(F.glu(conv.pointwise_conv1(y), dim=1))  # (B, C, T)
     return _conv_module_out(conv, y).transpose(1, 2), new_tail
-
-
-def _sinusoid_rows(positions: torch.Tensor, d_model: int, dtype: torch.dtype) -> torch.Tensor:
-    """WeNet's sinusoidal position rows (``wenet_sinusoids``) of arbitrary frame positions,
-    computed for just those positions (a stream's absolute positions grow without bound).
-
-    Shapes:
-        positions: (B, W) int -> (B, W, d_model)
-    """
-    div_term = torch.exp(
-        torch.arange(0, d_model, 2, dtype=torch.float32, device=positions.device) * -(math.log(10000.0) / d_model)
-    )
-    angle = positions.to(torch.float32)[..., None] * div_term  # (B, W, D / 2)
-    pe = torch.stack([torch.sin(angle), torch.cos(angle)], dim=-1)  # (B, W, D / 2, 2)
-    return pe.flatten(-2).to(dtype)  # sin on even channels, cos on odd ones
 
 
 def _paged_rel_attention(
@@ -486,7 +471,7 @@ class ConformerEncoder(BaseEncoder):
         new_rows = paged_rows(tables, cached, lens, t, cache.block_size)
         window_rows = paged_rows(tables, start, history + lens, width, cache.block_size)
         positions = start[:, None] + torch.arange(width, device=dev)[None, :]  # (B, W) absolute frames
-        pos_emb = _sinusoid_rows(positions, self.cfg.output_size, x.dtype)
+        pos_emb = wenet_sinusoids_at(positions, self.cfg.output_size).to(x.dtype)
         valid = torch.arange(t, device=dev)[None, :] < lens[:, None]  # (B, T')
         slots = cache.slots.to(dev, torch.long)
         for i, layer in enumerate(self.encoders):
