@@ -55,6 +55,7 @@ __all__ = [
     "AudioSource",
     "iter_audio",
     "load_audio",
+    "probe_duration",
 ]
 
 logger = logging.getLogger(__name__)
@@ -245,6 +246,57 @@ def iter_audio(
         pieces = _container_pieces(source, name, max_duration_s)
 
     return _resample_and_chunk(pieces, sampling_rate, chunk_samples, name, max_duration_s)
+
+
+def probe_duration(source: AudioSource, sampling_rate: int = SAMPLE_RATE) -> float | None:
+    """Seconds of audio in ``source``, read from its shape or its container's header
+    without decoding a sample (what a server can know of a request before spending work
+    on it).
+
+    Exact where the container declares its length (WAV, FLAC, MP4, ...); FFmpeg's
+    bitrate estimate for the others (MP3 without a Xing / Info frame, ADTS AAC).
+
+    Args:
+        source: As for :func:`load_audio`; an array is taken to be at ``sampling_rate``.
+        sampling_rate: The rate of an array source.
+
+    Returns:
+        The duration, or None when the header declares none, or cannot be read (decoding
+        the source then says what is wrong with it). A file object is left at the
+        position it had.
+    """
+    if isinstance(source, (np.ndarray, torch.Tensor)):
+        shape = tuple(source.shape)
+        if len(shape) not in (1, 2) or not shape[-1]:
+            return None
+        return max(shape) / sampling_rate  # (samples,), (channels, samples) or (samples, channels)
+    tell = getattr(source, "tell", None)
+    start = tell() if callable(tell) and _seekable(source) else None
+    try:
+        target, head = _open_source(source, _describe(source))
+        if head is None:  # a pipe: its bytes are for the decoder
+            return None
+        av = _av()
+        with av.open(target, mode="r", metadata_errors="ignore") as container:
+            if not container.streams.audio:
+                return None
+            stream = container.streams.audio[0]
+            declared = _declared_seconds(container, stream, head)
+            if declared is None and stream.duration is not None and stream.time_base is not None:
+                declared = float(stream.duration * stream.time_base)
+            if declared is None and container.duration is not None:
+                declared = container.duration / av.time_base
+            return declared if declared is not None and declared > 0 else None
+    except (OSError, ValueError, TypeError, _av().error.FFmpegError):
+        return None
+    finally:
+        if start is not None:
+            source.seek(start)  # type: ignore[union-attr]
+
+
+def _seekable(source: object) -> bool:
+    seekable = getattr(source, "seekable", None)
+    return callable(seekable) and bool(seekable())
 
 
 # ---------------------------------------------------------------------------
