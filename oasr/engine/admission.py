@@ -1,0 +1,260 @@
+"""Honest admission: a request the engine cannot finish within its budget is refused
+before any work is spent on it.
+
+A request's budget (``AsyncEngine.transcribe(timeout=...)``; ``oasr serve``'s
+``--request-timeout``, by default 60 s plus 4 s per second of audio) is its caller's
+deadline, counted from submission. When the request arrives, its duration is read from
+its container's header (``oasr.audio.io.probe_duration``; no sample decoded) and the
+engine predicts when it would finish. It is refused (``AdmissionRefused``: HTTP 429 with
+``Retry-After``) when that prediction is past ``HEADROOM`` of its budget, or when taking
+it would push a request already admitted past ``HEADROOM`` of that one's budget. A
+request that is admitted is expected to finish: it is still cut at its deadline (the
+caller's answer is worthless later), but that only happens when the prediction was badly
+wrong, and each such cut is counted (``deadline_misses``).
+
+The model. Continuous batching shares the engine among the requests it holds, so the
+engine is taken to be processor sharing at a decode rate ``R`` (audio seconds per wall
+second, measured below): each of ``n`` admitted requests is served ``R / n`` seconds of
+its audio per second. A request of ``d`` seconds taken beside requests with ``r_i``
+seconds left finishes after ``(sum_i min(r_i, d) + d) / R`` seconds, and delays each of
+them by ``min(d, r_i) / R``. A short request beside a long recording is thus not held
+behind all of it, as continuous batching would not hold it. But batching makes ``R``
+depend on how many requests share a step: measured while many did, it is too high for a
+request decoded nearly alone, which goes no faster than one request goes. So a second
+limit holds: no request is predicted faster than ``d / S``, ``S`` the speed of one
+request (its audio over its time in the engine, measured at whatever depth it ran, so
+never above its speed alone). A prediction is the later of the two. What is left of each
+admitted request (``r_i``) follows from its admission at the lower of ``R / n`` and
+``S`` (the model's virtual time), never below zero.
+
+The rates, measured from finished work on the engine thread (``DecodeRate``): the wall
+time the decode loop spends in steps, and the audio seconds of the requests that finish,
+summed with exponential forgetting over ``RATE_MEMORY_S`` seconds of busy time. Three
+attributions of the busy time are kept:
+
+* to admit, ``R`` (``DecodeRate.admit``): the time since the previous request finished
+  goes to the next one that does. Under sharing, most requests finish together at the end
+  of their turn, so this reads low at the first of them: it errs on the side of refusing;
+* to admit, ``S`` (``DecodeRate.speed``): each request's own time in the engine;
+* to say when to come back (``DecodeRate.retry``): each step's time is split evenly
+  over the requests in the engine, each request's share going with it when it finishes;
+  this reads high where the engine serves in arrival order. A ``Retry-After`` that is
+  too short costs the client one more early 429; one that is too long leaves the engine
+  idle, so ``Retry-After`` is computed with the higher of the two.
+
+Before any request has finished the rate is unknown and requests are admitted on the
+queue bound alone; ``oasr serve`` (and every Ray replica) decodes one second of silence
+before it serves, which is that first measurement. One second of silence costs a Whisper
+model nearly what a 30-s window of speech does, so this first rate is low (admission
+starts cautious); while it is the only measurement, ``Retry-After`` assumes a full batch
+decodes at that rate per request.
+
+``Retry-After`` is the model's time until the request would be admitted: the first time
+at which, the requests ahead having been served (those admitted, and those refused
+earlier and told to come back sooner: counted until they are due, so that a burst of
+refused clients is spread out rather than sent back together), it would finish within
+its budget; at most the request's budget (a later prediction is too uncertain to make a
+client wait on: it comes back and is told again). A request that cannot finish within its
+budget even alone is admitted when the engine holds nothing else (it is refused until then).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+HEADROOM = 0.8  # a request is admitted only if predicted to finish within this share of its budget
+RATE_MEMORY_S = 60.0  # busy seconds over which the decode rate forgets (e-folding)
+MIN_RETRY_AFTER_S = 1.0
+
+
+class _Ratio:
+    """``audio / busy`` over decayed sums (forgetting by the engine's busy time)."""
+
+    def __init__(self) -> None:
+        self.audio = 0.0
+        self.busy = 0.0
+        self.clock = 0.0
+        self.value: float | None = None
+
+    def add(self, audio_s: float, busy_s: float, clock: float) -> None:
+        keep = math.exp(-max(0.0, clock - self.clock) / RATE_MEMORY_S)
+        self.clock = clock
+        self.audio = self.audio * keep + audio_s
+        self.busy = self.busy * keep + busy_s
+        if self.audio > 0 and self.busy > 0:
+            self.value = self.audio / self.busy
+
+
+class DecodeRate:
+    """The engine's decode rate in audio seconds per wall second, measured from finished
+    requests (see the module notes). Written by the engine thread, read from any thread.
+
+    Args:
+        batch: requests decoded at once at most (``EngineConfig.max_batch_size``).
+    """
+
+    def __init__(self, batch: int) -> None:
+        self.batch = max(1, batch)
+        self._lo = _Ratio()
+        self._hi = _Ratio()
+        self._speed = _Ratio()
+        self.measured = 0  # requests measured
+
+    def finished(self, audio_s: float, busy_s: float, share_s: float, life_s: float, clock: float) -> None:
+        """A request of ``audio_s`` finished; ``busy_s``: the engine's busy time since the
+        previous one did; ``share_s``: its even share of the busy time it was in the engine;
+        ``life_s``: the busy time it was in the engine; ``clock``: the engine's total busy time."""
+        if audio_s <= 0:
+            return
+        self._lo.add(audio_s, busy_s, clock)
+        self._hi.add(audio_s, share_s, clock)
+        self._speed.add(audio_s, life_s, clock)
+        self.measured += 1
+
+    @property
+    def admit(self) -> float | None:
+        """The engine's rate ``R`` admission is decided with (None: nothing measured yet)."""
+        return self._lo.value
+
+    @property
+    def speed(self) -> float | None:
+        """One request's speed ``S`` (audio seconds per second in the engine; None: unmeasured)."""
+        return self._speed.value
+
+    @property
+    def retry(self) -> float | None:
+        """The rate ``Retry-After`` is computed with (never below ``admit``)."""
+        lo, hi = self._lo.value, self._hi.value
+        if lo is None:
+            return None
+        rate = max(lo, hi or lo)
+        return rate * self.batch if self.measured < 2 else rate
+
+
+@dataclass
+class _Admitted:
+    duration: float
+    target: float  # when (time.monotonic) it must be predicted to finish by: HEADROOM of its budget
+    served: float  # the model's virtual service when it was admitted
+
+
+class Admission:
+    """The admitted requests as the model sees them, and the decisions (event-loop thread).
+
+    Args:
+        rate: the engine's ``DecodeRate``.
+    """
+
+    def __init__(self, rate: DecodeRate) -> None:
+        self.rate = rate
+        self.admitted: dict[str, _Admitted] = {}
+        self.promised: list[tuple[float, float]] = []  # (due, seconds of audio) of refused requests
+        self._virtual = 0.0  # audio seconds each admitted request has been served since time zero
+        self._clock: float | None = None
+
+    @property
+    def backlog_s(self) -> float:
+        """Audio seconds admitted and not finished."""
+        return sum(a.duration for a in self.admitted.values())
+
+    def _advance(self, now: float) -> None:
+        rate, speed = self.rate.admit, self.rate.speed
+        if self._clock is not None and self.admitted and rate and speed:
+            self._virtual += max(0.0, now - self._clock) * min(rate / len(self.admitted), speed)
+        self._clock = now
+
+    def _left(self, entry: _Admitted) -> float:
+        return max(0.0, entry.duration - (self._virtual - entry.served))
+
+    def refusal(self, duration_s: float, budget_s: float | None, now: float | None = None) -> float | None:
+        """None if a request of ``duration_s`` with ``budget_s`` may be admitted now, else
+        the seconds until it may (its ``Retry-After``). Nothing is recorded."""
+        now = time.monotonic() if now is None else now
+        self._advance(now)
+        rate, speed = self.rate.admit, self.rate.speed
+        if budget_s is None or rate is None or speed is None or not self.admitted:
+            return None
+        entries = sorted(self.admitted.values(), key=self._left)
+        left = [self._left(a) for a in entries]
+        d = duration_s
+        own = max((sum(min(r, d) for r in left) + d) / rate, d / speed)
+        if own <= HEADROOM * budget_s and self._others_keep(entries, left, d, rate, speed, now):
+            return None
+        return self.retry_after(duration_s, budget_s, now)
+
+    @staticmethod
+    def _others_keep(
+        entries: list[_Admitted], left: list[float], d: float, rate: float, speed: float, now: float
+    ) -> bool:
+        """Whether every admitted request predicted within its target is still so with ``d``
+        more seconds shared beside it (``left`` ascending). One already predicted late (a
+        request admitted alone that cannot make it, or a prediction gone wrong) is not
+        protected: refusing others would not save it."""
+        n = len(left)
+        before = 0.0  # sum of the shorter ones' seconds left
+        for i, (entry, r) in enumerate(zip(entries, left)):
+            shared = (before + r * (n - i)) / rate
+            finish = now + max(shared, r / speed)
+            if finish <= entry.target < now + max(shared + min(d, r) / rate, r / speed):
+                return False
+            before += r
+        return True
+
+    def retry_after(self, duration_s: float, budget_s: float, now: float | None = None) -> float:
+        """The model's seconds until a request of ``duration_s`` would fit its budget: the
+        first time, as the requests ahead (admitted, and refused ones due back sooner) are
+        served, at which it would finish within ``HEADROOM`` of ``budget_s``."""
+        now = time.monotonic() if now is None else now
+        self._advance(now)
+        rate = self.rate.retry
+        if rate is None:
+            return MIN_RETRY_AFTER_S
+        self.promised = [(due, s) for due, s in self.promised if due > now]
+        ahead = sorted([self._left(a) for a in self.admitted.values()] + [s for _, s in self.promised])
+        d, limit = duration_s, HEADROOM * budget_s
+
+        def fits(k: int) -> bool:  # after the k shortest are done (each of the rest served ahead[k-1])
+            base = ahead[k - 1] if k else 0.0
+            return (sum(min(r - base, d) for r in ahead[k:]) + d) / rate <= limit
+
+        lo, hi = 1, len(ahead)  # the first k >= 1 that fits (fits is monotone in k); none: all done
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if fits(mid):
+                hi = mid
+            else:
+                lo = mid + 1
+        k = lo if ahead else 0
+        # Under sharing, the k-th shortest is done after each of the n has been served its seconds.
+        wait, prev = 0.0, 0.0
+        for i, r in enumerate(ahead[:k]):
+            wait += (r - prev) * (len(ahead) - i) / rate
+            prev = r
+        # Past one budget the prediction is too uncertain to make a client wait on it: it
+        # comes back by then and is told again (an early 429 costs next to nothing).
+        return max(MIN_RETRY_AFTER_S, min(wait, budget_s))
+
+    def promise(self, duration_s: float, retry_after_s: float, now: float | None = None) -> None:
+        """Record a refused request told to come back in ``retry_after_s``."""
+        now = time.monotonic() if now is None else now
+        self.promised.append((now + retry_after_s, duration_s))
+
+    def admit(self, rid: str, duration_s: float, budget_s: float | None, now: float | None = None) -> None:
+        """Count ``rid`` as admitted (its budget from ``now``; None: no deadline)."""
+        now = time.monotonic() if now is None else now
+        self._advance(now)
+        target = math.inf if budget_s is None else now + HEADROOM * budget_s
+        self.admitted[rid] = _Admitted(duration_s, target, self._virtual)
+
+    def resize(self, rid: str, duration_s: float) -> None:
+        """The exact duration of an admitted request, known once its audio is decoded."""
+        entry = self.admitted.get(rid)
+        if entry is not None:
+            entry.duration = duration_s
+
+    def release(self, rid: str, now: float | None = None) -> None:
+        """``rid`` finished, failed or went away."""
+        self._advance(time.monotonic() if now is None else now)
+        self.admitted.pop(rid, None)
