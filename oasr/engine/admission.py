@@ -54,8 +54,10 @@ at which, the requests ahead having been served (those admitted, and those refus
 earlier and told to come back sooner: counted until they are due, so that a burst of
 refused clients is spread out rather than sent back together), it would finish within
 its budget; at most the request's budget (a later prediction is too uncertain to make a
-client wait on: it comes back and is told again). A request that cannot finish within its
-budget even alone is admitted when the engine holds nothing else (it is refused until then).
+client wait on: it comes back and is told again), and while only one request has been
+measured, at most the time that one took (the first real request soon tells more). A request
+that cannot finish within its budget even alone is admitted when the engine holds nothing
+else (it is refused until then).
 """
 
 from __future__ import annotations
@@ -101,6 +103,7 @@ class DecodeRate:
         self._hi = _Ratio()
         self._speed = _Ratio()
         self.measured = 0  # requests measured
+        self.first_request_s = 0.0  # the first measured request's time in the engine
 
     def finished(self, audio_s: float, busy_s: float, share_s: float, life_s: float, clock: float) -> None:
         """A request of ``audio_s`` finished; ``busy_s``: the engine's busy time since the
@@ -111,6 +114,8 @@ class DecodeRate:
         self._lo.add(audio_s, busy_s, clock)
         self._hi.add(audio_s, share_s, clock)
         self._speed.add(audio_s, life_s, clock)
+        if not self.measured:
+            self.first_request_s = life_s
         self.measured += 1
 
     @property
@@ -157,7 +162,7 @@ class Admission:
     @property
     def backlog_s(self) -> float:
         """Audio seconds admitted and not finished."""
-        return sum(a.duration for a in self.admitted.values())
+        return sum(a.duration for a in list(self.admitted.values()))  # list(): read from other threads too
 
     def _advance(self, now: float) -> None:
         rate, speed = self.rate.admit, self.rate.speed
@@ -233,8 +238,11 @@ class Admission:
             wait += (r - prev) * (len(ahead) - i) / rate
             prev = r
         # Past one budget the prediction is too uncertain to make a client wait on it: it
-        # comes back by then and is told again (an early 429 costs next to nothing).
-        return max(MIN_RETRY_AFTER_S, min(wait, budget_s))
+        # comes back by then and is told again (an early 429 costs next to nothing). While one
+        # request only has been measured (start-up's silence), not past that request's time:
+        # the first real one soon tells more.
+        limit = budget_s if self.rate.measured >= 2 else self.rate.first_request_s
+        return max(MIN_RETRY_AFTER_S, min(wait, limit))
 
     def promise(self, duration_s: float, retry_after_s: float, now: float | None = None) -> None:
         """Record a refused request told to come back in ``retry_after_s``."""

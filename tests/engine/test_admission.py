@@ -103,6 +103,24 @@ def test_no_request_is_predicted_faster_than_one_request_goes():
     assert adm.refusal(16.5, 20.0, now=0.5) is not None  # 16.5 / 1 > 16
 
 
+def test_while_one_request_is_measured_retry_after_is_at_most_its_time():
+    # Start-up decoded 1 s of silence in 4 s: the only measurement (0.25 s of audio per s; for
+    # Retry-After, 8 x 0.25 = 2 s/s in a full batch). With three 10-s requests in the engine, a
+    # fourth (budget 90 s: predicted (3 x 10 + 10) / 0.25 = 160 s > 72 s) would fit once they
+    # are done, 3 x 10 / 2 = 15 s from now on that rate; it is told 4 s (come back when a real
+    # request has been measured).
+    rate = DecodeRate(batch=8)
+    rate.finished(1.0, busy_s=4.0, share_s=4.0, life_s=4.0, clock=4.0)
+    adm = Admission(rate)
+    for i in range(3):
+        adm.admit(f"r{i}", 10.0, 1000.0, now=0.0)
+    assert adm.refusal(10.0, 90.0, now=0.0) == pytest.approx(4.0)
+    # A second measurement at the same rate: the three are done 3 x 10 / 0.25 = 120 s from now;
+    # no cap but the budget's (90 s).
+    rate.finished(2.0, busy_s=8.0, share_s=8.0, life_s=8.0, clock=12.0)
+    assert adm.refusal(10.0, 90.0, now=0.0) == pytest.approx(90.0)
+
+
 def test_released_requests_leave_the_model():
     adm = Admission(_rate(1.0))
     for i in range(8):
