@@ -21,7 +21,7 @@ import pytest
 
 from tests.conftest import AUDIO_DIR
 
-from ._fault_helpers import build_fault_model, start_server
+from ._fault_helpers import ONE_PASS_CLIPS, build_fault_model, start_server
 from .conftest import metric
 
 pytest.importorskip("transformers")
@@ -41,26 +41,12 @@ def model_dir(tmp_path_factory) -> Path:
     return build_fault_model(tmp_path_factory.mktemp("admission_model"))
 
 
-# English clips of 5-15 s of the shared audio that the tiny model decodes in one pass (it
-# falls back through the temperatures on the sense_and_sensibility ones: five times the
-# decoding, more than the budget even alone).
-CLIPS = (
-    "1272-141231-0002.flac",
-    "glitteringplain_11_morris_0037.wav",
-    "jfk.wav",
-    "moonshine_beckett.wav",
-    "nada_lily_12_haggard_0523.wav",
-    "picovoice_test.wav",
-    "roots_04_morris_0057.wav",
-)
-
-
 @pytest.fixture(scope="module")
 def clips() -> dict[str, bytes]:
-    missing = [name for name in CLIPS if not (AUDIO_DIR / name).exists()]
+    missing = [name for name in ONE_PASS_CLIPS if not (AUDIO_DIR / name).exists()]
     if missing:
         pytest.skip(f"shared audio missing: {missing}")
-    return {name: (AUDIO_DIR / name).read_bytes() for name in CLIPS}
+    return {name: (AUDIO_DIR / name).read_bytes() for name in ONE_PASS_CLIPS}
 
 
 @pytest.fixture(scope="module")
