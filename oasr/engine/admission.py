@@ -42,6 +42,15 @@ attributions of the busy time are kept:
   too short costs the client one more early 429; one that is too long leaves the engine
   idle, so ``Retry-After`` is computed with the higher of the two.
 
+The model's own errors. Requests do not all cost the same per second of audio: Whisper's
+temperature fallback decodes a hard window up to five times more, and under sharing such a
+request also slows every request beside it, so a group admitted together to the edge of its
+budgets would miss together. Each finished request's time is compared with the model's
+prediction for it (as of the last admission beside it), and every prediction is multiplied
+by ``correction``: the ``ERROR_QUANTILE`` of the last ``ERROR_MEMORY`` such ratios, never below
+1. A workload whose requests keep to the model is admitted up to ``HEADROOM``; one with heavy
+requests among them is given the room they took.
+
 Before any request has finished the rate is unknown and requests are admitted on the
 queue bound alone; ``oasr serve`` (and every Ray replica) decodes one second of silence
 before it serves, which is that first measurement. One second of silence costs a Whisper
@@ -64,11 +73,14 @@ from __future__ import annotations
 
 import math
 import time
+from collections import deque
 from dataclasses import dataclass
 
 HEADROOM = 0.8  # a request is admitted only if predicted to finish within this share of its budget
 RATE_MEMORY_S = 60.0  # busy seconds over which the decode rate forgets (e-folding)
 MIN_RETRY_AFTER_S = 1.0
+ERROR_MEMORY = 32  # finished requests whose prediction errors set the correction
+ERROR_QUANTILE = 0.9  # the correction covers this share of them
 
 
 class _Ratio:
@@ -143,6 +155,8 @@ class _Admitted:
     duration: float
     target: float  # when (time.monotonic) it must be predicted to finish by: HEADROOM of its budget
     served: float  # the model's virtual service when it was admitted
+    since: float  # when it was admitted
+    predicted: float | None = None  # the model's (uncorrected) finish, as of the latest admission
 
 
 class Admission:
@@ -156,6 +170,7 @@ class Admission:
         self.rate = rate
         self.admitted: dict[str, _Admitted] = {}
         self.promised: list[tuple[float, float]] = []  # (due, seconds of audio) of refused requests
+        self.errors: deque[float] = deque(maxlen=ERROR_MEMORY)  # finished requests' time / predicted time
         self._virtual = 0.0  # audio seconds each admitted request has been served since time zero
         self._clock: float | None = None
 
@@ -163,6 +178,15 @@ class Admission:
     def backlog_s(self) -> float:
         """Audio seconds admitted and not finished."""
         return sum(a.duration for a in list(self.admitted.values()))  # list(): read from other threads too
+
+    @property
+    def correction(self) -> float:
+        """What predictions are multiplied by: how much longer than the model predicted the
+        recent requests took (``ERROR_QUANTILE`` of them; never below 1)."""
+        if not self.errors:
+            return 1.0
+        ranked = sorted(self.errors)
+        return max(1.0, ranked[min(len(ranked) - 1, int(ERROR_QUANTILE * len(ranked)))])
 
     def _advance(self, now: float) -> None:
         rate, speed = self.rate.admit, self.rate.speed
@@ -173,6 +197,19 @@ class Admission:
     def _left(self, entry: _Admitted) -> float:
         return max(0.0, entry.duration - (self._virtual - entry.served))
 
+    def _finishes(self, rate: float, speed: float, extra: float = 0.0) -> list[tuple[_Admitted, float, float]]:
+        """``(entry, seconds to its predicted finish, the same with a request of ``extra``
+        seconds shared beside it)`` for every admitted request (uncorrected model)."""
+        entries = sorted(self.admitted.values(), key=self._left)
+        left = [self._left(a) for a in entries]
+        n, before, out = len(left), 0.0, []
+        for i, (entry, r) in enumerate(zip(entries, left)):
+            shared = (before + r * (n - i)) / rate  # the shorter ones, then r for itself and each longer one
+            alone = r / speed
+            out.append((entry, max(shared, alone), max(shared + min(extra, r) / rate, alone)))
+            before += r
+        return out
+
     def refusal(self, duration_s: float, budget_s: float | None, now: float | None = None) -> float | None:
         """None if a request of ``duration_s`` with ``budget_s`` may be admitted now, else
         the seconds until it may (its ``Retry-After``). Nothing is recorded."""
@@ -181,31 +218,16 @@ class Admission:
         rate, speed = self.rate.admit, self.rate.speed
         if budget_s is None or rate is None or speed is None or not self.admitted:
             return None
-        entries = sorted(self.admitted.values(), key=self._left)
-        left = [self._left(a) for a in entries]
-        d = duration_s
-        own = max((sum(min(r, d) for r in left) + d) / rate, d / speed)
-        if own <= HEADROOM * budget_s and self._others_keep(entries, left, d, rate, speed, now):
+        c, d = self.correction, duration_s
+        left = [self._left(a) for a in self.admitted.values()]
+        own = c * max((sum(min(r, d) for r in left) + d) / rate, d / speed)
+        # An admitted request already predicted late (taken alone though it cannot make it, or a
+        # prediction gone wrong) is not protected: refusing others would not save it.
+        finishes = self._finishes(rate, speed, d)
+        pushed = any(now + c * before <= entry.target < now + c * after for entry, before, after in finishes)
+        if own <= HEADROOM * budget_s and not pushed:
             return None
         return self.retry_after(duration_s, budget_s, now)
-
-    @staticmethod
-    def _others_keep(
-        entries: list[_Admitted], left: list[float], d: float, rate: float, speed: float, now: float
-    ) -> bool:
-        """Whether every admitted request predicted within its target is still so with ``d``
-        more seconds shared beside it (``left`` ascending). One already predicted late (a
-        request admitted alone that cannot make it, or a prediction gone wrong) is not
-        protected: refusing others would not save it."""
-        n = len(left)
-        before = 0.0  # sum of the shorter ones' seconds left
-        for i, (entry, r) in enumerate(zip(entries, left)):
-            shared = (before + r * (n - i)) / rate
-            finish = now + max(shared, r / speed)
-            if finish <= entry.target < now + max(shared + min(d, r) / rate, r / speed):
-                return False
-            before += r
-        return True
 
     def retry_after(self, duration_s: float, budget_s: float, now: float | None = None) -> float:
         """The model's seconds until a request of ``duration_s`` would fit its budget: the
@@ -216,6 +238,7 @@ class Admission:
         rate = self.rate.retry
         if rate is None:
             return MIN_RETRY_AFTER_S
+        rate /= self.correction
         self.promised = [(due, s) for due, s in self.promised if due > now]
         ahead = sorted([self._left(a) for a in self.admitted.values()] + [s for _, s in self.promised])
         d, limit = duration_s, HEADROOM * budget_s
@@ -241,8 +264,8 @@ class Admission:
         # comes back by then and is told again (an early 429 costs next to nothing). While one
         # request only has been measured (start-up's silence), not past that request's time:
         # the first real one soon tells more.
-        limit = budget_s if self.rate.measured >= 2 else self.rate.first_request_s
-        return max(MIN_RETRY_AFTER_S, min(wait, limit))
+        cap = budget_s if self.rate.measured >= 2 else self.rate.first_request_s
+        return max(MIN_RETRY_AFTER_S, min(wait, cap))
 
     def promise(self, duration_s: float, retry_after_s: float, now: float | None = None) -> None:
         """Record a refused request told to come back in ``retry_after_s``."""
@@ -254,7 +277,11 @@ class Admission:
         now = time.monotonic() if now is None else now
         self._advance(now)
         target = math.inf if budget_s is None else now + HEADROOM * budget_s
-        self.admitted[rid] = _Admitted(duration_s, target, self._virtual)
+        self.admitted[rid] = _Admitted(duration_s, target, self._virtual, now)
+        rate, speed = self.rate.admit, self.rate.speed
+        if rate and speed:  # every prediction as of now, the newcomer's included
+            for entry, seconds, _ in self._finishes(rate, speed):
+                entry.predicted = now + seconds
 
     def resize(self, rid: str, duration_s: float) -> None:
         """The exact duration of an admitted request, known once its audio is decoded."""
@@ -262,7 +289,12 @@ class Admission:
         if entry is not None:
             entry.duration = duration_s
 
-    def release(self, rid: str, now: float | None = None) -> None:
-        """``rid`` finished, failed or went away."""
-        self._advance(time.monotonic() if now is None else now)
-        self.admitted.pop(rid, None)
+    def release(self, rid: str, now: float | None = None, *, finished: bool = False) -> None:
+        """``rid`` left: ``finished`` (its result, or its deadline, came) or not (it failed, or
+        its client went away). A finished one's time against the model's prediction for it
+        goes into ``correction``."""
+        now = time.monotonic() if now is None else now
+        self._advance(now)
+        entry = self.admitted.pop(rid, None)
+        if finished and entry is not None and entry.predicted is not None and entry.predicted > entry.since:
+            self.errors.append((now - entry.since) / (entry.predicted - entry.since))

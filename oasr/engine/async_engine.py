@@ -96,6 +96,7 @@ class _Handle:
     budget: float = 0.0  # seconds from admission it may take (for the timeout message)
     request: Request | None = None  # as submitted (source + options), to decode it again in quarantine
     delivered: int = 0  # segment / delta events delivered (a quarantined rerun skips as many)
+    missed: bool = False  # cut at its deadline
 
     def deliver(self, event: StepEvent) -> None:
         if self.events is not None:
@@ -130,6 +131,7 @@ class EngineStats:
     deadline_misses: int = 0  # admitted requests cut at their deadline all the same
     decode_rate: float = 0.0  # audio seconds decoded per wall second, as admission measures it (0: unknown)
     backlog_seconds: float = 0.0  # audio seconds admitted and not finished
+    prediction_correction: float = 1.0  # what admission multiplies its predictions by (recent errors)
 
 
 class AsyncEngine(EngineCore):
@@ -201,6 +203,7 @@ class AsyncEngine(EngineCore):
         s.deadline_misses = self._misses
         s.decode_rate = self.rate.admit or 0.0
         s.backlog_seconds = self.admission.backlog_s
+        s.prediction_correction = self.admission.correction
         return s
 
     async def transcribe(
@@ -323,7 +326,7 @@ class AsyncEngine(EngineCore):
                 self.admission.resize(rid, request.duration)
         except BaseException as e:
             self._admitted -= 1
-            self.admission.release(rid)
+            self.admission.release(rid, finished=isinstance(e, asyncio.TimeoutError))
             if isinstance(e, asyncio.TimeoutError):
                 self._misses += 1
                 budget = (deadline or submitted) - submitted
@@ -370,7 +373,9 @@ class AsyncEngine(EngineCore):
 
     def _release(self, rid: str, handle: _Handle) -> None:
         self._admitted -= 1
-        self.admission.release(rid)
+        future = handle.future
+        answered = future.done() and not future.cancelled() and future.exception() is None
+        self.admission.release(rid, finished=answered or handle.missed)  # its time vs. the prediction
         if not handle.future.done():
             # The caller went away (cancelled, timed out, stopped iterating): abort.
             handle.future.cancel()
@@ -381,6 +386,7 @@ class AsyncEngine(EngineCore):
     def _timed_out(self, rid: str, handle: _Handle) -> RequestTimeout:
         """An admitted request reached its deadline: counted as a miss of the admission's prediction."""
         self._misses += 1
+        handle.missed = True
         return RequestTimeout(f"request {rid} did not finish within its {handle.budget:.0f}-s budget and was aborted")
 
     async def open_stream(self, **options: Any):

@@ -29,7 +29,8 @@ Engine-side metrics, read from ``AsyncEngine.stats()`` at scrape time:
   the prediction was badly wrong); ``oasr_engine_prepared_total``: requests whose audio
   was decoded; ``oasr_decode_rate``: audio seconds decoded per wall second, as admission
   measures it (0 before the first measurement); ``oasr_admitted_audio_seconds``: audio
-  admitted and not finished.
+  admitted and not finished; ``oasr_admission_correction``: the factor admission multiplies
+  its predictions by, from how late recent requests finished against them (1: on time).
 
 Live streams (``/v1/audio/stream``):
 
@@ -87,6 +88,9 @@ class _EngineCollector:
         yield GaugeMetricFamily("oasr_decode_rate", "Audio seconds decoded per wall second (admission)", s.decode_rate)
         yield GaugeMetricFamily(
             "oasr_admitted_audio_seconds", "Audio seconds admitted and not finished", s.backlog_seconds
+        )
+        yield GaugeMetricFamily(
+            "oasr_admission_correction", "Factor on admission's predictions (recent errors)", s.prediction_correction
         )
         yield from _streaming_metrics(engine)
 

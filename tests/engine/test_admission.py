@@ -121,6 +121,24 @@ def test_while_one_request_is_measured_retry_after_is_at_most_its_time():
     assert adm.refusal(10.0, 90.0, now=0.0) == pytest.approx(90.0)
 
 
+def test_predictions_are_corrected_by_how_late_requests_finished():
+    # A 10-s request alone at 1 s/s is predicted at 10 s; it finishes at 20 s: the model was
+    # 2x optimistic, so every prediction is doubled from then on. A burst of 10-s requests with
+    # a 100-s budget (80 s target) then fits 4 (2 x 10 k <= 80), not 8.
+    adm = Admission(_rate(1.0))
+    adm.admit("slow", 10.0, 100.0, now=0.0)
+    adm.release("slow", now=20.0, finished=True)
+    assert adm.correction == pytest.approx(2.0)
+    admitted = 0
+    while adm.refusal(10.0, 100.0, now=20.0) is None:
+        adm.admit(f"r{admitted}", 10.0, 100.0, now=20.0)
+        admitted += 1
+    assert admitted == 4
+    # A request whose client went away says nothing about the model.
+    adm.release("r0", now=21.0)
+    assert adm.correction == pytest.approx(2.0)
+
+
 def test_released_requests_leave_the_model():
     adm = Admission(_rate(1.0))
     for i in range(8):
