@@ -73,6 +73,7 @@ def base(ray_cluster, model_dir):
         yield f"http://127.0.0.1:{port}"
     finally:
         serve.delete(APP)
+        serve.shutdown()  # the next module starts Serve again, on a port of its own
 
 
 def _post(base: str, name: str, data: bytes, model: str) -> httpx.Response:
