@@ -461,8 +461,12 @@ class WhisperModel:
         threshold: float | None,
     ) -> TranscriptionInfo:
         """The ``TranscriptionInfo`` of a call, detecting the language of ``speech`` (the audio
-        left after VAD) when none is given, as faster-whisper does before decoding."""
+        left after VAD) when none is given, as faster-whisper does before decoding. A given
+        language is reported as the code it resolves to (``"German"`` -> ``"de"``; faster-whisper
+        takes codes only), and one the model lacks is a ``ValueError`` before any decoding."""
         probability, all_probs = 1.0, None
+        if language is not None:
+            language = self.engine.make_options(language=language).language
         if language is None:
             if not self._tok.special.is_multilingual:
                 language = "en"

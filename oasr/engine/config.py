@@ -10,6 +10,7 @@ from typing import Any, ClassVar
 import torch
 
 from oasr.audio.vad import VadOptions
+from oasr.languages import DETECT
 
 
 @dataclass(frozen=True)
@@ -151,8 +152,11 @@ class CommonOptions:
     """The options every decode strategy reads (their defaults are the same for all).
 
     Attributes:
-        language: ISO code or English name; None (or "auto" / "") detects it where the model
-            can (a family without language identification then forces none).
+        language: an ISO 639-1 / 639-3 code, an English name (any case) or a locale
+            (``pt-BR``, ``de_DE``), resolved against the model's languages
+            (``oasr.languages.resolve_language``: ``LanguageError``, a ValueError, for one it
+            lacks); None (or "auto" / "none" / "") detects it where the model can (a family
+            without language identification then uses its default prompt, or none).
         task: "transcribe" or "translate" (where the model can translate).
         word_timestamps: time every word (how depends on the strategy: cross-attention
             alignment, CTC / transducer frames, CIF peaks).
@@ -364,7 +368,7 @@ class TranscribeOptions(CommonOptions):
             if isinstance(kwargs.get(key), list):
                 kwargs[key] = tuple(kwargs[key])
         language = kwargs.get("language")
-        if isinstance(language, str) and language.strip().lower() in ("", "auto"):
+        if isinstance(language, str) and language.strip().lower() in DETECT:
             kwargs["language"] = None  # detect it (a family without language identification: none forced)
         return cls(**kwargs)
 

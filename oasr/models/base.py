@@ -441,6 +441,14 @@ class BaseAsrModel(nn.Module):
         """Per-request encoder options this checkpoint accepts (e.g. "language")."""
         return frozenset()
 
+    @property
+    def languages(self) -> tuple[str, ...] | None:
+        """The languages a request may name (``oasr.languages.resolve_language`` maps a code, a
+        name or a locale to one of them): ISO codes (``"de"``), or locales (``"de-DE"``) where
+        the model tells them apart. None: the model has no language control; the engine then
+        falls back to what the checkpoint declares it transcribes (``LoadedModel.languages``)."""
+        return None
+
     # -- offline forwards --------------------------------------------------------
 
     def encode_offline(self, feats: torch.Tensor, feat_lens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -110,6 +110,21 @@ class LoadedModel:
     def architecture(self) -> str:
         return self.model.architecture
 
+    @property
+    def languages(self) -> tuple[str, ...]:
+        """The languages a request may name: the model's own (``BaseAsrModel.languages``: those it
+        can be told), else those its checkpoint declares it transcribes
+        (``DecodingSpec.params["languages"]``, or its single ``"language"``: e.g. ``("en",)`` for
+        an English CTC model, where naming ``en`` only labels the output). Empty: the checkpoint
+        names none, and only "no language" is accepted, since oasr cannot tell whether it
+        transcribes a language it is asked for."""
+        own = self.model.languages
+        if own is not None:
+            return tuple(own)
+        params = self.decoding_spec.params if self.decoding_spec is not None else {}
+        declared = params.get("languages") or ([params["language"]] if params.get("language") else [])
+        return tuple(str(x) for x in declared)
+
 
 def _parse_dtype(dtype: torch.dtype | str | None) -> torch.dtype | None:
     if dtype is None or isinstance(dtype, torch.dtype):

@@ -207,7 +207,7 @@ def test_llm_chunks_stream_in_time_order(silero, vad_recording):
     chunks = _chunks(vad_recording.audio)
     assert out.text == " ".join(["hello world"] * len(chunks)) and "".join(deltas) == out.text
     assert [(s.start, s.end) for s in out.segments] == [(round(c.start, 3), round(c.end, 3)) for c in chunks]
-    assert out.language == "English"
+    assert out.language == "en"
 
 
 # -- the stitching, with a scripted strategy ------------------------------------------------------

@@ -33,8 +33,9 @@ Option semantics:
 * ``top_k`` / ``top_p`` / ``repetition_penalty`` / ``max_new_tokens``: unset (None), the
   checkpoint's ``DecodingSpec`` values apply; ``max_new_tokens`` is further capped by the
   LM context.
-* ``language``: resolved by ``model.resolve_language`` in ``validate`` (an unknown
-  one is a ``ValueError``); None / "" / "auto" detect it.
+* ``language``: resolved against ``model.languages`` (ISO codes) by the strategy's base
+  ``validate`` (one the model lacks is a ``ValueError``); None / "" / "auto" / "none"
+  detect it. The output reports an ISO code, forced or detected (``parse_output``).
 * ``context``: text for the prompt's system turn. ``initial_prompt``, ``prefix`` and
   ``hotwords`` are refused (use ``context``), as are ``word_timestamps`` and a
   ``task`` the model does not declare (``model.supports_translation``).
@@ -240,11 +241,10 @@ class LlmDecodeStrategy(RequestTable[_Req]):
                 f"hotwords is not used by the speech-LLM decoder ({name}); pass context= (text placed in "
                 f"the prompt's system turn) to bias the transcript instead"
             )
-        language = self.model.resolve_language(options.language)
         # The model refuses what its prompt cannot express (e.g. context without a system turn)
         # now, before any audio is decoded.
-        self.model.prompt_ids(1, language=language, context=options.context, task=options.task)
-        return options.replace(language=language) if language != options.language else options
+        self.model.prompt_ids(1, language=options.language, context=options.context, task=options.task)
+        return options
 
     def prepare(self, request: Request) -> Request:
         if request.features is None:

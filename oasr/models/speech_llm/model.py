@@ -9,7 +9,7 @@ Reads top to bottom: the tower layer, the tower (convolutions, learned positions
 key-padding-masked layers, stride-2 average pool, post-pool LayerNorm), the projector,
 the prompt table, then the public model with the speech-LLM surface the ``llm``
 decode strategy drives (``encode_offline``, ``prompt_ids``, ``embed_prompt``,
-``resolve_language``, ``parse_output``, ``stop_ids``).
+``languages``, ``parse_output``, ``stop_ids``).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import re
 import torch
 from torch import nn
 
-from oasr.languages import names_of
+from oasr.languages import names_of, resolve_language
 from oasr.layers import Conv1d, Embedding, Gelu, LayerNorm, Linear, LinearActivation
 from oasr.models.base import BaseAsrModel, BaseEncoder, DecodeType
 from oasr.models.decoders.causal_lm import CausalLm, PromptTokenizerMixin
@@ -148,7 +148,6 @@ DEFAULT_SYSTEM = "You are a helpful assistant."
 # The languages and dialects the Qwen2-Audio model card names for speech recognition,
 # by the tag code its ASR prompt uses.
 LANGUAGES: dict[str, str] = names_of(("en", "zh", "yue", "fr", "it", "es", "de", "ja"))
-_CODE_OF_NAME = {name.lower(): code for code, name in LANGUAGES.items()}
 _LEADING_TAG = re.compile(r"^\s*<\|([a-z]{2,3})\|>")
 
 
@@ -199,30 +198,25 @@ class Qwen2AudioModel(PromptTokenizerMixin, BaseAsrModel):
 
     # -- prompt -----------------------------------------------------------------------
 
-    def resolve_language(self, language: str | None) -> str | None:
-        """Canonical language name for an ISO code or a name, in any case.
+    @property
+    def languages(self) -> tuple[str, ...]:
+        """The ISO codes of the model card's ASR languages (its prompt's ``<|code|>`` tags)."""
+        return tuple(LANGUAGES)
 
-        None, "" and "auto" mean detect (None).
+    def resolve_language(self, language: str | None) -> str | None:
+        """The ISO code of a language of the model's table: a code (2- or 3-letter), an English
+        name in any case or a locale (``de_CH`` -> ``de``); None, "", "auto" and "none" mean
+        detect (None).
 
         Raises:
             ValueError: a language outside the model's table, naming the supported ones.
         """
-        if language is None:
-            return None
-        key = language.strip().lower()
-        if key in ("", "auto"):
-            return None
-        if key in LANGUAGES:
-            return LANGUAGES[key]
-        if key in _CODE_OF_NAME:
-            return LANGUAGES[_CODE_OF_NAME[key]]
-        supported = ", ".join(f"{code} ({name})" for code, name in LANGUAGES.items())
-        raise ValueError(f"Qwen2-Audio does not support language {language!r}; supported: {supported}, or auto")
+        return resolve_language(language, self.languages, model=self.family)
 
     def prompt_text(self, n_audio: int, *, language: str | None = None, context: str | None = None) -> str:
         """The prompt as text, with ``n_audio`` audio placeholders (see ``prompt_ids``)."""
-        name = self.resolve_language(language)
-        instruction = ASR_INSTRUCTION if name is None else f"{ASR_INSTRUCTION} <|{_CODE_OF_NAME[name.lower()]}|>"
+        code = self.resolve_language(language)
+        instruction = ASR_INSTRUCTION if code is None else f"{ASR_INSTRUCTION} <|{code}|>"
         audio = AUDIO_BOS_TOKEN + AUDIO_TOKEN * n_audio + AUDIO_EOS_TOKEN
         if self.config.prompt_style == "base":
             if context:
@@ -274,12 +268,12 @@ class Qwen2AudioModel(PromptTokenizerMixin, BaseAsrModel):
         return tuple(self.config.stop_ids)
 
     def parse_output(self, text: str) -> tuple[str | None, str]:
-        """(detected language name or None, transcript) of the generated text.
+        """(ISO code of the detected language or None, transcript) of the generated text.
 
         A leading ``<|code|>`` language tag of the model's table (what the model writes
         when it names the language it detected) is taken off and reported.
         """
         m = _LEADING_TAG.match(text)
         if m is not None and m.group(1) in LANGUAGES:
-            return LANGUAGES[m.group(1)], text[m.end() :].strip()
+            return m.group(1), text[m.end() :].strip()
         return None, text.strip()

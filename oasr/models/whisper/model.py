@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import nn
 
+from oasr.languages import LANGUAGES
 from oasr.layers import (
     Conv1d,
     Embedding,
@@ -405,6 +406,17 @@ class WhisperModel(BaseAsrModel):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """(B, n_mels, 3000) log-mel windows -> (B, 1500, D) states, (B,) lengths."""
         return self.encoder(feats, feat_lens)
+
+    @property
+    def languages(self) -> tuple[str, ...]:
+        """The codes of the language tokens: openai-whisper's ``num_languages`` (``n_vocab -
+        51765 - 1``: 99 up to large-v2, 100 with large-v3's ``yue``) of ``LANGUAGES``, in
+        token order; ``("en",)`` for an English-only vocabulary (< 51865 ids), whose prompt
+        names no language."""
+        n_vocab = self.config.n_vocab
+        if n_vocab < 51865:
+            return ("en",)
+        return tuple(LANGUAGES)[: n_vocab - 51765 - 1]
 
     # -- what the aed strategy asks of the model (the AED capability) --------------------
 

@@ -106,7 +106,7 @@ class TinySpeechLlm(BaseAsrModel):
             + "<|audio_end|><|im_end|>\n<|im_start|>assistant\n"
         )
         if language:
-            text += f"language {language}<asr_text>"
+            text += f"language {LANGUAGES[language]}<asr_text>"
         return self.tok.encode(text)
 
     def embed_prompt(self, ids, valid, audio_states, n_audio):
@@ -116,20 +116,15 @@ class TinySpeechLlm(BaseAsrModel):
         x[slots] = audio_states[take].to(x.dtype)
         return x
 
-    def resolve_language(self, language: str | None) -> str | None:
-        if language is None or language.strip().lower() in ("", "auto"):
-            return None
-        key = language.strip().lower()
-        for code, name in LANGUAGES.items():
-            if key in (code, name.lower()):
-                return name
-        raise ValueError(f"unsupported language {language!r}; supported: {sorted(LANGUAGES.values())}")
+    @property
+    def languages(self) -> tuple[str, ...]:
+        return tuple(LANGUAGES)
 
     def parse_output(self, text: str) -> tuple[str | None, str]:
         if "<asr_text>" in text:
             pre, _, post = text.rpartition("<asr_text>")
             name = pre.removeprefix("language ").strip()
-            return (name if name in LANGUAGES.values() else None), post
+            return next((code for code, n in LANGUAGES.items() if n == name), None), post
         if text.startswith("language None"):
             return None, ""
         return None, text

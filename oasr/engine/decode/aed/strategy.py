@@ -42,7 +42,6 @@ from oasr.engine.decode.autoregressive import AutoregressiveCounters, Cohort, se
 from oasr.engine.decode.base import Request, StepEvent
 from oasr.engine.decode.requests import RequestTable, TableEntry
 from oasr.engine.outputs import RequestOutput, Segment, Word, compression_ratio
-from oasr.languages import normalize_language
 from oasr.models.base import DecodeType
 from oasr.models.decoders.graphs import step_graphs_for
 from oasr.models.loaders import LoadedModel
@@ -161,16 +160,14 @@ class AedDecodeStrategy(RequestTable[_Req]):
     prompt_option = "initial_prompt"
 
     def validate(self, options: TranscribeOptions) -> TranscribeOptions:
-        options = super().validate(options)
-        lang = normalize_language(options.language)
+        options = super().validate(options)  # the language resolved against model.languages
+        lang = options.language
         if not self.tok.special.is_multilingual:
-            if lang not in (None, "en"):
-                raise ValueError(f"language={options.language!r}: this model is English-only")
             if options.task == "translate":
                 raise ValueError("task='translate' needs a multilingual model; this one is English-only")
-            lang = "en"
+            lang = "en"  # its only language (model.languages), never in the prompt
         elif lang is not None and lang not in self.tok.language_to_id:
-            raise ValueError(f"language={options.language!r} is not supported by this model")
+            raise ValueError(f"language={lang!r}: the model's vocabulary has no <|{lang}|> token")
         if options.multilingual and not self.tok.special.is_multilingual:
             options = options.replace(multilingual=False)
         return options.replace(language=lang) if lang != options.language else options

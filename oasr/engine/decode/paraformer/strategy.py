@@ -18,8 +18,11 @@ Life of a request:
    ``SEGMENT_GAP_S``; ``word_timestamps`` attaches the words with their times. A
    ``seg_dict`` only segments training text and plays no part here.
 
-Options: the model only transcribes, with no prompt, sampling, language or hotwords:
-those are refused with a ValueError naming the option. ``beam_size`` has no effect.
+Options: the model only transcribes, with no prompt, sampling or hotwords: those are refused
+with a ValueError naming the option. It has no language control: ``language`` is taken only
+where the checkpoint declares what it transcribes (``LoadedModel.languages``, as for CTC); a
+FunASR directory declares nothing, so only unset / "auto" is accepted. ``beam_size`` has no
+effect.
 """
 
 from __future__ import annotations
@@ -116,8 +119,6 @@ class ParaformerDecodeStrategy(WindowedStrategy):
     def validate(self, options: TranscribeOptions) -> TranscribeOptions:
         options = super().validate(options)
         what = f"{type(self.model).__name__} decoded by 'paraformer'"
-        if options.language is not None:
-            raise ValueError(f"language={options.language!r}: {what} takes no language (leave it unset)")
         if options.hotwords:
             raise ValueError(f"hotwords={options.hotwords!r}: {what} has no hotword biasing")
         return options

@@ -21,8 +21,9 @@ The model answers through the contract: ``encode_offline``, ``predictor.label_wi
 and ``transducer_search(enc, enc_lens, *, beam_size, max_sym_per_frame, blank_penalty,
 context_graph)`` returning per-row tokens, emission frames, and (greedy) each token's
 log-probability. A model whose ``encoder_options`` include ``language`` conditions each row
-on its request's language: ``prompt_ids(languages, batch_size, device)`` maps them and
-``encode_offline`` takes them as its third argument.
+on its request's language (resolved by the base ``validate`` to an entry of
+``model.languages``; None: the model's default prompt): ``prompt_ids(languages, batch_size,
+device)`` maps them and ``encode_offline`` takes them as its third argument.
 
 A word's probability is the mean probability of its tokens where the search reports them
 (greedy); beam search reports the best hypothesis's score, and each of its tokens is given
@@ -86,9 +87,6 @@ class TransducerDecodeStrategy(CtcDecodeStrategy):
             )
         if options.beam_size > 1 and options.max_sym_per_frame not in (None, 1):
             raise ValueError("max_sym_per_frame applies to greedy search; modified beam search emits one per frame")
-        if self.prompted and options.language is not None:
-            self.model.resolve_prompt_id(options.language)  # ValueError for an unknown / ambiguous code
-            return super().validate(options.replace(language=None)).replace(language=options.language)
         return super().validate(options)
 
     def _run_batch(self, batch: list[tuple[_Req, int]], events: list[StepEvent]) -> None:
