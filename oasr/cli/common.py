@@ -204,12 +204,17 @@ def add_search_flags(g: argparse._ArgumentGroup, *, every_request: bool = False)
     )
 
 
+LANGUAGE_HELP = (
+    "ISO 639-1 / 639-3 code, English name (any case) or locale (de, deu, German, pt-BR, de_DE) of a language "
+    "the model has (a locale it lacks: its base language); auto / none: detect it, or the model's default "
+    "prompt where it cannot (default); one it lacks: exit 2, naming its languages"
+)
+
+
 def add_decode_options(parser: argparse.ArgumentParser, *, language: bool = True, task: bool = True) -> None:
     g = parser.add_argument_group("decoding")
     if language:
-        g.add_argument(
-            "-l", "--language", default=None, metavar="L", help="ISO code or English name; default: detect it"
-        )
+        g.add_argument("-l", "--language", default=None, metavar="L", help=LANGUAGE_HELP)
     if task:
         g.add_argument("--task", choices=("transcribe", "translate"), default=None, help="default: transcribe")
     add_search_flags(g)

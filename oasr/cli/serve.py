@@ -92,6 +92,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="encoder windows / decode rows per batch (default 8)",
     )
     add_search_flags(g, every_request=True)
+    g.add_argument(
+        "-l",
+        "--language",
+        default=None,
+        metavar="L",
+        help="the language of requests that send none: a code, name or locale as for 'oasr transcribe "
+        "--language' (a request's own, 'auto' included, wins; one the model lacks: exit 2 at start, 400 "
+        "invalid_language per request); default: detect",
+    )
 
     add_model_engine_options(g)
 
@@ -231,7 +240,7 @@ def fix_malloc_mmap_threshold(threshold: int = 128 * 1024) -> bool:
         return False
 
 
-SERVE_DECODE_FLAGS = ("beam_size", "best_of", "max_sym_per_frame", "blank_penalty")
+SERVE_DECODE_FLAGS = ("beam_size", "best_of", "max_sym_per_frame", "blank_penalty", "language")
 """``oasr serve`` flags that set a decoding option for every request (unset: the strategy's default)."""
 
 

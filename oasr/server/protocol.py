@@ -20,8 +20,9 @@ Form-field policy (one rule for both audio routes):
 * A value of the wrong type or out of range (``temperature=abc``, ``temperature=-1``,
   ``stream=maybe``, ``response_format=xml``, a file part in a text field, a scalar
   field given twice) is refused with 400, ``code="invalid_value"``, ``param`` naming it.
-* Empty ``language`` / ``prompt`` / ``chunking_strategy`` values mean "not given";
-  ``language=auto`` means "detect it" (as no language).
+* Empty ``language`` / ``prompt`` / ``chunking_strategy`` values mean "not given" (for
+  ``language``: the server's default); ``language=auto`` / ``none`` means "detect it", even
+  where ``oasr serve --language`` sets a default.
 * JSON text in a field is at most ``MAX_JSON_CHARS`` characters nested at most
   ``MAX_JSON_DEPTH`` deep (checked before it is parsed), else 400 ``invalid_value``.
 """
@@ -169,8 +170,6 @@ def parse_form(form: FormData, request_cls: type[TranslationRequest]) -> tuple[T
         if key in values:
             raise FormError(f"{key!r} was given more than once", key, "invalid_value")
         if key in _OPTIONAL_TEXT and value == "":
-            continue
-        if key == "language" and isinstance(value, str) and value.strip().lower() == "auto":
             continue
         values[key] = value
     if not files:

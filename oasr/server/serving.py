@@ -13,7 +13,11 @@ Decoding policy:
   sample (CTC, transducer, Paraformer).
 * ``prompt`` is the option the decode strategy takes free text in: Whisper's
   ``initial_prompt``, a speech-LLM's ``context`` (the system turn); ``language`` (transcriptions only) an ISO
-  code (English names are accepted too); the translations route sets
+  639-1 / 639-3 code, an English name or a locale, resolved against the model's languages
+  (``oasr.languages.resolve_language``; one the model lacks: 400 ``invalid_language``,
+  ``param="language"``, naming the model's languages); left out (or empty), the server's
+  default (``oasr serve --language``) applies, and ``auto`` / ``none`` detect it whatever
+  the default; the translations route sets
   ``task="translate"`` (a model that cannot translate, e.g. an English-only one,
   answers 400 with ``param="model"``, ``code="unsupported_task"``).
 * ``chunking_strategy`` (transcriptions): ``auto`` turns on VAD chunking
@@ -63,6 +67,7 @@ from oasr.engine.config import TranscribeOptions
 from oasr.engine.decode.base import EngineOverloaded, StepEvent
 from oasr.engine.outputs import RequestOutput
 from oasr.formatting import format_output, json_dict, verbose_json_dict
+from oasr.languages import LanguageError
 from oasr.server.errors import CLIENT_CLOSED_REQUEST, APIError, bad_request
 from oasr.server.lifecycle import Drain, ShuttingDown
 from oasr.server.metrics import ServerMetrics
@@ -167,6 +172,8 @@ class OpenAIServingSpeechToText:
             kwargs.update(extra)
             try:
                 options = self.engine.make_options(**kwargs)
+            except LanguageError as e:  # the request's language (the server's default was checked at start)
+                raise bad_request(str(e), param="language", code="invalid_language") from None
             except (TypeError, ValueError) as e:
                 code = "unsupported_task" if param == "model" and self.task == "translate" else "invalid_value"
                 raise bad_request(str(e), param=param, code=code) from None

@@ -52,8 +52,9 @@ class ServerSettings:
         stream_idle_s: a stream that sends nothing for this long is closed (1008 ``idle_timeout``).
         max_message_kb: a WebSocket message over this many KiB closes its connection (1009).
         request_options: ``TranscribeOptions`` every request starts from, set by explicit
-            ``oasr serve`` flags (``--beam-size`` ...); what is not in it is the decode strategy's
-            own default, as through Python and ``oasr transcribe``.
+            ``oasr serve`` flags (``--beam-size`` ...; ``--language``: the language of requests
+            and streams that send none); what is not in it is the decode strategy's own
+            default, as through Python and ``oasr transcribe``.
         device, dtype, num_threads, max_batch_size: ``EngineConfig`` fields.
         prepare_workers: threads decoding audio / computing features.
         log_level: uvicorn's log level.

@@ -28,8 +28,8 @@ Close codes (after an ``error`` event naming the problem, except for 1009):
 1003  unsupported data: a first message that is not a JSON object, audio before it, a text
       message other than ``"done"``, an unknown ``sample_format``, a binary message that is
       not whole samples, samples after ``"done"``
-1007  invalid payload: non-finite samples (NaN / Inf), or options / a sample rate the model
-      refuses (``invalid_options``)
+1007  invalid payload: non-finite samples (NaN / Inf), options / a sample rate the model
+      refuses (``invalid_options``), or a ``language`` it does not have (``invalid_language``)
 1008  policy: the stream passed ``--max-audio-seconds`` (``audio_too_long``), sent nothing for
       ``--stream-idle-timeout`` seconds (``idle_timeout``), or named a model not served
 1009  a message over ``--max-message-kb`` (closed by the WebSocket layer, no event)
@@ -59,6 +59,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 from oasr.engine.async_engine import EngineStopped
 from oasr.engine.decode.base import EngineOverloaded
 from oasr.engine.streaming.core import StreamError
+from oasr.languages import LanguageError
 from oasr.server.errors import APIError
 from oasr.server.metrics import ServerMetrics
 from oasr.server.serving import engine_alive
@@ -259,6 +260,8 @@ class StreamingEndpoint:
             raise Refusal(CLOSE_TRY_AGAIN_LATER, "streams_full", str(e)) from None
         except EngineStopped as e:
             raise Refusal(CLOSE_INTERNAL_ERROR, "engine_stopped", str(e)) from None
+        except LanguageError as e:
+            raise Refusal(CLOSE_INVALID_PAYLOAD, "invalid_language", str(e)) from None
         except (TypeError, ValueError) as e:
             raise Refusal(CLOSE_INVALID_PAYLOAD, "invalid_options", str(e)) from None
 

@@ -166,7 +166,8 @@ def test_language_code(tiny_server, clip, ref):
     with pytest.raises(openai.BadRequestError) as e:
         _transcribe(tiny_server, clip(JFK), language="fr")  # tiny.en is English-only
     assert e.value.body["param"] == "language"
-    assert "English-only" in e.value.body["message"]
+    assert e.value.body["code"] == "invalid_language"
+    assert "'fr' (French) is not a language of WhisperModel; it has: en (English)" in e.value.body["message"]
 
 
 def test_served_model_names(tiny_server, clip):
