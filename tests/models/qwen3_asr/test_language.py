@@ -159,7 +159,7 @@ def test_the_preamble_never_leaks(model, reference):
     """Whatever the model writes before the last marker stays out of the transcript."""
     tok = HFTokenizer.from_file(reference.path / "tokenizer.json")
     for pre in ("language English", "language German\n", "English", "language English<asr_text>x"):
-        ids = tok.encode(f"{pre}<asr_text>the quick brown fox")
+        ids = tok.encode_text(f"{pre}<asr_text>the quick brown fox")
         text = tok.decode(ids)
         _, transcript = model.parse_output(text)
         assert transcript == "the quick brown fox"

@@ -185,7 +185,7 @@ def test_hotwords_equal_icefall_modified_beam_search_with_a_context_graph(refere
     request = engine.strategy.prepare(Request("x", path, engine.make_options()))
     feats = icefall_input(request.features.windows[0].feats.double(), reference.causal)
     phrases = [p.strip() for p in HOTWORDS.split(",")]
-    token_ids = [engine.strategy.tokenizer.encode(p) for p in phrases]
+    token_ids = [engine.strategy.tokenizer.encode_text(p) for p in phrases]
     assert all(token_ids)
     graph = ContextGraph(context_score=HOTWORD_WEIGHT)
     graph.build(token_ids=token_ids, phrases=phrases)
