@@ -17,7 +17,7 @@ from __future__ import annotations
 import abc
 import json
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -314,7 +314,7 @@ def _varint(value: int) -> bytes:
     return bytes(out)
 
 
-def _fields(data: bytes):
+def _fields(data: bytes) -> Iterator[tuple[int, bytes, bytes | None]]:
     """(field number, the field's bytes, its payload or None) of a protobuf message, in order."""
     pos = 0
     while pos < len(data):
