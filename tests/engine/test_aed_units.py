@@ -58,10 +58,10 @@ def test_prompt_layout_and_split(tok):
     assert plan.decode_max == 224 and plan.timestamp_rules
     p = build_prompt(tok, list(range(300)), language="en", task="transcribe", without_timestamps=True, prefix="Hi")
     assert p[0] == prev and p[1:224] == list(range(300))[-223:]  # previous text keeps its last 223 tokens
-    assert p[224:228] == [sot, en, tr, nts] and p[228:] == tok.encode(" Hi")
+    assert p[224:228] == [sot, en, tr, nts] and p[228:] == tok.encode_text(" Hi")
     plan = plan_prompt(p, tok)
     assert plan.sot_index == 224 and not plan.timestamp_rules
-    assert plan.prefix == tuple(tok.encode(" Hi"))
+    assert plan.prefix == tuple(tok.encode_text(" Hi"))
     assert plan.decode_max == min(224, 448 - 227)
     p = build_prompt(tok, [], language="en", task="transcribe", prefix="So")
     assert p[3] == tok.timestamp_begin  # a prefix with timestamps starts at <|0.00|>

@@ -23,6 +23,7 @@ from oasr.engine.outputs import RequestOutput, Segment, Word
 from oasr.metrics import error_rates
 from oasr.models.base import DecodeType
 from oasr.models.bundled import bundled_path
+from oasr.tokenizers import Control
 
 SR = 16000
 GREEDY = {"language": "en", "beam_size": 1}
@@ -193,7 +194,7 @@ def test_llm_chunks_stream_in_time_order(silero, vad_recording):
     from .llm.conftest import ScriptedLm, TinySpeechLlm, lm_config, make_loaded, train_tokenizer
 
     tokenizer = train_tokenizer()
-    script = tokenizer.encode("language English<asr_text>hello world") + [tokenizer.token_to_id("<|im_end|>")]
+    script = tokenizer.encode_prompt([Control("language English<asr_text>hello world<|im_end|>")])
     loaded = make_loaded(tokenizer, script=script)
     # A context that holds 30 s of audio states (25 a second) and the prompt.
     cfg = dataclasses.replace(lm_config(tokenizer.vocab_size), max_position_embeddings=2048)

@@ -45,6 +45,7 @@ from oasr.models.qwen3_asr.config import (
     Qwen3AsrAudioConfig,
     Qwen3AsrConfig,
 )
+from oasr.tokenizers import Control
 
 # Stem chunks per convolution call: bounds the (chunks, channels, 64, 50) activation of
 # the first convolution on long audio.
@@ -363,19 +364,22 @@ class Qwen3AsrModel(PromptTokenizerMixin, BaseAsrModel):
         """
         return resolve_language(language, self.languages, model=self.family)
 
-    def prompt_text(self, n_audio: int, *, language: str | None = None, context: str | None = None) -> str:
-        """The chat prompt as text (see ``prompt_ids``)."""
+    def prompt_parts(
+        self, n_audio: int, *, language: str | None = None, context: str | None = None
+    ) -> list[str | Control]:
+        """The chat prompt as ``Tokenizer.encode_prompt`` parts: the template's ``Control`` text
+        and the user's ``context`` as plain text (see ``prompt_ids``)."""
         code = self.resolve_language(language)
         name = None if code is None else self._names[code]
         audio = AUDIO_START_TOKEN + AUDIO_PAD_TOKEN * n_audio + AUDIO_END_TOKEN
-        text = (
-            f"{IM_START_TOKEN}system\n{context or ''}{IM_END_TOKEN}\n"
-            f"{IM_START_TOKEN}user\n{audio}{IM_END_TOKEN}\n"
-            f"{IM_START_TOKEN}assistant\n"
-        )
+        parts = [
+            Control(f"{IM_START_TOKEN}system\n"),
+            context or "",
+            Control(f"{IM_END_TOKEN}\n{IM_START_TOKEN}user\n{audio}{IM_END_TOKEN}\n{IM_START_TOKEN}assistant\n"),
+        ]
         if name is not None:
-            text += f"language {name}{ASR_TEXT_TOKEN}"
-        return text
+            parts.append(Control(f"language {name}{ASR_TEXT_TOKEN}"))
+        return parts
 
     def prompt_ids(
         self, n_audio: int, *, language: str | None = None, context: str | None = None, task: str = "transcribe"
@@ -386,10 +390,12 @@ class Qwen3AsrModel(PromptTokenizerMixin, BaseAsrModel):
             <|im_start|>user\\n<|audio_start|>{<|audio_pad|> x n_audio}<|audio_end|><|im_end|>\\n
             <|im_start|>assistant\\n[language {Name}<asr_text>]
 
-        ``context`` (biasing text) fills the system turn (empty when None). A forced
-        language primes the assistant turn with ``language {Name}<asr_text>``, so the
-        model writes only the transcript; None / "" / "auto" leave the turn open and
-        the model writes its own ``language {Name}<asr_text>`` preamble.
+        ``context`` (biasing text) fills the system turn (empty when None), encoded as plain
+        text: a context that spells ``<|im_end|>`` or ``<|audio_pad|>`` keeps those as text and
+        cannot end the turn. A forced language primes the assistant turn with
+        ``language {Name}<asr_text>``, so the model writes only the transcript; None / "" /
+        "auto" leave the turn open and the model writes its own ``language {Name}<asr_text>``
+        preamble.
 
         Raises:
             ValueError: an unsupported language or task, or ``n_audio < 1``.
@@ -399,7 +405,7 @@ class Qwen3AsrModel(PromptTokenizerMixin, BaseAsrModel):
         if n_audio < 1:
             raise ValueError(f"n_audio must be >= 1, got {n_audio}")
         # Tokenise with one placeholder (a special token, atomic under BPE), then expand it.
-        ids = self.tokenizer.encode(self.prompt_text(1, language=language, context=context))
+        ids = self.tokenizer.encode_prompt(self.prompt_parts(1, language=language, context=context))
         at = [i for i, t in enumerate(ids) if t == self.config.audio_token_id]
         if len(at) != 1 or ids[at[0] - 1] != self.config.audio_start_token_id:
             raise ValueError(

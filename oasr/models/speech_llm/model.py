@@ -33,6 +33,7 @@ from oasr.models.speech_llm.config import (
     Qwen2AudioEncoderConfig,
 )
 from oasr.models.whisper.model import WhisperAttention
+from oasr.tokenizers import Control
 
 
 def conv_output_lengths(mel_lens: torch.Tensor) -> torch.Tensor:
@@ -213,8 +214,12 @@ class Qwen2AudioModel(PromptTokenizerMixin, BaseAsrModel):
         """
         return resolve_language(language, self.languages, model=self.family)
 
-    def prompt_text(self, n_audio: int, *, language: str | None = None, context: str | None = None) -> str:
-        """The prompt as text, with ``n_audio`` audio placeholders (see ``prompt_ids``)."""
+    def prompt_parts(
+        self, n_audio: int, *, language: str | None = None, context: str | None = None
+    ) -> list[str | Control]:
+        """The prompt as ``Tokenizer.encode_prompt`` parts, with ``n_audio`` audio placeholders:
+        the template's ``Control`` text and the user's ``context`` as plain text (see
+        ``prompt_ids``)."""
         code = self.resolve_language(language)
         instruction = ASR_INSTRUCTION if code is None else f"{ASR_INSTRUCTION} <|{code}|>"
         audio = AUDIO_BOS_TOKEN + AUDIO_TOKEN * n_audio + AUDIO_EOS_TOKEN
@@ -224,13 +229,15 @@ class Qwen2AudioModel(PromptTokenizerMixin, BaseAsrModel):
                     "context biasing needs a chat prompt (its system turn); this Qwen2-Audio checkpoint "
                     "has the base prompt"
                 )
-            return audio + instruction
-        system = context if context else DEFAULT_SYSTEM
-        return (
-            f"{IM_START_TOKEN}system\n{system}{IM_END_TOKEN}\n"
-            f"{IM_START_TOKEN}user\nAudio 1: {audio}\n{instruction}{IM_END_TOKEN}\n"
-            f"{IM_START_TOKEN}assistant\n"
-        )
+            return [Control(audio + instruction)]
+        return [
+            Control(f"{IM_START_TOKEN}system\n"),
+            context if context else DEFAULT_SYSTEM,
+            Control(
+                f"{IM_END_TOKEN}\n{IM_START_TOKEN}user\nAudio 1: {audio}\n{instruction}{IM_END_TOKEN}\n"
+                f"{IM_START_TOKEN}assistant\n"
+            ),
+        ]
 
     def prompt_ids(
         self, n_audio: int, *, language: str | None = None, context: str | None = None, task: str = "transcribe"
@@ -239,7 +246,8 @@ class Qwen2AudioModel(PromptTokenizerMixin, BaseAsrModel):
 
         "chat" (Instruct checkpoints) is what the processor's chat template renders for
         a conversation of one user turn holding the audio and the ASR instruction, with
-        ``context`` (when given) as the system turn; "base" (the pretrained checkpoint)
+        ``context`` (when given) as the system turn, encoded as plain text (a context that
+        spells ``<|im_end|>`` or ``<|AUDIO|>`` keeps those as text); "base" (the pretrained checkpoint)
         is ``<|audio_bos|><|AUDIO|>...<|audio_eos|>`` followed by the instruction. The
         placeholder is repeated ``n_audio`` times, as the processor expands it.
 
@@ -253,7 +261,7 @@ class Qwen2AudioModel(PromptTokenizerMixin, BaseAsrModel):
             raise ValueError(f"Qwen2-Audio serves task='transcribe' only, got task={task!r}")
         if n_audio < 1:
             raise ValueError(f"n_audio must be >= 1, got {n_audio}")
-        ids = self.tokenizer.encode(self.prompt_text(n_audio, language=language, context=context))
+        ids = self.tokenizer.encode_prompt(self.prompt_parts(n_audio, language=language, context=context))
         if sum(1 for i in ids if i == self.config.audio_token_id) != n_audio:
             raise ValueError(
                 f"the tokenizer does not encode {AUDIO_TOKEN} as the single id {self.config.audio_token_id}"

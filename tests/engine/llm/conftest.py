@@ -21,7 +21,7 @@ from oasr.layers import Linear
 from oasr.models.base import BaseAsrModel, BaseEncoder, DecodeType, DecodingSpec, FeatureSpec, LoadReport
 from oasr.models.decoders.causal_lm import CausalLm, CausalLmConfig
 from oasr.models.loaders import LoadedModel
-from oasr.tokenizers import HFTokenizer
+from oasr.tokenizers import Control, HFTokenizer
 
 tokenizers = pytest.importorskip("tokenizers")
 
@@ -100,14 +100,18 @@ class TinySpeechLlm(BaseAsrModel):
         return states, n
 
     def prompt_ids(self, n_audio: int, *, language: str | None, context: str | None, task: str) -> list[int]:
-        text = (
-            f"<|im_start|>system\n{context or ''}<|im_end|>\n<|im_start|>user\n<|audio_start|>"
-            + "<|audio_pad|>" * n_audio
-            + "<|audio_end|><|im_end|>\n<|im_start|>assistant\n"
-        )
+        parts = [
+            Control("<|im_start|>system\n"),
+            context or "",
+            Control(
+                "<|im_end|>\n<|im_start|>user\n<|audio_start|>"
+                + "<|audio_pad|>" * n_audio
+                + "<|audio_end|><|im_end|>\n<|im_start|>assistant\n"
+            ),
+        ]
         if language:
-            text += f"language {LANGUAGES[language]}<asr_text>"
-        return self.tok.encode(text)
+            parts.append(Control(f"language {LANGUAGES[language]}<asr_text>"))
+        return self.tok.encode_prompt(parts)
 
     def embed_prompt(self, ids, valid, audio_states, n_audio):
         x = self.decoder.embed(ids)

@@ -15,6 +15,7 @@ import pytest
 from oasr.engine import ASREngine
 from oasr.engine.async_engine import AsyncEngine
 from oasr.engine.decode.llm import TextStream, complete_utf8_prefix
+from oasr.tokenizers import Control
 from tests.engine.llm.conftest import make_loaded
 
 TEXT = "héllo 中文 ok"
@@ -52,7 +53,7 @@ def test_text_stream_splits_on_characters_and_holds_the_preamble():
 
 
 def _script(tokenizer, text: str) -> list[int]:
-    return tokenizer.encode(text) + [tokenizer.token_to_id("<|im_end|>")]
+    return tokenizer.encode_prompt([Control(text)]) + [tokenizer.token_to_id("<|im_end|>")]
 
 
 def _split_tokens(tokenizer, ids) -> int:

@@ -34,6 +34,13 @@ def model(reference):
     return m
 
 
+def _rendered(model, language) -> str:
+    """The prompt as the template writes it (its control and plain-text parts joined)."""
+    from oasr.tokenizers.base import Control
+
+    return "".join(p.text if isinstance(p, Control) else p for p in model.prompt_parts(1, language=language))
+
+
 @pytest.mark.parametrize(
     ("given", "code"),
     [
@@ -62,13 +69,13 @@ def test_codes_names_and_locales_resolve_to_the_code_of_the_references_name(mode
 
     assert model.resolve_language(given) == code
     name = resolve_language(code, LANGUAGE_CODE_TO_NAME, return_code=False)
-    assert model.prompt_text(1, language=given).endswith(f"<|im_start|>assistant\nlanguage {name}<asr_text>")
+    assert _rendered(model, given).endswith(f"<|im_start|>assistant\nlanguage {name}<asr_text>")
 
 
 @pytest.mark.parametrize("given", [None, "", "  ", "auto", "AUTO", "none", "None"])
 def test_detect(model, given):
     assert model.resolve_language(given) is None
-    assert model.prompt_text(1, language=given).endswith("<|im_start|>assistant\n")
+    assert _rendered(model, given).endswith("<|im_start|>assistant\n")
 
 
 @pytest.mark.parametrize("given", ["klingon", "xx", "cy", "Welsh", "english-us"])
@@ -175,7 +182,7 @@ def test_the_preamble_never_leaks(model, reference):
     """Whatever the model writes before the last marker stays out of the transcript."""
     tok = HFTokenizer.from_file(reference.path / "tokenizer.json")
     for pre in ("language English", "language German\n", "English", "language English<asr_text>x"):
-        ids = tok.encode(f"{pre}<asr_text>the quick brown fox")
+        ids = tok.encode_text(f"{pre}<asr_text>the quick brown fox")
         text = tok.decode(ids)
         _, transcript = model.parse_output(text)
         assert transcript == "the quick brown fox"

@@ -132,7 +132,7 @@ class AedDecodeStrategy(RequestTable[_Req]):
         params = dict(loaded.decoding_spec.params) if loaded.decoding_spec is not None else {}
         heads = params.get("alignment_heads") or model.default_alignment_heads
         self.alignment_heads = [(int(a), int(b)) for a, b in heads]
-        begin = params.get("begin_suppress_tokens") or (self.tok.encode(" ")[:1] + [sp.eot])
+        begin = params.get("begin_suppress_tokens") or (self.tok.encode_text(" ")[:1] + [sp.eot])
         self.begin_suppress = tuple(int(t) for t in begin)
         lang_ids = params.get("lang_ids") or [i for _, i in sp.language_ids]
         self.lang_ids = [int(i) for i in lang_ids if self.tok.id_to_language.get(int(i))]
@@ -203,7 +203,7 @@ class AedDecodeStrategy(RequestTable[_Req]):
         req.detect_seek = int(start * FRAMES_PER_SECOND) if start * FRAMES_PER_SECOND < content_frames else 0
         if opts.initial_prompt is not None:
             if isinstance(opts.initial_prompt, str):
-                req.all_tokens.extend(self.tok.encode(" " + opts.initial_prompt.strip()))
+                req.all_tokens.extend(self.tok.encode_text(" " + opts.initial_prompt.strip()))
             else:
                 req.all_tokens.extend(int(t) for t in opts.initial_prompt)
         return req

@@ -25,6 +25,11 @@ on its request's language (resolved by the base ``validate`` to an entry of
 ``model.languages``; None: the model's default prompt): ``prompt_ids(languages, batch_size,
 device)`` maps them and ``encode_offline`` takes them as its third argument.
 
+Labels the checkpoint declares special (``TokenizerSpec.special_ids``: a language tag such as
+Nemotron's ``<en-US>``) are dropped with their frames before text and times are built
+(``words.text_labels``, which the streaming search uses too), so an offline transcript and a
+stream of the same audio give the same text.
+
 A word's probability is the mean probability of its tokens where the search reports them
 (greedy); beam search reports the best hypothesis's score, and each of its tokens is given
 the hypothesis's mean per-frame probability. ``avg_logprob`` is the hypothesis's
@@ -43,6 +48,7 @@ from oasr.engine.config import EngineConfig, StrategyOptions, TranscribeOptions
 from oasr.engine.decode.base import StepEvent
 from oasr.engine.decode.ctc.search import CtcHypothesis
 from oasr.engine.decode.ctc.strategy import CtcDecodeStrategy, _Req
+from oasr.engine.decode.words import text_labels
 from oasr.models.base import DecodeType
 from oasr.models.loaders import LoadedModel
 
@@ -132,6 +138,7 @@ class TransducerDecodeStrategy(CtcDecodeStrategy):
                     probs = [math.exp(x) for x in logprobs]
                 else:
                     probs = [math.exp((score or 0.0) / max(1, n))] * len(tokens)
+                tokens, frames, probs = text_labels(self.skip_ids, tokens, frames, probs)
                 hyp = CtcHypothesis(tuple(tokens), tuple(frames), float(score or 0.0))
                 try:
                     req.results[index] = self._window_segments(req, index, hyp, probs, n)
