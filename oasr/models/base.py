@@ -202,6 +202,40 @@ class LoadReport:
 
 
 # ---------------------------------------------------------------------------
+# Compute dtypes
+
+
+class ComputeDtypeModule(nn.Module):
+    """A module that declares the dtype its activations run in (``compute_dtype``).
+
+    The declaration is set when the module is built (torch's default dtype) and follows
+    every cast of the module (``.to(dtype)``, ``.half()``, ``.bfloat16()``, ...), which
+    reach it through ``nn.Module._apply``; moving it to a device or quantising its linear
+    layers to int8 leaves it as it is. Code that needs the compute dtype asks this, never a
+    weight: an int8 layer has no float ``weight``, and a family may keep some weights in
+    another dtype than its activations.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._compute_dtype: torch.dtype = torch.get_default_dtype()
+
+    @property
+    def compute_dtype(self) -> torch.dtype:
+        """The dtype activations run in (not the storage dtype of quantized weights)."""
+        return self._compute_dtype
+
+    def _apply(self, fn, recurse: bool = True):
+        out = super()._apply(fn, recurse)
+        # What the cast does to a floating tensor of the current compute dtype is the new one
+        # (an empty probe: a device move keeps the dtype, a dtype cast changes it).
+        probe = fn(torch.empty(0, dtype=self._compute_dtype))
+        if isinstance(probe, torch.Tensor) and probe.is_floating_point():
+            self._compute_dtype = probe.dtype
+        return out
+
+
+# ---------------------------------------------------------------------------
 # Encoder and model
 
 
@@ -213,12 +247,13 @@ def chunk_units(chunk_ms: float, unit_ms: float, who: str) -> int:
     return int(round(units))
 
 
-class BaseEncoder(nn.Module):
+class BaseEncoder(ComputeDtypeModule):
     """An acoustic encoder: features -> hidden states, plus streaming geometry.
 
     Subclasses implement ``forward(feats, feat_lens) -> (hidden, hidden_lens)`` and
     ``subsampling_rate`` / ``output_size``. Streaming encoders additionally declare
-    ``streaming_kind`` and implement the paged or stateful members.
+    ``streaming_kind`` and implement the paged or stateful members. ``compute_dtype`` is
+    the dtype an encoder casts its input features to.
     """
 
     @property
@@ -403,7 +438,7 @@ class BaseEncoder(nn.Module):
         raise StreamingNotSupported(f"{type(self).__name__} keeps no per-stream state to unstack")
 
 
-class BaseAsrModel(nn.Module):
+class BaseAsrModel(ComputeDtypeModule):
     """What the engine may assume about a model.
 
     Class attributes a family sets:
@@ -507,16 +542,8 @@ class BaseAsrModel(nn.Module):
 
     # -- weights and dtypes ---------------------------------------------------------
 
-    @property
-    def compute_dtype(self) -> torch.dtype:
-        """The dtype activations run in (not the storage dtype of quantized weights)."""
-        for p in self.parameters():
-            if p.is_floating_point():
-                return p.dtype
-        for b in self.buffers():
-            if b.is_floating_point():
-                return b.dtype
-        return torch.float32
+    # ``compute_dtype`` (``ComputeDtypeModule``): the declared activation dtype, set at build
+    # and by casts, kept by int8 quantisation; every family and strategy asks it.
 
     @property
     def device(self) -> torch.device:

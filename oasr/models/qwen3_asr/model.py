@@ -272,7 +272,7 @@ class Qwen3AsrAudioEncoder(BaseEncoder):
             raise ValueError(f"expected log-mel features (B, T, {n_mels}), got {tuple(feats.shape)}")
         if feats.shape[2] != n_mels:
             feats = feats.transpose(1, 2)
-        feats = feats.to(self.conv_out.weight.dtype)
+        feats = feats.to(self.compute_dtype)
         if feat_lens is None:
             feat_lens = torch.full((feats.shape[0],), feats.shape[1], dtype=torch.long)
         x, n_tokens = self.embed(feats, feat_lens)
