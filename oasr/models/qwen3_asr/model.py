@@ -308,6 +308,9 @@ class Qwen3AsrModel(PromptTokenizerMixin, BaseAsrModel):
     architecture = "qwen3_asr"
     capabilities = frozenset({DecodeType.LLM})
     default_decode_type = DecodeType.LLM
+    # The release is bfloat16; in float16 its LM's activations overflow (only the tower clamps).
+    safe_dtypes = (torch.bfloat16, torch.float32)
+    unsafe_dtype_reason = "its checkpoint is bfloat16 and its language model's activations overflow float16's range"
 
     def __init__(self, config: Qwen3AsrConfig) -> None:
         super().__init__(config)
