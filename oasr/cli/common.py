@@ -92,6 +92,14 @@ def temperatures(text: str) -> float | tuple[float, ...]:
 # Option groups
 
 
+DTYPE_CHOICES = ("auto", "float32", "float16", "bfloat16")
+DTYPE_HELP = (
+    "compute dtype (default auto: float32 on CPU; on CUDA the model family's safe choice, float16 for Whisper "
+    "and the CTC / transducer families, bfloat16 for Qwen3-ASR and Qwen2-Audio); a dtype the family is not safe "
+    "in (float16 for Qwen3-ASR) is refused at load. With --quantize int8 it is the activations' dtype"
+)
+
+
 def add_engine_options(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("model and engine")
     g.add_argument(
@@ -101,12 +109,7 @@ def add_engine_options(parser: argparse.ArgumentParser) -> None:
         help="model directory, bundled name (whisper-base, tiny.en) or Hub id; default: the bundled whisper-base",
     )
     g.add_argument("--device", default="auto", help="cpu, cuda, cuda:1, ... or auto (cuda when available; default)")
-    g.add_argument(
-        "--dtype",
-        choices=("float32", "float16", "bfloat16"),
-        default=None,
-        help="compute dtype (default: float32 on CPU, float16 on CUDA)",
-    )
+    g.add_argument("--dtype", choices=DTYPE_CHOICES, default=None, help=DTYPE_HELP)
     g.add_argument("--threads", type=nonnegative_int, default=0, metavar="N", help="CPU threads (0: torch's default)")
     g.add_argument(
         "--batch-size",

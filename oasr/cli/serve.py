@@ -23,6 +23,8 @@ import os
 import sys
 
 from oasr.cli.common import (
+    DTYPE_CHOICES,
+    DTYPE_HELP,
     CliError,
     add_model_engine_options,
     add_search_flags,
@@ -80,7 +82,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="name(s) the 'model' form field must match and /v1/models lists (default: --model as given)",
     )
     g.add_argument("--device", default="auto", help="cpu, cuda, cuda:1, ... or auto (cuda when available; default)")
-    g.add_argument("--dtype", choices=("float32", "float16", "bfloat16"), default=None, help="compute dtype")
+    g.add_argument("--dtype", choices=DTYPE_CHOICES, default=None, help=DTYPE_HELP)
     g.add_argument("--threads", type=nonnegative_int, default=0, metavar="N", help="CPU threads (0: torch's default)")
     g.add_argument(
         "--max-batch-size",

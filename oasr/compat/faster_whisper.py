@@ -19,7 +19,8 @@ How it maps:
   Face or openai-whisper layouts). Nothing is downloaded.
 * ``compute_type``: float32 / float16 / bfloat16 set the dtype; int8, int8_float32,
   int8_float16, int8_bfloat16 quantise the linear layers to int8 (``quantize="int8"``)
-  over that dtype; "default" / "auto" keep oasr's (float32 on CPU, float16 on CUDA).
+  over that dtype; "default" / "auto" are oasr's ``dtype="auto"`` for Whisper (float32 on
+  CPU, float16 on CUDA: the first of ``WhisperModel.safe_dtypes``).
   int16 has no oasr kernel and is refused.
 * ``cpu_threads`` -> ``num_threads`` (0: torch's default); ``num_workers`` -> the engine's
   batch size (faster-whisper's concurrent transcriptions share one batched engine here).

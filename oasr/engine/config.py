@@ -12,6 +12,9 @@ import torch
 from oasr.audio.vad import VadOptions
 from oasr.languages import DETECT
 
+# EngineConfig.dtype's values (None is "auto": the model family's choice for the device).
+ENGINE_DTYPES: tuple[str | None, ...] = (None, "auto", "float32", "float16", "bfloat16")
+
 
 @dataclass(frozen=True)
 class EngineConfig:
@@ -19,8 +22,11 @@ class EngineConfig:
 
     Attributes:
         device: "cpu", "cuda", "cuda:1", ...
-        dtype: compute dtype ("float32", "float16", "bfloat16"); None keeps float32 on
-            CPU and float16 on CUDA.
+        dtype: compute dtype ("float32", "float16", "bfloat16"); None or "auto": the model
+            family's choice for the device (``BaseAsrModel.safe_dtypes``): float32 on CPU,
+            and on CUDA the family's preferred half dtype the GPU has (float16 for Whisper
+            and the CTC / transducer families, bfloat16 for Qwen3-ASR and Qwen2-Audio). A
+            dtype the family is not safe in (float16 for Qwen3-ASR) is refused at load.
         num_threads: intra-op CPU threads (0 leaves torch's default).
         max_batch_size: encoder windows per batch, and decode rows (times the beam)
             per running batch.
@@ -95,15 +101,9 @@ class EngineConfig:
     encoder_batch_size: int | None = None
     sequence_packing: bool | None = None
 
-    def torch_dtype(self) -> torch.dtype:
-        if self.dtype is None:
-            return torch.float16 if self.device.startswith("cuda") else torch.float32
-        table = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
-        if self.dtype not in table:
-            raise ValueError(f"EngineConfig.dtype={self.dtype!r} is not one of {sorted(table)}")
-        return table[self.dtype]
-
     def __post_init__(self) -> None:
+        if self.dtype not in ENGINE_DTYPES:
+            raise ValueError(f"EngineConfig.dtype={self.dtype!r} is not one of {ENGINE_DTYPES}")
         if self.max_batch_size < 1:
             raise ValueError(f"EngineConfig.max_batch_size must be >= 1, got {self.max_batch_size}")
         if self.encoder_batch_size is not None and self.encoder_batch_size < 1:

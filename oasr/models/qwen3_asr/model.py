@@ -273,7 +273,7 @@ class Qwen3AsrAudioEncoder(BaseEncoder):
             raise ValueError(f"expected log-mel features (B, T, {n_mels}), got {tuple(feats.shape)}")
         if feats.shape[2] != n_mels:
             feats = feats.transpose(1, 2)
-        feats = feats.to(self.conv_out.weight.dtype)
+        feats = feats.to(self.compute_dtype)
         if feat_lens is None:
             feat_lens = torch.full((feats.shape[0],), feats.shape[1], dtype=torch.long)
         x, n_tokens = self.embed(feats, feat_lens)
@@ -309,6 +309,9 @@ class Qwen3AsrModel(PromptTokenizerMixin, BaseAsrModel):
     architecture = "qwen3_asr"
     capabilities = frozenset({DecodeType.LLM})
     default_decode_type = DecodeType.LLM
+    # The release is bfloat16; in float16 its LM's activations overflow (only the tower clamps).
+    safe_dtypes = (torch.bfloat16, torch.float32)
+    unsafe_dtype_reason = "its checkpoint is bfloat16 and its language model's activations overflow float16's range"
 
     def __init__(self, config: Qwen3AsrConfig) -> None:
         super().__init__(config)

@@ -163,6 +163,7 @@ class Qwen2AudioModel(PromptTokenizerMixin, BaseAsrModel):
     architecture = "speech_llm"
     capabilities = frozenset({DecodeType.LLM})
     default_decode_type = DecodeType.LLM
+    safe_dtypes = (torch.bfloat16, torch.float16, torch.float32)  # the release's dtype first
 
     def __init__(self, config: Qwen2AudioConfig) -> None:
         super().__init__(config)

@@ -173,7 +173,6 @@ class WhisperDecoder(BaseDecoder):
     def new_pool(
         self, max_rows: int, max_groups: int = 0, *, max_len: int | None = None, device=None, dtype=None
     ) -> KVPool:
-        p = self.embed_tokens.weight
         return KVPool(
             n_layers=self.cfg.n_text_layer,
             n_heads=self.cfg.n_text_head,
@@ -182,8 +181,8 @@ class WhisperDecoder(BaseDecoder):
             max_len=self.cfg.n_text_ctx if max_len is None else max_len,
             max_groups=max_groups,
             cross_len=self.cfg.n_audio_ctx,
-            device=device if device is not None else p.device,
-            dtype=dtype if dtype is not None else p.dtype,
+            device=device if device is not None else self.embed_tokens.weight.device,
+            dtype=dtype if dtype is not None else self.compute_dtype,
         )
 
     def _layers(self, x: torch.Tensor, self_attend: _SelfAttendFn, cross_attend: _CrossAttendFn) -> torch.Tensor:
