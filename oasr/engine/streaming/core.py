@@ -505,6 +505,7 @@ class StreamingCore:
             tokens=tokens,
             avg_logprob=float(hyp.score) / max(1, frames),
             words=words if want_words else None,
+            token_times=[(round(a, 3), round(b, 3)) for a, b in spans],
         )
         s.finals.append(seg)
         return StreamEvent("final", s.id, s.segment, text.strip(), start, end, tokens, words if want_words else None)
