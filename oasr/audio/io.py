@@ -29,9 +29,10 @@ Float samples (float arrays, float containers such as 32-bit float WAV) are nomi
 they are up to ``MAX_SAMPLE_MAGNITUDE`` (100, +40 dBFS: Whisper-base transcribes speech
 scaled that hot as it does at full scale) and refused beyond it, as integer PCM handed
 over as floats without scaling, or damaged data: such samples are not audio any model was
-trained on, and from about 1e17 up they overflow the float32 spectra of every front end
-into NaN / inf features. (openai-whisper and faster-whisper convert decoded files to int16,
-which clips them to full scale instead; their array input is not checked at all.)
+trained on, and from about 1e17 up they overflow the float32 spectra of most front ends
+(Whisper's log-mel, kaldi fbank, FunASR's, NeMo's) into NaN / inf features.
+(openai-whisper and faster-whisper convert decoded files to int16, which clips them to
+full scale instead; their array input is not checked at all.)
 Integer PCM cannot go past full scale and is never refused for its level.
 
 Every problem with the *input* raises :class:`AudioDecodeError` (a ``ValueError``)
