@@ -1,5 +1,6 @@
 """The front-end table (``oasr.audio.frontends``) names the families' front ends by lazy
-``"module:Class"`` strings: importing it, or building a shared front end, imports no family."""
+``"module:Class"`` strings: importing it, or building a shared front end, imports no family.
+Every front end's features are finite or the audio is refused (``check_features``)."""
 
 from __future__ import annotations
 
