@@ -427,7 +427,7 @@ def _separator(before: str, after: str) -> str:
 
 
 def _map_segment(segment: Segment, chunk: SpeechChunk, segment_id: int) -> Segment:
-    """The segment with its times (and its words') in the original audio."""
+    """The segment with its times (and its words' and tokens') in the original audio."""
     words = None
     if segment.words is not None:
         words = [
@@ -439,6 +439,11 @@ def _map_segment(segment: Segment, chunk: SpeechChunk, segment_id: int) -> Segme
             )
             for w in segment.words
         ]
+    token_times = None
+    if segment.token_times is not None:
+        token_times = [
+            (round(chunk.to_global(a), 3), round(chunk.to_global(b, is_end=True), 3)) for a, b in segment.token_times
+        ]
     window_start = chunk.to_global(segment.seek / FRAMES_PER_SECOND)
     return dataclasses.replace(
         segment,
@@ -447,6 +452,7 @@ def _map_segment(segment: Segment, chunk: SpeechChunk, segment_id: int) -> Segme
         start=round(chunk.to_global(segment.start), 3),
         end=round(chunk.to_global(segment.end, is_end=True), 3),
         words=words,
+        token_times=token_times,
     )
 
 

@@ -38,6 +38,9 @@ class Segment:
         compression_ratio: gzip compression ratio of the window's text.
         no_speech_prob: probability of the no-speech token at the window start.
         words: word timings when requested.
+        token_times: ``(start, end)`` seconds of each of ``tokens``, where the decoder times its
+            tokens (CTC and transducer: around each token's spike frame; Paraformer: from the
+            CIF fires, as funasr's ``timestamp``); None where it does not (Whisper, speech-LLMs).
     """
 
     id: int
@@ -51,6 +54,7 @@ class Segment:
     compression_ratio: float = 0.0
     no_speech_prob: float = 0.0
     words: list[Word] | None = None
+    token_times: list[tuple[float, float]] | None = None
 
 
 @dataclass

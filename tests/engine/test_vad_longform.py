@@ -301,6 +301,21 @@ def test_stitching_keeps_time_order_and_maps_times():
     assert splitter.num_unfinished() == 0
 
 
+def test_token_times_are_mapped_into_the_recording_as_the_words_are():
+    """A chunk's ``Segment.token_times`` move to the recording's timeline with its segment: chunk
+    1 holds 5-6 s and 7-8 s, so its 0.5 s is 5.5 s, its 1.0 s ends at 6.0 s (the seam) or
+    starts at 7.0 s."""
+    from oasr.engine.chunking import _map_segment
+
+    seg = Segment(
+        id=1, seek=0, start=0.0, end=1.5, text=" a b c", tokens=[4, 5, 6],
+        token_times=[(0.0, 0.5), (0.5, 1.0), (1.0, 1.5)], words=[Word(0.5, 1.0, " b", 0.9)],
+    )  # fmt: skip
+    mapped = _map_segment(seg, CHUNKS[1], 3)
+    assert mapped.token_times == [(5.0, 5.5), (5.5, 6.0), (7.0, 7.5)]
+    assert (mapped.start, mapped.end, [(w.start, w.end) for w in mapped.words]) == (5.0, 7.5, [(5.5, 6.0)])
+
+
 def test_a_failing_chunk_fails_the_request_and_aborts_the_others():
     boom = RuntimeError("boom")
     strategy = _ScriptedStrategy(

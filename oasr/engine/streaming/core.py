@@ -35,6 +35,7 @@ import numpy as np
 import torch
 
 from oasr.audio.frontends import build_frontend
+from oasr.audio.io import AudioDecodeError, check_samples
 from oasr.audio.streaming import FeatureStream
 from oasr.engine.decode.words import TokenPieces, group_words, timed_word, token_times
 from oasr.engine.outputs import RequestOutput, Segment, Word
@@ -257,9 +258,12 @@ class StreamingCore:
             stream = self._get(sid)
             if stream.input_done:
                 raise StreamError("bad_request", "samples after the end of the stream")
-            x = np.asarray(samples, dtype=np.float32).reshape(-1)
-            if x.size and not np.isfinite(x).all():
-                raise StreamError("invalid_audio", "the samples hold NaN or Inf")
+            x = np.asarray(samples).reshape(-1)
+            try:
+                check_samples(x, "the stream's samples")  # before the cast: a float64 1e300 is not "inf"
+            except AudioDecodeError as e:
+                raise StreamError("invalid_audio", str(e)) from None
+            x = x.astype(np.float32, copy=False)
             if x.size:
                 stream.pending.append(x)
 
@@ -326,6 +330,8 @@ class StreamingCore:
                     self._featurize(s)
                 except StreamError as e:
                     self._fail(s, e.code, str(e), events)
+                except AudioDecodeError as e:  # non-finite features (``Frontend`` checks them)
+                    self._fail(s, "invalid_audio", str(e), events)
             ready: list[tuple[_Stream, torch.Tensor, int, bool]] = []
             for s in streams:
                 if s.closed:
@@ -499,6 +505,7 @@ class StreamingCore:
             tokens=tokens,
             avg_logprob=float(hyp.score) / max(1, frames),
             words=words if want_words else None,
+            token_times=[(round(a, 3), round(b, 3)) for a, b in spans],
         )
         s.finals.append(seg)
         return StreamEvent("final", s.id, s.segment, text.strip(), start, end, tokens, words if want_words else None)

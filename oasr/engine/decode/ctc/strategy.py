@@ -24,10 +24,11 @@ Life of a request:
    Text comes from the token pieces (``oasr.engine.decode.words``): word
    pieces joined, a space before each word that starts with the word marker, none
    before CJK characters; blank and the checkpoint's special ids never appear.
-   ``word_timestamps`` times each word from its tokens' CTC spikes
-   (``token_times``); a word's probability is the mean posterior of its tokens at
-   their spikes. ``avg_logprob`` is the window's CTC log-probability per encoder
-   frame; ``temperature`` is 0 and ``no_speech_prob`` 0.
+   Every token is timed from the CTC spikes (``token_times``: from midway to the previous
+   spike to midway to the next, at most 0.5 s each side; ``Segment.token_times``);
+   ``word_timestamps`` times each word from its tokens' times; a word's probability is
+   the mean posterior of its tokens at their spikes. ``avg_logprob`` is the window's CTC
+   log-probability per encoder frame; ``temperature`` is 0 and ``no_speech_prob`` 0.
 
 Options: CTC transcribes, so ``task="translate"``, ``initial_prompt``, ``prefix``,
 ``context``, sampling (temperatures other than 0 or the default fallback sequence,
@@ -315,6 +316,7 @@ class CtcDecodeStrategy(WindowedStrategy):
                     end=round(spans[hi - 1][1], 3),
                     text=text,
                     tokens=tokens[lo:hi],
+                    token_times=[(round(a, 3), round(b, 3)) for a, b in spans[lo:hi]],
                     avg_logprob=avg_logprob,
                     compression_ratio=compression_ratio(text),
                     words=timed if req.opts.word_timestamps else None,

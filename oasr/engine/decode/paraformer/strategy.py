@@ -15,8 +15,9 @@ Life of a request:
    (``timestamps.token_times``): from the V2 fires, or from BiCif's upsampled timestamp
    head. Words join the pieces as FunASR does (``text.group_pieces``: CJK characters
    without spaces, ``@@`` pieces glued); segments split at gaps longer than
-   ``SEGMENT_GAP_S``; ``word_timestamps`` attaches the words with their times. A
-   ``seg_dict`` only segments training text and plays no part here.
+   ``SEGMENT_GAP_S``; every segment carries its tokens' times (``Segment.token_times``, in
+   seconds: funasr's ``timestamp`` of each token) and ``word_timestamps`` attaches the words
+   with their times. A ``seg_dict`` only segments training text and plays no part here.
 
 Options: the model only transcribes, with no prompt, sampling or hotwords: those are refused
 with a ValueError naming the option. It has no language control: ``language`` is taken only
@@ -179,6 +180,7 @@ class ParaformerDecodeStrategy(WindowedStrategy):
                     end=timed[-1].end,
                     text=text,
                     tokens=[t.id for t in tokens[first:last]],
+                    token_times=[(round(t.start, 3), round(t.end, 3)) for t in tokens[first:last]],
                     avg_logprob=float(np.mean(np.log(np.maximum(probs, 1e-30)))),
                     compression_ratio=compression_ratio(text),
                     words=timed if req.opts.word_timestamps else None,
