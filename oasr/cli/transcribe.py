@@ -26,6 +26,10 @@ Subtitles: with ``--word-timestamps``, SRT and WebVTT cues span their words' tim
 ``--highlight-words`` lay them out as openai-whisper's writers do
 (``oasr.formatting.SubtitleLayout``). No cue ends past the end of the audio.
 
+A transcript that a token budget cut (``RequestOutput.finish_reason == "length"``: a
+speech-LLM's ``--max-new-tokens``, a Whisper window that reached its length limit) is written
+as usual, with a warning on stderr; the exit code stays 0.
+
 A file that cannot be read or decoded, or that is shorter than ``--min-duration`` (0.1 s,
 the server's ``--min-duration`` default, so both refuse the same audio), is reported
 on stderr (``oasr transcribe: <path>: <problem>``) and skipped; the others are still
@@ -70,6 +74,12 @@ AUDIO_EXTENSIONS = frozenset(
     "aiff aif aifc amr 3gp 3g2 caf ac3 eac3 wv ape au snd".split()
 )
 """What a directory is searched for (any file given by name or glob is tried, whatever its name)."""
+
+CUT_WARNING = (
+    "the decode stopped at its token budget (finish_reason 'length'): the end of the transcript may be "
+    "missing; a larger --max-new-tokens lets it finish"
+)
+"""What stderr says (after the input's label) for a result a token budget cut (the output itself is written)."""
 
 _GLOB_CHARS = frozenset("*?[")
 _SUBTITLE_OPTIONS = ("max_line_width", "max_line_count", "max_words_per_line", "highlight_words")
@@ -423,6 +433,8 @@ def run(args: argparse.Namespace) -> int:
         for segment in output.segments[shown[index] :]:  # a strategy that reports them only at the end
             show(index, segment)
         progress.finish(index, output.duration)
+        if output.finish_reason == "length":
+            progress.write(f"oasr {NAME}: {sources[index].label}: warning: {CUT_WARNING}", file=sys.stderr)
         if targets is not None:
             for f, path in targets[index].items():
                 try:
