@@ -15,6 +15,13 @@ if TYPE_CHECKING:  # the engine (and torch) load when a command runs, not for `o
     from oasr.engine.outputs import RequestOutput
 
 
+CUT_WARNING = (
+    "the decode stopped at its token budget (finish_reason 'length'): the end of the transcript may be "
+    "missing; a larger --max-new-tokens lets it finish"
+)
+"""What stderr says, after the input's label, of a result a token budget cut (the result itself is kept)."""
+
+
 class CliError(Exception):
     """A failure reported as one line on stderr (no traceback) with an exit code."""
 

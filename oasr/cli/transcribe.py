@@ -51,6 +51,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from oasr.cli.common import (
+    CUT_WARNING,
     CliError,
     Source,
     add_decode_options,
@@ -74,12 +75,6 @@ AUDIO_EXTENSIONS = frozenset(
     "aiff aif aifc amr 3gp 3g2 caf ac3 eac3 wv ape au snd".split()
 )
 """What a directory is searched for (any file given by name or glob is tried, whatever its name)."""
-
-CUT_WARNING = (
-    "the decode stopped at its token budget (finish_reason 'length'): the end of the transcript may be "
-    "missing; a larger --max-new-tokens lets it finish"
-)
-"""What stderr says (after the input's label) for a result a token budget cut (the output itself is written)."""
 
 _GLOB_CHARS = frozenset("*?[")
 _SUBTITLE_OPTIONS = ("max_line_width", "max_line_count", "max_words_per_line", "highlight_words")

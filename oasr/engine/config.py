@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -326,7 +327,9 @@ class TranscribeOptions(CommonOptions):
         if given("max_new_tokens") and self.max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
         if given("seed") and (
-            isinstance(self.seed, bool) or not isinstance(self.seed, int) or not _INT64_MIN <= self.seed <= _INT64_MAX
+            isinstance(self.seed, bool)
+            or not isinstance(self.seed, numbers.Integral)
+            or not _INT64_MIN <= self.seed <= _INT64_MAX
         ):
             raise ValueError(f"seed must be an integer in [-2**63, 2**63 - 1] or None, got {self.seed!r}")
         if given("language_detection_segments") and self.language_detection_segments < 1:

@@ -1,7 +1,7 @@
 """``--max-new-tokens``, ``--repetition-penalty`` and ``--seed`` on ``oasr transcribe`` with
 Whisper (whisper-base on jfk.wav): what the flags give equals the Python API's result for the
 same options; a window cut by its budget is written with ``finish_reason`` "length" and a warning
-on stderr; a family that takes none of them (CTC) refuses each with exit 2 naming who takes it;
+on stderr (``oasr eval`` warns too); a family that takes none of them (CTC) refuses each with exit 2 naming who takes it;
 ``--seed`` is unset unless given."""
 
 from __future__ import annotations
@@ -39,6 +39,18 @@ def test_a_window_cut_by_its_budget_is_written_with_a_warning(cli, clips, engine
     assert doc["text"] == api.text and len(api.text.split()) < 5  # 11 s of speech, 4 tokens a window
     assert [s["tokens"] for s in doc["segments"]] == [s.tokens for s in api.segments]
     assert f"{jfk}: warning: " in err and "finish_reason 'length'" in err and "--max-new-tokens" in err
+
+
+@needs_whisper_base
+def test_eval_warns_of_a_hypothesis_its_budget_cut(cli, clips, tmp_path):
+    row = {k: v for k, v in clips["jfk"].items() if k != "path"}
+    manifest = tmp_path / "m.jsonl"
+    manifest.write_text(json.dumps({**row, "audio": clips["jfk"]["path"]}) + "\n", encoding="utf-8")
+    argv = ("eval", manifest, "--model", "whisper-base", "--beam-size", "1", "--no-progress")
+    code, _, err = cli(*argv, "--max-new-tokens", "5")
+    assert code == 0 and f"{clips['jfk']['path']}: warning: " in err and "finish_reason 'length'" in err
+    code, _, err = cli(*argv)
+    assert code == 0 and "warning" not in err
 
 
 @needs_whisper_base

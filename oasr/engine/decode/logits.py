@@ -181,7 +181,7 @@ def request_seed(seed: int | None) -> int:
     """The seed a request samples with: ``seed`` as given (the same seed replays the same
     samples), or a fresh one from the OS's entropy when None (vLLM's semantics: requests
     without a seed are independent draws)."""
-    return seed if seed is not None else random.SystemRandom().randrange(2**63)
+    return int(seed) if seed is not None else random.SystemRandom().randrange(2**63)
 
 
 def draw(probs: torch.Tensor, generator: torch.Generator) -> int:

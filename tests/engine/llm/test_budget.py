@@ -14,6 +14,7 @@ known exactly.
 from __future__ import annotations
 
 import pytest
+import torch
 
 from oasr.engine import ASREngine
 from oasr.engine.decode.base import Request
@@ -43,9 +44,24 @@ def scripted(tokenizer, script):
 
 
 def test_a_long_recording_is_written_to_its_end(scripted, script):
-    out = ASREngine(scripted).transcribe(clip(LONG_S, 1), language="en")
+    engine = ASREngine(scripted)
+    out = engine.transcribe(clip(LONG_S, 1), language="en")
     assert _tokens(out) == script[:-1]
     assert out.finish_reason == "stop"
+    assert engine.strategy.counters.pool_grows >= 2  # the pool grew with the transcript
+
+
+def test_a_pool_that_grows_mid_decode_gives_the_eager_tokens_to_recorded_steps(tokenizer):
+    """The fixed-shape steps CUDA graphs record (run uncaptured on a CPU) belong to one pool: a
+    pool that grows under a running decode gets new ones, and the tokens stay the eager ones."""
+    loaded = make_loaded(tokenizer, context=2048, dtype=torch.float32)
+    opts = dict(language="en", max_new_tokens=300, repetition_penalty=1.3)  # the penalty keeps it talking
+    runs = []
+    for graphs in (False, True):
+        engine = ASREngine(loaded, step_graphs=graphs, max_batch_size=2)
+        runs.append((_tokens(engine.transcribe(clip(20.0, 4), **opts)), engine.strategy.counters.pool_grows))
+    (eager, grows), (recorded, _) = runs
+    assert recorded == eager and grows >= 1 and len(eager) > 256
 
 
 def test_a_budget_that_cuts_says_length(scripted, script):
@@ -95,3 +111,16 @@ def test_requests_without_a_seed_are_independent_draws(loaded, clips):
     assert len(a) == len(b) == 40 and a != b
     c, d = (_tokens(engine.transcribe(clips[3], seed=11, **opts)) for _ in range(2))
     assert c == d and len(c) == 40
+
+
+def test_a_seed_is_a_64_bit_integer(loaded, clips):
+    import numpy as np
+
+    engine = ASREngine(loaded)
+    for bad in (True, 1.5, "7", 2**63):
+        with pytest.raises(ValueError, match="seed must be an integer in"):
+            engine.transcribe(clips[0], seed=bad, temperature=1.0, max_new_tokens=4)
+    opts = dict(language="en", temperature=2.0, max_new_tokens=12)
+    assert _tokens(engine.transcribe(clips[3], seed=np.int64(-5), **opts)) == _tokens(
+        engine.transcribe(clips[3], seed=-5, **opts)
+    )
