@@ -1,8 +1,8 @@
 """``--max-new-tokens``, ``--repetition-penalty`` and ``--seed`` on ``oasr transcribe`` with
 Whisper (whisper-base on jfk.wav): what the flags give equals the Python API's result for the
 same options; a window cut by its budget is written with ``finish_reason`` "length" and a warning
-on stderr (``oasr eval`` warns too); a family that takes none of them (CTC) refuses each with exit 2 naming who takes it;
-``--seed`` is unset unless given."""
+on stderr (``oasr eval`` warns too); a family that takes none of them (CTC) refuses each with
+exit 2 naming who takes it; ``--seed`` is unset unless given."""
 
 from __future__ import annotations
 

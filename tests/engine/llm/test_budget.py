@@ -124,3 +124,14 @@ def test_a_seed_is_a_64_bit_integer(loaded, clips):
     assert _tokens(engine.transcribe(clips[3], seed=np.int64(-5), **opts)) == _tokens(
         engine.transcribe(clips[3], seed=-5, **opts)
     )
+
+
+def test_a_vad_chunked_request_is_length_when_a_chunk_is(tokenizer, audio_dir):
+    pytest.importorskip("silero_vad")
+    few = tokenizer.encode(" hello world") + [tokenizer.token_to_id("<|im_end|>")]
+    engine = ASREngine(make_loaded(tokenizer, script=few, context=2048))
+    jfk = str(audio_dir / "jfk.wav")
+    whole = engine.transcribe(jfk, vad_filter=True, language="en")
+    assert whole.finish_reason == "stop" and whole.text
+    cut = engine.transcribe(jfk, vad_filter=True, language="en", max_new_tokens=len(few) - 2)
+    assert cut.finish_reason == "length" and len(cut.text) < len(whole.text)
