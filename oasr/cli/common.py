@@ -15,6 +15,13 @@ if TYPE_CHECKING:  # the engine (and torch) load when a command runs, not for `o
     from oasr.engine.outputs import RequestOutput
 
 
+CUT_WARNING = (
+    "the decode stopped at its token budget (finish_reason 'length'): the end of the transcript may be "
+    "missing; a larger --max-new-tokens lets it finish"
+)
+"""What stderr says, after the input's label, of a result a token budget cut (the result itself is kept)."""
+
+
 class CliError(Exception):
     """A failure reported as one line on stderr (no traceback) with an exit code."""
 
@@ -205,6 +212,23 @@ def add_search_flags(g: argparse._ArgumentGroup, *, every_request: bool = False)
         metavar="X",
         help="transducer: subtracted from the blank logit before the search (default 0)",
     )
+    g.add_argument(
+        "--max-new-tokens",
+        type=positive_int,
+        default=None,
+        metavar="N",
+        help=f"token budget{scope}: speech-LLM: new tokens per request (default: the checkpoint's, else one that "
+        "grows with the audio's duration); Whisper: per 30-s window, the prompt plus N is the decode's length limit "
+        "(default: the model's context). A transcript cut by it is reported (finish_reason 'length')",
+    )
+    g.add_argument(
+        "--repetition-penalty",
+        type=positive_float,
+        default=None,
+        metavar="X",
+        help=f"Whisper / speech-LLM{scope}: > 1 penalises tokens already generated (Whisper default 1.0: off; "
+        "speech-LLM: the checkpoint's)",
+    )
 
 
 LANGUAGE_HELP = (
@@ -286,7 +310,8 @@ def add_decode_options(parser: argparse.ArgumentParser, *, language: bool = True
         type=int,
         default=None,
         metavar="N",
-        help="Whisper / speech-LLM sampling seed (default 0; negative: a random one)",
+        help="Whisper (temperature fallback, --best-of) / speech-LLM sampling seed: the same seed replays the "
+        "same transcript (default: a fresh seed per request)",
     )
     g.add_argument(
         "--top-k",
@@ -316,6 +341,8 @@ _OPTION_NAMES = (
     "hotword_weight",
     "max_sym_per_frame",
     "blank_penalty",
+    "max_new_tokens",
+    "repetition_penalty",
     "ctc_weight",
     "reverse_weight",
     "context",

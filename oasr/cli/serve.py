@@ -242,7 +242,15 @@ def fix_malloc_mmap_threshold(threshold: int = 128 * 1024) -> bool:
         return False
 
 
-SERVE_DECODE_FLAGS = ("beam_size", "best_of", "max_sym_per_frame", "blank_penalty", "language")
+SERVE_DECODE_FLAGS = (
+    "beam_size",
+    "best_of",
+    "max_sym_per_frame",
+    "blank_penalty",
+    "max_new_tokens",
+    "repetition_penalty",
+    "language",
+)
 """``oasr serve`` flags that set a decoding option for every request (unset: the strategy's default)."""
 
 

@@ -16,7 +16,8 @@ events go out for a chunk once every earlier chunk is done, so a request's event
 arrive in time order. The request's text joins the chunks' texts with a space (none
 between two characters of a script written without spaces); its deltas concatenate
 exactly to it. Without a forced language every chunk detects its own; the request
-reports the language with the most speech. A failing chunk fails the request and
+reports the language with the most speech, and ``finish_reason="length"`` when a token budget
+cut any chunk. A failing chunk fails the request and
 aborts its other chunks; audio without speech finishes with an empty transcript.
 
 Whisper sometimes ends a chunk with end-of-text well before its speech ends (a change
@@ -403,6 +404,7 @@ class VadSplitter:
             language_probs=probs,
             duration=request.duration,
             task=request.options.task,
+            finish_reason="length" if any(out.finish_reason == "length" for out in outputs) else "stop",
         )
         events.append(StepEvent(parent.rid, "finished", output=output))
 

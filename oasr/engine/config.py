@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -218,14 +219,18 @@ class TranscribeOptions(CommonOptions):
         without_timestamps: sample text tokens only (segments then span whole windows).
         max_initial_timestamp: the first timestamp is at most this (seconds).
         prepend_punctuations / append_punctuations: punctuation merged into words.
-        max_new_tokens: Whisper: the prompt plus this is the decode length limit, of
-            which (as in faster-whisper / CTranslate2) at most half is generated;
-            speech-LLMs: new tokens per request (None: the checkpoint's, capped by the context).
+        max_new_tokens: Whisper: the prompt plus this is each window's decode length limit,
+            of which (as in faster-whisper / CTranslate2) at most half is generated; speech-LLMs:
+            new tokens per request (None: the checkpoint's generation config's, else a budget
+            that follows the audio's duration, ``oasr.engine.decode.llm.default_token_budget``).
+            Either way capped by the context; a result cut by it has ``finish_reason="length"``.
         language_detection_threshold / language_detection_segments: detection settings.
         hallucination_silence_threshold: with word timestamps, skip silences longer
             than this around likely hallucinations.
         multilingual: detect the language again in every window.
-        seed: RNG seed for sampling (fixed for reproducible fallbacks; negative: random).
+        seed: RNG seed of the sampled decodes (Whisper's temperature fallback and ``best_of``,
+            a speech-LLM at temperature > 0): the same seed replays the same samples; None
+            draws a fresh seed for every request (vLLM's and faster-whisper's behaviour).
         ctc_weight: CTC + attention rescoring: weight of the CTC score (None: the
             checkpoint's ``DecodingSpec.params["ctc_weight"]``, else 0.5).
         reverse_weight: CTC + attention rescoring: weight of the right-to-left decoder's
@@ -267,7 +272,7 @@ class TranscribeOptions(CommonOptions):
     language_detection_segments: int = UNSET
     hallucination_silence_threshold: float | None = UNSET
     multilingual: bool = UNSET
-    seed: int = UNSET
+    seed: int | None = UNSET
     ctc_weight: float | None = UNSET
     reverse_weight: float | None = UNSET
     hotword_weight: float = UNSET
@@ -325,6 +330,12 @@ class TranscribeOptions(CommonOptions):
                 raise ValueError(f"{name} must be a finite number, got {getattr(self, name)!r}")
         if given("max_new_tokens") and self.max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        if given("seed") and (
+            isinstance(self.seed, bool)
+            or not isinstance(self.seed, numbers.Integral)
+            or not _INT64_MIN <= self.seed <= _INT64_MAX
+        ):
+            raise ValueError(f"seed must be an integer in [-2**63, 2**63 - 1] or None, got {self.seed!r}")
         if given("language_detection_segments") and self.language_detection_segments < 1:
             raise ValueError("language_detection_segments must be >= 1")
         if given("repetition_penalty") and not self.repetition_penalty > 0:
@@ -444,6 +455,7 @@ def _not_taken(name: str, strategy: str) -> str:
 
 
 _FLOAT32 = torch.finfo(torch.float32)
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1  # a seed is a 64-bit integer, as for vLLM and torch
 # Float options that must be finite when set (NaN passes every comparison-based range check).
 _FINITE_FIELDS = (
     "patience",

@@ -20,6 +20,13 @@ Form-field policy (one rule for both audio routes):
 * A value of the wrong type or out of range (``temperature=abc``, ``temperature=-1``,
   ``stream=maybe``, ``response_format=xml``, a file part in a text field, a scalar
   field given twice) is refused with 400, ``code="invalid_value"``, ``param`` naming it.
+* Extensions (fields OpenAI does not define, both routes; the official client sends them in
+  ``extra_body``; vLLM's transcription API names the last two the same):
+  ``max_new_tokens`` (an integer >= 1: the request's token budget, ``TranscribeOptions.
+  max_new_tokens``; a result it cuts has ``finish_reason="length"`` in ``verbose_json``),
+  ``repetition_penalty`` (> 0) and ``seed`` (a 64-bit integer; left out, every request samples
+  with a fresh seed). Left out, ``oasr serve``'s flag of the same name applies, else the
+  model's default; a model that does not take one answers 400 naming it.
 * Empty ``language`` / ``prompt`` / ``chunking_strategy`` values mean "not given" (for
   ``language``: the server's default); ``language=auto`` / ``none`` means "detect it", even
   where ``oasr serve --language`` sets a default.
@@ -73,6 +80,10 @@ class TranslationRequest(BaseModel):
     prompt: str | None = None
     response_format: ResponseFormat = "json"
     temperature: float | None = Field(default=None, ge=0.0, le=1.0)
+    # oasr's extensions (see the module notes)
+    max_new_tokens: int | None = Field(default=None, ge=1)
+    repetition_penalty: float | None = Field(default=None, gt=0.0)
+    seed: int | None = Field(default=None, ge=-(2**63), le=2**63 - 1)
 
     @property
     def granularities(self) -> tuple[str, ...]:
@@ -304,6 +315,7 @@ class TranscriptionVerboseResponse(BaseModel):
     language: str | None
     duration: float
     text: str
+    finish_reason: Literal["stop", "length"] | None = None  # an extension: "length" when a token budget cut it
     segments: list[SegmentTiming] | None = None
     words: list[WordTiming] | None = None
     usage: UsageDuration | None = None
@@ -317,10 +329,11 @@ class TranscriptTextDelta(BaseModel):
 
 
 class TranscriptTextDone(BaseModel):
-    """The last stream event: the whole text."""
+    """The last stream event: the whole text (and, an extension, why the decode stopped)."""
 
     type: Literal["transcript.text.done"] = "transcript.text.done"
     text: str
+    finish_reason: Literal["stop", "length"] | None = None
 
 
 class ModelCard(BaseModel):

@@ -162,7 +162,7 @@ class ScriptedLm(CausalLm):
         return self._force(logits, state.extras["gen"])
 
 
-def lm_config(vocab_size: int) -> CausalLmConfig:
+def lm_config(vocab_size: int, context: int = 512) -> CausalLmConfig:
     return CausalLmConfig.from_hf(
         {
             "model_type": "qwen3",
@@ -173,7 +173,7 @@ def lm_config(vocab_size: int) -> CausalLmConfig:
             "num_attention_heads": 4,
             "num_key_value_heads": 2,
             "head_dim": 8,
-            "max_position_embeddings": 512,
+            "max_position_embeddings": context,
             "rope_theta": 10000.0,
             "tie_word_embeddings": True,
         }
@@ -187,9 +187,10 @@ def make_loaded(
     dtype: torch.dtype = torch.float64,
     decoding: dict | None = None,
     seed: int = 0,
+    context: int = 512,
 ) -> LoadedModel:
     torch.manual_seed(seed)
-    cfg = lm_config(tokenizer.vocab_size)
+    cfg = lm_config(tokenizer.vocab_size, context)
     decoder = ScriptedLm(cfg, script) if script is not None else CausalLm(cfg)
     with torch.no_grad():  # larger weights make the random LM's choices less flat
         for p in decoder.parameters():

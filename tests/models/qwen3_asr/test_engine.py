@@ -27,6 +27,16 @@ def hf32(reference):
 
 def _hf_generate(hf, engine, reference, waveforms, **options) -> list[list[int]]:
     """transformers' greedy tokens for the clips, on oasr's prompt, before the first stop token."""
+    out = []
+    for row in _hf_rows(hf, engine, reference, waveforms, **options):
+        stop = next((i for i, tok in enumerate(row) if tok in engine.model.stop_ids), len(row))
+        out.append(row[:stop])
+    return out
+
+
+def _hf_rows(hf, engine, reference, waveforms, **options) -> list[list[int]]:
+    """The ``MAX_NEW`` tokens transformers' greedy ``generate`` writes per clip (stop ids and the
+    padding after them included)."""
     model = engine.model
     x, mask = hf_features(reference.feature_extractor, waveforms)
     rows = [model.prompt_ids(model.n_audio_tokens(int(n)), **options) for n in mask.sum(1)]
@@ -45,11 +55,7 @@ def _hf_generate(hf, engine, reference, waveforms, **options) -> list[list[int]]
             max_new_tokens=MAX_NEW,
             do_sample=False,
         )
-    out = []
-    for row in gen[:, t:].tolist():
-        stop = next((i for i, tok in enumerate(row) if tok in model.stop_ids), len(row))
-        out.append(row[:stop])
-    return out
+    return gen[:, t:].tolist()
 
 
 def test_engine_batch_equals_generate(engine, hf32, reference, waveforms):
@@ -123,3 +129,14 @@ def test_context_is_plain_text(engine, hf32, reference, waveforms, context):
     assert out.segments[0].tokens == expected
     _, text = model.parse_output(reference.tokenizer.decode(expected, skip_special_tokens=True))
     assert out.text == text
+
+
+def test_finish_reason_is_length_where_generate_is_cut(engine, hf32, reference, waveforms):
+    """A request that uses its whole budget without a stop id is "length", as ``generate``'s
+    ``MAX_NEW`` tokens without an end-of-sequence are a cut transcript; one that stops is "stop"."""
+    rows = _hf_rows(hf32, engine, reference, waveforms, language="English")
+    outputs = engine.transcribe(list(waveforms), language="en", max_new_tokens=MAX_NEW)
+    stops = set(engine.model.stop_ids)
+    reasons = [out.finish_reason for out in outputs]
+    assert reasons == ["stop" if stops & set(row) else "length" for row in rows]
+    assert "length" in reasons, "the random model stopped everywhere: the check is vacuous"

@@ -32,6 +32,8 @@ def test_transcribe_equals_generate(engine, loaded, hf_model, proc, clips, tok):
     texts = set()
     for clip, out in zip(clips, outs):
         want = _hf_tokens(hf_model, proc, clip)
+        # generate's MAX_NEW_TOKENS without a stop id are a cut transcript: "length".
+        assert out.finish_reason == ("stop" if stops & set(want) else "length")
         want = want[: next((i for i, t in enumerate(want) if t in stops), len(want))]  # the stop id is not text
         got = [t for s in out.segments for t in s.tokens]
         assert got == want
