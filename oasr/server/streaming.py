@@ -337,7 +337,7 @@ class StreamingEndpoint:
             raise Refusal(CLOSE_TRY_AGAIN_LATER, "streams_full", str(e)) from None
         except EngineStopped as e:
             raise Refusal(CLOSE_INTERNAL_ERROR, "engine_stopped", str(e)) from None
-        except (TypeError, ValueError) as e:
+        except (TypeError, ValueError, ImportError) as e:  # ImportError: endpoint_vad without silero-vad
             raise Refusal(CLOSE_INVALID_PAYLOAD, "invalid_options", str(e)) from None
         except RuntimeError as e:  # the streaming loop stopped (``/health`` says so too)
             raise Refusal(CLOSE_INTERNAL_ERROR, "streaming_stopped", str(e)) from None

@@ -631,7 +631,8 @@ class _Fatal(BaseException):
 
 def test_a_fault_in_one_streams_part_of_a_step_fails_that_stream_alone(reference, clips, monkeypatch):
     """A stream whose endpoint rules raise (an injected bug) ends with ``engine_error`` / 1011
-    while a stream sharing its steps gets its whole, right result; the loop had no fault."""
+    while a stream open beside it gets its whole, right result: the fault stayed inside that
+    stream's guard (the loop counted none, and runs on)."""
     import threading
 
     from oasr.engine.streaming.endpoint import EndpointConfig
