@@ -188,8 +188,8 @@ def add_search_flags(g: argparse._ArgumentGroup, *, every_request: bool = False)
         type=positive_int,
         default=None,
         metavar="N",
-        help=f"beams at temperature 0{scope} (1: greedy; default: the decoding's own: Whisper 5, CTC 1, "
-        "CTC + attention rescoring 10, transducer 1)",
+        help=f"beams at temperature 0{scope} (1: greedy, at most 64; default: the decoding's own: Whisper 5, "
+        "CTC 1, CTC + attention rescoring 10, transducer 1)",
     )
     g.add_argument(
         "--best-of",

@@ -56,6 +56,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         DEFAULT_MAX_UPLOAD_MB,
         DEFAULT_STREAM_IDLE_S,
         DEFAULT_UPLOAD_IDLE_S,
+        DEFAULT_WS_PING_S,
         TIMEOUT_BASE_S,
         TIMEOUT_PER_AUDIO_S,
     )
@@ -196,6 +197,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="largest WebSocket message in KiB; a larger one closes the stream "
         f"(1009; default {DEFAULT_MAX_MESSAGE_KB:g})",
     )
+    w.add_argument(
+        "--ws-ping-interval",
+        type=nonnegative_float,
+        default=DEFAULT_WS_PING_S,
+        metavar="S",
+        help=f"ping each WebSocket this often (0: never; default {DEFAULT_WS_PING_S:g})",
+    )
+    w.add_argument(
+        "--ws-ping-timeout",
+        type=positive_float,
+        default=DEFAULT_WS_PING_S,
+        metavar="S",
+        help="close a WebSocket (1011) when neither its pong nor any other data came this long after a ping: "
+        f"a client sending faster than real time is never cut while its audio flows (default {DEFAULT_WS_PING_S:g})",
+    )
     add_ray_serve_options(p)
     p.set_defaults(func=run, parser=p)
 
@@ -275,6 +291,8 @@ def settings_from_args(args: argparse.Namespace):
         stream_left_chunks=args.stream_left_chunks,
         stream_idle_s=args.stream_idle_timeout,
         max_message_kb=args.max_message_kb,
+        ws_ping_interval_s=args.ws_ping_interval or None,
+        ws_ping_timeout_s=args.ws_ping_timeout,
         request_options={name: getattr(args, name) for name in SERVE_DECODE_FLAGS if getattr(args, name) is not None},
         device=resolve_device(args.device),
         dtype=args.dtype,

@@ -142,6 +142,10 @@ class _Unset:
 
 UNSET: Any = _Unset()
 
+MAX_BEAM_SIZE = 64
+"""The widest beam any decode strategy takes unless its options class declares its own
+``max_beam_size`` (the bound every surface shares: Python, CLI, HTTP, WebSocket)."""
+
 
 def is_set(value: Any) -> bool:
     """Whether an option value was given (is not ``UNSET``)."""
@@ -305,6 +309,10 @@ class TranscribeOptions(CommonOptions):
 
         if self.task not in ("transcribe", "translate"):
             raise ValueError(f"task must be 'transcribe' or 'translate', got {self.task!r}")
+        for name in _INT_FIELDS:
+            value = getattr(self, name)
+            if given(name) and (isinstance(value, bool) or not isinstance(value, numbers.Integral)):
+                raise ValueError(f"{name} must be an integer, got {value!r}")
         if given("beam_size") and self.beam_size < 1:
             raise ValueError(f"beam_size must be >= 1, got {self.beam_size}")
         if given("best_of") and self.best_of < 1:
@@ -408,6 +416,10 @@ class StrategyOptions:
     """What to use instead of an option the strategy does not take, by option name (added to the
     refusal)."""
 
+    max_beam_size: ClassVar[int] = MAX_BEAM_SIZE
+    """The widest ``beam_size`` the strategy takes (a strategy may declare its own): a beam's cost
+    grows with its width, and every request sharing its batches, or stream sharing its steps, pays it."""
+
     @classmethod
     def field_names(cls) -> frozenset[str]:
         return frozenset(f.name for f in dataclasses.fields(cls))
@@ -441,7 +453,11 @@ class StrategyOptions:
                 )
             )
         fill = {name: value for name, value in cls.defaults().items() if getattr(options, name) is UNSET}
-        return options.replace(**fill) if fill else options
+        options = options.replace(**fill) if fill else options
+        beam = options.beam_size if "beam_size" in own else None
+        if is_set(beam) and beam is not None and beam > cls.max_beam_size:
+            raise ValueError(f"beam_size={beam}: the {strategy!r} decoding takes beams of at most {cls.max_beam_size}")
+        return options
 
 
 def _not_taken(name: str, strategy: str) -> str:
@@ -456,6 +472,17 @@ def _not_taken(name: str, strategy: str) -> str:
 
 _FLOAT32 = torch.finfo(torch.float32)
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1  # a seed is a 64-bit integer, as for vLLM and torch
+# Integer options: a float (JSON's 1e400 is inf, 2.5 a fraction) is refused here, not at an int() deep in a
+# search (``seed`` has its own check below, with its 64-bit range).
+_INT_FIELDS = (
+    "beam_size",
+    "best_of",
+    "no_repeat_ngram_size",
+    "max_new_tokens",
+    "language_detection_segments",
+    "max_sym_per_frame",
+    "top_k",
+)
 # Float options that must be finite when set (NaN passes every comparison-based range check).
 _FINITE_FIELDS = (
     "patience",

@@ -233,6 +233,15 @@ def _check_json_bounds(key: str, text: str) -> None:
     """Refuse JSON text too long or nested too deep before parsing it (the parser recurses)."""
     if len(text) > MAX_JSON_CHARS:
         raise FormError(f"{key}: JSON text of {len(text)} characters; at most {MAX_JSON_CHARS}", key, "invalid_value")
+    if json_too_deep(text, MAX_JSON_DEPTH):
+        raise FormError(f"{key}: JSON nested more than {MAX_JSON_DEPTH} levels deep", key, "invalid_value")
+
+
+def json_too_deep(text: str, max_depth: int) -> bool:
+    """Whether JSON ``text`` nests arrays / objects more than ``max_depth`` deep (a scan without
+    parsing: ``json.loads`` recurses, and a 10k-deep text exhausts the interpreter's stack)."""
+    if text.count("[") + text.count("{") <= max_depth:
+        return False  # the common case, at C speed
     depth = 0
     in_string = escaped = False
     for ch in text:
@@ -247,10 +256,11 @@ def _check_json_bounds(key: str, text: str) -> None:
             in_string = True
         elif ch in "[{":
             depth += 1
-            if depth > MAX_JSON_DEPTH:
-                raise FormError(f"{key}: JSON nested more than {MAX_JSON_DEPTH} levels deep", key, "invalid_value")
+            if depth > max_depth:
+                return True
         elif ch in "]}":
             depth -= 1
+    return False
 
 
 def _chunking_error(e: ValidationError) -> str:
