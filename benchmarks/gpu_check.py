@@ -8,10 +8,10 @@ Every figure goes into one JSON file; a readable summary goes to stdout.
 
 Sections (``--only whisper,ctc,llm,accuracy,streaming``; all by default):
 
-* ``whisper``: Whisper at the openai ``whisper-base`` and ``whisper-small`` shapes, fp16 on
-  CUDA. A transformers ``WhisperForConditionalGeneration`` with seeded random weights is
-  saved with a synthetic tokenizer (the real special-token ids and vocabulary size; the
-  text pieces are made-up strings) and loaded by ``oasr.ASREngine`` from that directory.
+* ``whisper``: Whisper at the openai ``whisper-base`` and ``whisper-small`` shapes, in the
+  family's ``dtype="auto"`` (fp16 on CUDA). A transformers ``WhisperForConditionalGeneration``
+  with seeded random weights is saved with a synthetic tokenizer (the real special-token ids
+  and vocabulary size; the text pieces are made-up strings) and loaded by ``oasr.ASREngine`` from that directory.
   Each side decodes exactly ``--new-tokens`` tokens per 30-s input: transformers
   ``generate(min_new_tokens=N, max_new_tokens=N)`` (greedy, English transcribe prompt, no
   timestamps) and oasr ``transcribe(beam_size=1, temperature=0, without_timestamps=True,
@@ -26,11 +26,11 @@ Sections (``--only whisper,ctc,llm,accuracy,streaming``; all by default):
   published shapes) in bf16: oasr end to end from waveforms (front end, encoder, greedy
   CTC) against transformers' model forward alone (features precomputed, not timed).
 * ``llm``: Qwen3-ASR at the 0.6B shape (audio tower 896 x 18, Qwen3-0.6B LM, vocabulary
-  151936) in bf16: oasr ``transcribe`` against transformers ``generate`` on oasr's own
-  prompt, both forced to ``--new-tokens`` tokens (transformers by ``min_new_tokens``; for
-  oasr, whose speech-LLM path has no suppression option, the tied embedding rows of the two
-  stop tokens are zero, so their logit is exactly 0 while the best of ~150k random logits
-  is positive; the counts are checked).
+  151936) in the family's ``dtype="auto"`` (bf16 on CUDA): oasr ``transcribe`` against
+  transformers ``generate`` on oasr's own prompt, both forced to ``--new-tokens`` tokens
+  (transformers by ``min_new_tokens``; for oasr, whose speech-LLM path has no suppression
+  option, the tied embedding rows of the two stop tokens are zero, so their logit is exactly
+  0 while the best of ~150k random logits is positive; the counts are checked).
 * ``streaming``: live streams of a WeNet U2++ conformer (~80M, random weights, WeNet's format)
   at 80-ms chunks, played at real time: the most streams whose p95 chunk latency stays under
   the chunk, batched against a one-stream-per-forward loop (target: >= 200 streams per GPU).
@@ -205,6 +205,15 @@ def guarded(fn: Callable[..., dict[str, Any]], *args: Any) -> dict[str, Any]:
 
 def _dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
+
+
+def _auto_dtype(architecture: str, device: torch.device) -> torch.dtype:
+    """The compute dtype ``dtype="auto"`` gives the family on ``device`` (its declared
+    ``safe_dtypes``): the check measures what a user of the engine gets."""
+    from oasr.models.base import select_compute_dtype
+    from oasr.models.registry import get_model_info
+
+    return select_compute_dtype(get_model_info(architecture).model_class(), "auto", device)
 
 
 def _summary(d: dict[str, Any]) -> dict[str, Any]:
@@ -448,7 +457,7 @@ def _whisper_shape(args, device, workdir: Path, name: str, shape: WhisperShape, 
 def run_whisper(args: argparse.Namespace, device: torch.device, workdir: Path) -> dict[str, Any]:
     import oasr
 
-    dtype = torch.float16 if device.type == "cuda" else torch.float32
+    dtype = _auto_dtype("whisper", device)  # float16 on CUDA, float32 on CPU
     has_graphs = "step_graphs" in {f.name for f in dataclasses.fields(oasr.EngineConfig)}
     if has_graphs:
         variants: list[tuple[str, dict[str, Any]]] = [
@@ -767,7 +776,7 @@ def run_llm(args: argparse.Namespace, device: torch.device, workdir: Path) -> di
     if not hasattr(transformers, "Qwen3ASRForConditionalGeneration"):
         return {"skipped": f"transformers {transformers.__version__} has no Qwen3ASRForConditionalGeneration"}
 
-    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    dtype = _auto_dtype("qwen3_asr", device)  # bfloat16 on CUDA (never float16), float32 on CPU
     n_new, seconds = args.new_tokens, args.llm_seconds
     path = workdir / "qwen3_asr"
     hf, stops = build_qwen3_asr(path, args.tiny, device, dtype, SEED)

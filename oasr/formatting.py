@@ -17,7 +17,8 @@ Choices:
   in the list (the engine numbers segments from 1, as faster-whisper does); word
   text is stripped of its leading space; times are seconds rounded to the
   millisecond. The top-level ``"words"`` list is present when ``words=True`` (the
-  words the engine timed, possibly none).
+  words the engine timed, possibly none). An extension: ``"finish_reason"``, "stop", or
+  "length" when a token budget cut the transcript (``RequestOutput.finish_reason``).
 * SRT: 1-based cue numbers, ``HH:MM:SS,mmm --> HH:MM:SS,mmm``, cues separated by
   a blank line. WebVTT: a ``WEBVTT`` header, then ``HH:MM:SS.mmm --> HH:MM:SS.mmm``
   cues. Times are rounded to the nearest millisecond *before* being split into
@@ -281,6 +282,7 @@ def verbose_json_dict(out: RequestOutput, words: bool = False) -> dict[str, Any]
         "language": language_name(out.language),
         "duration": _ms(out.duration),
         "text": out.text.strip(),
+        "finish_reason": out.finish_reason,
         "segments": [_segment_dict(i, seg) for i, seg in enumerate(out.segments)],
     }
     if words:

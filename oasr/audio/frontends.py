@@ -3,17 +3,26 @@
 Each family's front end lives with the family (or in ``oasr.audio`` when several
 share it) and is named here lazily, so a checkpoint's ``FeatureSpec`` picks its
 front end without importing every family.
+
+No front end hands an encoder NaN or infinite features: the features of every
+``Frontend`` subclass (its ``__call__`` and ``compute_batch``, in-tree or a plugin's) pass
+:func:`check_features`, which refuses them as bad audio (``AudioDecodeError``, HTTP 400
+``invalid_audio``) before any decode work is spent. The sample bound of ``oasr.audio.io``
+catches most such audio earlier; this catches what it cannot (a front end that overflows
+below it, or a waveform handed to a front end directly).
 """
 
 from __future__ import annotations
 
 import abc
+import functools
 import importlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import torch
 
+from oasr.audio.io import AudioDecodeError
 from oasr.specs import FeatureSpec
 
 _FRONTENDS: dict[str, str] = {
@@ -25,8 +34,43 @@ _FRONTENDS: dict[str, str] = {
 }
 
 
+def check_features(feats: torch.Tensor, what: str) -> torch.Tensor:
+    """``feats``, refused when any value is NaN or infinite.
+
+    Args:
+        feats: a front end's features, any shape.
+        what: the front end, for the message.
+
+    Raises:
+        AudioDecodeError: the audio gives non-finite features.
+    """
+    # One reduction instead of a mask of the whole tensor: a float64 sum of values in float32's
+    # range cannot overflow, so it is finite exactly when every value is.
+    if feats.numel() and not torch.isfinite(feats.sum(dtype=torch.float64)):
+        raise AudioDecodeError(
+            f"the audio gives non-finite (NaN / inf) features in the {what} front end (samples far outside [-1, 1]?)"
+        )
+    return feats
+
+
+def _checked(method: Callable) -> Callable:
+    """``method`` whose features (a tensor, or the first of a tuple) pass ``check_features``."""
+
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        out = method(self, *args, **kwargs)
+        check_features(out[0] if isinstance(out, tuple) else out, type(self).__name__)
+        return out
+
+    wrapper.checks_features = True
+    return wrapper
+
+
 class Frontend(abc.ABC):
     """Waveform -> features for one checkpoint.
+
+    A subclass's ``__call__`` and ``compute_batch`` are wrapped when the class is made so
+    that their features pass :func:`check_features` (see the module notes).
 
     Attributes a subclass sets:
         sampling_rate: input rate in Hz.
@@ -41,6 +85,13 @@ class Frontend(abc.ABC):
     # frames depend on a fixed span of samples: what lets it run on a live stream. None: the
     # frames depend on the whole utterance (a global normalisation), so it cannot stream.
     framing = None
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        for name in ("__call__", "compute_batch"):
+            method = cls.__dict__.get(name)
+            if callable(method) and not getattr(method, "checks_features", False):
+                setattr(cls, name, _checked(method))
 
     def num_frames(self, n_samples: int) -> int:
         """Frames the front end gives ``n_samples`` samples (streaming front ends)."""
@@ -99,4 +150,4 @@ def build_frontend(spec: FeatureSpec) -> Frontend:
     return cls.from_spec(spec)
 
 
-__all__ = ["Frontend", "build_frontend", "pad_features", "register_frontend"]
+__all__ = ["Frontend", "build_frontend", "check_features", "pad_features", "register_frontend"]

@@ -21,7 +21,19 @@ Damage is detected three ways:
   ``max(TRUNCATION_TOLERANCE_S, TRUNCATION_TOLERANCE_REL * declared)``. Bitrate-estimated
   durations (ADTS AAC, MP3 without such a frame) are not checked, so a truncated file
   of that kind loads as the part that is there;
-* empty, non-audio and non-finite input, and ``max_duration_s``.
+* empty, non-audio and non-finite input, and ``max_duration_s``;
+* float samples far outside [-1, 1] (:func:`check_samples`).
+
+Float samples (float arrays, float containers such as 32-bit float WAV) are nominally in
+[-1, 1] but may go past it: a mix's overs, a float file with headroom. They are taken as
+they are up to ``MAX_SAMPLE_MAGNITUDE`` (100, +40 dBFS: Whisper-base transcribes speech
+scaled that hot as it does at full scale) and refused beyond it, as integer PCM handed
+over as floats without scaling, or damaged data: such samples are not audio any model was
+trained on, and from about 1e17 up they overflow the float32 spectra of most front ends
+(Whisper's log-mel, kaldi fbank, FunASR's, NeMo's) into NaN / inf features.
+(openai-whisper and faster-whisper convert decoded files to int16, which clips them to
+full scale instead; their array input is not checked at all.)
+Integer PCM cannot go past full scale and is never refused for its level.
 
 Every problem with the *input* raises :class:`AudioDecodeError` (a ``ValueError``)
 whose message names the problem and the input. Invalid *arguments* (a negative
@@ -50,9 +62,11 @@ if TYPE_CHECKING:
     import soxr
 
 __all__ = [
+    "MAX_SAMPLE_MAGNITUDE",
     "SAMPLE_RATE",
     "AudioDecodeError",
     "AudioSource",
+    "check_samples",
     "iter_audio",
     "load_audio",
     "probe_duration",
@@ -66,6 +80,9 @@ SAMPLE_RATE = 16000
 AudioSource = str | os.PathLike | bytes | bytearray | memoryview | BinaryIO | np.ndarray | torch.Tensor
 
 RESAMPLE_QUALITY = "HQ"
+
+MAX_SAMPLE_MAGNITUDE = 100.0
+"""The largest |sample| of float audio that is decoded (+40 dBFS); see the module notes."""
 
 # A 2-D array is (channels, samples) when its first dim is at most this and smaller
 # than the second, (samples, channels) in the mirrored case; anything else is refused.
@@ -126,6 +143,32 @@ class AudioDecodeError(ValueError):
     non-finite, or longer than allowed. The message names the problem and the input."""
 
 
+def check_samples(samples: np.ndarray, name: str = "audio") -> None:
+    """Refuse float samples that are NaN / infinite or beyond ``MAX_SAMPLE_MAGNITUDE``.
+
+    Args:
+        samples: float samples of any shape and float dtype (checked before any cast to
+            float32, so a float64 1e300 is "too large", not "infinite").
+        name: how the message names the input.
+
+    Raises:
+        AudioDecodeError: naming the problem (``"NaN or infinite"`` / the peak found).
+    """
+    if samples.size == 0:
+        return
+    lo, hi = float(samples.min()), float(samples.max())  # NaN compares false below
+    if -MAX_SAMPLE_MAGNITUDE <= lo and hi <= MAX_SAMPLE_MAGNITUDE:
+        return
+    if not (np.isfinite(lo) and np.isfinite(hi)) or not np.isfinite(samples).all():
+        raise AudioDecodeError(f"audio contains NaN or infinite samples: {name}")
+    peak = max(-lo, hi)
+    raise AudioDecodeError(
+        f"audio samples reach {peak:.6g}, far outside the [-1, 1] of float audio (at most "
+        f"{MAX_SAMPLE_MAGNITUDE:g} is decoded): integer PCM stored as floats without scaling "
+        f"(divide int16 by 32768), or damaged data: {name}"
+    )
+
+
 class AudioTooLong(AudioDecodeError):
     """The audio is longer than the caller's ``max_duration_s`` (from the container's
     header before decoding, or counted while decoding when the header lies)."""
@@ -167,8 +210,9 @@ def load_audio(
               1-D ``(samples,)``, or 2-D, read as ``(channels, samples)`` when the
               first dim is <= 8 and smaller than the second, as ``(samples, channels)``
               in the mirrored case, and refused otherwise (e.g. ``(4, 4)``,
-              ``(16, 16000)``). Float arrays are taken as they are; int16 / int32 PCM
-              is scaled to [-1, 1]. Other dtypes are refused.
+              ``(16, 16000)``). Float arrays are taken as they are (up to
+              ``MAX_SAMPLE_MAGNITUDE``); int16 / int32 PCM is scaled to [-1, 1]. Other
+              dtypes are refused.
             The first audio stream of a container is used. Channels are averaged.
         sampling_rate: Output rate in Hz.
         input_sampling_rate: Rate of an array ``source`` (default: ``sampling_rate``,
@@ -181,7 +225,8 @@ def load_audio(
 
     Raises:
         AudioDecodeError: Empty input, not audio, no audio stream, truncated or corrupt
-            data, NaN / inf samples, zero samples, or longer than ``max_duration_s``.
+            data, NaN / inf samples, float samples beyond ``MAX_SAMPLE_MAGNITUDE``, zero
+            samples, or longer than ``max_duration_s``.
         ValueError: Invalid arguments.
         TypeError: ``source`` is of an unsupported type.
         OSError: A path that cannot be opened.
@@ -398,6 +443,7 @@ def _array_to_mono(source: np.ndarray | torch.Tensor) -> np.ndarray:
         arr = source
     kind = arr.dtype
     if kind.kind == "f":
+        check_samples(arr, f"<array of shape {arr.shape}>")
         samples = arr
     elif kind in _INT_SCALE:
         samples = arr.astype(np.float32) * np.float32(_INT_SCALE[kind])
@@ -421,10 +467,7 @@ def _array_to_mono(source: np.ndarray | torch.Tensor) -> np.ndarray:
 
     if samples.size == 0:
         raise AudioDecodeError(f"empty audio: 0 samples in array of shape {arr.shape}")
-    samples = np.array(samples, dtype=np.float32)  # a copy: the result must not alias the input
-    if not np.isfinite(samples).all():
-        raise AudioDecodeError("audio contains NaN or infinite samples")
-    return samples
+    return np.array(samples, dtype=np.float32)  # a copy: the result must not alias the input
 
 
 # ---------------------------------------------------------------------------
@@ -574,9 +617,8 @@ def _frame_to_mono(frame: av.AudioFrame, name: str) -> np.ndarray:
     raw = frame.to_ndarray()
     fmt = frame.format.name.rstrip("p")
     if fmt in ("flt", "dbl"):
-        # Only float sample formats can carry NaN / inf; such audio would decode to garbage.
-        if not np.isfinite(raw).all():
-            raise AudioDecodeError(f"audio contains NaN or infinite samples: {name}")
+        # Only float sample formats can carry NaN / inf or go far past full scale.
+        check_samples(raw, name)
         x = raw
     elif fmt == "u8":
         x = (raw.astype(np.float32) - 128.0) * np.float32(1.0 / 128.0)

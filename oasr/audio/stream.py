@@ -38,6 +38,7 @@ import numpy as np
 import torch
 
 from oasr.audio.features import HOP_LENGTH, N_FFT, _hann_window, log_mel_spectrogram, mel_filters
+from oasr.audio.frontends import check_features
 from oasr.audio.io import SAMPLE_RATE, AudioSource, iter_audio, load_audio
 
 __all__ = [
@@ -148,9 +149,10 @@ class InMemoryMel(FeatureSource):
 
         Raises:
             ValueError: Fewer than 41 samples (too short for the reflect padding).
+            AudioDecodeError: The features are not finite (samples far outside [-1, 1]).
         """
         mel = log_mel_spectrogram(audio, n_mels, padding=PADDING, device=device, sampling_rate=sampling_rate)
-        return cls(mel, audio.shape[0] / sampling_rate)
+        return cls(check_features(mel, "whisper_mel"), audio.shape[0] / sampling_rate)
 
     def window(self, start: int, size: int) -> torch.Tensor:
         if self._mel is None:
@@ -213,8 +215,8 @@ class SpooledMel(FeatureSource):
             input_sampling_rate: Rate of an array ``source``.
 
         Raises:
-            AudioDecodeError, OSError, TypeError: From decoding, unchanged, after the
-                partial spool file has been removed.
+            AudioDecodeError, OSError, TypeError: From decoding (or non-finite features),
+                unchanged, after the partial spool file has been removed.
             ValueError: Fewer than 41 samples, or invalid arguments.
         """
         chunks = iter_audio(
@@ -475,6 +477,7 @@ def _compute(
     def store(batch: list[torch.Tensor]) -> None:
         nonlocal spool, n_frames, peak, parts
         for raw in batch:
+            check_features(raw, "whisper_mel")  # one NaN / inf frame would be every frame's clamp floor
             peak = max(peak, float(raw.max()))
             n_frames += raw.shape[1]
             if spool is None and memory_frames is not None and n_frames > memory_frames:

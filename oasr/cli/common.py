@@ -15,6 +15,13 @@ if TYPE_CHECKING:  # the engine (and torch) load when a command runs, not for `o
     from oasr.engine.outputs import RequestOutput
 
 
+CUT_WARNING = (
+    "the decode stopped at its token budget (finish_reason 'length'): the end of the transcript may be "
+    "missing; a larger --max-new-tokens lets it finish"
+)
+"""What stderr says, after the input's label, of a result a token budget cut (the result itself is kept)."""
+
+
 class CliError(Exception):
     """A failure reported as one line on stderr (no traceback) with an exit code."""
 
@@ -92,6 +99,14 @@ def temperatures(text: str) -> float | tuple[float, ...]:
 # Option groups
 
 
+DTYPE_CHOICES = ("auto", "float32", "float16", "bfloat16")
+DTYPE_HELP = (
+    "compute dtype (default auto: float32 on CPU; on CUDA the model family's safe choice, float16 for Whisper "
+    "and the CTC / transducer families, bfloat16 for Qwen3-ASR and Qwen2-Audio); a dtype the family is not safe "
+    "in (float16 for Qwen3-ASR) is refused at load. With --quantize int8 it is the activations' dtype"
+)
+
+
 def add_engine_options(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("model and engine")
     g.add_argument(
@@ -101,12 +116,7 @@ def add_engine_options(parser: argparse.ArgumentParser) -> None:
         help="model directory, bundled name (whisper-base, tiny.en) or Hub id; default: the bundled whisper-base",
     )
     g.add_argument("--device", default="auto", help="cpu, cuda, cuda:1, ... or auto (cuda when available; default)")
-    g.add_argument(
-        "--dtype",
-        choices=("float32", "float16", "bfloat16"),
-        default=None,
-        help="compute dtype (default: float32 on CPU, float16 on CUDA)",
-    )
+    g.add_argument("--dtype", choices=DTYPE_CHOICES, default=None, help=DTYPE_HELP)
     g.add_argument("--threads", type=nonnegative_int, default=0, metavar="N", help="CPU threads (0: torch's default)")
     g.add_argument(
         "--batch-size",
@@ -178,8 +188,8 @@ def add_search_flags(g: argparse._ArgumentGroup, *, every_request: bool = False)
         type=positive_int,
         default=None,
         metavar="N",
-        help=f"beams at temperature 0{scope} (1: greedy; default: the decoding's own: Whisper 5, CTC 1, "
-        "CTC + attention rescoring 10, transducer 1)",
+        help=f"beams at temperature 0{scope} (1: greedy, at most 64; default: the decoding's own: Whisper 5, "
+        "CTC 1, CTC + attention rescoring 10, transducer 1)",
     )
     g.add_argument(
         "--best-of",
@@ -202,14 +212,36 @@ def add_search_flags(g: argparse._ArgumentGroup, *, every_request: bool = False)
         metavar="X",
         help="transducer: subtracted from the blank logit before the search (default 0)",
     )
+    g.add_argument(
+        "--max-new-tokens",
+        type=positive_int,
+        default=None,
+        metavar="N",
+        help=f"token budget{scope}: speech-LLM: new tokens per request (default: the checkpoint's, else one that "
+        "grows with the audio's duration); Whisper: per 30-s window, the prompt plus N is the decode's length limit "
+        "(default: the model's context). A transcript cut by it is reported (finish_reason 'length')",
+    )
+    g.add_argument(
+        "--repetition-penalty",
+        type=positive_float,
+        default=None,
+        metavar="X",
+        help=f"Whisper / speech-LLM{scope}: > 1 penalises tokens already generated (Whisper default 1.0: off; "
+        "speech-LLM: the checkpoint's)",
+    )
+
+
+LANGUAGE_HELP = (
+    "ISO 639-1 / 639-3 code, English name (any case) or locale (de, deu, German, pt-BR, de_DE) of a language "
+    "the model has (a locale it lacks: its base language); auto / none: detect it, or the model's default "
+    "prompt where it cannot (default); one it lacks: exit 2, naming its languages"
+)
 
 
 def add_decode_options(parser: argparse.ArgumentParser, *, language: bool = True, task: bool = True) -> None:
     g = parser.add_argument_group("decoding")
     if language:
-        g.add_argument(
-            "-l", "--language", default=None, metavar="L", help="ISO code or English name; default: detect it"
-        )
+        g.add_argument("-l", "--language", default=None, metavar="L", help=LANGUAGE_HELP)
     if task:
         g.add_argument("--task", choices=("transcribe", "translate"), default=None, help="default: transcribe")
     add_search_flags(g)
@@ -278,7 +310,8 @@ def add_decode_options(parser: argparse.ArgumentParser, *, language: bool = True
         type=int,
         default=None,
         metavar="N",
-        help="Whisper / speech-LLM sampling seed (default 0; negative: a random one)",
+        help="Whisper (temperature fallback, --best-of) / speech-LLM sampling seed: the same seed replays the "
+        "same transcript (default: a fresh seed per request)",
     )
     g.add_argument(
         "--top-k",
@@ -308,6 +341,8 @@ _OPTION_NAMES = (
     "hotword_weight",
     "max_sym_per_frame",
     "blank_penalty",
+    "max_new_tokens",
+    "repetition_penalty",
     "ctc_weight",
     "reverse_weight",
     "context",

@@ -10,7 +10,8 @@ unspaced scripts (zh, ja, ko, ...), pooled over the utterances of each language
 Prints one row per language, an ``all`` row when every language uses the same
 metric, and the overall counts; ``--json FILE`` writes the figures and every
 hypothesis. Utterances whose audio fails are reported on stderr, left out of the
-scores and make the exit code 1.
+scores and make the exit code 1; a hypothesis a token budget cut (``finish_reason`` "length")
+is scored as it is, with a warning on stderr.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from oasr.cli.common import (
+    CUT_WARNING,
     CliError,
     Source,
     add_decode_options,
@@ -165,6 +167,8 @@ def run(args: argparse.Namespace) -> int:
             def on_result(k: int, output, indices=indices) -> None:
                 bar.update(1)
                 hypotheses[indices[k]] = output
+                if output.finish_reason == "length":  # scored as it is, but its errors may be the budget's
+                    bar.write(f"oasr {NAME}: {rows[indices[k]]['path']}: warning: {CUT_WARNING}", file=sys.stderr)
 
             def on_error(k: int, exc: BaseException, indices=indices) -> None:
                 bar.update(1)

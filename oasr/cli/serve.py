@@ -24,6 +24,8 @@ import os
 import sys
 
 from oasr.cli.common import (
+    DTYPE_CHOICES,
+    DTYPE_HELP,
     CliError,
     add_model_engine_options,
     add_search_flags,
@@ -55,6 +57,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         DEFAULT_MAX_UPLOAD_MB,
         DEFAULT_STREAM_IDLE_S,
         DEFAULT_UPLOAD_IDLE_S,
+        DEFAULT_WS_PING_S,
         TIMEOUT_BASE_S,
         TIMEOUT_PER_AUDIO_S,
     )
@@ -81,7 +84,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="name(s) the 'model' form field must match and /v1/models lists (default: --model as given)",
     )
     g.add_argument("--device", default="auto", help="cpu, cuda, cuda:1, ... or auto (cuda when available; default)")
-    g.add_argument("--dtype", choices=("float32", "float16", "bfloat16"), default=None, help="compute dtype")
+    g.add_argument("--dtype", choices=DTYPE_CHOICES, default=None, help=DTYPE_HELP)
     g.add_argument("--threads", type=nonnegative_int, default=0, metavar="N", help="CPU threads (0: torch's default)")
     g.add_argument(
         "--max-batch-size",
@@ -93,6 +96,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="encoder windows / decode rows per batch (default 8)",
     )
     add_search_flags(g, every_request=True)
+    g.add_argument(
+        "-l",
+        "--language",
+        default=None,
+        metavar="L",
+        help="the language of requests that send none: a code, name or locale as for 'oasr transcribe "
+        "--language' (a request's own, 'auto' included, wins; one the model lacks: exit 2 at start, 400 "
+        "invalid_language per request); default: detect",
+    )
 
     add_model_engine_options(g)
 
@@ -189,6 +201,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="largest WebSocket message in KiB; a larger one closes the stream "
         f"(1009; default {DEFAULT_MAX_MESSAGE_KB:g})",
     )
+    w.add_argument(
+        "--ws-ping-interval",
+        type=nonnegative_float,
+        default=DEFAULT_WS_PING_S,
+        metavar="S",
+        help=f"ping each WebSocket this often (0: never; default {DEFAULT_WS_PING_S:g})",
+    )
+    w.add_argument(
+        "--ws-ping-timeout",
+        type=positive_float,
+        default=DEFAULT_WS_PING_S,
+        metavar="S",
+        help="close a WebSocket (1011) when neither its pong nor any other data came this long after a ping: "
+        f"a client sending faster than real time is never cut while its audio flows (default {DEFAULT_WS_PING_S:g})",
+    )
     add_ray_serve_options(p)
     p.set_defaults(func=run, parser=p)
 
@@ -235,7 +262,15 @@ def fix_malloc_mmap_threshold(threshold: int = 128 * 1024) -> bool:
         return False
 
 
-SERVE_DECODE_FLAGS = ("beam_size", "best_of", "max_sym_per_frame", "blank_penalty")
+SERVE_DECODE_FLAGS = (
+    "beam_size",
+    "best_of",
+    "max_sym_per_frame",
+    "blank_penalty",
+    "max_new_tokens",
+    "repetition_penalty",
+    "language",
+)
 """``oasr serve`` flags that set a decoding option for every request (unset: the strategy's default)."""
 
 
@@ -260,6 +295,8 @@ def settings_from_args(args: argparse.Namespace):
         stream_left_chunks=args.stream_left_chunks,
         stream_idle_s=args.stream_idle_timeout,
         max_message_kb=args.max_message_kb,
+        ws_ping_interval_s=args.ws_ping_interval or None,
+        ws_ping_timeout_s=args.ws_ping_timeout,
         request_options={name: getattr(args, name) for name in SERVE_DECODE_FLAGS if getattr(args, name) is not None},
         device=resolve_device(args.device),
         dtype=args.dtype,

@@ -26,6 +26,10 @@ Subtitles: with ``--word-timestamps``, SRT and WebVTT cues span their words' tim
 ``--highlight-words`` lay them out as openai-whisper's writers do
 (``oasr.formatting.SubtitleLayout``). No cue ends past the end of the audio.
 
+A transcript that a token budget cut (``RequestOutput.finish_reason == "length"``: a
+speech-LLM's ``--max-new-tokens``, a Whisper window that reached its length limit) is written
+as usual, with a warning on stderr; the exit code stays 0.
+
 A file that cannot be read or decoded, or that is shorter than ``--min-duration`` (0.1 s,
 the server's ``--min-duration`` default, so both refuse the same audio), is reported
 on stderr (``oasr transcribe: <path>: <problem>``) and skipped; the others are still
@@ -47,6 +51,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from oasr.cli.common import (
+    CUT_WARNING,
     CliError,
     Source,
     add_decode_options,
@@ -423,6 +428,8 @@ def run(args: argparse.Namespace) -> int:
         for segment in output.segments[shown[index] :]:  # a strategy that reports them only at the end
             show(index, segment)
         progress.finish(index, output.duration)
+        if output.finish_reason == "length":
+            progress.write(f"oasr {NAME}: {sources[index].label}: warning: {CUT_WARNING}", file=sys.stderr)
         if targets is not None:
             for f, path in targets[index].items():
                 try:

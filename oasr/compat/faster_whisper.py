@@ -19,7 +19,8 @@ How it maps:
   Face or openai-whisper layouts). Nothing is downloaded.
 * ``compute_type``: float32 / float16 / bfloat16 set the dtype; int8, int8_float32,
   int8_float16, int8_bfloat16 quantise the linear layers to int8 (``quantize="int8"``)
-  over that dtype; "default" / "auto" keep oasr's (float32 on CPU, float16 on CUDA).
+  over that dtype; "default" / "auto" are oasr's ``dtype="auto"`` for Whisper (float32 on
+  CPU, float16 on CUDA: the first of ``WhisperModel.safe_dtypes``).
   int16 has no oasr kernel and is refused.
 * ``cpu_threads`` -> ``num_threads`` (0: torch's default); ``num_workers`` -> the engine's
   batch size (faster-whisper's concurrent transcriptions share one batched engine here).
@@ -461,8 +462,12 @@ class WhisperModel:
         threshold: float | None,
     ) -> TranscriptionInfo:
         """The ``TranscriptionInfo`` of a call, detecting the language of ``speech`` (the audio
-        left after VAD) when none is given, as faster-whisper does before decoding."""
+        left after VAD) when none is given, as faster-whisper does before decoding. A given
+        language is reported as the code it resolves to (``"German"`` -> ``"de"``; faster-whisper
+        takes codes only), and one the model lacks is a ``ValueError`` before any decoding."""
         probability, all_probs = 1.0, None
+        if language is not None:
+            language = self.engine.make_options(language=language).language
         if language is None:
             if not self._tok.special.is_multilingual:
                 language = "en"

@@ -16,7 +16,8 @@ events go out for a chunk once every earlier chunk is done, so a request's event
 arrive in time order. The request's text joins the chunks' texts with a space (none
 between two characters of a script written without spaces); its deltas concatenate
 exactly to it. Without a forced language every chunk detects its own; the request
-reports the language with the most speech. A failing chunk fails the request and
+reports the language with the most speech, and ``finish_reason="length"`` when a token budget
+cut any chunk. A failing chunk fails the request and
 aborts its other chunks; audio without speech finishes with an empty transcript.
 
 Whisper sometimes ends a chunk with end-of-text well before its speech ends (a change
@@ -403,6 +404,7 @@ class VadSplitter:
             language_probs=probs,
             duration=request.duration,
             task=request.options.task,
+            finish_reason="length" if any(out.finish_reason == "length" for out in outputs) else "stop",
         )
         events.append(StepEvent(parent.rid, "finished", output=output))
 
@@ -427,7 +429,7 @@ def _separator(before: str, after: str) -> str:
 
 
 def _map_segment(segment: Segment, chunk: SpeechChunk, segment_id: int) -> Segment:
-    """The segment with its times (and its words') in the original audio."""
+    """The segment with its times (and its words' and tokens') in the original audio."""
     words = None
     if segment.words is not None:
         words = [
@@ -439,6 +441,11 @@ def _map_segment(segment: Segment, chunk: SpeechChunk, segment_id: int) -> Segme
             )
             for w in segment.words
         ]
+    token_times = None
+    if segment.token_times is not None:
+        token_times = [
+            (round(chunk.to_global(a), 3), round(chunk.to_global(b, is_end=True), 3)) for a, b in segment.token_times
+        ]
     window_start = chunk.to_global(segment.seek / FRAMES_PER_SECOND)
     return dataclasses.replace(
         segment,
@@ -447,6 +454,7 @@ def _map_segment(segment: Segment, chunk: SpeechChunk, segment_id: int) -> Segme
         start=round(chunk.to_global(segment.start), 3),
         end=round(chunk.to_global(segment.end, is_end=True), 3),
         words=words,
+        token_times=token_times,
     )
 
 

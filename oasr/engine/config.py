@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
 
 from oasr.audio.vad import VadOptions
+from oasr.languages import DETECT
+
+# EngineConfig.dtype's values (None is "auto": the model family's choice for the device).
+ENGINE_DTYPES: tuple[str | None, ...] = (None, "auto", "float32", "float16", "bfloat16")
 
 
 @dataclass(frozen=True)
@@ -18,8 +23,11 @@ class EngineConfig:
 
     Attributes:
         device: "cpu", "cuda", "cuda:1", ...
-        dtype: compute dtype ("float32", "float16", "bfloat16"); None keeps float32 on
-            CPU and float16 on CUDA.
+        dtype: compute dtype ("float32", "float16", "bfloat16"); None or "auto": the model
+            family's choice for the device (``BaseAsrModel.safe_dtypes``): float32 on CPU,
+            and on CUDA the family's preferred half dtype the GPU has (float16 for Whisper
+            and the CTC / transducer families, bfloat16 for Qwen3-ASR and Qwen2-Audio). A
+            dtype the family is not safe in (float16 for Qwen3-ASR) is refused at load.
         num_threads: intra-op CPU threads (0 leaves torch's default).
         max_batch_size: encoder windows per batch, and decode rows (times the beam)
             per running batch.
@@ -94,15 +102,9 @@ class EngineConfig:
     encoder_batch_size: int | None = None
     sequence_packing: bool | None = None
 
-    def torch_dtype(self) -> torch.dtype:
-        if self.dtype is None:
-            return torch.float16 if self.device.startswith("cuda") else torch.float32
-        table = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
-        if self.dtype not in table:
-            raise ValueError(f"EngineConfig.dtype={self.dtype!r} is not one of {sorted(table)}")
-        return table[self.dtype]
-
     def __post_init__(self) -> None:
+        if self.dtype not in ENGINE_DTYPES:
+            raise ValueError(f"EngineConfig.dtype={self.dtype!r} is not one of {ENGINE_DTYPES}")
         if self.max_batch_size < 1:
             raise ValueError(f"EngineConfig.max_batch_size must be >= 1, got {self.max_batch_size}")
         if self.encoder_batch_size is not None and self.encoder_batch_size < 1:
@@ -140,6 +142,10 @@ class _Unset:
 
 UNSET: Any = _Unset()
 
+MAX_BEAM_SIZE = 64
+"""The widest beam any decode strategy takes unless its options class declares its own
+``max_beam_size`` (the bound every surface shares: Python, CLI, HTTP, WebSocket)."""
+
 
 def is_set(value: Any) -> bool:
     """Whether an option value was given (is not ``UNSET``)."""
@@ -151,8 +157,11 @@ class CommonOptions:
     """The options every decode strategy reads (their defaults are the same for all).
 
     Attributes:
-        language: ISO code or English name; None (or "auto" / "") detects it where the model
-            can (a family without language identification then forces none).
+        language: an ISO 639-1 / 639-3 code, an English name (any case) or a locale
+            (``pt-BR``, ``de_DE``), resolved against the model's languages
+            (``oasr.languages.resolve_language``: ``LanguageError``, a ValueError, for one it
+            lacks); None (or "auto" / "none" / "") detects it where the model can (a family
+            without language identification then uses its default prompt, or none).
         task: "transcribe" or "translate" (where the model can translate).
         word_timestamps: time every word (how depends on the strategy: cross-attention
             alignment, CTC / transducer frames, CIF peaks).
@@ -214,14 +223,18 @@ class TranscribeOptions(CommonOptions):
         without_timestamps: sample text tokens only (segments then span whole windows).
         max_initial_timestamp: the first timestamp is at most this (seconds).
         prepend_punctuations / append_punctuations: punctuation merged into words.
-        max_new_tokens: Whisper: the prompt plus this is the decode length limit, of
-            which (as in faster-whisper / CTranslate2) at most half is generated;
-            speech-LLMs: new tokens per request (None: the checkpoint's, capped by the context).
+        max_new_tokens: Whisper: the prompt plus this is each window's decode length limit,
+            of which (as in faster-whisper / CTranslate2) at most half is generated; speech-LLMs:
+            new tokens per request (None: the checkpoint's generation config's, else a budget
+            that follows the audio's duration, ``oasr.engine.decode.llm.default_token_budget``).
+            Either way capped by the context; a result cut by it has ``finish_reason="length"``.
         language_detection_threshold / language_detection_segments: detection settings.
         hallucination_silence_threshold: with word timestamps, skip silences longer
             than this around likely hallucinations.
         multilingual: detect the language again in every window.
-        seed: RNG seed for sampling (fixed for reproducible fallbacks; negative: random).
+        seed: RNG seed of the sampled decodes (Whisper's temperature fallback and ``best_of``,
+            a speech-LLM at temperature > 0): the same seed replays the same samples; None
+            draws a fresh seed for every request (vLLM's and faster-whisper's behaviour).
         ctc_weight: CTC + attention rescoring: weight of the CTC score (None: the
             checkpoint's ``DecodingSpec.params["ctc_weight"]``, else 0.5).
         reverse_weight: CTC + attention rescoring: weight of the right-to-left decoder's
@@ -263,7 +276,7 @@ class TranscribeOptions(CommonOptions):
     language_detection_segments: int = UNSET
     hallucination_silence_threshold: float | None = UNSET
     multilingual: bool = UNSET
-    seed: int = UNSET
+    seed: int | None = UNSET
     ctc_weight: float | None = UNSET
     reverse_weight: float | None = UNSET
     hotword_weight: float = UNSET
@@ -296,6 +309,10 @@ class TranscribeOptions(CommonOptions):
 
         if self.task not in ("transcribe", "translate"):
             raise ValueError(f"task must be 'transcribe' or 'translate', got {self.task!r}")
+        for name in _INT_FIELDS:
+            value = getattr(self, name)
+            if given(name) and (isinstance(value, bool) or not isinstance(value, numbers.Integral)):
+                raise ValueError(f"{name} must be an integer, got {value!r}")
         if given("beam_size") and self.beam_size < 1:
             raise ValueError(f"beam_size must be >= 1, got {self.beam_size}")
         if given("best_of") and self.best_of < 1:
@@ -321,6 +338,12 @@ class TranscribeOptions(CommonOptions):
                 raise ValueError(f"{name} must be a finite number, got {getattr(self, name)!r}")
         if given("max_new_tokens") and self.max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        if given("seed") and (
+            isinstance(self.seed, bool)
+            or not isinstance(self.seed, numbers.Integral)
+            or not _INT64_MIN <= self.seed <= _INT64_MAX
+        ):
+            raise ValueError(f"seed must be an integer in [-2**63, 2**63 - 1] or None, got {self.seed!r}")
         if given("language_detection_segments") and self.language_detection_segments < 1:
             raise ValueError("language_detection_segments must be >= 1")
         if given("repetition_penalty") and not self.repetition_penalty > 0:
@@ -364,7 +387,7 @@ class TranscribeOptions(CommonOptions):
             if isinstance(kwargs.get(key), list):
                 kwargs[key] = tuple(kwargs[key])
         language = kwargs.get("language")
-        if isinstance(language, str) and language.strip().lower() in ("", "auto"):
+        if isinstance(language, str) and language.strip().lower() in DETECT:
             kwargs["language"] = None  # detect it (a family without language identification: none forced)
         return cls(**kwargs)
 
@@ -392,6 +415,10 @@ class StrategyOptions:
     hints: ClassVar[dict[str, str]] = {}
     """What to use instead of an option the strategy does not take, by option name (added to the
     refusal)."""
+
+    max_beam_size: ClassVar[int] = MAX_BEAM_SIZE
+    """The widest ``beam_size`` the strategy takes (a strategy may declare its own): a beam's cost
+    grows with its width, and every request sharing its batches, or stream sharing its steps, pays it."""
 
     @classmethod
     def field_names(cls) -> frozenset[str]:
@@ -426,7 +453,11 @@ class StrategyOptions:
                 )
             )
         fill = {name: value for name, value in cls.defaults().items() if getattr(options, name) is UNSET}
-        return options.replace(**fill) if fill else options
+        options = options.replace(**fill) if fill else options
+        beam = options.beam_size if "beam_size" in own else None
+        if is_set(beam) and beam is not None and beam > cls.max_beam_size:
+            raise ValueError(f"beam_size={beam}: the {strategy!r} decoding takes beams of at most {cls.max_beam_size}")
+        return options
 
 
 def _not_taken(name: str, strategy: str) -> str:
@@ -440,6 +471,18 @@ def _not_taken(name: str, strategy: str) -> str:
 
 
 _FLOAT32 = torch.finfo(torch.float32)
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1  # a seed is a 64-bit integer, as for vLLM and torch
+# Integer options: a float (JSON's 1e400 is inf, 2.5 a fraction) is refused here, not at an int() deep in a
+# search (``seed`` has its own check below, with its 64-bit range).
+_INT_FIELDS = (
+    "beam_size",
+    "best_of",
+    "no_repeat_ngram_size",
+    "max_new_tokens",
+    "language_detection_segments",
+    "max_sym_per_frame",
+    "top_k",
+)
 # Float options that must be finite when set (NaN passes every comparison-based range check).
 _FINITE_FIELDS = (
     "patience",

@@ -33,6 +33,7 @@ from oasr.engine.faults import with_faults
 from oasr.engine.outputs import RequestOutput, Segment
 from oasr.engine.streaming.api import StreamingEngineMixin
 from oasr.layers.quant import quantize_linears_
+from oasr.models.base import BaseAsrModel, check_compute_dtype, parse_dtype
 from oasr.models.loaders import LoadedModel, load_pretrained
 
 AudioInput = str | os.PathLike | bytes | np.ndarray | torch.Tensor
@@ -44,6 +45,22 @@ def audio_too_short(duration: float, minimum: float) -> ValueError:
 
     # Enough digits that a clip one sample short never reads as equal to the minimum.
     return AudioDecodeError(f"too short to transcribe: audio is {duration:.6f} s long; the minimum is {minimum:g} s")
+
+
+def _check_loaded_dtype(model: BaseAsrModel, dtype: str | None) -> None:
+    """An already loaded model keeps its compute dtype: refuse one its family is not safe in,
+    and a ``dtype`` that asks for another (it would be silently ignored otherwise).
+
+    Raises:
+        ValueError: naming the family, the dtype and what to do.
+    """
+    check_compute_dtype(type(model), model.compute_dtype)
+    asked = parse_dtype(dtype)
+    if asked is not None and asked != model.compute_dtype:
+        raise ValueError(
+            f"dtype={dtype!r}, but the model passed in was loaded in {model.compute_dtype}; load it with "
+            f"load_pretrained(..., dtype={dtype!r}) or leave dtype unset"
+        )
 
 
 class EngineCore:
@@ -74,12 +91,13 @@ class EngineCore:
             torch.set_num_threads(config.num_threads)
         if isinstance(model, LoadedModel):
             self.loaded = model
+            _check_loaded_dtype(model.model, config.dtype)
         else:
             self.loaded = load_pretrained(
                 model,
                 architecture=config.architecture,
                 device=config.device,
-                dtype=config.torch_dtype(),
+                dtype=config.dtype,  # None / "auto": the family's choice for the device
                 quantize=config.quantize,  # as the weights load: no float32 copy of the linear layers
             )
         if config.quantize is not None:

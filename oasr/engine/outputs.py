@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import zlib
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Literal
+
+FinishReason = Literal["stop", "length"]
 
 
 @dataclass
@@ -38,6 +40,9 @@ class Segment:
         compression_ratio: gzip compression ratio of the window's text.
         no_speech_prob: probability of the no-speech token at the window start.
         words: word timings when requested.
+        token_times: ``(start, end)`` seconds of each of ``tokens``, where the decoder times its
+            tokens (CTC and transducer: around each token's spike frame; Paraformer: from the
+            CIF fires, as funasr's ``timestamp``); None where it does not (Whisper, speech-LLMs).
     """
 
     id: int
@@ -51,6 +56,7 @@ class Segment:
     compression_ratio: float = 0.0
     no_speech_prob: float = 0.0
     words: list[Word] | None = None
+    token_times: list[tuple[float, float]] | None = None
 
 
 @dataclass
@@ -65,6 +71,10 @@ class RequestOutput:
         duration: the input's duration in seconds.
         segments: timed segments.
         task: "transcribe" or "translate".
+        finish_reason: "stop" when the decode ended by itself (an end-of-text or stop token,
+            or the end of the audio: every CTC, transducer and Paraformer result); "length" when
+            a token budget cut it (a speech-LLM's ``max_new_tokens``, or a Whisper window whose
+            decode reached its length limit), so part of the transcript may be missing.
     """
 
     request_id: str
@@ -75,6 +85,7 @@ class RequestOutput:
     language_probs: dict[str, float] | None = None
     duration: float = 0.0
     task: str = "transcribe"
+    finish_reason: FinishReason = "stop"
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -143,7 +143,12 @@ class Int8Linear(nn.Module):
 
     def _apply(self, fn, recurse=True):
         self._packed = None  # moved or cast: repack lazily on the new device
-        return super()._apply(fn, recurse)
+        scale = self.scale
+        out = super()._apply(fn, recurse)
+        # The scales stay float32 through a cast of the model (a half-precision copy would
+        # round every channel's step); they only follow it to its device.
+        self.scale = scale.to(device=self.scale.device)
+        return out
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.numel() // max(self.in_features, 1)

@@ -202,6 +202,77 @@ class LoadReport:
 
 
 # ---------------------------------------------------------------------------
+# Compute dtypes
+
+
+DTYPE_NAMES: dict[str, torch.dtype] = {
+    "float32": torch.float32,
+    "fp32": torch.float32,
+    "float16": torch.float16,
+    "fp16": torch.float16,
+    "half": torch.float16,
+    "bfloat16": torch.bfloat16,
+    "bf16": torch.bfloat16,
+}
+# What a caller passes for "the family's choice on this device".
+AUTO_DTYPE = "auto"
+# Full-precision dtypes every family runs in (float64 for reference comparisons).
+FULL_PRECISION: tuple[torch.dtype, ...] = (torch.float32, torch.float64)
+
+
+def parse_dtype(dtype: torch.dtype | str | None) -> torch.dtype | None:
+    """A dtype name ("float32", "bf16", ...) or a torch dtype as a torch dtype; None and
+    "auto" as None (the family's choice, ``select_compute_dtype``).
+
+    Raises:
+        ValueError: an unknown name or a dtype that is not floating point.
+    """
+    if dtype is None or dtype == AUTO_DTYPE:
+        return None
+    if isinstance(dtype, torch.dtype):
+        if not dtype.is_floating_point:
+            raise ValueError(f"dtype {dtype} is not a floating-point compute dtype")
+        return dtype
+    if dtype not in DTYPE_NAMES:
+        raise ValueError(f"unknown dtype {dtype!r}; expected {AUTO_DTYPE!r} or one of {sorted(DTYPE_NAMES)}")
+    return DTYPE_NAMES[dtype]
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+class ComputeDtypeModule(nn.Module):
+    """A module that declares the dtype its activations run in (``compute_dtype``).
+
+    The declaration is set when the module is built (torch's default dtype) and follows
+    every cast of the module (``.to(dtype)``, ``.half()``, ``.bfloat16()``, ...), which
+    reach it through ``nn.Module._apply``; moving it to a device or quantising its linear
+    layers to int8 leaves it as it is. Code that needs the compute dtype asks this, never a
+    weight: an int8 layer has no float ``weight``, and a family may keep some weights in
+    another dtype than its activations.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._compute_dtype: torch.dtype = torch.get_default_dtype()
+
+    @property
+    def compute_dtype(self) -> torch.dtype:
+        """The dtype activations run in (not the storage dtype of quantized weights)."""
+        return self._compute_dtype
+
+    def _apply(self, fn, recurse: bool = True):
+        out = super()._apply(fn, recurse)
+        # What the cast does to a floating tensor of the current compute dtype is the new one
+        # (an empty probe: a device move keeps the dtype, a dtype cast changes it).
+        probe = fn(torch.empty(0, dtype=self._compute_dtype))
+        if isinstance(probe, torch.Tensor) and probe.is_floating_point():
+            self._compute_dtype = probe.dtype
+        return out
+
+
+# ---------------------------------------------------------------------------
 # Encoder and model
 
 
@@ -213,12 +284,13 @@ def chunk_units(chunk_ms: float, unit_ms: float, who: str) -> int:
     return int(round(units))
 
 
-class BaseEncoder(nn.Module):
+class BaseEncoder(ComputeDtypeModule):
     """An acoustic encoder: features -> hidden states, plus streaming geometry.
 
     Subclasses implement ``forward(feats, feat_lens) -> (hidden, hidden_lens)`` and
     ``subsampling_rate`` / ``output_size``. Streaming encoders additionally declare
-    ``streaming_kind`` and implement the paged or stateful members.
+    ``streaming_kind`` and implement the paged or stateful members. ``compute_dtype`` is
+    the dtype an encoder casts its input features to.
     """
 
     @property
@@ -403,18 +475,25 @@ class BaseEncoder(nn.Module):
         raise StreamingNotSupported(f"{type(self).__name__} keeps no per-stream state to unstack")
 
 
-class BaseAsrModel(nn.Module):
+class BaseAsrModel(ComputeDtypeModule):
     """What the engine may assume about a model.
 
     Class attributes a family sets:
         architecture: its registry key.
         capabilities: the decode families its weights can serve.
         default_decode_type: the one used when the engine is not told.
+        safe_dtypes: the compute dtypes the family is numerically safe in, in the order
+            ``dtype="auto"`` prefers them on a GPU (the first one the device has; a CPU
+            always gets float32). float32 (and float64) are always accepted; a half dtype
+            left out is refused at load (``check_compute_dtype``).
+        unsafe_dtype_reason: why the half dtypes left out of ``safe_dtypes`` are unsafe.
     """
 
     architecture: ClassVar[str] = ""
     capabilities: ClassVar[frozenset[DecodeType]] = frozenset()
     default_decode_type: ClassVar[DecodeType | None] = None
+    safe_dtypes: ClassVar[tuple[torch.dtype, ...]] = (torch.float16, torch.bfloat16, torch.float32)
+    unsafe_dtype_reason: ClassVar[str] = ""
 
     encoder: BaseEncoder
 
@@ -440,6 +519,14 @@ class BaseAsrModel(nn.Module):
     def encoder_options(self) -> frozenset[str]:
         """Per-request encoder options this checkpoint accepts (e.g. "language")."""
         return frozenset()
+
+    @property
+    def languages(self) -> tuple[str, ...] | None:
+        """The languages a request may name (``oasr.languages.resolve_language`` maps a code, a
+        name or a locale to one of them): ISO codes (``"de"``), or locales (``"de-DE"``) where
+        the model tells them apart. None: the model has no language control; the engine then
+        falls back to what the checkpoint declares it transcribes (``LoadedModel.languages``)."""
+        return None
 
     # -- offline forwards --------------------------------------------------------
 
@@ -507,16 +594,8 @@ class BaseAsrModel(nn.Module):
 
     # -- weights and dtypes ---------------------------------------------------------
 
-    @property
-    def compute_dtype(self) -> torch.dtype:
-        """The dtype activations run in (not the storage dtype of quantized weights)."""
-        for p in self.parameters():
-            if p.is_floating_point():
-                return p.dtype
-        for b in self.buffers():
-            if b.is_floating_point():
-                return b.dtype
-        return torch.float32
+    # ``compute_dtype`` (``ComputeDtypeModule``): the declared activation dtype, set at build
+    # and by casts, kept by int8 quantisation; every family and strategy asks it.
 
     @property
     def device(self) -> torch.device:
@@ -585,3 +664,62 @@ class BaseAsrModel(nn.Module):
         module_name, _, leaf = buffer_name.rpartition(".")
         module = self.get_submodule(module_name) if module_name else self
         return leaf not in module._non_persistent_buffers_set
+
+
+# ---------------------------------------------------------------------------
+# Which compute dtype a family runs in
+
+
+def _family_name(model_class: type[BaseAsrModel]) -> str:
+    family = getattr(model_class, "family", "")
+    return f"{family} ({model_class.architecture})" if isinstance(family, str) and family else model_class.architecture
+
+
+def device_supports(device: torch.device, dtype: torch.dtype) -> bool:
+    """Whether ``device`` runs ``dtype`` natively (bfloat16 on CUDA: compute capability 8.0,
+    Ampere, or later; emulated bfloat16 is slower than float32)."""
+    if device.type == "cuda" and dtype == torch.bfloat16:
+        return torch.cuda.get_device_capability(device) >= (8, 0)
+    return True
+
+
+def check_compute_dtype(model_class: type[BaseAsrModel], dtype: torch.dtype) -> None:
+    """Refuse a compute dtype the family is not safe in.
+
+    Raises:
+        ValueError: naming the family, the dtype, why, and the dtypes it takes.
+    """
+    if dtype in FULL_PRECISION or dtype in model_class.safe_dtypes:
+        return
+    reason = model_class.unsafe_dtype_reason or "the family does not declare it safe"
+    takes = " or ".join(_dtype_name(d) for d in dict.fromkeys((*model_class.safe_dtypes, torch.float32)))
+    raise ValueError(
+        f"{_family_name(model_class)} does not run in {_dtype_name(dtype)}: {reason}. Use dtype={takes} "
+        f"(or 'auto': float32 on CPU, {_dtype_name(model_class.safe_dtypes[0])} on a GPU that has it)"
+    )
+
+
+def select_compute_dtype(
+    model_class: type[BaseAsrModel], dtype: torch.dtype | str | None, device: torch.device | str | None
+) -> torch.dtype:
+    """The compute dtype a model of ``model_class`` is loaded in on ``device``.
+
+    ``dtype`` None or "auto" is the family's choice: float32 off CUDA (half precision on
+    a CPU is slower and some kernels lack it), and on CUDA the first of its
+    ``safe_dtypes`` the device runs natively (``device_supports``). An explicit dtype is
+    taken as asked once ``check_compute_dtype`` accepts it.
+
+    Raises:
+        ValueError: an unknown dtype name, or one the family is not safe in.
+    """
+    requested = parse_dtype(dtype)
+    if requested is not None:
+        check_compute_dtype(model_class, requested)
+        return requested
+    target = torch.device(device) if device is not None else torch.device("cpu")
+    if target.type != "cuda":
+        return torch.float32
+    for candidate in model_class.safe_dtypes:
+        if device_supports(target, candidate):
+            return candidate
+    return torch.float32

@@ -110,22 +110,20 @@ class LoadedModel:
     def architecture(self) -> str:
         return self.model.architecture
 
-
-def _parse_dtype(dtype: torch.dtype | str | None) -> torch.dtype | None:
-    if dtype is None or isinstance(dtype, torch.dtype):
-        return dtype
-    table = {
-        "float32": torch.float32,
-        "fp32": torch.float32,
-        "float16": torch.float16,
-        "fp16": torch.float16,
-        "half": torch.float16,
-        "bfloat16": torch.bfloat16,
-        "bf16": torch.bfloat16,
-    }
-    if dtype not in table:
-        raise ValueError(f"unknown dtype {dtype!r}; expected one of {sorted(table)}")
-    return table[dtype]
+    @property
+    def languages(self) -> tuple[str, ...]:
+        """The languages a request may name: the model's own (``BaseAsrModel.languages``: those it
+        can be told), else those its checkpoint declares it transcribes
+        (``DecodingSpec.params["languages"]``, or its single ``"language"``: e.g. ``("en",)`` for
+        an English CTC model, where naming ``en`` only labels the output). Empty: the checkpoint
+        names none, and only "no language" is accepted, since oasr cannot tell whether it
+        transcribes a language it is asked for."""
+        own = self.model.languages
+        if own is not None:
+            return tuple(own)
+        params = self.decoding_spec.params if self.decoding_spec is not None else {}
+        declared = params.get("languages") or ([params["language"]] if params.get("language") else [])
+        return tuple(str(x) for x in declared)
 
 
 def load_pretrained(
@@ -143,13 +141,16 @@ def load_pretrained(
         name_or_path: see ``resolve_model_path``.
         architecture: force a registry key (for formats that are not auto-detected).
         device: where the model runs (default CPU); weights are cast on the host first.
-        dtype: compute dtype ("float32", "float16", "bfloat16" or a torch dtype).
+        dtype: compute dtype ("float32", "float16", "bfloat16" or a torch dtype); None or
+            "auto": the family's choice for ``device`` (float32 on CPU; on CUDA the first of
+            its ``safe_dtypes`` the GPU has: float16 for Whisper, bfloat16 for Qwen3-ASR).
+            A dtype the family is not safe in is refused here (``ValueError``).
         quantize: "int8": linear layers stored as int8, quantised as the checkpoint is loaded
             (their float weights are never materialised); None: as the checkpoint gives them.
     """
     path = resolve_model_path(name_or_path, revision=revision)
     model, bundle, report = build_model_from_checkpoint(
-        path, architecture=architecture, dtype=_parse_dtype(dtype), device=device, quantize=quantize
+        path, architecture=architecture, dtype=dtype, device=device, quantize=quantize
     )
     tokenizer = load_tokenizer(bundle.tokenizer)
     if tokenizer is not None and hasattr(model, "attach_tokenizer"):

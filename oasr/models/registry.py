@@ -397,29 +397,37 @@ def build_model_from_checkpoint(
     path: str | Path,
     *,
     architecture: str | None = None,
-    dtype: torch.dtype | None = None,
+    dtype: torch.dtype | str | None = None,
     device: torch.device | str | None = None,
     quantize: str | None = None,
 ) -> tuple[BaseAsrModel, CheckpointBundle, LoadReport]:
     """Read a checkpoint and build its model.
 
-    The checkpoint is read and cast to ``dtype`` on the host, the model is built
-    without random init and filled, and only then moved to ``device`` (a large
-    checkpoint otherwise double-books device memory). With ``quantize`` ("int8") the
-    linear layers are quantised from the checkpoint's tensors before the rest is loaded
+    The compute dtype is ``dtype`` as the family accepts it, or for None / "auto" the
+    family's choice on ``device`` (``oasr.models.base.select_compute_dtype``). The
+    checkpoint is read and cast to it on the host, the model is built without random
+    init and filled, and only then moved to ``device`` (a large checkpoint otherwise
+    double-books device memory). With ``quantize`` ("int8") the linear layers are
+    quantised from the checkpoint's tensors before the rest is loaded
     (``oasr.layers.quant.quantize_linears_from_checkpoint_``), so their float32 weights
     are never materialised.
 
     Returns:
         (model in eval mode, the bundle with its specs, the LoadReport).
+
+    Raises:
+        ValueError: a dtype the family is not safe in (before the model is built).
     """
+    from oasr.models.base import select_compute_dtype
+
     bundle, converter = load_checkpoint_bundle(path, architecture)
     info = get_model_info(bundle.architecture)
     cls = info.model_class()
+    compute_dtype = select_compute_dtype(cls, dtype, device)
     with _skip_init(), _linears_deferred(quantize):
         model = cls.from_config(bundle.config)
-    if dtype is not None:
-        model.to(dtype=dtype)
+    if model.compute_dtype != compute_dtype:
+        model.to(dtype=compute_dtype)
     check_finite(bundle.state_dict, bundle.source)
     if quantize is not None:
         from oasr.layers.quant import quantize_linears_from_checkpoint_

@@ -8,7 +8,9 @@ load the model; decode 1 s of silence (fails: refuse to start); with a streaming
 history given, open and close one live stream (a chunk the model cannot serve: refuse to
 start); only then serve, so ``/health`` says ok only for an engine that has decoded.
 
-Shutdown (SIGTERM / Ctrl-C): uvicorn stops accepting and lets running requests finish.
+Shutdown (SIGTERM / Ctrl-C): uvicorn stops accepting and lets running requests finish
+(open WebSockets are closed with 1012 at once); the process then exits 0 (uvicorn's own
+habit of re-raising the signal, which would end it with 143, is not taken).
 At ``--graceful-shutdown`` seconds the ``Drain`` fires: every request still waiting
 (uploading, queued, decoding) is answered 503 ``server_shutting_down`` (a streamed one
 gets an error event and ``[DONE]``) and its engine rows are freed; uvicorn itself gives
@@ -25,7 +27,9 @@ import asyncio
 import contextlib
 import json
 import logging
+import signal
 import socket
+import threading
 from collections.abc import Awaitable
 from typing import Any, TypeVar
 
@@ -185,21 +189,52 @@ def _http_protocol() -> type:
 
 
 def _ws_protocol() -> type | str:
-    """uvicorn's WebSocket protocol (``websockets``' sans-I/O one), minus a false error: it
-    logs "returned without completing handshake" and writes a 500 after an upgrade refused
-    with an HTTP answer (401, 429), which is a completed exchange."""
+    """uvicorn's WebSocket protocol (``websockets``' sans-I/O one), with three corrections:
+
+    - an upgrade refused with an HTTP answer (401, 429) is a completed exchange (uvicorn logs
+      "returned without completing handshake" and writes a 500 after it);
+    - a keepalive pong counts as late only while the server reads and nothing else comes
+      from the peer either: a client sending faster than the engine decodes is not read from
+      (backpressure), so its pong waits behind its audio, and its audio proves it alive;
+    - a connection lost without a close frame (a TCP reset, EOF) reaches the app as 1006, not
+      as 1005 (a close frame without a code), so that ``/metrics`` tells them apart.
+    """
     try:
         from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
     except ImportError:  # websockets absent: uvicorn's own choice (wsproto, or none)
         return "auto"
 
-    class DenialAwareProtocol(WebSocketsSansIOProtocol):
+    class StreamAwareProtocol(WebSocketsSansIOProtocol):
+        heard_since_ping = False  # bytes came from the peer since the last keepalive ping
+
         async def send(self, message) -> None:
             await super().send(message)
             if message["type"] == "websocket.http.response.body" and not message.get("more_body", False):
                 self.handshake_complete = True
 
-    return DenialAwareProtocol
+        def data_received(self, data: bytes) -> None:
+            self.heard_since_ping = True
+            super().data_received(data)
+
+        def send_keepalive_ping(self) -> None:
+            self.heard_since_ping = False
+            super().send_keepalive_ping()
+
+        def keepalive_timeout(self) -> None:
+            # Late only if the pong could have been read: not while the app has stopped reading
+            # (backpressure: the pong is behind unread audio), nor when bytes came meanwhile.
+            if (self.read_paused or self.heard_since_ping) and not (self.close_sent or self.transport.is_closing()):
+                self.heard_since_ping = False  # wait one more timeout for the pong
+                self.pong_timer = self.loop.call_later(self.ping_timeout, self.keepalive_timeout)
+                return
+            super().keepalive_timeout()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            if self.handshake_complete and self.initial_response is None and self.conn.close_rcvd is None:
+                self.queue.put_nowait({"type": "websocket.disconnect", "code": 1006})  # read before uvicorn's 1005
+            super().connection_lost(exc)
+
+    return StreamAwareProtocol
 
 
 def run_server(app, settings, sock: socket.socket, *, graceful_s: float, engine=None) -> int:
@@ -219,6 +254,22 @@ def run_server(app, settings, sock: socket.socket, *, graceful_s: float, engine=
                 drain.fire_after(graceful_s)
             super().handle_exit(sig, frame)
 
+        @contextlib.contextmanager
+        def capture_signals(self):
+            """uvicorn's, without raising the handled signal again at the end (the process would
+            die of it, exit 143 for SIGTERM): ``run_server`` returns the exit code instead."""
+            if threading.current_thread() is not threading.main_thread():
+                yield
+                return
+            from uvicorn.server import HANDLED_SIGNALS
+
+            original = {sig: signal.signal(sig, self.handle_exit) for sig in HANDLED_SIGNALS}
+            try:
+                yield
+            finally:
+                for sig, handler in original.items():
+                    signal.signal(sig, handler)
+
     config = uvicorn.Config(
         app,
         log_level=settings.log_level,
@@ -226,6 +277,8 @@ def run_server(app, settings, sock: socket.socket, *, graceful_s: float, engine=
         ws=_ws_protocol(),
         timeout_graceful_shutdown=graceful_s + _DRAIN_MARGIN_S,
         ws_max_size=settings.max_message_bytes,
+        ws_ping_interval=settings.ws_ping_interval_s or None,
+        ws_ping_timeout=settings.ws_ping_timeout_s,
     )
     server = Server(config)
 

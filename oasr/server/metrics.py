@@ -35,12 +35,18 @@ Engine-side metrics, read from ``AsyncEngine.stats()`` at scrape time:
 Live streams (``/v1/audio/stream``):
 
 * ``oasr_stream_connections``: WebSocket sessions open now (``--max-streams`` bounds it).
-* ``oasr_stream_sessions_total{code}``: sessions ended, by close code (1000 normal, 1003 /
-  1007 / 1008 / 1011 / 1013: see ``oasr.server.streaming``; 0: the client went away) or by
-  the HTTP status that refused the upgrade (429, 503).
+* ``oasr_stream_sessions_total{code}``: sessions ended, by the close code the server sent
+  (1000 normal, 1003 / 1007 / 1008 / 1011 / 1013: see ``oasr.server.streaming``), by how
+  the client's side ended it (0: the client closed the WebSocket; 1006: the connection
+  dropped without a close frame; 1002 / 1007 / 1009: the WebSocket layer failed it, see
+  ``oasr.server.streaming.disconnect_label``) or by the HTTP status that refused the
+  upgrade (429, 503).
 * from ``StreamingCore.stats()`` at scrape time: ``oasr_streams_active`` (streams holding
   an encoder cache slot), ``oasr_streams_capacity``, ``oasr_stream_cache_bytes`` (the
-  encoder caches' memory), ``oasr_stream_chunks_total``, ``oasr_stream_steps_total``.
+  encoder caches' memory), ``oasr_stream_chunks_total``, ``oasr_stream_steps_total``;
+  ``oasr_stream_loop_up`` (0 once the streaming loop died: ``/health`` answers 503) and
+  ``oasr_stream_loop_faults_total`` (steps that failed outside a stream's own guard: their
+  streams got ``engine_error``, the loop went on).
 """
 
 from __future__ import annotations
@@ -99,10 +105,14 @@ def _streaming_metrics(engine):
     loop = getattr(engine, "streaming", None)
     if loop is not None:
         s = loop.core.stats()
+        up, faults = loop.alive, loop.faults
     else:  # no stream opened yet: nothing allocated
         capacity = getattr(getattr(engine, "config", None), "max_streams", 0)
         s = dict.fromkeys(("streams_active", "stream_chunks_encoded", "stream_steps", "stream_cache_bytes"), 0)
         s["streams_capacity"] = capacity
+        up, faults = True, 0
+    yield GaugeMetricFamily("oasr_stream_loop_up", "1 while the streaming loop runs (or has not started)", int(up))
+    yield CounterMetricFamily("oasr_stream_loop_faults", "Streaming steps that failed outside a stream's guard", faults)
     yield GaugeMetricFamily("oasr_streams_active", "Live streams holding an encoder cache slot", s["streams_active"])
     yield GaugeMetricFamily("oasr_streams_capacity", "Encoder cache slots for live streams", s["streams_capacity"])
     yield GaugeMetricFamily("oasr_stream_cache_bytes", "Memory of the streams' encoder caches", s["stream_cache_bytes"])

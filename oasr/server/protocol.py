@@ -20,8 +20,16 @@ Form-field policy (one rule for both audio routes):
 * A value of the wrong type or out of range (``temperature=abc``, ``temperature=-1``,
   ``stream=maybe``, ``response_format=xml``, a file part in a text field, a scalar
   field given twice) is refused with 400, ``code="invalid_value"``, ``param`` naming it.
-* Empty ``language`` / ``prompt`` / ``chunking_strategy`` values mean "not given";
-  ``language=auto`` means "detect it" (as no language).
+* Extensions (fields OpenAI does not define, both routes; the official client sends them in
+  ``extra_body``; vLLM's transcription API names the last two the same):
+  ``max_new_tokens`` (an integer >= 1: the request's token budget, ``TranscribeOptions.
+  max_new_tokens``; a result it cuts has ``finish_reason="length"`` in ``verbose_json``),
+  ``repetition_penalty`` (> 0) and ``seed`` (a 64-bit integer; left out, every request samples
+  with a fresh seed). Left out, ``oasr serve``'s flag of the same name applies, else the
+  model's default; a model that does not take one answers 400 naming it.
+* Empty ``language`` / ``prompt`` / ``chunking_strategy`` values mean "not given" (for
+  ``language``: the server's default); ``language=auto`` / ``none`` means "detect it", even
+  where ``oasr serve --language`` sets a default.
 * JSON text in a field is at most ``MAX_JSON_CHARS`` characters nested at most
   ``MAX_JSON_DEPTH`` deep (checked before it is parsed), else 400 ``invalid_value``.
 """
@@ -72,6 +80,10 @@ class TranslationRequest(BaseModel):
     prompt: str | None = None
     response_format: ResponseFormat = "json"
     temperature: float | None = Field(default=None, ge=0.0, le=1.0)
+    # oasr's extensions (see the module notes)
+    max_new_tokens: int | None = Field(default=None, ge=1)
+    repetition_penalty: float | None = Field(default=None, gt=0.0)
+    seed: int | None = Field(default=None, ge=-(2**63), le=2**63 - 1)
 
     @property
     def granularities(self) -> tuple[str, ...]:
@@ -170,8 +182,6 @@ def parse_form(form: FormData, request_cls: type[TranslationRequest]) -> tuple[T
             raise FormError(f"{key!r} was given more than once", key, "invalid_value")
         if key in _OPTIONAL_TEXT and value == "":
             continue
-        if key == "language" and isinstance(value, str) and value.strip().lower() == "auto":
-            continue
         values[key] = value
     if not files:
         raise FormError("missing required field 'file' (the audio, as a multipart file part)", "file", "missing")
@@ -223,6 +233,15 @@ def _check_json_bounds(key: str, text: str) -> None:
     """Refuse JSON text too long or nested too deep before parsing it (the parser recurses)."""
     if len(text) > MAX_JSON_CHARS:
         raise FormError(f"{key}: JSON text of {len(text)} characters; at most {MAX_JSON_CHARS}", key, "invalid_value")
+    if json_too_deep(text, MAX_JSON_DEPTH):
+        raise FormError(f"{key}: JSON nested more than {MAX_JSON_DEPTH} levels deep", key, "invalid_value")
+
+
+def json_too_deep(text: str, max_depth: int) -> bool:
+    """Whether JSON ``text`` nests arrays / objects more than ``max_depth`` deep (a scan without
+    parsing: ``json.loads`` recurses, and a 10k-deep text exhausts the interpreter's stack)."""
+    if text.count("[") + text.count("{") <= max_depth:
+        return False  # the common case, at C speed
     depth = 0
     in_string = escaped = False
     for ch in text:
@@ -237,10 +256,11 @@ def _check_json_bounds(key: str, text: str) -> None:
             in_string = True
         elif ch in "[{":
             depth += 1
-            if depth > MAX_JSON_DEPTH:
-                raise FormError(f"{key}: JSON nested more than {MAX_JSON_DEPTH} levels deep", key, "invalid_value")
+            if depth > max_depth:
+                return True
         elif ch in "]}":
             depth -= 1
+    return False
 
 
 def _chunking_error(e: ValidationError) -> str:
@@ -305,6 +325,7 @@ class TranscriptionVerboseResponse(BaseModel):
     language: str | None
     duration: float
     text: str
+    finish_reason: Literal["stop", "length"] | None = None  # an extension: "length" when a token budget cut it
     segments: list[SegmentTiming] | None = None
     words: list[WordTiming] | None = None
     usage: UsageDuration | None = None
@@ -318,10 +339,11 @@ class TranscriptTextDelta(BaseModel):
 
 
 class TranscriptTextDone(BaseModel):
-    """The last stream event: the whole text."""
+    """The last stream event: the whole text (and, an extension, why the decode stopped)."""
 
     type: Literal["transcript.text.done"] = "transcript.text.done"
     text: str
+    finish_reason: Literal["stop", "length"] | None = None
 
 
 class ModelCard(BaseModel):

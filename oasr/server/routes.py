@@ -22,6 +22,7 @@ from oasr.server.protocol import (
     parse_form,
 )
 from oasr.server.serving import CLIENT_GONE, engine_alive
+from oasr.server.streaming import streaming_alive
 
 router = APIRouter()
 
@@ -102,8 +103,13 @@ async def retrieve_model(model_id: str, request: Request) -> ModelCard:
 
 @router.get("/health", response_model=Health, responses={503: {"model": ErrorResponse}})
 async def health(request: Request):
-    if not engine_alive(request.app.state.engine):
+    engine = request.app.state.engine
+    if not engine_alive(engine):
         return JSONResponse(APIError(503, "the engine is not running", code="engine_stopped").body(), status_code=503)
+    if not streaming_alive(engine):
+        message = "the engine's streaming loop has stopped (live streams are refused)"
+        error = APIError(503, message, code="streaming_stopped")
+        return JSONResponse(error.body(), status_code=503)
     return Health()
 
 

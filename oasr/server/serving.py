@@ -11,9 +11,18 @@ Decoding policy:
   default (Whisper's fallback sequence 0.0, 0.2, ..., 1.0); ``0 < t <= 1`` decodes at that
   one temperature (Whisper: ``best_of`` samples), and is refused by a strategy that does not
   sample (CTC, transducer, Paraformer).
+* ``max_new_tokens``, ``repetition_penalty`` and ``seed`` (oasr's extensions, the official
+  client's ``extra_body``) set the option of the same name for the request, over ``oasr serve``'s
+  ``--max-new-tokens`` / ``--repetition-penalty``; without a ``seed``, a sampled decode draws a
+  fresh one per request. A result a token budget cut has ``finish_reason="length"`` in
+  ``verbose_json`` and in the stream's ``transcript.text.done`` event.
 * ``prompt`` is the option the decode strategy takes free text in: Whisper's
   ``initial_prompt``, a speech-LLM's ``context`` (the system turn); ``language`` (transcriptions only) an ISO
-  code (English names are accepted too); the translations route sets
+  639-1 / 639-3 code, an English name or a locale, resolved against the model's languages
+  (``oasr.languages.resolve_language``; one the model lacks: 400 ``invalid_language``,
+  ``param="language"``, naming the model's languages); left out (or empty), the server's
+  default (``oasr serve --language``) applies, and ``auto`` / ``none`` detect it whatever
+  the default; the translations route sets
   ``task="translate"`` (a model that cannot translate, e.g. an English-only one,
   answers 400 with ``param="model"``, ``code="unsupported_task"``).
 * ``chunking_strategy`` (transcriptions): ``auto`` turns on VAD chunking
@@ -73,6 +82,7 @@ from oasr.engine.config import TranscribeOptions
 from oasr.engine.decode.base import EngineOverloaded, StepEvent
 from oasr.engine.outputs import RequestOutput
 from oasr.formatting import format_output, json_dict, verbose_json_dict
+from oasr.languages import LanguageError
 from oasr.server.errors import CLIENT_CLOSED_REQUEST, APIError, bad_request
 from oasr.server.lifecycle import Drain, ShuttingDown
 from oasr.server.metrics import ServerMetrics
@@ -90,6 +100,8 @@ from oasr.server.settings import TIMEOUT_BASE_S, TIMEOUT_PER_AUDIO_S, ServerSett
 
 log = logging.getLogger("oasr.server")
 
+EXTENSION_FIELDS = ("max_new_tokens", "repetition_penalty", "seed")
+"""Form fields beyond OpenAI's that set the ``TranscribeOptions`` field of the same name."""
 CLIENT_GONE = "oasr.client_gone"  # scope key set when the client disconnected mid-request
 _TEXT_MEDIA = {"text": "text/plain", "srt": "text/plain", "vtt": "text/vtt"}
 
@@ -171,12 +183,18 @@ class OpenAIServingSpeechToText:
         chunking = getattr(req, "chunking_strategy", None)
         if chunking is not None:
             steps.append(("chunking_strategy", {"vad_filter": True, "vad_parameters": _vad_parameters(chunking)}))
+        for field_name in EXTENSION_FIELDS:  # oasr's extensions: the option of the same name
+            value = getattr(req, field_name)
+            if value is not None:
+                steps.append((field_name, {field_name: value}))
         kwargs: dict[str, Any] = {}
         options = None
         for param, extra in steps:
             kwargs.update(extra)
             try:
                 options = self.engine.make_options(**kwargs)
+            except LanguageError as e:  # the request's language (the server's default was checked at start)
+                raise bad_request(str(e), param="language", code="invalid_language") from None
             except (TypeError, ValueError) as e:
                 code = "unsupported_task" if param == "model" and self.task == "translate" else "invalid_value"
                 raise bad_request(str(e), param=param, code=code) from None
@@ -362,7 +380,9 @@ class _TranscriptStream:
                     if delta:
                         yield _sse(TranscriptTextDelta(delta=delta).model_dump())
                 elif event.kind == "finished" and event.output is not None:
-                    yield _sse(TranscriptTextDone(text=json_dict(event.output)["text"]).model_dump())
+                    out = event.output
+                    done = TranscriptTextDone(text=json_dict(out)["text"], finish_reason=out.finish_reason)
+                    yield _sse(done.model_dump())
                     self.completed = True
                     break
                 event = await self._next_event()

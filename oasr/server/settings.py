@@ -16,6 +16,7 @@ DEFAULT_UPLOAD_IDLE_S = 60.0
 DEFAULT_MAX_STREAMS = 128
 DEFAULT_STREAM_IDLE_S = 30.0
 DEFAULT_MAX_MESSAGE_KB = 1024.0  # one WebSocket message: 16 s of 16-kHz PCM16
+DEFAULT_WS_PING_S = 20.0  # uvicorn's keepalive ping interval and pong timeout
 # The default per-request budget: a base plus a share per second of audio (a number given replaces it).
 TIMEOUT_BASE_S = 60.0
 TIMEOUT_PER_AUDIO_S = 4.0
@@ -53,9 +54,13 @@ class ServerSettings:
             family's default chunk, all history).
         stream_idle_s: a stream that sends nothing for this long is closed (1008 ``idle_timeout``).
         max_message_kb: a WebSocket message over this many KiB closes its connection (1009).
+        ws_ping_interval_s, ws_ping_timeout_s: the server pings each WebSocket this often and
+            closes it (1011) when neither the pong nor any other data came this long after a
+            ping (None / 0 interval: no pings).
         request_options: ``TranscribeOptions`` every request starts from, set by explicit
-            ``oasr serve`` flags (``--beam-size`` ...); what is not in it is the decode strategy's
-            own default, as through Python and ``oasr transcribe``.
+            ``oasr serve`` flags (``--beam-size`` ...; ``--language``: the language of requests
+            and streams that send none); what is not in it is the decode strategy's own
+            default, as through Python and ``oasr transcribe``.
         device, dtype, num_threads, max_batch_size: ``EngineConfig`` fields.
         prepare_workers: threads decoding audio / computing features.
         log_level: uvicorn's log level.
@@ -78,6 +83,8 @@ class ServerSettings:
     stream_left_chunks: int | None = None
     stream_idle_s: float = DEFAULT_STREAM_IDLE_S
     max_message_kb: float = DEFAULT_MAX_MESSAGE_KB
+    ws_ping_interval_s: float | None = DEFAULT_WS_PING_S
+    ws_ping_timeout_s: float | None = DEFAULT_WS_PING_S
     request_options: dict[str, Any] = field(default_factory=dict)
     device: str = "cpu"
     dtype: str | None = None
@@ -106,6 +113,10 @@ class ServerSettings:
             raise ValueError(f"stream_idle_s must be > 0, got {self.stream_idle_s}")
         if not (self.max_message_kb > 0 and math.isfinite(self.max_message_kb)):
             raise ValueError(f"max_message_kb must be > 0, got {self.max_message_kb}")
+        for name in ("ws_ping_interval_s", "ws_ping_timeout_s"):
+            value = getattr(self, name)
+            if value is not None and not (value >= 0 and math.isfinite(value)):
+                raise ValueError(f"{name} must be >= 0 or None, got {value}")
         from oasr.engine.config import TranscribeOptions
 
         TranscribeOptions.from_kwargs(**self.request_options)  # names and ranges (the strategy checks the rest)

@@ -4,8 +4,11 @@ The life of a session:
 
 1. Upgrade. Refused before it, with an HTTP answer in OpenAI's error shape: 401 without the
    API key (when one is set; checked by ``GateMiddleware``), 400 ``streaming_unsupported`` when
-   the model's encoder is offline-only, 429 ``streams_full`` when every stream slot
-   (``--max-streams``) is taken by an open connection, 503 when the engine has stopped.
+   the model's encoder is offline-only, 429 ``streams_full`` with ``Retry-After`` when every
+   stream slot (``--max-streams``) is taken by an open connection or the engine has no encoder
+   cache slot (or K/V pool room) for one more stream, 503 when the engine or its streaming
+   loop has stopped. A stream is refused before any of its audio is decoded, never cut later
+   for want of room, except one whose unlimited attention history outgrows the shared pool.
 2. The first message, text: a JSON object with ``sample_rate`` (Hz of the samples that follow;
    required), ``sample_format`` (``"pcm16"``: signed 16-bit little-endian, the default, or
    ``"float32"``: IEEE float little-endian in [-1, 1]), optionally ``model`` (one of the served
@@ -14,10 +17,13 @@ The life of a session:
    ``partials``, ``rule1_min_trailing_silence``, ``rule2_min_trailing_silence``,
    ``rule3_min_utterance_length``. What ``oasr serve`` set for every request (``--beam-size``)
    applies unless the message sets it. The stream opens then (its encoder cache slot is taken).
-3. Binary messages: mono samples in that format, of any length.
+3. Binary messages: mono samples in that format, of any length. Messages shorter than
+   ``MIN_PUSH_S`` of audio are joined before they reach the engine (held at most
+   ``FLUSH_S``), so a flood of tiny messages costs the engine no more than their audio does.
 4. Events back, one JSON text message each (``StreamEvent.to_dict``): ``partial`` (segment,
    text, start, end), ``final`` (segment, text, start, end, tokens, words with
-   ``word_timestamps``), ``endpoint`` (segment, time), ``error`` (code, message) and ``done``.
+   ``word_timestamps``), ``endpoint`` (segment, time), ``error`` (code, message, and
+   ``retry_after_s`` when trying again later can succeed) and ``done``.
 5. The text message ``"done"`` ends the input: the rest is decoded, the last ``final`` and
    ``done`` are sent and the server closes with 1000.
 
@@ -25,22 +31,33 @@ Close codes (after an ``error`` event naming the problem, except for 1009):
 
 ====  =======================================================================
 1000  the stream ended after ``"done"`` (the last final and ``done`` were sent)
-1003  unsupported data: a first message that is not a JSON object, audio before it, a text
-      message other than ``"done"``, an unknown ``sample_format``, a binary message that is
-      not whole samples, samples after ``"done"``
-1007  invalid payload: non-finite samples (NaN / Inf), or options / a sample rate the model
-      refuses (``invalid_options``)
+1003  unsupported data: a first message that is not a JSON object (or is nested more than
+      ``MAX_JSON_DEPTH`` deep), audio before it, a text message other than ``"done"``, a
+      ``sample_format`` that is not one of the names, a binary message that is not whole
+      samples, samples after ``"done"``
+1007  invalid payload: non-finite samples (NaN / Inf) or samples past +-100 (``invalid_audio``),
+      options / a sample rate the model refuses (``invalid_options``: a wrong type, a value out
+      of range such as a ``beam_size`` over the strategy's bound, an unknown name), or a
+      ``language`` it does not have (``invalid_language``)
 1008  policy: the stream passed ``--max-audio-seconds`` (``audio_too_long``), sent nothing for
       ``--stream-idle-timeout`` seconds (``idle_timeout``), or named a model not served
 1009  a message over ``--max-message-kb`` (closed by the WebSocket layer, no event)
-1011  the stream failed inside the engine (``engine_error``); the server goes on
+1011  the stream failed inside the engine (``engine_error``); the server and the other
+      streams go on
 1012  the server is shutting down (SIGTERM): uvicorn closes open WebSockets at once, no event
-1013  every stream slot was taken when the stream opened (``streams_full``), or the stream outgrew
-      the shared attention cache (``cache_full``): try again later
+1013  no encoder cache slot was free when the stream opened (``streams_full``: the upgrade
+      passed, then another stream took the last slot), or the stream outgrew the shared
+      attention cache (``cache_full``); the ``error`` event carries ``retry_after_s``
 ====  =======================================================================
 
 A client that disconnects mid-stream has its stream dropped at once: its slot and encoder
 cache are free for the next connection (``oasr_streams_active`` on ``/metrics``).
+
+Keepalive: the server pings every ``--ws-ping-interval`` seconds and closes (1011, no event:
+the peer is gone) a connection whose pong does not come within ``--ws-ping-timeout``, but
+only while nothing else comes from it either: a client sending faster than the engine
+decodes is not read from while ``MAX_BACKLOG_S`` of its audio wait, so its pong waits behind
+its audio, and data still arriving proves it alive (``oasr.server.lifecycle``).
 """
 
 from __future__ import annotations
@@ -50,6 +67,7 @@ import contextlib
 import json
 import logging
 import math
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,8 +77,10 @@ from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 from oasr.engine.async_engine import EngineStopped
 from oasr.engine.decode.base import EngineOverloaded
 from oasr.engine.streaming.core import StreamError
+from oasr.languages import LanguageError
 from oasr.server.errors import APIError
 from oasr.server.metrics import ServerMetrics
+from oasr.server.protocol import MAX_JSON_DEPTH, json_too_deep
 from oasr.server.serving import engine_alive
 from oasr.server.settings import ServerSettings
 
@@ -76,6 +96,9 @@ CLOSE_TRY_AGAIN_LATER = 1013
 SAMPLE_FORMATS = {"pcm16": np.dtype("<i2"), "float32": np.dtype("<f4")}
 END_OF_INPUT = "done"
 MAX_BACKLOG_S = 10.0  # audio a connection may have queued ahead of the encoder before it stops reading
+MIN_PUSH_S = 0.02  # shorter messages are joined before they reach the engine ...
+FLUSH_S = 0.05  # ... and held at most this long waiting for the next one
+RETRY_AFTER_S = 1  # the retry hint of a stream refused for want of room (429 Retry-After, 1013 retry_after_s)
 
 # The engine's error codes (error events) -> close codes.
 _ENGINE_CLOSE_CODES = {
@@ -86,6 +109,10 @@ _ENGINE_CLOSE_CODES = {
 }
 
 
+# Error codes whose stream may succeed if opened again later: their events carry ``retry_after_s``.
+_RETRY_LATER = frozenset({"streams_full", "cache_full"})
+
+
 class Refusal(Exception):
     """The session ends with an ``error`` event (``code``, message) and ``close_code``."""
 
@@ -94,9 +121,43 @@ class Refusal(Exception):
         self.close_code = close_code
         self.code = code
 
+    def event(self) -> dict[str, Any]:
+        return _error_event(self.code, str(self))
+
+
+def _error_event(code: str, message: str) -> dict[str, Any]:
+    out: dict[str, Any] = {"type": "error", "code": code, "message": message}
+    if code in _RETRY_LATER:
+        out["retry_after_s"] = RETRY_AFTER_S
+    return out
+
 
 class _Gone(Exception):
-    """The client went away."""
+    """The connection ended from the client's side; ``code``: how (``disconnect_label``)."""
+
+    def __init__(self, code: int | None = None) -> None:
+        super().__init__(code)
+        self.code = code
+
+
+def disconnect_label(code: int | None) -> int:
+    """The ``oasr_stream_sessions_total`` code of a connection the client's side ended: 0 for a
+    close frame from the client (1000, 1001, 1005 without a code, or an application code
+    >= 3000: the client went away), else the code itself: 1006 for a connection dropped
+    without a close frame (a TCP reset, EOF), 1002 / 1007 / 1009 for one the WebSocket layer
+    failed (a protocol error, text that is not UTF-8, a message over ``--max-message-kb``)."""
+    if code is None:
+        return 1006  # a send failed under us: the connection is gone, how is not known
+    if code in (1000, 1001, 1005) or code >= 3000:
+        return 0
+    return code
+
+
+def streaming_alive(engine) -> bool:
+    """Whether the engine's streaming loop can take streams (True before the first stream
+    starts it; False once it died)."""
+    loop = getattr(engine, "streaming", None)
+    return loop is None or loop.alive
 
 
 @dataclass(frozen=True)
@@ -136,12 +197,17 @@ def parse_config(text: str | None, settings: ServerSettings) -> StreamConfig:
     """The first message of a session -> ``StreamConfig`` (names and types; the engine checks values).
 
     Raises:
-        Refusal: not a JSON object (1003), an unknown ``sample_format`` (1003), a missing or bad
-            ``sample_rate`` (1007), a model that is not served (1008).
+        Refusal: not a JSON object, or one nested too deep (1003), a ``sample_format`` that is
+            not one of the names (1003), a missing or bad ``sample_rate`` (1007), a ``model``
+            that is not a string (1007) or not served (1008).
     """
     if text is None:
         raise Refusal(
             CLOSE_UNSUPPORTED_DATA, "bad_frame", "the first message must be the JSON configuration, not audio"
+        )
+    if json_too_deep(text, MAX_JSON_DEPTH):
+        raise Refusal(
+            CLOSE_UNSUPPORTED_DATA, "bad_frame", f"the first message is nested more than {MAX_JSON_DEPTH} levels deep"
         )
     try:
         message = json.loads(text)
@@ -151,7 +217,7 @@ def parse_config(text: str | None, settings: ServerSettings) -> StreamConfig:
         raise Refusal(CLOSE_UNSUPPORTED_DATA, "bad_frame", "the first message must be a JSON object")
     options = dict(message)
     fmt = options.pop("sample_format", "pcm16")
-    if fmt not in SAMPLE_FORMATS:
+    if not isinstance(fmt, str) or fmt not in SAMPLE_FORMATS:
         raise Refusal(
             CLOSE_UNSUPPORTED_DATA,
             "bad_frame",
@@ -163,6 +229,8 @@ def parse_config(text: str | None, settings: ServerSettings) -> StreamConfig:
             CLOSE_INVALID_PAYLOAD, "invalid_options", f"sample_rate must be a positive integer (Hz), got {rate!r}"
         )
     model = options.pop("model", None)
+    if model is not None and not isinstance(model, str):
+        raise Refusal(CLOSE_INVALID_PAYLOAD, "invalid_options", f"model must be a string, got {model!r}")
     if model is not None and model not in settings.model_names:
         raise Refusal(
             CLOSE_POLICY,
@@ -208,6 +276,8 @@ class StreamingEndpoint:
     def _refusal(self) -> APIError | None:
         if not engine_alive(self.engine):
             return APIError(503, "the engine is not running", code="engine_stopped")
+        if not streaming_alive(self.engine):
+            return APIError(503, "the engine's streaming loop has stopped", code="streaming_stopped")
         model = self.engine.model
         if model.encoder.streaming_kind == "none":
             return APIError(
@@ -216,17 +286,27 @@ class StreamingEndpoint:
                 "use /v1/audio/transcriptions",
                 code="streaming_unsupported",
             )
+        retry = {"Retry-After": str(RETRY_AFTER_S)}
         if self.connections >= self.settings.max_streams:
             return APIError(
                 429,
                 f"all {self.settings.max_streams} stream slots are in use; retry later",
                 code="streams_full",
-                headers={"Retry-After": "1"},
+                headers=retry,
+            )
+        loop = self.engine.streaming
+        if loop is not None and not loop.core.can_admit():
+            return APIError(
+                429,
+                "the engine has no room for one more live stream (every encoder cache slot, or the K/V pool, "
+                "is taken); retry later",
+                code="streams_full",
+                headers=retry,
             )
         return None
 
     async def _session(self, ws: WebSocket) -> int:
-        """Run the session; the close code it ended with (0: the client went away)."""
+        """Run the session; the code it ended with (``disconnect_label`` when the client's side ended it)."""
         stream = None
         try:
             config = parse_config(await self._receive_text_or_none(ws), self.settings)
@@ -236,8 +316,8 @@ class StreamingEndpoint:
             if stream is not None:
                 stream.close()
             return await self._refuse(ws, r)
-        except _Gone:
-            return 0
+        except _Gone as g:
+            return disconnect_label(g.code)
         except Exception as e:  # a bug: this session ends with 1011, the server goes on
             log.error("stream session failed", exc_info=e)
             if stream is not None:
@@ -259,20 +339,28 @@ class StreamingEndpoint:
             raise Refusal(CLOSE_TRY_AGAIN_LATER, "streams_full", str(e)) from None
         except EngineStopped as e:
             raise Refusal(CLOSE_INTERNAL_ERROR, "engine_stopped", str(e)) from None
-        except (TypeError, ValueError) as e:
+        except LanguageError as e:
+            raise Refusal(CLOSE_INVALID_PAYLOAD, "invalid_language", str(e)) from None
+        except (TypeError, ValueError, ImportError) as e:  # ImportError: endpoint_vad without silero-vad
             raise Refusal(CLOSE_INVALID_PAYLOAD, "invalid_options", str(e)) from None
+        except RuntimeError as e:  # the streaming loop stopped (``/health`` says so too)
+            raise Refusal(CLOSE_INTERNAL_ERROR, "streaming_stopped", str(e)) from None
 
-    async def _receive(self, ws: WebSocket) -> dict[str, Any]:
+    async def _receive(self, ws: WebSocket, wait_s: float | None = None) -> dict[str, Any] | None:
+        """The next message; None when ``wait_s`` (shorter than the idle timeout) passed without one."""
+        timeout = self.settings.stream_idle_s if wait_s is None else min(wait_s, self.settings.stream_idle_s)
         try:
-            message = await asyncio.wait_for(ws.receive(), self.settings.stream_idle_s)
+            message = await _within(ws.receive(), timeout)
         except asyncio.TimeoutError:
+            if wait_s is not None and wait_s < self.settings.stream_idle_s:
+                return None
             raise Refusal(
                 CLOSE_POLICY, "idle_timeout", f"nothing received for {self.settings.stream_idle_s:g} s"
             ) from None
-        except (WebSocketDisconnect, RuntimeError):
-            raise _Gone() from None
+        except (WebSocketDisconnect, RuntimeError) as e:
+            raise _Gone(getattr(e, "code", None)) from None
         if message["type"] == "websocket.disconnect":
-            raise _Gone()
+            raise _Gone(message.get("code"))
         return message
 
     async def _receive_text_or_none(self, ws: WebSocket) -> str | None:
@@ -286,6 +374,11 @@ class StreamingEndpoint:
         try:
             done, _ = await asyncio.wait({receiver, sender}, return_when=asyncio.FIRST_COMPLETED)
             if sender in done:
+                if isinstance(sender.exception(), _Gone) and receiver not in done:
+                    # A send failed: the receiver hears how the connection ended (a close frame, a reset).
+                    await asyncio.wait({receiver}, timeout=1.0)
+                if receiver.done() and isinstance(receiver.exception(), _Gone):
+                    receiver.result()
                 return sender.result()
             receiver.result()  # raises Refusal / _Gone; returning means "done" was received
             return await sender
@@ -300,17 +393,23 @@ class StreamingEndpoint:
         if self.settings.max_audio_s is not None:
             max_samples = int(math.ceil(self.settings.max_audio_s * config.sample_rate))
         received = 0
+        held = _Held(max(1, int(MIN_PUSH_S * config.sample_rate)))
         while True:
             # Backpressure: a client sending faster than the engine decodes waits here (its
             # frames stay in the socket) instead of piling audio up in memory.
-            while stream.backlog_s > MAX_BACKLOG_S and not stream.done:
+            while not held.n and stream.backlog_s > MAX_BACKLOG_S and not stream.done:
                 await asyncio.sleep(0.01)
-            message = await self._receive(ws)
+            message = await self._receive(ws, FLUSH_S if held.n else None)
+            if message is None:  # nothing more came soon: the held samples go to the engine
+                if not self._push(stream, held.take()):
+                    return
+                continue
             text, data = message.get("text"), message.get("bytes")
             if text is not None:
                 if text.strip() == END_OF_INPUT:
-                    with contextlib.suppress(KeyError):  # already ended by the engine: its events say why
-                        stream.finish()
+                    if self._push(stream, held.take()):
+                        with contextlib.suppress(KeyError):  # already ended by the engine: its events say why
+                            stream.finish()
                     return
                 raise Refusal(
                     CLOSE_UNSUPPORTED_DATA,
@@ -322,16 +421,29 @@ class StreamingEndpoint:
             if max_samples is not None and received > max_samples:
                 limit = self.settings.max_audio_s
                 raise Refusal(CLOSE_POLICY, "audio_too_long", f"the stream is longer than the {limit:g}-s limit")
-            try:
-                stream.feed(x)
-            except StreamError as e:
-                raise Refusal(_ENGINE_CLOSE_CODES.get(e.code, CLOSE_UNSUPPORTED_DATA), e.code, str(e)) from None
-            except KeyError:  # the engine ended the stream (a failed step): its error event is on the way
+            if held.add(x) and not self._push(stream, held.take()):
                 return
+
+    @staticmethod
+    def _push(stream, x: np.ndarray | None) -> bool:
+        """Queue samples on the engine's stream; False once the engine has ended it (its error
+        event is on the way)."""
+        if x is None:
+            return True
+        try:
+            stream.feed(x)
+        except StreamError as e:
+            raise Refusal(_ENGINE_CLOSE_CODES.get(e.code, CLOSE_UNSUPPORTED_DATA), e.code, str(e)) from None
+        except KeyError:
+            return False
+        return True
 
     async def _send_events(self, ws: WebSocket, stream) -> int:
         async for event in stream:
-            await self._send(ws, event.to_dict())
+            message = event.to_dict()
+            if event.code in _RETRY_LATER:
+                message["retry_after_s"] = RETRY_AFTER_S
+            await self._send(ws, message)
             if event.type == "error":
                 return _ENGINE_CLOSE_CODES.get(event.code or "", CLOSE_INTERNAL_ERROR)
         return CLOSE_NORMAL
@@ -346,8 +458,44 @@ class StreamingEndpoint:
 
     async def _refuse(self, ws: WebSocket, refusal: Refusal) -> int:
         try:
-            await self._send(ws, {"type": "error", "code": refusal.code, "message": str(refusal)})
+            await self._send(ws, refusal.event())
             await ws.close(refusal.close_code, reason=refusal.code)
         except (_Gone, RuntimeError, OSError):
             return 0
         return refusal.close_code
+
+
+if sys.version_info >= (3, 11):
+
+    async def _within(awaitable, seconds: float):
+        """``await awaitable`` for at most ``seconds`` (``asyncio.TimeoutError``); unlike
+        ``wait_for`` no task per call: a receive is awaited once per WebSocket message."""
+        async with asyncio.timeout(seconds):
+            return await awaitable
+
+else:  # pragma: no cover - Python 3.10
+    _within = asyncio.wait_for
+
+
+class _Held:
+    """Samples of short messages, joined until there are ``min_samples`` of them."""
+
+    def __init__(self, min_samples: int) -> None:
+        self.min_samples = min_samples
+        self.parts: list[np.ndarray] = []
+        self.n = 0
+
+    def add(self, x: np.ndarray) -> bool:
+        """Hold ``x``; whether enough is held to go to the engine."""
+        if x.size:
+            self.parts.append(x)
+            self.n += x.size
+        return self.n >= self.min_samples
+
+    def take(self) -> np.ndarray | None:
+        """All the held samples (None when there are none)."""
+        if not self.parts:
+            return None
+        x = self.parts[0] if len(self.parts) == 1 else np.concatenate(self.parts)
+        self.parts, self.n = [], 0
+        return x

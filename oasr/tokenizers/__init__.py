@@ -1,6 +1,13 @@
 """One tokenizer interface over Hugging Face ``tokenizers`` files (and, per family,
 sentencepiece models and token tables)."""
 
-from oasr.tokenizers.base import HFTokenizer, SentencePieceTokenizer, TableTokenizer, Tokenizer, load_tokenizer
+from oasr.tokenizers.base import (
+    Control,
+    HFTokenizer,
+    SentencePieceTokenizer,
+    TableTokenizer,
+    Tokenizer,
+    load_tokenizer,
+)
 
-__all__ = ["HFTokenizer", "SentencePieceTokenizer", "TableTokenizer", "Tokenizer", "load_tokenizer"]
+__all__ = ["Control", "HFTokenizer", "SentencePieceTokenizer", "TableTokenizer", "Tokenizer", "load_tokenizer"]

@@ -356,6 +356,83 @@ def test_bad_input_raises_audio_decode_error(case, phrase, manifest, tmp_path):
     assert isinstance(info.value, ValueError)
 
 
+def _float_wav(samples: np.ndarray, dtype: str = "<f4", rate: int = SAMPLE_RATE) -> bytes:
+    """A mono IEEE-float WAV (format tag 3) of ``samples`` stored as ``dtype`` (<f4 / <f8)."""
+    import struct
+
+    data = np.asarray(samples, dtype=dtype).tobytes()
+    width = np.dtype(dtype).itemsize
+    fmt = struct.pack("<HHIIHH", 3, 1, rate, rate * width, width, 8 * width)
+    body = b"WAVE" + b"fmt " + struct.pack("<I", len(fmt)) + fmt + b"data" + struct.pack("<I", len(data)) + data
+    return b"RIFF" + struct.pack("<I", len(body)) + body
+
+
+def _speech_2s(manifest) -> np.ndarray:
+    return load_audio(_row(manifest, "jfk.wav")["path"])[: 2 * SAMPLE_RATE]
+
+
+@pytest.mark.parametrize("container", ["float32_array", "float64_array", "tensor", "float32_wav", "float64_wav"])
+@pytest.mark.parametrize(
+    ("case", "peak"),
+    [
+        ("constant_1e19", r"1e\+19"),
+        ("constant_1e30", r"1e\+30"),
+        ("float32_max", r"3\.40282e\+38"),
+        ("speech_with_one_1e19_sample", r"1e\+19"),
+        ("int16_speech_as_floats", r"\d{3,5}"),  # a WAV is checked frame by frame
+        ("just_past_the_bound", r"100\.01"),
+    ],
+)
+def test_float_samples_far_outside_full_scale_are_refused(container, case, peak, manifest):
+    """The samples that gave NaN features (and a 500 after 40 s on the server) are refused by the
+    decoder, naming the peak, whatever carries them; a float64 1e300 is too large, not "inf"."""
+    speech = _speech_2s(manifest)
+    x = {
+        "constant_1e19": np.full(8000, 1e19),
+        "constant_1e30": np.full(8000, 1e30),
+        "float32_max": np.full(8000, np.finfo(np.float32).max),
+        "speech_with_one_1e19_sample": np.where(np.arange(speech.size) == 5000, 1e19, speech),
+        "int16_speech_as_floats": np.round(speech.astype(np.float64) * 32767),
+        "just_past_the_bound": np.where(np.arange(speech.size) == 5000, 100.01, speech),
+    }[case]
+    source = {
+        "float32_array": lambda: x.astype(np.float32),
+        "float64_array": lambda: x.astype(np.float64),
+        "tensor": lambda: torch.from_numpy(x.astype(np.float32)),
+        "float32_wav": lambda: _float_wav(x, "<f4"),
+        "float64_wav": lambda: _float_wav(x, "<f8"),
+    }[container]()
+    with pytest.raises(AudioDecodeError, match=rf"audio samples reach {peak}, far outside the \[-1, 1\]"):
+        load_audio(source)
+    if container == "float64_array":
+        with pytest.raises(AudioDecodeError, match=r"reach 1e\+300"):
+            load_audio(np.full(100, 1e300))
+
+
+@pytest.mark.parametrize("container", ["array", "float32_wav"])
+@pytest.mark.parametrize("case", ["all_zero", "denormals", "dc_offset", "speech_past_full_scale", "peak_at_the_bound"])
+def test_odd_but_valid_float_samples_decode_as_they_are(container, case, manifest):
+    """Silence, denormals, a DC offset and a float mix past full scale (up to the 100 bound) are
+    audio: decoded unchanged (a 16-kHz float WAV is its samples), never clipped or refused."""
+    speech = _speech_2s(manifest)
+    x = {
+        "all_zero": np.zeros(8000),
+        "denormals": np.full(8000, 1e-40),
+        "dc_offset": speech + 0.5,
+        "speech_past_full_scale": speech * (1.6 / np.abs(speech).max()),
+        "peak_at_the_bound": speech * (100.0 / np.abs(speech).max()),
+    }[case].astype(np.float32)
+    got = load_audio(x if container == "array" else _float_wav(x))
+    assert got.dtype == np.float32 and np.array_equal(got, x)
+
+
+def test_integer_pcm_at_full_scale_is_never_refused(tmp_path):
+    frames = np.where(np.arange(16000) % 2 == 0, 32767, -32768).astype(np.int16)
+    _write_wav_int16(tmp_path / "full.wav", frames[:, None], SAMPLE_RATE)
+    assert np.abs(load_audio(tmp_path / "full.wav")).max() == 1.0
+    assert np.abs(load_audio(frames)).max() == 1.0
+
+
 def test_decode_errors_keep_their_cause(manifest, tmp_path):
     with pytest.raises(AudioDecodeError) as info:
         load_audio(_truncated(manifest, "jfk_openai.flac", tmp_path))

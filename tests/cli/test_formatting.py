@@ -139,6 +139,7 @@ def test_verbose_json_fields():
         "language": "english",
         "duration": 2.123,
         "text": "Hello world. Again.",
+        "finish_reason": "stop",
         "segments": [
             {
                 "id": 0,
@@ -172,6 +173,8 @@ def test_verbose_json_fields():
         ],
     }
     assert "words" not in json.loads(to_verbose_json(out, words=False))
+    out.finish_reason = "length"  # a token budget cut it: said in the document
+    assert json.loads(to_verbose_json(out))["finish_reason"] == "length"
     # format_output adds words when the engine timed them, and not otherwise
     assert "words" in json.loads(format_output(out, "verbose_json"))
     for seg in out.segments:

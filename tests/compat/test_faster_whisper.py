@@ -276,6 +276,17 @@ def test_generator_is_lazy_and_log_progress_is_accepted(model, monkeypatch, caps
 
 
 @needs_base
+def test_a_given_language_is_reported_as_its_code(model):
+    """faster-whisper takes codes only; oasr's one resolver also takes names and locales, and
+    reports the code it decodes in (the engine's ``out.language``)."""
+    _, info = model.transcribe(JFK, language="English", beam_size=1)
+    assert (info.language, info.language_probability) == ("en", 1.0)
+    assert model.transcribe(JFK, language="en_US", beam_size=1)[1].language == "en"
+    with pytest.raises(ValueError, match="'xx' is not a language of WhisperModel"):
+        model.transcribe(JFK, language="xx")
+
+
+@needs_base
 def test_detect_language(model):
     language, probability, probs = model.detect_language(load_audio(JFK))
     assert language == "en" and probability > 0.9

@@ -8,7 +8,7 @@ import torch
 
 from oasr.engine.decode.aed.logits import FilterRules, TimestampIds, apply_filters
 from oasr.engine.decode.aed.prompt import build_prompt, plan_prompt
-from oasr.engine.decode.aed.search import BeamSearch, GreedySearch
+from oasr.engine.decode.aed.search import BeamSearch, GreedySearch, SamplingSearch
 from oasr.engine.decode.aed.strategy import compression_ratio
 from oasr.engine.decode.aed.timing import dtw, median_filter
 from oasr.engine.decode.autoregressive import compaction_order
@@ -58,10 +58,10 @@ def test_prompt_layout_and_split(tok):
     assert plan.decode_max == 224 and plan.timestamp_rules
     p = build_prompt(tok, list(range(300)), language="en", task="transcribe", without_timestamps=True, prefix="Hi")
     assert p[0] == prev and p[1:224] == list(range(300))[-223:]  # previous text keeps its last 223 tokens
-    assert p[224:228] == [sot, en, tr, nts] and p[228:] == tok.encode(" Hi")
+    assert p[224:228] == [sot, en, tr, nts] and p[228:] == tok.encode_text(" Hi")
     plan = plan_prompt(p, tok)
     assert plan.sot_index == 224 and not plan.timestamp_rules
-    assert plan.prefix == tuple(tok.encode(" Hi"))
+    assert plan.prefix == tuple(tok.encode_text(" Hi"))
     assert plan.decode_max == min(224, 448 - 227)
     p = build_prompt(tok, [], language="en", task="transcribe", prefix="So")
     assert p[3] == tok.timestamp_begin  # a prefix with timestamps starts at <|0.00|>
@@ -127,8 +127,37 @@ def test_greedy_and_beam_follow_the_reference_rules():
     b = BeamSearch((), decode_max=10, eot=eot, length_penalty=1.0, beam_size=2, patience=1.0)
     first = torch.log(torch.tensor([[0.04, 0.5, 0.06, 0.4]]))
     parents, nxt = b.update(first, [])
-    assert parents == [0, 0] and nxt == [1, 2] and b.hyps == [([], float(first[0, 3]))]
+    assert parents == [0, 0] and nxt == [1, 2] and b.hyps == [([], float(first[0, 3]), False)]
     assert b.top_finished is False and b.max_candidates == 2
+
+
+@pytest.mark.parametrize("kind", ["greedy", "beam", "sampling"])
+def test_a_decode_that_reaches_decode_max_is_cut_and_one_that_ends_is_not(kind):
+    """``cut`` (the window's finish_reason "length") is set exactly when the step budget, not
+    end-of-text, ended the chosen hypothesis."""
+    eot = 3
+
+    def search(decode_max):
+        args = ((), decode_max, eot, 1.0)
+        if kind == "greedy":
+            return GreedySearch(*args)
+        if kind == "beam":
+            return BeamSearch(*args, beam_size=2, patience=1.0)
+        return SamplingSearch(*args, best_of=2, temperature=1.0, generator=torch.Generator().manual_seed(0))
+
+    def run(s, favourite):
+        lp = torch.full((1, 4), -30.0)
+        lp[0, favourite] = 0.0
+        lp = torch.log_softmax(lp, -1)
+        while not s.done:
+            rows = lp.expand(len(s.row_tokens()), -1)
+            s.update(rows, [(favourite, float(lp[0, favourite]))] * rows.shape[0])
+        return s.result()[0]
+
+    talking = search(decode_max=3)
+    assert run(talking, 1) == [1, 1, 1] and talking.cut
+    ending = search(decode_max=3)
+    assert len(run(ending, eot)) < 3 and not ending.cut
 
 
 def test_dtw_matches_the_loop_definition():

@@ -131,7 +131,7 @@ class _ToyTable(RequestTable[TableEntry]):
     decode_type = DecodeType.CTC
 
     def __init__(self) -> None:
-        super().__init__(SimpleNamespace(model=None), EngineConfig())
+        super().__init__(SimpleNamespace(model=None, languages=None), EngineConfig())
         self.queue: list[TableEntry] = []
         self.prepared: list[str] = []
 

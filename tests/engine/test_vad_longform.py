@@ -23,6 +23,7 @@ from oasr.engine.outputs import RequestOutput, Segment, Word
 from oasr.metrics import error_rates
 from oasr.models.base import DecodeType
 from oasr.models.bundled import bundled_path
+from oasr.tokenizers import Control
 
 SR = 16000
 GREEDY = {"language": "en", "beam_size": 1}
@@ -193,7 +194,7 @@ def test_llm_chunks_stream_in_time_order(silero, vad_recording):
     from .llm.conftest import ScriptedLm, TinySpeechLlm, lm_config, make_loaded, train_tokenizer
 
     tokenizer = train_tokenizer()
-    script = tokenizer.encode("language English<asr_text>hello world") + [tokenizer.token_to_id("<|im_end|>")]
+    script = tokenizer.encode_prompt([Control("language English<asr_text>hello world<|im_end|>")])
     loaded = make_loaded(tokenizer, script=script)
     # A context that holds 30 s of audio states (25 a second) and the prompt.
     cfg = dataclasses.replace(lm_config(tokenizer.vocab_size), max_position_embeddings=2048)
@@ -207,7 +208,7 @@ def test_llm_chunks_stream_in_time_order(silero, vad_recording):
     chunks = _chunks(vad_recording.audio)
     assert out.text == " ".join(["hello world"] * len(chunks)) and "".join(deltas) == out.text
     assert [(s.start, s.end) for s in out.segments] == [(round(c.start, 3), round(c.end, 3)) for c in chunks]
-    assert out.language == "English"
+    assert out.language == "en"
 
 
 # -- the stitching, with a scripted strategy ------------------------------------------------------
@@ -298,6 +299,21 @@ def test_stitching_keeps_time_order_and_maps_times():
     assert out.segments[1].seek == 500  # the chunk's window starts at 5 s
     assert (out.language, out.duration) == ("en", 9.0)  # 2 s of chunk 0 in English vs 2 s of French: the first
     assert splitter.num_unfinished() == 0
+
+
+def test_token_times_are_mapped_into_the_recording_as_the_words_are():
+    """A chunk's ``Segment.token_times`` move to the recording's timeline with its segment: chunk
+    1 holds 5-6 s and 7-8 s, so its 0.5 s is 5.5 s, its 1.0 s ends at 6.0 s (the seam) or
+    starts at 7.0 s."""
+    from oasr.engine.chunking import _map_segment
+
+    seg = Segment(
+        id=1, seek=0, start=0.0, end=1.5, text=" a b c", tokens=[4, 5, 6],
+        token_times=[(0.0, 0.5), (0.5, 1.0), (1.0, 1.5)], words=[Word(0.5, 1.0, " b", 0.9)],
+    )  # fmt: skip
+    mapped = _map_segment(seg, CHUNKS[1], 3)
+    assert mapped.token_times == [(5.0, 5.5), (5.5, 6.0), (7.0, 7.5)]
+    assert (mapped.start, mapped.end, [(w.start, w.end) for w in mapped.words]) == (5.0, 7.5, [(5.5, 6.0)])
 
 
 def test_a_failing_chunk_fails_the_request_and_aborts_the_others():

@@ -155,10 +155,22 @@ def test_stream_needs_json_or_text(tiny_server, clip):
 def test_prompt_and_temperature_map_to_engine_options(tiny_server, clip, ref):
     out = _transcribe(tiny_server, clip(JFK), prompt="President Kennedy's inaugural address.")
     assert out.text == ref(JFK, initial_prompt="President Kennedy's inaugural address.").text.strip()
-    # temperature > 0: that one temperature (seeded sampling, so the engine's result is reproducible)
-    out = _transcribe(tiny_server, clip(JFK), temperature=0.7, response_format="verbose_json")
+    # temperature > 0: that one temperature (sampled with oasr's `seed` extension, so the engine's
+    # result for the same seed is the reference)
+    out = _transcribe(tiny_server, clip(JFK), temperature=0.7, response_format="verbose_json", extra_body={"seed": 3})
     assert [s.temperature for s in out.segments] == pytest.approx([0.7] * len(out.segments))
-    assert out.text == ref(JFK, temperature=0.7).text.strip()
+    assert out.text == ref(JFK, temperature=0.7, seed=3).text.strip()
+
+
+def test_extension_fields_reach_the_whisper_decode(tiny_server, clip, ref):
+    """``max_new_tokens`` (a window budget: the cut window says "length") and ``repetition_penalty``
+    through ``extra_body``, equal to the engine's result for the same options."""
+    out = _transcribe(tiny_server, clip(JFK), response_format="verbose_json", extra_body={"max_new_tokens": 5})
+    want = ref(JFK, max_new_tokens=5)
+    assert out.text == want.text.strip() and out.model_extra["finish_reason"] == want.finish_reason == "length"
+    assert _transcribe(tiny_server, clip(JFK), response_format="verbose_json").model_extra["finish_reason"] == "stop"
+    out = _transcribe(tiny_server, clip(JFK), extra_body={"repetition_penalty": 1.5})
+    assert out.text == ref(JFK, repetition_penalty=1.5).text.strip()
 
 
 def test_language_code(tiny_server, clip, ref):
@@ -166,7 +178,8 @@ def test_language_code(tiny_server, clip, ref):
     with pytest.raises(openai.BadRequestError) as e:
         _transcribe(tiny_server, clip(JFK), language="fr")  # tiny.en is English-only
     assert e.value.body["param"] == "language"
-    assert "English-only" in e.value.body["message"]
+    assert e.value.body["code"] == "invalid_language"
+    assert "'fr' (French) is not a language of WhisperModel; it has: en (English)" in e.value.body["message"]
 
 
 def test_served_model_names(tiny_server, clip):

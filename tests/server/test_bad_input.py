@@ -12,7 +12,7 @@ import numpy as np
 import openai
 import pytest
 
-from .conftest import TINY, metric, wav_bytes
+from .conftest import TINY, float_wav, metric, wav_bytes
 
 pytestmark = pytest.mark.real_weights
 
@@ -78,6 +78,26 @@ def test_bad_audio_is_400(tiny_server, clip, still_serving, case):
     still_serving()
 
 
+@pytest.mark.parametrize("case", ["1e19", "1e30", "float32_max", "speech_with_one_1e19_sample", "int16_as_floats"])
+def test_samples_far_outside_full_scale_are_400(tiny_server, clip, still_serving, case):
+    """A float WAV of 1e19-3.4e38 samples gave NaN features, a failed batch, a quarantine rerun and
+    500 after ~40 s; it is 400 ``invalid_audio`` now, refused before any decode work."""
+    from oasr.audio import load_audio
+
+    speech = load_audio(clip("jfk.wav"))[:32000]
+    x = {
+        "1e19": np.full(32000, 1e19),
+        "1e30": np.full(32000, 1e30),
+        "float32_max": np.full(32000, np.finfo(np.float32).max),
+        "speech_with_one_1e19_sample": np.where(np.arange(32000) == 16000, 1e19, speech),
+        "int16_as_floats": np.round(speech * 32767.0),
+    }[case]
+    r = tiny_server.post_audio(files={"file": (f"{case}.wav", float_wav(x))}, data={"model": TINY}, timeout=20)
+    err = _error(r, 400, param="file", code="invalid_audio")
+    assert "far outside the [-1, 1] of float audio" in err["message"] and f"'{case}.wav'" in err["message"]
+    still_serving()
+
+
 def test_exactly_minimum_duration_succeeds(tiny_server):
     rng = np.random.default_rng(1)
     for n in (1600, 1601):  # exactly 0.1 s at 16 kHz, and a sample more
@@ -105,8 +125,9 @@ def test_exactly_minimum_duration_succeeds(tiny_server):
         ({"temperature": "nan"}, "temperature", "invalid_value"),
         ({"stream": "maybe"}, "stream", "invalid_value"),
         ({"timestamp_granularities[]": "sentence", "response_format": "verbose_json"}, "timestamp_granularities", None),
-        ({"language": "xx"}, "language", "invalid_value"),
-        ({"language": "klingon"}, "language", "invalid_value"),
+        ({"language": "xx"}, "language", "invalid_language"),
+        ({"language": "klingon"}, "language", "invalid_language"),
+        ({"language": "de"}, "language", "invalid_language"),  # tiny.en is English-only
         ({"foo": "1"}, "foo", "unknown_parameter"),
         ({"include[]": "logprobs"}, "include", "unsupported_parameter"),
         ({"chunking_strategy": "manual"}, "chunking_strategy", "invalid_value"),
@@ -135,7 +156,8 @@ def test_bad_fields_through_openai_client(tiny_server, clip, still_serving):
     with open(clip("jfk.wav"), "rb") as f:
         with pytest.raises(openai.BadRequestError) as e:
             client.audio.transcriptions.create(file=f, model=TINY, language="xx")
-    assert e.value.body["param"] == "language" and "unknown language 'xx'" in e.value.body["message"]
+    assert e.value.body["param"] == "language" and e.value.body["code"] == "invalid_language"
+    assert "language 'xx' is not a language of WhisperModel; it has: en (English)" in e.value.body["message"]
     with open(clip("jfk.wav"), "rb") as f:
         with pytest.raises(openai.NotFoundError) as e:
             client.audio.transcriptions.create(file=f, model="whisper-large-v9")

@@ -34,6 +34,7 @@ def _check_server(server: ServerProcess, name: str, audio, expected_text: str) -
         )
     assert verbose.text == expected_text
     assert verbose.duration > 0 and verbose.segments
+    assert verbose.model_extra["finish_reason"] == "stop"  # CTC has no token budget
     if expected_text:
         assert verbose.words and all(w.start <= w.end <= verbose.duration + 1e-6 for w in verbose.words)
     with open(audio, "rb") as f:
@@ -44,6 +45,12 @@ def _check_server(server: ServerProcess, name: str, audio, expected_text: str) -
     with open(audio, "rb") as f, pytest.raises(openai_error()) as err:
         client.audio.transcriptions.create(model=name, file=f, language="xx-not-a-language")
     assert err.value.status_code == 400
+    # oasr's extensions that a CTC decode does not take: 400 naming the field and who takes it.
+    for field, value in (("max_new_tokens", 5), ("repetition_penalty", 1.2), ("seed", 1)):
+        with open(audio, "rb") as f, pytest.raises(openai_error()) as err:
+            client.audio.transcriptions.create(model=name, file=f, extra_body={field: value})
+        assert err.value.status_code == 400 and err.value.body["param"] == field
+        assert "only 'aed' and 'llm' decoding does" in err.value.body["message"]
     assert server.alive()
 
 
@@ -106,3 +113,14 @@ def test_hf_ctc_families_through_the_server(tmp_path_factory, audio_dir, family)
             assert server.client().audio.transcriptions.create(model=family, file=f, language="en").text == ref.text
     finally:
         server.stop()
+
+
+def test_serve_refuses_a_decoding_flag_the_family_does_not_take(tmp_path_factory):
+    from tests.models.lasr._reference import build_random_lasr
+    from tests.server._fault_helpers import failed_start
+
+    model_dir = build_random_lasr(tmp_path_factory.mktemp("lasr") / "model", seed=3)
+    code, output, _ = failed_start(["--model", str(model_dir), "--repetition-penalty", "1.2"])
+    assert code == 2, output
+    assert "--repetition-penalty 1.2" in output and "only 'aed' and 'llm' decoding does" in output
+    assert "not starting" in output and "Traceback" not in output

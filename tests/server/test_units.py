@@ -140,7 +140,7 @@ def test_stream_deltas_concatenate_to_the_final_text(texts):
     assert chunks[-1] == b"data: [DONE]\n\n"
     payloads = [json.loads(c[6:]) for c in chunks[:-1]]
     deltas = [p["delta"] for p in payloads if p["type"] == "transcript.text.delta"]
-    assert payloads[-1] == {"type": "transcript.text.done", "text": final.text}
+    assert payloads[-1] == {"type": "transcript.text.done", "text": final.text, "finish_reason": "stop"}
     assert "".join(deltas) == final.text
     assert all(deltas)  # no empty deltas
 

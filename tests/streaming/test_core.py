@@ -248,3 +248,91 @@ def test_an_engine_with_an_lm_refuses_streams(speech):
     engine.config = type(engine.config)(**{**engine.config.__dict__, "lm_path": "/nonexistent.arpa"})
     with pytest.raises(ValueError, match="lm_path"):
         engine.open_stream()
+
+
+def _finals_with_floats(events):
+    """Each final whole: text, tokens, times and every word's probability (exact floats)."""
+    return [
+        (e.text, e.tokens, e.start, e.end, [(w.word, w.start, w.end, w.probability) for w in e.words or ()])
+        for e in events
+        if e.type == "final"
+    ]
+
+
+def test_a_streams_floats_do_not_depend_on_the_streams_sharing_its_steps(speech):
+    """Word probabilities (and every other float of a final) of a stream decoded alone are
+    bit-equal to the same stream's when it shares every step with streams at other points of
+    their own audio (other cache lengths, other batch sizes)."""
+    from oasr.engine.engine import ASREngine
+
+    engine = ASREngine(str(CAUSAL), max_streams=8)  # the model's own chunk (640 ms: 16 encoder frames)
+    audio = speech[: 16000 * 6]
+    alone = _finals_with_floats(_run_alone(engine, audio, 3200, word_timestamps=True)[1])
+    core = engine._streaming()
+    others = [engine.open_stream(word_timestamps=True) for _ in range(5)]
+    for i, other in enumerate(others):  # each a different length of history when the stream joins
+        other.feed(speech[16000 * (i + 1) : 16000 * (2 * i + 3)])
+    stream = engine.open_stream(word_timestamps=True)
+    for i in range(0, len(audio), 3200):
+        for j, other in enumerate(others[: 1 + i // 16000]):  # batches of changing size
+            core.push(other.id, speech[16000 * (2 * j + 3) + i : 16000 * (2 * j + 3) + i + 3200])
+        core.push(stream.id, audio[i : i + 3200])
+        engine.run_streams()
+    core.finish(stream.id)
+    while not stream.done:
+        engine.run_streams()
+    assert core.chunks_encoded > core.steps  # batches of more than one stream ran
+    assert alone[0][4], "no word timed"
+    assert _finals_with_floats(stream.events()) == alone
+
+
+def test_churn_of_streams_opening_and_hanging_up_leaves_every_final_equal_to_its_solo_run(speech):
+    """Twelve clients on one ``AsyncEngine``, eight streams each: every stream is opened, fed
+    in 100-ms pieces and either finished or hung up at a random point, while the streaming
+    thread steps the others. A slot freed by a hang-up during a step's encoder call is never
+    handed out with that call's writes still to come: every finished stream's finals equal its
+    solo run's."""
+    import random
+
+    from oasr.engine.async_engine import AsyncEngine
+    from oasr.engine.engine import ASREngine
+
+    clips = [speech[16000 * i : 16000 * (i + 3)] for i in range(0, 12, 3)]
+    solo_engine = ASREngine(str(CAUSAL), stream_chunk_ms=160)
+    solo = [_finals(_run_alone(solo_engine, clip, len(clip))[1]) for clip in clips]
+
+    async def client(engine, rng: random.Random, finished: list) -> None:
+        for _ in range(8):
+            k = rng.randrange(len(clips))
+            clip = clips[k]
+            cut = rng.randrange(1, len(clip) // 1600) if rng.random() < 0.5 else None
+            try:
+                stream = await engine.open_stream()
+            except EngineOverloaded:  # slots of streams closed mid-call are not free yet: retry
+                await asyncio.sleep(0.01)
+                continue
+            for n, i in enumerate(range(0, len(clip), 1600)):
+                if n == cut:
+                    break
+                stream.feed(clip[i : i + 1600])
+                await asyncio.sleep(rng.random() * 0.003)
+            if cut is not None:
+                stream.close()
+                continue
+            stream.finish()
+            finished.append((k, _finals([e async for e in stream])))
+
+    async def churn():
+        engine = AsyncEngine(str(CAUSAL), stream_chunk_ms=160, max_streams=16)
+        try:
+            rng, finished = random.Random(0), []
+            await asyncio.gather(*(client(engine, random.Random(rng.random()), finished) for _ in range(12)))
+            return finished, engine.streaming.core.runtime.in_use
+        finally:
+            engine.shutdown()
+
+    finished, in_use = asyncio.run(churn())
+    assert len(finished) >= 24
+    wrong = [k for k, finals in finished if finals != solo[k]]
+    assert not wrong, f"{len(wrong)} of {len(finished)} finished streams differ from their solo run"
+    assert in_use == 0

@@ -171,8 +171,12 @@ def test_english_release_without_a_prompt_streams_as_transformers(tmp_path, refe
     hf = hf.double()
     assert [s.name for s in english.cache_spec.stream_states] == ["subsampling.0", "subsampling.1", "subsampling.2"]
     assert english.streaming_conditioning(type("Options", (), {"language": None})()) == {}
-    with pytest.raises(ValueError, match="no language prompt"):
-        english.streaming_conditioning(type("Options", (), {"language": "en"})())
+    # "en", its only language (the engine refuses any other), sets no prompt state either
+    assert english.streaming_conditioning(type("Options", (), {"language": "en"})()) == {}
+    engine = oasr.ASREngine(str(tmp_path), max_streams=1)
+    engine.open_stream(sample_rate=16000, language="English").close()
+    with pytest.raises(ValueError, match=r"'de' \(German\) is not a language of NemotronRnntModel; it has: en \("):
+        engine.open_stream(sample_rate=16000, language="de")
     feats = features[0]
     rt = _runtime(english, 1)
     slot = rt.admit()
@@ -275,7 +279,7 @@ def test_streaming_geometry_refusals(model):
         _runtime(model, chunk_ms=100)  # not a whole number of 80-ms frames
     with pytest.raises(ValueError, match="left_chunks is not taken"):
         build_runtime(model, chunk_ms=None, left_chunks=2, max_streams=1, feature_shift_s=0.01)
-    with pytest.raises(ValueError, match="not in this checkpoint's prompt table"):
+    with pytest.raises(ValueError, match="'xx' is not a language of this checkpoint"):
         model.streaming_conditioning(type("Options", (), {"language": "xx"})())
     assert model.streaming_conditioning(type("Options", (), {"language": "de"})()) == {"prompt_id": 2.0}
 

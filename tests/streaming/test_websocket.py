@@ -7,6 +7,7 @@ server refusing the upgrade with 429, and 32 concurrent connections."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 
@@ -228,6 +229,32 @@ BAD = {
         1007,
         "invalid_audio",
     ),
+    # Hostile configurations: each is refused with its documented code, none reaches the engine's step.
+    "configuration nested 10k deep": (
+        '{"sample_rate": 16000, "x": ' + "[" * 10_000 + "]" * 10_000 + "}",
+        [],
+        1003,
+        "bad_frame",
+    ),
+    "a list as sample format": ({"sample_rate": 16000, "sample_format": ["pcm16"]}, [], 1003, "bad_frame"),
+    "an object as sample format": ({"sample_rate": 16000, "sample_format": {}}, [], 1003, "bad_frame"),
+    "an infinite beam": ('{"sample_rate": 16000, "beam_size": 1e400}', [b"\x00\x00" * 160], 1007, "invalid_options"),
+    "a fractional beam": ({"sample_rate": 16000, "beam_size": 2.5}, [b"\x00\x00" * 160], 1007, "invalid_options"),
+    "a beam of 1000": ({"sample_rate": 16000, "beam_size": 1000}, [b"\x00\x00" * 160], 1007, "invalid_options"),
+    "a beam of 1e9": ({"sample_rate": 16000, "beam_size": 10**9}, [b"\x00\x00" * 160], 1007, "invalid_options"),
+    "endpoint rules not an object": (
+        {"sample_rate": 16000, "endpoint": True, "endpoint_config": "x"},
+        [b"\x00\x00" * 160],
+        1007,
+        "invalid_options",
+    ),
+    "an unknown endpoint rule": (
+        {"sample_rate": 16000, "endpoint": True, "endpoint_config": {"rule9": 1.0}},
+        [b"\x00\x00" * 160],
+        1007,
+        "invalid_options",
+    ),
+    "a list as model": ({"sample_rate": 16000, "model": ["x"]}, [], 1007, "invalid_options"),
 }
 
 
@@ -239,6 +266,25 @@ def test_bad_input_is_an_error_event_and_a_close_code(server, case):
     assert [e["type"] for e in events] == ["error"] and events[0]["code"] == error_code
     assert events[0]["message"]
     assert server.healthy()
+
+
+def test_a_hostile_configuration_leaves_streaming_up_for_the_next_stream(server, reference, clips):
+    """``endpoint_config`` as ``{}`` (the JSON object of the rules: every rule at its default)
+    or as ``"x"`` (refused, 1007), then one binary message: the streaming loop goes on, and a
+    normal stream on the same server gets its in-process final."""
+    hostile = {"sample_rate": 16000, "endpoint": True, "endpoint_config": {}}
+    samples = clips["bambatse_02_haggard_0323.wav"]
+    events, code = run(session(server, hostile, pcm16(samples)))
+    assert code == 1000
+    assert events == reference_events(reference, samples, endpoint=True)
+    events, code = run(session(server, {**hostile, "endpoint_config": "x"}, [b"\x00\x00" * 1600]))
+    assert code == 1007 and events[0]["code"] == "invalid_options"
+    samples = clips["jfk.wav"]
+    events, code = run(session(server, {"sample_rate": 16000}, pcm16(samples)))
+    assert code == 1000
+    assert events == reference_events(reference, samples)
+    assert server.healthy()
+    assert metric(server.metrics(), "oasr_stream_loop_up") == 1
 
 
 def test_a_stream_past_the_duration_limit_is_closed(server, clips):
@@ -267,10 +313,15 @@ def test_an_idle_stream_is_closed(server):
 
 
 def test_a_message_over_the_limit_closes_with_1009(server):
+    before = metric(server.metrics(), "oasr_stream_sessions_total", code="1009")
+    gone = metric(server.metrics(), "oasr_stream_sessions_total", code="0")
     big = b"\x00\x00" * (MAX_MESSAGE_KB * 1024)  # twice the limit
     events, code = run(session(server, {"sample_rate": 16000}, [big]))
     assert code == 1009 and events == []
     assert server.healthy()
+    # Closed by the WebSocket layer, below the app: counted as what it is, not as "the client went away".
+    assert wait_for_metric(server, "oasr_stream_sessions_total", before + 1, code="1009") == before + 1
+    assert metric(server.metrics(), "oasr_stream_sessions_total", code="0") == gone
 
 
 def test_the_api_key_is_required(server):
@@ -287,7 +338,8 @@ def test_the_api_key_is_required(server):
 
 
 def test_a_hang_up_mid_stream_frees_its_slot_at_once(server, clips):
-    before = metric(server.metrics(), "oasr_stream_sessions_total", code="0")
+    before = metric(server.metrics(), "oasr_stream_sessions_total", code="1006")
+    gone = metric(server.metrics(), "oasr_stream_sessions_total", code="0")
 
     async def hang_up():
         ws = await connect(url(server), additional_headers=server.headers())
@@ -301,8 +353,26 @@ def test_a_hang_up_mid_stream_frees_its_slot_at_once(server, clips):
     run(hang_up())
     assert wait_for_metric(server, "oasr_streams_active", 0) == 0
     assert wait_for_metric(server, "oasr_stream_connections", 0) == 0
-    assert metric(server.metrics(), "oasr_stream_sessions_total", code="0") == before + 1
+    # A TCP connection dropped without a close frame is 1006, not a client that closed the WebSocket (0).
+    assert metric(server.metrics(), "oasr_stream_sessions_total", code="1006") == before + 1
+    assert metric(server.metrics(), "oasr_stream_sessions_total", code="0") == gone
     assert metric(server.metrics(), "oasr_stream_cache_bytes") > 0  # the pool stays allocated, its slot free
+
+
+def test_a_client_close_frame_mid_stream_counts_as_gone(server, clips):
+    before = metric(server.metrics(), "oasr_stream_sessions_total", code="0")
+
+    async def close_early():
+        async with connect(url(server), additional_headers=server.headers()) as ws:
+            await ws.send(json.dumps({"sample_rate": 16000}))
+            for m in pcm16(clips["jfk.wav"])[:10]:
+                await ws.send(m)
+            await ws.recv()
+        # leaving the block sends a close frame (1000) before "done"
+
+    run(close_early())
+    assert wait_for_metric(server, "oasr_stream_sessions_total", before + 1, code="0") == before + 1
+    assert wait_for_metric(server, "oasr_streams_active", 0) == 0
 
 
 def test_a_full_server_refuses_the_upgrade_with_429(server, clips):
@@ -340,6 +410,99 @@ def test_32_concurrent_connections(server, reference, clips):
     assert metric(server.metrics(), "oasr_stream_steps_total") > 0
 
 
+def test_churn_of_clients_hanging_up_leaves_every_final_equal_to_its_solo_run(server, reference, clips):
+    """16 clients, 6 rounds each: open a stream, send its audio, and either end it or hang up
+    (a TCP reset or a close frame) at a random point, while the others open, send and hang up
+    around it. Every stream that ended gets the events of its solo run (a freed slot is never
+    handed out with another stream's cache)."""
+    import random
+
+    names = CLIPS[1:]
+    expected = {name: reference_events(reference, clips[name]) for name in names}
+
+    async def client(seed: int):
+        rng = random.Random(seed)
+        finished = []
+        for _ in range(6):
+            name = rng.choice(names)
+            messages = pcm16(clips[name])
+            cut = rng.randrange(1, len(messages)) if rng.random() < 0.5 else None
+            try:
+                ws = await connect(url(server), additional_headers=server.headers(), max_size=None)
+            except InvalidStatus as e:  # every slot taken for a moment: 429, as a client would, retry
+                assert e.response.status_code == 429
+                await asyncio.sleep(0.05)
+                continue
+            try:
+                await ws.send(json.dumps({"sample_rate": 16000}))
+                for i, m in enumerate(messages):
+                    if i == cut:
+                        break
+                    await ws.send(m)
+                    await asyncio.sleep(rng.random() * 0.004)
+                if cut is not None:
+                    if rng.random() < 0.5:
+                        ws.transport.abort()
+                    else:
+                        await ws.close()
+                    continue
+                await ws.send("done")
+            except ConnectionClosed:
+                pass  # refused (1013 below): its events say why
+            events = []
+            with contextlib.suppress(ConnectionClosed):
+                async for m in ws:
+                    events.append(json.loads(m))
+            finished.append((name, events, ws.close_code))
+        return finished
+
+    async def churn():
+        return await asyncio.gather(*(client(seed) for seed in range(16)))
+
+    finished = [f for per_client in run(churn()) for f in per_client]
+    assert len(finished) >= 16
+    for name, events, code in finished:
+        if code == 1013:  # no slot at open (the upgrade raced another stream): a retry hint, no audio decoded
+            assert [e["type"] for e in events] == ["error"] and events[0]["retry_after_s"] > 0
+            continue
+        assert code == 1000
+        assert events == expected[name]
+    assert wait_for_metric(server, "oasr_streams_active", 0) == 0
+    assert server.healthy()
+
+
+def test_a_client_sending_faster_than_real_time_gets_its_final(tmp_path, clips):
+    """A client that sends 200 s of audio as fast as it can, on a server pinging every 0.5 s
+    with a 0.5-s pong timeout: the server stops reading it while 10 s of its audio wait for the
+    encoder, so its pongs wait behind its audio for seconds, and the audio still arriving keeps
+    it alive: the stream ends with its final, ``done`` and 1000 (no 1011 keepalive timeout)."""
+    from oasr.engine.engine import ASREngine
+
+    samples = np.concatenate([clips[name] for name in CLIPS] * 8)[: 16000 * 200]
+    args = ["--model", str(CAUSAL), "--max-audio-seconds", "600", "--ws-ping-interval", "0.5"]
+    proc = ServerProcess([*args, "--ws-ping-timeout", "0.5"], tmp_path / "log")
+    try:
+
+        async def flood():
+            async with connect(url(proc), ping_interval=None, max_size=None) as ws:
+                await ws.send(json.dumps({"sample_rate": 16000, "partials": False}))
+                for m in pcm16(samples):  # as fast as the server takes them
+                    await ws.send(m)
+                await ws.send("done")
+                events = []
+                with contextlib.suppress(ConnectionClosed):
+                    async for m in ws:
+                        events.append(json.loads(m))
+                return events, ws.close_code
+
+        events, code = run(flood())
+    finally:
+        proc.stop()
+    assert code == 1000, (code, events[-1:])
+    expected = reference_events(ASREngine(str(CAUSAL), max_streams=1, max_audio_s=600), samples, partials=False)
+    assert events == expected and events[-2]["type"] == "final"
+
+
 def test_sigterm_closes_open_streams_with_1012_and_the_server_exits(tmp_path, clips):
     import signal
 
@@ -359,16 +522,18 @@ def test_sigterm_closes_open_streams_with_1012_and_the_server_exits(tmp_path, cl
                 return ws.close_code
 
         assert run(cut_off()) == 1012
-        assert proc.proc.wait(timeout=30) in (0, -signal.SIGTERM)  # uvicorn re-raises the signal it handled
+        assert proc.proc.wait(timeout=30) == 0  # a requested shutdown (lifecycle.run_server), not death by signal
         assert "Traceback" not in proc.log()
     finally:
         proc.stop()
 
 
-def test_no_free_cache_slot_at_open_closes_with_1013(clips):
-    """More connections allowed than the engine has slots (an in-process app): the stream that
-    finds none free gets ``streams_full`` and 1013, and the one holding the slot goes on."""
-    from starlette.testclient import TestClient
+def test_a_stream_the_engine_has_no_room_for_is_refused_before_work_with_a_retry_hint(clips):
+    """More connections allowed than the engine has slots (an in-process app). While the one
+    slot is taken, an upgrade is refused with 429 and ``Retry-After``; a connection that passed
+    the upgrade before the slot was taken gets ``streams_full`` with ``retry_after_s`` and 1013
+    when it opens its stream; the one holding the slot goes on."""
+    from starlette.testclient import TestClient, WebSocketDenialResponse
 
     from oasr.engine.async_engine import AsyncEngine
     from oasr.server.app import create_app
@@ -376,21 +541,185 @@ def test_no_free_cache_slot_at_open_closes_with_1013(clips):
 
     engine = AsyncEngine(str(CAUSAL), max_streams=1, max_audio_s=MAX_AUDIO_S)
     try:
-        app = create_app(ServerSettings(model=str(CAUSAL), max_streams=2), engine=engine)
-        with TestClient(app) as client, client.websocket_connect("/v1/audio/stream") as first:
+        app = create_app(ServerSettings(model=str(CAUSAL), max_streams=3), engine=engine)
+        with (
+            TestClient(app) as client,
+            client.websocket_connect("/v1/audio/stream") as first,
+            client.websocket_connect("/v1/audio/stream") as second,
+        ):
             first.send_text(json.dumps({"sample_rate": 16000}))
             for m in pcm16(clips["bambatse_02_haggard_0323.wav"]):
                 first.send_bytes(m)
             assert first.receive_json()["type"] == "partial"
-            with client.websocket_connect("/v1/audio/stream") as second:
-                second.send_text(json.dumps({"sample_rate": 16000}))
-                assert second.receive_json()["code"] == "streams_full"
-                assert second.receive() == {"type": "websocket.close", "code": 1013, "reason": "streams_full"}
+            second.send_text(json.dumps({"sample_rate": 16000}))
+            refused = second.receive_json()
+            assert refused["code"] == "streams_full" and refused["retry_after_s"] == 1
+            assert second.receive() == {"type": "websocket.close", "code": 1013, "reason": "streams_full"}
+            with pytest.raises(WebSocketDenialResponse) as denied, client.websocket_connect("/v1/audio/stream"):
+                pass
+            assert denied.value.status_code == 429 and denied.value.headers["retry-after"] == "1"
+            assert denied.value.json()["error"]["code"] == "streams_full"
             first.send_text("done")
             events = []
             while not events or events[-1]["type"] != "done":
                 events.append(first.receive_json())
             assert [e["type"] for e in events][-2:] == ["final", "done"]
+    finally:
+        engine.shutdown()
+
+
+def _in_process(max_streams: int = 2):
+    from starlette.testclient import TestClient
+
+    from oasr.engine.async_engine import AsyncEngine
+    from oasr.server.app import create_app
+    from oasr.server.settings import ServerSettings
+
+    engine = AsyncEngine(str(CAUSAL), max_streams=max_streams, max_audio_s=MAX_AUDIO_S)
+    app = create_app(ServerSettings(model=str(CAUSAL), max_streams=max_streams), engine=engine)
+    return engine, TestClient(app)
+
+
+def _stream_in_process(client, config: dict, messages, *, done: bool = True) -> tuple[list[dict], int]:
+    with client.websocket_connect("/v1/audio/stream") as ws:
+        ws.send_text(json.dumps(config))
+        for m in messages:
+            ws.send_bytes(m)
+        if done:
+            ws.send_text("done")
+        events = []
+        while True:
+            message = ws.receive()
+            if message["type"] == "websocket.close":
+                return events, message["code"]
+            events.append(json.loads(message["text"]))
+
+
+def test_a_flood_of_tiny_messages_costs_the_engine_no_more_than_its_audio(reference, clips, monkeypatch):
+    """The first 2 s of a clip as 32,000 messages of one sample each, the rest in 200-ms ones:
+    the result is the clip's, and the engine sees the audio in pieces of at least ``MIN_PUSH_S``
+    (pushes onto the stream and front-end calls counted, not time)."""
+    from oasr.audio.streaming import FeatureStream
+    from oasr.engine.streaming.api import AsyncStream
+    from oasr.server.streaming import MIN_PUSH_S
+
+    samples = clips["bambatse_02_haggard_0323.wav"]
+    expected = reference_events(reference, samples)
+    pushes, frontend_calls = [], []
+    feed, push = AsyncStream.feed, FeatureStream.push
+    monkeypatch.setattr(AsyncStream, "feed", lambda self, x: (pushes.append(len(x)), feed(self, x))[1])
+    monkeypatch.setattr(FeatureStream, "push", lambda self, x: (frontend_calls.append(len(x)), push(self, x))[1])
+    q = np.round(samples * 32768.0).clip(-32768, 32767).astype("<i2")
+    flood = [q[i : i + 1].tobytes() for i in range(32000)]
+    rest = [q[i : i + PIECE].tobytes() for i in range(32000, len(q), PIECE)]
+    engine, client = _in_process()
+    try:
+        with client:
+            events, code = _stream_in_process(client, {"sample_rate": 16000}, flood + rest)
+    finally:
+        engine.shutdown()
+    assert code == 1000
+    assert events == expected
+    assert sum(pushes) == len(samples)
+    assert len(pushes) <= 32000 / (MIN_PUSH_S * 16000) + len(rest) + 1
+    assert len(frontend_calls) <= len(pushes)
+
+
+class _Fatal(BaseException):
+    """Not an ``Exception``: what no guard takes (the streaming thread dies of it)."""
+
+
+def test_a_fault_in_one_streams_part_of_a_step_fails_that_stream_alone(reference, clips, monkeypatch):
+    """A stream whose endpoint rules raise (an injected bug) ends with ``engine_error`` / 1011
+    while a stream open beside it gets its whole, right result: the fault stayed inside that
+    stream's guard (the loop counted none, and runs on)."""
+    import threading
+
+    from oasr.engine.streaming.endpoint import EndpointConfig
+
+    detect = EndpointConfig.detect
+
+    def broken(self, *args):
+        if self.rule3_min_utterance_length == 7.0:  # the doomed stream's marker
+            raise ZeroDivisionError("an injected bug")
+        return detect(self, *args)
+
+    monkeypatch.setattr(EndpointConfig, "detect", broken)
+    samples = clips["bambatse_04_haggard_0273.wav"]
+    engine, client = _in_process()
+    try:
+        with client:
+            out = {}
+
+            def doomed():
+                config = {"sample_rate": 16000, "endpoint": True, "rule3_min_utterance_length": 7.0}
+                out["doomed"] = _stream_in_process(client, config, pcm16(samples), done=False)
+
+            thread = threading.Thread(target=doomed)
+            thread.start()
+            events, code = _stream_in_process(client, {"sample_rate": 16000}, pcm16(samples))
+            thread.join(60)
+            assert engine.streaming.faults == 0 and engine.streaming.alive
+    finally:
+        engine.shutdown()
+    assert code == 1000 and events == reference_events(reference, samples)
+    doomed_events, doomed_code = out["doomed"]
+    assert doomed_code == 1011 and doomed_events[-1]["code"] == "engine_error"
+    assert "an injected bug" in doomed_events[-1]["message"]
+
+
+def test_a_fault_outside_every_guard_fails_the_open_streams_and_the_loop_goes_on(reference, clips, monkeypatch):
+    from oasr.engine.streaming.core import StreamingCore
+
+    step = StreamingCore.step
+    failed = []
+
+    def fail_once(self):
+        if not failed and self.streams:
+            failed.append(True)
+            raise RuntimeError("an injected step failure")
+        return step(self)
+
+    monkeypatch.setattr(StreamingCore, "step", fail_once)
+    samples = clips["bambatse_02_haggard_0323.wav"]
+    engine, client = _in_process()
+    try:
+        with client:
+            events, code = _stream_in_process(client, {"sample_rate": 16000}, [b"".join(pcm16(samples))], done=False)
+            assert code == 1011 and events[-1]["code"] == "engine_error"
+            assert "an injected step failure" in events[-1]["message"]
+            events, code = _stream_in_process(client, {"sample_rate": 16000}, pcm16(samples))
+            assert code == 1000 and events == reference_events(reference, samples)
+            assert client.get("/health").status_code == 200
+            assert "oasr_stream_loop_faults_total 1.0" in client.get("/metrics").text
+    finally:
+        engine.shutdown()
+
+
+def test_a_dead_streaming_loop_fails_health_and_refuses_upgrades(clips, monkeypatch):
+    """The streaming thread killed by what no guard takes (a ``BaseException``): ``/health``
+    answers 503 ``streaming_stopped`` so that a supervisor restarts the server, and a new stream
+    is refused before the upgrade (503)."""
+    from starlette.testclient import WebSocketDenialResponse
+
+    from oasr.engine.streaming.core import StreamingCore
+
+    def fatal(self):
+        raise _Fatal("the streaming thread is killed")
+
+    engine, client = _in_process()
+    try:
+        with client:
+            assert client.get("/health").status_code == 200
+            monkeypatch.setattr(StreamingCore, "step", fatal)
+            events, code = _stream_in_process(client, {"sample_rate": 16000}, [b"\x00\x00" * 16000], done=False)
+            assert code == 1011 and events[-1]["code"] == "engine_error"
+            health = client.get("/health")
+            assert health.status_code == 503 and health.json()["error"]["code"] == "streaming_stopped"
+            assert "oasr_stream_loop_up 0.0" in client.get("/metrics").text
+            with pytest.raises(WebSocketDenialResponse) as denied, client.websocket_connect("/v1/audio/stream"):
+                pass
+            assert denied.value.status_code == 503
     finally:
         engine.shutdown()
 

@@ -16,8 +16,8 @@ def test_table_tokenizer_round_trip(tmp_path):
     assert isinstance(tok, TableTokenizer)
     assert tok.vocab_size == 7
     assert tok.decode([2, 3, 4]) == "HELLO WORLD"
-    assert tok.encode("HELLO WORLD A") == [2, 3, 4, 5]
-    assert tok.encode("HELLOZ")[-1] == 1  # unknown character -> <unk>
+    assert tok.encode_text("HELLO WORLD A") == [2, 3, 4, 5]
+    assert tok.encode_text("HELLOZ")[-1] == 1  # unknown character -> <unk>
     assert tok.token_to_id("<sos/eos>") == 6 and tok.id_to_token(4) == "▁WORLD"
 
 
@@ -26,7 +26,7 @@ def test_table_tokenizer_characters(tmp_path):
     path.write_text("<blank> 0\n<unk> 1\n你 2\n好 3\n", encoding="utf-8")
     tok = TableTokenizer.from_file(path)
     assert tok.decode([2, 3]) == "你好"
-    assert tok.encode("你好") == [2, 3]
+    assert tok.encode_text("你好") == [2, 3]
 
 
 def test_table_tokenizer_rejects_a_malformed_line(tmp_path):
@@ -47,7 +47,7 @@ def test_sentencepiece_tokenizer(tmp_path):
     )
     tok = load_tokenizer(TokenizerSpec(kind="sentencepiece", path=str(tmp_path / "sp.model")))
     assert isinstance(tok, SentencePieceTokenizer)
-    ids = tok.encode("hello world")
+    ids = tok.encode_text("hello world")
     assert tok.decode(ids) == "hello world"
     assert tok.token_to_id(tok.id_to_token(ids[0])) == ids[0]
     assert tok.token_to_id("definitely-not-a-piece") is None

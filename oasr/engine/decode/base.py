@@ -17,6 +17,7 @@ from typing import Any, ClassVar
 
 from oasr.engine.config import EngineConfig, StrategyOptions, TranscribeOptions
 from oasr.engine.outputs import RequestOutput, Segment
+from oasr.languages import resolve_language
 from oasr.models.base import DecodeType
 from oasr.models.interfaces import CapabilityError, require_capability
 from oasr.models.loaders import LoadedModel
@@ -104,8 +105,15 @@ class DecodeStrategy(abc.ABC):
         self.loaded = loaded
         self.model = loaded.model
         self.config = config
+        self.languages = loaded.languages
+        """The languages a request may name (``LoadedModel.languages``); ``validate`` resolves to one."""
         if config.sequence_packing and not self.packs_rows:
             raise ValueError(f"sequence_packing=True: the {str(self.decode_type)!r} strategy pads its encoder batches")
+
+    @property
+    def model_name(self) -> str:
+        """How messages name the model (its family, else its class)."""
+        return getattr(self.model, "family", None) or type(self.model).__name__
 
     @property
     def word_timing_modes(self) -> tuple[str, ...]:
@@ -115,11 +123,18 @@ class DecodeStrategy(abc.ABC):
     def validate(self, options: TranscribeOptions) -> TranscribeOptions:
         """Check (and normalise) a request's options before admission.
 
+        ``language`` becomes the entry of ``self.languages`` it names, or None for none
+        (``oasr.languages.resolve_language``), for every strategy alike.
+
         Raises:
-            ValueError: an option this strategy / checkpoint cannot honour.
+            ValueError: an option this strategy / checkpoint cannot honour
+                (``oasr.languages.LanguageError`` for the language).
             OptionNotTaken: a set option this strategy does not read.
         """
         options = self.options_class.resolve(options, str(self.decode_type))
+        language = resolve_language(options.language, self.languages, model=self.model_name)
+        if language != options.language:
+            options = options.replace(language=language)
         if options.word_timestamps and not self.word_timing_modes:
             raise ValueError(
                 f"word_timestamps=True is not available: {type(self.model).__name__} decoded by "

@@ -9,8 +9,11 @@ A step does, across every admitted request:
    (``model.embed_prompt``), left-padded and prefilled in one call into the rows
    after the running batch, and merged into it;
 2. step: every running row feeds its last token (``decoder.step``) and chooses the
-   next; rows that stop (a stop id of the model, or ``max_new_tokens``) leave through
-   ``select``, which fills their holes from the tail.
+   next; rows that stop (a stop id of the model: ``finish_reason="stop"``, or their token
+   budget: ``"length"``) leave through ``select``, which fills their holes from the tail.
+   The K/V pool holds the prompts plus what has been generated, and grows (by a quarter,
+   at least ``POOL_LEN_STEP``) only when a row is about to outgrow it, never past what the
+   running rows' budgets can need.
 
 The running batch, its joins, compaction and K/V-pool growth are the shared scheduler's
 (``oasr.engine.decode.autoregressive.Cohort``, one row per request); the chat prompt,
@@ -20,8 +23,8 @@ Choosing a token (per row, on float32 logits; ``oasr.engine.decode.logits.choose
 follows transformers' ``generate`` chain: repetition penalty (over the prompt and the
 generated ids, as transformers does) -> temperature -> top-k -> top-p -> softmax -> one
 draw. The draw is an inverse-CDF lookup of a uniform number from the request's own
-``torch.Generator`` (CPU, seeded with ``options.seed``; a negative seed draws a random one), so a fixed
-seed replays the same tokens whatever the request is batched with and on any device
+``torch.Generator`` (CPU, seeded with ``options.seed``; without one, a fresh seed per request),
+so a fixed seed replays the same tokens whatever the request is batched with and on any device
 (as long as the logits are the same). Greedy (temperature <= 0) is the argmax after
 the repetition penalty.
 
@@ -30,11 +33,19 @@ Option semantics:
 * ``temperature``: one value, or a sequence of which the first value is used (the
   LLM path has no quality-based fallback). Unset (``LlmOptions``: None), the checkpoint's
   ``DecodingSpec`` temperature applies (greedy when it declares none).
-* ``top_k`` / ``top_p`` / ``repetition_penalty`` / ``max_new_tokens``: unset (None), the
-  checkpoint's ``DecodingSpec`` values apply; ``max_new_tokens`` is further capped by the
-  LM context.
-* ``language``: resolved by ``model.resolve_language`` in ``validate`` (an unknown
-  one is a ``ValueError``); None / "" / "auto" detect it.
+* ``top_k`` / ``top_p`` / ``repetition_penalty``: unset (None), the checkpoint's
+  ``DecodingSpec`` values apply.
+* ``max_new_tokens``: the request's token budget. Unset (None): the checkpoint's, when its
+  generation config declares one (what transformers' ``generate`` uses); otherwise one that
+  follows the audio, ``default_token_budget(duration)``: ``MAX_TOKENS_PER_SECOND`` per second
+  of audio plus ``BUDGET_BASE_TOKENS``, so that no real recording is cut. (There ``generate``
+  would fall back to ``max_length=20`` tokens, prompt included, which transcribes nothing:
+  oasr deviates.) Set or not, it is capped by the LM context (prompt + audio tokens + budget
+  <= ``max_position_embeddings``). A request that stops on its budget has
+  ``finish_reason="length"``.
+* ``language``: resolved against ``model.languages`` (ISO codes) by the strategy's base
+  ``validate`` (one the model lacks is a ``ValueError``); None / "" / "auto" / "none"
+  detect it. The output reports an ISO code, forced or detected (``parse_output``).
 * ``context``: text for the prompt's system turn. ``initial_prompt``, ``prefix`` and
   ``hotwords`` are refused (use ``context``), as are ``word_timestamps`` and a
   ``task`` the model does not declare (``model.supports_translation``).
@@ -53,7 +64,7 @@ its final ``RequestOutput.text``.
 from __future__ import annotations
 
 import logging
-import random
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar
@@ -65,16 +76,24 @@ from oasr.audio.frontends import build_frontend
 from oasr.engine.config import EngineConfig, StrategyOptions, TranscribeOptions
 from oasr.engine.decode.autoregressive import AutoregressiveCounters, Cohort, TaskUpdate, select_rows
 from oasr.engine.decode.base import Request, StepEvent
-from oasr.engine.decode.logits import SamplingParams, choose_token
+from oasr.engine.decode.logits import SamplingParams, choose_token, request_seed
 from oasr.engine.decode.requests import RequestTable, TableEntry
-from oasr.engine.outputs import RequestOutput, Segment, compression_ratio
+from oasr.engine.outputs import FinishReason, RequestOutput, Segment, compression_ratio
 from oasr.models.base import DecodeType
 from oasr.models.decoders.graphs import step_graphs_for
 from oasr.models.loaders import LoadedModel
 
 log = logging.getLogger("oasr.engine")
 
-DEFAULT_MAX_NEW_TOKENS = 512
+MAX_TOKENS_PER_SECOND = 25.0
+"""The default budget's rate, in tokens per second of audio. The fastest speech is about 5
+words/s (English, Spanish) or 8-10 characters/s (Chinese, Japanese); transcripts of the shared
+corpus, tokenized with Whisper's multilingual byte-level BPE (whose 50k pieces split non-Latin
+text more finely than Qwen's 151k), run at up to 10 tokens/s over clips longer than a second
+(5-6 tokens/s for the Chinese, Japanese and Korean ones). 25 leaves 2.5 times that for scripts
+that split into more pieces and for the fastest talkers, while a model stuck repeating itself
+still stops after a time that scales with its audio."""
+BUDGET_BASE_TOKENS = 64  # besides the rate: the language preamble, and room for very short clips
 DEFAULT_MAX_AUDIO_S = 1200.0  # refused past this (a checkpoint may declare max_audio_s)
 POOL_LEN_STEP = 256  # the K/V pool grows in steps of this many tokens per row
 PREFILL_MASK_BUDGET = 1 << 24  # (rows x T x T) mask elements of one padded prefill
@@ -91,13 +110,19 @@ class LlmOptions(StrategyOptions):
     top_p: float | None = None
     repetition_penalty: float | None = None
     max_new_tokens: int | None = None
-    seed: int = 0
+    seed: int | None = None
     context: str | None = None
 
     hints: ClassVar[dict[str, str]] = {
         name: "pass context= (text placed in the prompt's system turn) to bias the transcript instead"
         for name in ("initial_prompt", "prefix")
     }
+
+
+def default_token_budget(duration_s: float) -> int:
+    """New tokens a request of ``duration_s`` seconds of audio may write when no
+    ``max_new_tokens`` is given: ``BUDGET_BASE_TOKENS`` plus ``MAX_TOKENS_PER_SECOND`` per second."""
+    return BUDGET_BASE_TOKENS + math.ceil(max(duration_s, 0.0) * MAX_TOKENS_PER_SECOND)
 
 
 # ---------------------------------------------------------------------------
@@ -178,13 +203,15 @@ class TextStream:
 class _Req(TableEntry):
     params: SamplingParams
     generator: torch.Generator | None
-    max_new: int
+    max_new: int  # the token budget (capped by the context at prefill)
     feats: torch.Tensor  # (T, F)
     n_frames: int
     stream: TextStream
+    prompt_len: int = 0  # set at prefill: the row holds at most prompt_len + max_new positions
     seen: set[int] = field(default_factory=set)
     tokens: list[int] = field(default_factory=list)
     logprob_sum: float = 0.0
+    finish_reason: FinishReason = "stop"
 
 
 @dataclass
@@ -240,11 +267,10 @@ class LlmDecodeStrategy(RequestTable[_Req]):
                 f"hotwords is not used by the speech-LLM decoder ({name}); pass context= (text placed in "
                 f"the prompt's system turn) to bias the transcript instead"
             )
-        language = self.model.resolve_language(options.language)
         # The model refuses what its prompt cannot express (e.g. context without a system turn)
         # now, before any audio is decoded.
-        self.model.prompt_ids(1, language=language, context=options.context, task=options.task)
-        return options.replace(language=language) if language != options.language else options
+        self.model.prompt_ids(1, language=options.language, context=options.context, task=options.task)
+        return options
 
     def prepare(self, request: Request) -> Request:
         if request.features is None:
@@ -255,7 +281,7 @@ class LlmDecodeStrategy(RequestTable[_Req]):
             request.duration = len(wave) / self.sampling_rate
         return request
 
-    def _sampling(self, opts: TranscribeOptions) -> tuple[SamplingParams, torch.Generator | None, int]:
+    def _sampling(self, opts: TranscribeOptions) -> tuple[SamplingParams, torch.Generator | None]:
         spec = self.spec
         temperature = float(spec.get("temperature", 0.0)) if opts.temperature is None else opts.temperatures[0]
         top_k = int(spec.get("top_k", 0) or 0) if opts.top_k is None else opts.top_k
@@ -263,19 +289,26 @@ class LlmDecodeStrategy(RequestTable[_Req]):
         penalty = (
             float(spec.get("repetition_penalty", 1.0)) if opts.repetition_penalty is None else opts.repetition_penalty
         )
-        max_new = opts.max_new_tokens or int(spec.get("max_new_tokens") or DEFAULT_MAX_NEW_TOKENS)
-        seed = opts.seed if opts.seed >= 0 else random.SystemRandom().randrange(2**63)
-        params = SamplingParams(temperature, top_k, top_p, penalty, seed)
+        params = SamplingParams(temperature, top_k, top_p, penalty, request_seed(opts.seed))
         generator = None
         if not params.greedy:
             generator = torch.Generator()
-            generator.manual_seed(seed)
-        return params, generator, max_new
+            generator.manual_seed(params.seed)
+        return params, generator
+
+    def token_budget(self, opts: TranscribeOptions, duration_s: float) -> int:
+        """A request's ``max_new_tokens`` before the context caps it: the option when given,
+        else the checkpoint's declared one, else ``default_token_budget(duration_s)``."""
+        if opts.max_new_tokens is not None:
+            return opts.max_new_tokens
+        declared = self.spec.get("max_new_tokens")
+        return int(declared) if declared else default_token_budget(duration_s)
 
     def _new_entry(self, request: Request) -> _Req:
         feats, n_frames = request.features
         opts = request.options
-        params, generator, max_new = self._sampling(opts)
+        params, generator = self._sampling(opts)
+        max_new = self.token_budget(opts, request.duration)
         stream = TextStream(
             self.tokenizer.decode_bytes, self.model.parse_output, hold_until_language=opts.language is None
         )
@@ -354,6 +387,7 @@ class LlmDecodeStrategy(RequestTable[_Req]):
                 )
                 continue
             r.max_new = min(r.max_new, room)
+            r.prompt_len = len(ids)
             if r.params.repetition_penalty != 1.0:
                 r.seen = set(ids)
             keep.append(i)
@@ -396,11 +430,8 @@ class LlmDecodeStrategy(RequestTable[_Req]):
             valid[i, t - len(p) :] = True
         ids_t, valid = ids_t.to(self.device), valid.to(self.device)
         embeds = self.model.embed_prompt(ids_t, valid, audio.index_select(0, rows), n_audio.index_select(0, rows))
-        need_len = max(len(p) + r.max_new for p, r in zip(group_prompts, reqs))
-        if self.batch.reserve_length(
-            need_len, rows=self.max_rows, len_step=POOL_LEN_STEP, max_len=self.context_len, dtype=self.dtype
-        ):
-            self.counters.pool_grows += 1
+        # Room for the prompts now; the rows' budgets are reserved as they are used (``_advance``).
+        self._reserve(t + 1)
         logits, new = self.decoder.prefill(self.batch.pool, embeds, valid, row0=self.batch.next_row0)
         self.counters.prefills += 1
         tokens, logprobs = self._choose(reqs, logits)
@@ -409,10 +440,23 @@ class LlmDecodeStrategy(RequestTable[_Req]):
 
     # -- 2. decode steps ------------------------------------------------------------------------
 
+    def _reserve(self, need_len: int) -> None:
+        """A pool whose rows hold at least ``need_len`` positions (grown between steps)."""
+        if self.batch.reserve_length(
+            need_len, rows=self.max_rows, len_step=POOL_LEN_STEP, max_len=self.context_len, dtype=self.dtype
+        ):
+            self.counters.pool_grows += 1
+
     def _advance(self, events: list[StepEvent]) -> None:
         batch = self.batch
         if not batch.tasks:
             return
+        need = batch.state.max_length + 1
+        if need > batch.pool.max_len:
+            # Grow by a quarter (so copying the rows costs a bounded multiple of the final
+            # pool), never past what the running rows' budgets can still use.
+            cap = max(r.prompt_len + r.max_new for r in batch.tasks)
+            self._reserve(max(need, min(cap, batch.pool.max_len + batch.pool.max_len // 4)))
         logits = batch.step(self.step_graphs or self.decoder)
         tokens, logprobs = self._choose(batch.tasks, logits)
         batch.keep(*select_rows(batch.tasks, [1] * len(batch.tasks), self._row_update(tokens, logprobs, events)))
@@ -459,6 +503,7 @@ class LlmDecodeStrategy(RequestTable[_Req]):
         if delta:
             events.append(StepEvent(req.rid, "delta", delta=delta))
         if len(req.tokens) >= req.max_new:
+            req.finish_reason = "length"
             self._finish(req, events)
             return True
         return False
@@ -492,8 +537,9 @@ class LlmDecodeStrategy(RequestTable[_Req]):
             language_probability=1.0 if req.opts.language else None,
             duration=req.request.duration,
             task=req.opts.task,
+            finish_reason=req.finish_reason,
         )
         self._complete(req, output, events)
 
 
-__all__ = ["LlmDecodeStrategy", "TextStream", "complete_utf8_prefix"]
+__all__ = ["LlmDecodeStrategy", "TextStream", "complete_utf8_prefix", "default_token_budget"]

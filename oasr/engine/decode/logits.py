@@ -13,6 +13,7 @@ Disabled scores become -inf.
 from __future__ import annotations
 
 import math
+import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -176,6 +177,13 @@ def sampling_probs(logits: torch.Tensor, seen: torch.Tensor | None, params: Samp
     return filter_scores(scores, params).softmax(-1)
 
 
+def request_seed(seed: int | None) -> int:
+    """The seed a request samples with: ``seed`` as given (the same seed replays the same
+    samples), or a fresh one from the OS's entropy when None (vLLM's semantics: requests
+    without a seed are independent draws)."""
+    return int(seed) if seed is not None else random.SystemRandom().randrange(2**63)
+
+
 def draw(probs: torch.Tensor, generator: torch.Generator) -> int:
     """One multinomial draw by inverse CDF, from a uniform of ``generator`` (CPU).
 
@@ -211,5 +219,6 @@ __all__ = [
     "draw",
     "filter_scores",
     "penalize_repetitions_",
+    "request_seed",
     "sampling_probs",
 ]

@@ -12,7 +12,7 @@ word timestamps, segment text and the word-level LM fusion alike.
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -145,6 +145,20 @@ def timed_word(
     )
 
 
+def text_labels(
+    skip_ids: Collection[int], tokens: Sequence[int], frames: Sequence[int], probs: Sequence[float] | None = None
+) -> tuple[list[int], list[int], list[float] | None]:
+    """A transducer hypothesis's labels without the ids that are not text (the checkpoint's
+    special ids, such as Nemotron's ``<en-US>`` language tags), each with its frame and
+    probability: what the offline strategy and the streaming search both build text from."""
+    keep = [j for j, tok in enumerate(tokens) if int(tok) not in skip_ids]
+    return (
+        [int(tokens[j]) for j in keep],
+        [int(frames[j]) for j in keep],
+        None if probs is None else [float(probs[j]) for j in keep],
+    )
+
+
 def token_times(
     frames: Sequence[int],
     frame_s: float,
@@ -184,6 +198,7 @@ __all__ = [
     "WordSpan",
     "group_words",
     "is_no_space_char",
+    "text_labels",
     "timed_word",
     "token_times",
 ]

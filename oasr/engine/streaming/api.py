@@ -16,6 +16,7 @@ yields events as they come.
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 from collections import deque
 from collections.abc import AsyncIterator
@@ -29,6 +30,8 @@ from oasr.engine.streaming.core import StreamEvent, StreamingCore, StreamOptions
 from oasr.engine.streaming.endpoint import EndpointConfig
 
 __all__ = ["AsyncStream", "Stream", "StreamingLoop", "split_stream_options"]
+
+log = logging.getLogger("oasr.engine")
 
 _ENDPOINT_FIELDS = ("rule1_min_trailing_silence", "rule2_min_trailing_silence", "rule3_min_utterance_length")
 STREAM_OPTION_NAMES = frozenset(
@@ -45,6 +48,16 @@ def split_stream_options(options: dict[str, Any]) -> tuple[dict[str, Any], Strea
         config = EndpointConfig(**rules)
     elif rules:
         raise TypeError("give either endpoint_config or the rule*_ options, not both")
+    elif isinstance(config, dict):  # the JSON form: {"rule2_min_trailing_silence": 0.8, ...}
+        unknown = sorted(set(config) - set(_ENDPOINT_FIELDS))
+        if unknown:
+            raise ValueError(f"endpoint_config: unknown rule(s) {unknown}; known: {list(_ENDPOINT_FIELDS)}")
+        config = EndpointConfig(**config)
+    elif not isinstance(config, EndpointConfig):
+        raise ValueError(
+            f"endpoint_config must be an EndpointConfig or an object of {list(_ENDPOINT_FIELDS)} (seconds), "
+            f"got {config!r}"
+        )
     endpoint = options.get("endpoint", False)
     partials = options.get("partials", True)
     endpoint_vad = options.get("endpoint_vad", False)
@@ -222,7 +235,14 @@ class AsyncStream:
 
 
 class StreamingLoop:
-    """The thread that steps an ``AsyncEngine``'s live streams."""
+    """The thread that steps an ``AsyncEngine``'s live streams.
+
+    A fault the core's per-stream guards did not contain (an exception out of ``step``) fails
+    the streams open at that moment (``engine_error``) and the loop goes on with the next
+    streams, as if restarted (``faults`` counts them). Only a ``BaseException`` that is not an
+    ``Exception`` ends the thread: ``alive`` turns False, every open stream hears of it and
+    ``open`` refuses (the server's ``/health`` answers 503 then).
+    """
 
     def __init__(self, engine) -> None:
         self.core = StreamingCore(engine)
@@ -230,12 +250,18 @@ class StreamingLoop:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self.death: BaseException | None = None
+        self.faults = 0
         self._thread = threading.Thread(target=self._run, name="oasr-streams", daemon=True)
         self._thread.start()
 
+    @property
+    def alive(self) -> bool:
+        """Whether the loop is stepping streams (False once it died or was shut down)."""
+        return self.death is None and self._thread.is_alive() and not self._stop.is_set()
+
     def open(self, opts, sopts, aio: asyncio.AbstractEventLoop) -> AsyncStream:
-        if self.death is not None:
-            raise RuntimeError(f"the streaming loop stopped: {self.death!r}")
+        if not self.alive:
+            raise RuntimeError(f"the streaming loop is not running ({self.death!r})")
         sid = self.core.open(opts, sopts)
         stream = AsyncStream(self, sid, aio)
         self._streams[sid] = stream
@@ -259,16 +285,27 @@ class StreamingLoop:
                 self._wake.wait(0.5)
                 self._wake.clear()
                 while not self._stop.is_set() and self.core.has_work():
-                    for event in self.core.step():
-                        stream = self._streams.get(event.stream_id)
-                        if stream is None:
-                            continue
-                        if event.type in ("done", "error"):
-                            self._streams.pop(event.stream_id, None)
-                        stream._put(event)
+                    try:
+                        events = self.core.step()
+                    except Exception as e:  # noqa: BLE001 - the loop must outlive any one step
+                        self.faults += 1
+                        log.error("a streaming step failed; its streams are failed, the loop goes on", exc_info=e)
+                        message = f"the streaming step failed: {type(e).__name__}: {e}"
+                        events = self.core.fail_all("engine_error", message)
+                    self._deliver(events)
         except BaseException as e:  # noqa: BLE001 - every open stream hears of it
             self.death = e
+            log.critical("the streaming loop stopped: %r", e)
             for sid, stream in list(self._streams.items()):
                 stream._put(StreamEvent("error", sid, code="engine_error", message=f"the streaming loop failed: {e}"))
                 self.core.close(sid)
             self._streams.clear()
+
+    def _deliver(self, events: list[StreamEvent]) -> None:
+        for event in events:
+            stream = self._streams.get(event.stream_id)
+            if stream is None:
+                continue
+            if event.type in ("done", "error"):
+                self._streams.pop(event.stream_id, None)
+            stream._put(event)

@@ -15,19 +15,33 @@ between steps), and returns the events each produced:
 - ``done``: the stream is over and its slot free.
 
 Feature frames are computed as samples arrive (``FeatureStream``: equal to the whole-array
-front end), so a stream's chunks, and therefore its result, do not depend on how its audio
-was cut into pieces or on which other streams shared its steps.
+front end), so a stream's chunks do not depend on how its audio was cut into pieces or on
+which other streams shared its steps; every computation after the encoder (the search, the
+probabilities) is per stream. The encoder's batched kernels round a row the same whatever
+rows share it as far as they can: its pointwise convolutions run as one GEMM per stream
+(``oasr.layers.embedding.Conv1d``), and on CPU with the model's own chunk a stream's finals,
+probabilities included, are bit-equal alone and batched (tested). A BLAS or GPU kernel that
+picks its algorithm by batch size can still round a row differently in the last float32 digit
+(a chunk of fewer than 8 encoder frames on CPU is one), never changing the chunks.
 
-Not thread-safe by itself: ``AsyncEngine`` calls ``step`` from one thread and ``push`` /
-``finish`` / ``close`` through ``StreamingCore.lock``.
+Threads: ``AsyncEngine`` calls ``step`` from its streaming thread and ``open`` / ``push`` /
+``finish`` / ``close`` from the event loop. Every piece of the core's state (streams, slots,
+blocks, search states) is touched under ``StreamingCore.lock``, except during the one model
+call of a step, which runs unlocked (so the event loop never waits on the encoder) and owns
+the slots of the streams in it: a stream closed meanwhile keeps its slot, blocks and cache
+until the call returns, and only then are they released and the slot handed out again.
+
+Faults: each stream's part of a step (its features, its chunk, its search, its final) runs
+inside a guard, so an exception fails that stream alone (an ``error`` event, code
+``engine_error``); a failure of the batched model call fails the streams in it.
 """
 
 from __future__ import annotations
 
 import itertools
+import logging
 import math
 import threading
-from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -35,6 +49,7 @@ import numpy as np
 import torch
 
 from oasr.audio.frontends import build_frontend
+from oasr.audio.io import AudioDecodeError, check_samples
 from oasr.audio.streaming import FeatureStream
 from oasr.engine.decode.words import TokenPieces, group_words, timed_word, token_times
 from oasr.engine.outputs import RequestOutput, Segment, Word
@@ -43,6 +58,8 @@ from oasr.engine.streaming.runtime import EncoderRuntime, build_runtime
 from oasr.engine.streaming.search import Hypothesis, StreamSearch, build_stream_search
 
 __all__ = ["StreamEvent", "StreamOptions", "StreamingCore"]
+
+log = logging.getLogger("oasr.engine")
 
 EventType = Literal["partial", "final", "endpoint", "error", "done"]
 
@@ -133,7 +150,8 @@ class _Stream:
         self.sopts = sopts
         self.features = features
         self.search_state = state
-        self.pending: deque[np.ndarray] = deque()  # samples pushed, not yet through the front end
+        self.pending: list[np.ndarray] = []  # samples pushed, not yet through the front end
+        self.pending_samples = 0
         self.resampler = None
         self.buffer = torch.zeros(0, features.frontend.n_features)  # feature frames not yet encoded
         self.input_done = False  # finish() asked
@@ -200,6 +218,8 @@ class StreamingCore:
         self.chunks_encoded = 0
         self.steps = 0
         self._retired_chunks: dict[str, int] = {}
+        self._in_call: frozenset[int] = frozenset()  # slots the step's unlocked model call writes
+        self._release_after_call: list[int] = []  # slots of streams closed during that call
         self.result_cache: dict[str, RequestOutput] = {}  # ended streams' results until popped
 
     def _max_frames(self, config) -> int:
@@ -257,11 +277,15 @@ class StreamingCore:
             stream = self._get(sid)
             if stream.input_done:
                 raise StreamError("bad_request", "samples after the end of the stream")
-            x = np.asarray(samples, dtype=np.float32).reshape(-1)
-            if x.size and not np.isfinite(x).all():
-                raise StreamError("invalid_audio", "the samples hold NaN or Inf")
+            x = np.asarray(samples).reshape(-1)
+            try:
+                check_samples(x, "the stream's samples")  # before the cast: a float64 1e300 is not "inf"
+            except AudioDecodeError as e:
+                raise StreamError("invalid_audio", str(e)) from None
+            x = x.astype(np.float32, copy=False)
             if x.size:
                 stream.pending.append(x)
+                stream.pending_samples += x.size
 
     def finish(self, sid: str) -> None:
         """No more samples: the stream's last chunk is encoded and its final result sent."""
@@ -274,7 +298,14 @@ class StreamingCore:
             stream = self.streams.pop(sid, None)
             if stream is not None and not stream.closed:
                 stream.closed = True
-                self.runtime.release(stream.slot)
+                self._free_slot(stream.slot)
+
+    def _free_slot(self, slot: int) -> None:
+        """Release a slot now, or, while the step's model call still writes it, when the call returns."""
+        if slot in self._in_call:
+            self._release_after_call.append(slot)
+        else:
+            self.runtime.release(slot)
 
     def _get(self, sid: str) -> _Stream:
         stream = self.streams.get(sid)
@@ -290,7 +321,7 @@ class StreamingCore:
             s = self.streams.get(sid)
             if s is None:
                 return 0.0
-            queued = sum(x.size for x in s.pending) / (s.sopts.sample_rate or self.sampling_rate)
+            queued = s.pending_samples / (s.sopts.sample_rate or self.sampling_rate)
             return queued + s.buffer.shape[0] * self.frontend.frame_shift_s
 
     def chunks_encoded_of(self, sid: str) -> int:
@@ -299,6 +330,11 @@ class StreamingCore:
         if stream is not None:
             return stream.chunks
         return self._retired_chunks.get(sid, 0)
+
+    def can_admit(self) -> bool:
+        """Whether ``open`` would find room for one more stream now (a slot, and pool blocks)."""
+        with self.lock:
+            return self.runtime.room() is None
 
     @property
     def num_streams(self) -> int:
@@ -320,57 +356,98 @@ class StreamingCore:
         """Advance every stream with a chunk ready by one chunk; the events, in order."""
         events: list[StreamEvent] = []
         with self.lock:
-            streams = list(self.streams.values())
-            for s in streams:
-                try:
-                    self._featurize(s)
-                except StreamError as e:
-                    self._fail(s, e.code, str(e), events)
-            ready: list[tuple[_Stream, torch.Tensor, int, bool]] = []
-            for s in streams:
-                if s.closed:
-                    continue
-                chunk = self._chunk_ready(s)
-                if chunk is not None and len(ready) < self.max_batch:
-                    ready.append((s, *self._take_chunk(s, chunk)))
-                elif chunk is None and s.features_done:
-                    self._end(s, events)
-        if not ready:
-            return events
-        refused = set(self.runtime.reserve([r[0].slot for r in ready]))
-        if refused:
-            with self.lock:
-                for r in ready:
-                    if r[0].slot in refused:
-                        self._fail(r[0], "cache_full", "the streaming cache is full: the stream was stopped", events)
-            ready = [r for r in ready if r[0].slot not in refused]
+            ready = self._gather(events)
             if not ready:
                 return events
-        feats = torch.stack([r[1] for r in ready])
-        lens = torch.tensor([r[2] for r in ready], dtype=torch.long)
+            self._in_call = frozenset(r[0].slot for r in ready)
         try:
+            feats = torch.stack([r[1] for r in ready])
+            lens = torch.tensor([r[2] for r in ready], dtype=torch.long)
+            # Unlocked: the event loop goes on queueing samples and opening streams; the slots
+            # in ``_in_call`` are this call's alone (``_free_slot`` defers their release).
             with torch.inference_mode():
                 enc, enc_lens = self.runtime.encode([r[0].slot for r in ready], feats, lens, [r[3] for r in ready])
                 self.search.advance([r[0].search_state for r in ready], enc, enc_lens)
         except Exception as e:  # noqa: BLE001 - the step's streams fail; the others and the engine go on
             with self.lock:
+                self._end_call()
                 for s, *_ in ready:
                     if not s.closed:
                         self._fail(s, "engine_error", f"decoding failed: {type(e).__name__}: {e}", events)
             return events
-        self.chunks_encoded += len(ready)
-        self.steps += 1
         with self.lock:
+            self._end_call()
+            self.chunks_encoded += len(ready)
+            self.steps += 1
             for s, *_ in ready:
                 s.chunks += 1
-                if s.closed:
-                    continue
-                self._after_chunk(s, events)
+                if not s.closed:
+                    self._guarded(s, events, self._after_chunk, s, events)
+        return events
+
+    def _gather(self, events: list[StreamEvent]) -> list[tuple[_Stream, torch.Tensor, int, bool]]:
+        """(Under the lock) featurise, end the streams whose input is all encoded, take the
+        chunks that are ready and make room for them in the cache: the batch of the step."""
+        streams = list(self.streams.values())
+        for s in streams:
+            self._guarded(s, events, self._featurize, s)
+        ready: list[tuple[_Stream, torch.Tensor, int, bool]] = []
+        for s in streams:
+            if s.closed:
+                continue
+            if len(ready) < self.max_batch:
+                self._guarded(s, events, self._take_ready, s, ready, events)
+            elif self._chunk_ready(s) is None and s.features_done:
+                self._guarded(s, events, self._end, s, events)
+        if ready:
+            refused = set(self.runtime.reserve([r[0].slot for r in ready]))
+            for r in ready:
+                if r[0].slot in refused:
+                    self._fail(r[0], "cache_full", "the streaming cache is full: the stream was stopped", events)
+            ready = [r for r in ready if r[0].slot not in refused]
+        return ready
+
+    def _take_ready(self, s: _Stream, ready: list, events: list[StreamEvent]) -> None:
+        chunk = self._chunk_ready(s)
+        if chunk is not None:
+            ready.append((s, *self._take_chunk(s, chunk)))
+        elif s.features_done:
+            self._end(s, events)
+
+    def _guarded(self, s: _Stream, events: list[StreamEvent], fn, *args) -> None:
+        """``fn(*args)``, one stream's part of a step: an exception fails that stream alone."""
+        try:
+            fn(*args)
+        except StreamError as e:
+            self._fail(s, e.code, str(e), events)
+        except AudioDecodeError as e:  # non-finite features (``Frontend`` checks them)
+            self._fail(s, "invalid_audio", str(e), events)
+        except Exception as e:  # noqa: BLE001 - a bug or a hostile option: this stream ends, the others go on
+            log.error("stream %s failed", s.id, exc_info=e)
+            self._fail(s, "engine_error", f"the stream failed: {type(e).__name__}: {e}", events)
+
+    def _end_call(self) -> None:
+        """(Under the lock) the model call returned: its slots are the scheduler's again."""
+        self._in_call = frozenset()
+        pending, self._release_after_call = self._release_after_call, []
+        for slot in pending:
+            self.runtime.release(slot)
+
+    def fail_all(self, code: str, message: str) -> list[StreamEvent]:
+        """Fail every open stream (a fault the step's guards did not contain); their events."""
+        events: list[StreamEvent] = []
+        with self.lock:
+            self._end_call()
+            for s in list(self.streams.values()):
+                self._fail(s, code, message, events)
         return events
 
     def _featurize(self, s: _Stream) -> None:
-        while s.pending:
-            x = s.pending.popleft()
+        if s.pending:
+            # Whatever was pushed since the last step goes through the front end at once: the
+            # cost per step does not grow with the number of pieces it came in.
+            x = s.pending[0] if len(s.pending) == 1 else np.concatenate(s.pending)
+            s.pending, s.pending_samples = [], 0
             if s.resampler is not None:
                 x = s.resampler.resample_chunk(x)
             self._add_samples(s, x)
@@ -499,6 +576,7 @@ class StreamingCore:
             tokens=tokens,
             avg_logprob=float(hyp.score) / max(1, frames),
             words=words if want_words else None,
+            token_times=[(round(a, 3), round(b, 3)) for a, b in spans],
         )
         s.finals.append(seg)
         return StreamEvent("final", s.id, s.segment, text.strip(), start, end, tokens, words if want_words else None)
@@ -516,7 +594,7 @@ class StreamingCore:
     def _retire(self, s: _Stream) -> None:
         if not s.closed:
             s.closed = True
-            self.runtime.release(s.slot)
+            self._free_slot(s.slot)
         self.result_cache[s.id] = self._result(s)
         self._retired_chunks[s.id] = s.chunks
         self.streams.pop(s.id, None)

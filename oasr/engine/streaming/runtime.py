@@ -124,11 +124,18 @@ class EncoderRuntime(abc.ABC):
     def in_use(self) -> int:
         return self.max_streams - len(self._free)
 
+    def room(self) -> str | None:
+        """Why one more stream cannot be admitted now (None: it can)."""
+        if not self._free:
+            return f"all {self.max_streams} streaming slots are in use"
+        return None
+
     def admit(self, conditioning: dict[str, float] | None = None) -> int:
         """A slot for a new stream, its cache fresh; ``conditioning`` sets its persistent
         states by name (e.g. a prompt id). Raises ``EngineOverloaded`` when none is free."""
-        if not self._free:
-            raise EngineOverloaded(f"all {self.max_streams} streaming slots are in use")
+        full = self.room()
+        if full is not None:
+            raise EngineOverloaded(full)
         slot = self._free.pop()
         try:
             self._init_slot(slot, conditioning or {}, keep_persistent=False)
@@ -138,7 +145,9 @@ class EncoderRuntime(abc.ABC):
         return slot
 
     def release(self, slot: int) -> None:
-        """Free a stream's slot and its cache."""
+        """Free a stream's slot and its cache (its blocks first: a slot is handed out bare)."""
+        if slot in self._free:
+            raise RuntimeError(f"streaming slot {slot} released twice")
         self._drop_slot(slot)
         self._free.append(slot)
 
@@ -288,15 +297,18 @@ class PagedRuntime(EncoderRuntime):
     def _output_chunk_frames(self) -> int:
         return self.plan.stride_frames // self.encoder.subsampling_rate
 
-    def admit(self, conditioning: dict[str, float] | None = None) -> int:
+    def room(self) -> str | None:
+        full = super().room()
+        if full is not None:
+            return full
         first = self._blocks_for(self._output_chunk_frames())
         promised = sum(self._promise(s) for s in range(self.max_streams) if s not in self._free)
         if self.n_blocks - promised < (self.window_blocks if self.history is not None else first):
-            raise EngineOverloaded(
+            return (
                 f"the streaming K/V pool is full ({self.n_blocks} blocks of {self.block_size} frames, "
                 f"{self.in_use} streams)"
             )
-        return super().admit(conditioning)
+        return None
 
     def _blocks_for(self, frames: int) -> int:
         return math.ceil(frames / self.block_size) + 1

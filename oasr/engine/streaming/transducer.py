@@ -31,6 +31,7 @@ from typing import Any
 
 import torch
 
+from oasr.engine.decode.words import text_labels
 from oasr.engine.streaming.search import Hypothesis, StreamSearch
 from oasr.models.decoders.base import greedy_advance
 
@@ -203,15 +204,12 @@ class TransducerStreamSearch(StreamSearch):
     def partial(self, state: _Greedy | _Beam) -> Hypothesis:
         if isinstance(state, _Beam):
             labels, frames, score = state.beams.best(self.context)[0]
-            keep = [j for j, tok in enumerate(labels) if tok not in self.skip_ids]
-            return Hypothesis([labels[j] for j in keep], [frames[j] for j in keep], [], float(score))
-        keep = [j for j, tok in enumerate(state.tokens) if tok not in self.skip_ids]
-        return Hypothesis(
-            [state.tokens[j] for j in keep],
-            [state.frames[j] for j in keep],
-            [math.exp(state.logprobs[j]) for j in keep],
-            state.score,
+            tokens, frames, _ = text_labels(self.skip_ids, labels, frames)
+            return Hypothesis(tokens, frames, [], float(score))
+        tokens, frames, probs = text_labels(
+            self.skip_ids, state.tokens, state.frames, [math.exp(x) for x in state.logprobs]
         )
+        return Hypothesis(tokens, frames, probs or [], state.score)
 
     def trailing_blanks(self, state: _Greedy | _Beam) -> int:
         if isinstance(state, _Beam):

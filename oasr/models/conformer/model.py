@@ -566,7 +566,7 @@ class ConformerEncoder(BaseEncoder):
     def _front(self, feats: torch.Tensor, feat_lens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """CMVN and subsampling of a padded batch. -> x (B, T', D), pos_emb (1, T', D), lens (B,)"""
         feat_lens = feat_lens.to(device=feats.device, dtype=torch.long)
-        x = feats.to(self.after_norm.weight.dtype)
+        x = feats.to(self.compute_dtype)
         shortest = self.cfg.right_context + 1  # frames the subsampling needs for one output frame
         if x.shape[1] < shortest:
             # Too short to subsample: pad so the convolutions run; such rows get length 0.

@@ -26,11 +26,13 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
+from oasr.models.base import ComputeDtypeModule
 from oasr.models.decoders.kv_pool import DecoderState, KVPool, PoolExhausted, RowGroups
 
 
-class BaseDecoder(nn.Module, abc.ABC):
-    """A label-synchronous autoregressive decoder over a per-row K/V pool.
+class BaseDecoder(ComputeDtypeModule, abc.ABC):
+    """A label-synchronous autoregressive decoder over a per-row K/V pool, in its declared
+    ``compute_dtype`` (the dtype of a new pool unless told).
 
     Class-level declarations (answered by the decoder, not probed):
         supports_paged_kv: ``prefill`` writes its K/V (and, for an AED, the

@@ -370,15 +370,14 @@ class CausalLm(BaseDecoder):
         (default: ``max_position_embeddings``). A decoder-only LM has no groups."""
         if max_groups:
             raise ValueError("a decoder-only LM keeps no cross-attention groups (max_groups must be 0)")
-        p = self.embed_tokens.weight
         return KVPool(
             n_layers=self.cfg.num_hidden_layers,
             n_heads=self.cfg.num_key_value_heads,
             head_dim=self.cfg.resolved_head_dim,
             max_rows=max_rows,
             max_len=self.cfg.max_position_embeddings if max_len is None else max_len,
-            device=device if device is not None else p.device,
-            dtype=dtype if dtype is not None else p.dtype,
+            device=device if device is not None else self.embed_tokens.weight.device,
+            dtype=dtype if dtype is not None else self.compute_dtype,
         )
 
     def prefill(

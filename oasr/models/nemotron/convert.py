@@ -78,17 +78,6 @@ def _feature_spec(fe: Mapping[str, Any], source: Path, num_mel_bins: int) -> Fea
     return FeatureSpec(kind="parakeet_mel", sampling_rate=int(fe.get("sampling_rate", 16000)), params=params)
 
 
-def _table_languages(table: Mapping[str, int]) -> tuple[str, ...]:
-    """The ISO codes a prompt table names: bare codes and the language of each ``xx-YY`` locale
-    (the release also carries dash-less spellings such as ``enGB``, and ``auto``, which are not codes)."""
-    codes = set()
-    for key in table:
-        code = key.split("-")[0] if "-" in key else key
-        if code.isalpha() and code.islower() and 2 <= len(code) <= 3 and key != "auto":
-            codes.add(code)
-    return tuple(sorted(codes))
-
-
 class HFNemotronConverter:
     """A transformers ``Nemotron3_5AsrForRNNT`` (config.json ``model_type: nemotron3_5_asr``) or
     ``NemotronAsrStreamingForRNNT`` (``nemotron_asr_streaming``) directory."""
@@ -154,8 +143,9 @@ class HFNemotronConverter:
                 params={
                     "blank_id": config.blank_id,
                     "max_symbols_per_step": config.max_symbols_per_step,
-                    # The streaming release is English-only; Nemotron 3.5 names its languages in the table.
-                    "languages": _table_languages(table) if prompted else ("en",),
+                    # The streaming release is English-only; Nemotron 3.5's languages are its
+                    # prompt table's (``NemotronRnntModel.languages``).
+                    **({} if prompted else {"languages": ("en",)}),
                 },
             ),
             source=str(path),

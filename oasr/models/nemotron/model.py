@@ -37,6 +37,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from oasr.languages import parse_language, resolve_language
 from oasr.layers import ConformerConvolution, Conv2d, Embedding, FeedForward, LayerNorm, Linear
 from oasr.layers.activation import apply_activation
 from oasr.layers.attention import attention
@@ -581,39 +582,30 @@ class PromptProjector(nn.Module):
         return self.linear_2(torch.relu(z))
 
 
+def table_languages(table: Mapping[str, int]) -> tuple[str, ...]:
+    """The languages a prompt table names, as it spells them: its codes (``en``) and locales
+    (``en-US``), in its order; ``auto`` (the detection slot, what no language selects) and the
+    release's dash-less aliases (``enGB``) are not languages."""
+    return tuple(k for k in table if k != "auto" and parse_language(k) is not None)
+
+
 def resolve_prompt_id(table: Mapping[str, int], language: str | None, default: int) -> int:
     """The prompt id of ``language`` in a checkpoint's prompt table.
 
-    The code itself if listed (``en``); else its ``xx-XX`` spelling (``zh`` -> ``zh-ZH``);
-    else the one id all its ``xx-YY`` locales share (``vi`` -> ``vi-VN``). None -> ``default``.
+    ``language`` is read by ``oasr.languages.resolve_language`` against the table's languages
+    (``table_languages``): an entry as written (``en-US``, ``enGB``), a code, name or locale
+    in any form (``English``, ``de_DE``); a locale the table lacks falls back to its base
+    language, and a bare code the table lacks to its ``xx-XX`` spelling (``zh`` -> ``zh-ZH``)
+    or its only locale (``vi`` -> ``vi-VN``). None / "" / "auto" / "none" -> ``default`` (the
+    checkpoint's ``default_prompt_id``: NeMo's ``auto`` slot, where the model detects).
 
     Raises:
-        ValueError: the table does not know the code, or its locales map to different prompts.
+        LanguageError: a language the table lacks, or a code of several locales (naming them).
     """
-    if language is None:
-        return default
-    code = str(language).strip()
-    if code in table:
-        return int(table[code])
-    base = code.lower()
-    if "-" not in base and base:
-        spelled = f"{base}-{base.upper()}"
-        if spelled in table:
-            return int(table[spelled])
-        locales = {k: int(v) for k, v in table.items() if k.lower().startswith(base + "-")}
-        ids = set(locales.values())
-        if len(ids) == 1:
-            return ids.pop()
-        if len(ids) > 1:
-            raise ValueError(
-                f"language {language!r} is ambiguous for this checkpoint: its locales map to different prompts "
-                f"{dict(sorted(locales.items()))}; name one of them"
-            )
-    known = sorted(table)
-    raise ValueError(
-        f"language {language!r} is not in this checkpoint's prompt table "
-        f"({len(known)} entries: {', '.join(known[:40])}{' ...' if len(known) > 40 else ''})"
-    )
+    if isinstance(language, str) and language in table:  # the table's own spelling, aliases too
+        return int(table[language])
+    key = resolve_language(language, table_languages(table), model="this checkpoint")
+    return default if key is None else int(table[key])
 
 
 class NemotronRnntModel(BlankVocabMixin, BaseAsrModel):
@@ -640,16 +632,22 @@ class NemotronRnntModel(BlankVocabMixin, BaseAsrModel):
         """``language`` where the checkpoint has a prompt projector (none on the English release)."""
         return frozenset({"language"}) if self.prompt_projector is not None else frozenset()
 
+    @property
+    def languages(self) -> tuple[str, ...] | None:
+        """The prompt table's codes and locales (``table_languages``); None without a prompt
+        projector (the English streaming release, whose checkpoint declares ``en``)."""
+        return table_languages(self.config.prompt_dictionary) if self.prompt_projector is not None else None
+
     def resolve_prompt_id(self, language: str | None) -> int:
-        """``language`` (an ISO code, a locale of the table, or None) -> prompt id (see ``resolve_prompt_id``).
+        """``language`` (a code, a name, a locale, or None) -> prompt id (see ``resolve_prompt_id``).
 
         Raises:
-            ValueError: an unknown or ambiguous code, or any language on a checkpoint without prompts.
+            ValueError: a language the table lacks or that names several of its locales, or any
+                language on a checkpoint without prompts.
         """
         if self.prompt_projector is None:
-            if language is None:
-                return 0
-            raise ValueError(f"language {language!r}: this checkpoint has no language prompt (its config has none)")
+            resolve_language(language, (), model="this checkpoint (it has no language prompt)")
+            return 0
         return resolve_prompt_id(self.config.prompt_dictionary, language, self.config.default_prompt_id)
 
     def prompt_ids(self, languages: list[str | None] | None, batch_size: int, device=None) -> torch.Tensor:
@@ -702,15 +700,15 @@ class NemotronRnntModel(BlankVocabMixin, BaseAsrModel):
 
     def streaming_conditioning(self, options: Any) -> dict[str, float]:
         """A stream's persistent states from its options: the prompt id of ``options.language``
-        (none on a checkpoint without prompts, which refuses a language).
+        (none on a checkpoint without prompts).
 
         Raises:
-            ValueError: an unknown or ambiguous language, or one on a checkpoint without prompts.
+            ValueError: a language the prompt table lacks, or that names several of its locales.
         """
+        if self.prompt_projector is None:  # the engine checked the language against the checkpoint's
+            return {}
         language = getattr(options, "language", None)
-        language = language if isinstance(language, str) else None
-        prompt = self.resolve_prompt_id(language)
-        return {} if self.prompt_projector is None else {self.PROMPT_STATE: float(prompt)}
+        return {self.PROMPT_STATE: float(self.resolve_prompt_id(language if isinstance(language, str) else None))}
 
     def encode_chunk_paged(
         self, feats: torch.Tensor, feat_lens: torch.Tensor, cache: PagedCacheView
@@ -755,4 +753,5 @@ __all__ = [
     "OFFLINE_BLOCK_FRAMES",
     "PromptProjector",
     "resolve_prompt_id",
+    "table_languages",
 ]

@@ -62,16 +62,20 @@ class LstmPredictor(TransducerPredictor):
 
     def _step(self, tokens: torch.Tensor, h: torch.Tensor, c: torch.Tensor) -> LstmState:
         """One label per row through the network. tokens (B,) -> LstmState"""
-        out, (h, c) = self.lstm.step(self.embedding(tokens), h, c)  # (B, H)
+        return self._step_embedded(self.embedding(tokens), h, c)
+
+    def _step_embedded(self, emb: torch.Tensor, h: torch.Tensor, c: torch.Tensor) -> LstmState:
+        """``_step`` from the labels' embeddings (B, H)."""
+        out, (h, c) = self.lstm.step(emb, h, c)  # (B, H)
         return LstmState(h, c, self.decoder_projector(out))
 
     def init_state(self, batch_size: int, device: torch.device | str | None = None) -> LstmState:
         """The LSTM's response to blank from a zero state, for ``batch_size`` rows."""
-        weight = self.embedding.weight
-        device = weight.device if device is None else device
-        zeros = torch.zeros(self.lstm.num_layers, 1, self.lstm.hidden_size, device=device, dtype=weight.dtype)
+        device = self.embedding.weight.device if device is None else device
         blank = torch.full((1,), self.blank_id, device=device, dtype=torch.long)
-        h, c, pred = self._step(blank, zeros, zeros)
+        emb = self.embedding(blank)  # (1, H): the LSTM's input, in the dtype it runs in
+        zeros = emb.new_zeros(self.lstm.num_layers, 1, self.lstm.hidden_size)
+        h, c, pred = self._step_embedded(emb, zeros, zeros)
         return LstmState(
             h.expand(-1, batch_size, -1).contiguous(),
             c.expand(-1, batch_size, -1).contiguous(),

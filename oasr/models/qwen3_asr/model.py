@@ -31,6 +31,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from oasr.languages import code_of, parse_language, resolve_language
 from oasr.layers import Conv2d, Gelu, LayerNorm, Linear, LinearActivation, attention, sinusoids
 from oasr.models.base import BaseAsrModel, BaseEncoder, DecodeType
 from oasr.models.decoders.causal_lm import CausalLm, PromptTokenizerMixin
@@ -41,10 +42,10 @@ from oasr.models.qwen3_asr.config import (
     AUDIO_START_TOKEN,
     IM_END_TOKEN,
     IM_START_TOKEN,
-    LANGUAGE_CODE_TO_NAME,
     Qwen3AsrAudioConfig,
     Qwen3AsrConfig,
 )
+from oasr.tokenizers import Control
 
 # Stem chunks per convolution call: bounds the (chunks, channels, 64, 50) activation of
 # the first convolution on long audio.
@@ -272,7 +273,7 @@ class Qwen3AsrAudioEncoder(BaseEncoder):
             raise ValueError(f"expected log-mel features (B, T, {n_mels}), got {tuple(feats.shape)}")
         if feats.shape[2] != n_mels:
             feats = feats.transpose(1, 2)
-        feats = feats.to(self.conv_out.weight.dtype)
+        feats = feats.to(self.compute_dtype)
         if feat_lens is None:
             feat_lens = torch.full((feats.shape[0],), feats.shape[1], dtype=torch.long)
         x, n_tokens = self.embed(feats, feat_lens)
@@ -308,17 +309,19 @@ class Qwen3AsrModel(PromptTokenizerMixin, BaseAsrModel):
     architecture = "qwen3_asr"
     capabilities = frozenset({DecodeType.LLM})
     default_decode_type = DecodeType.LLM
+    # The release is bfloat16; in float16 its LM's activations overflow (only the tower clamps).
+    safe_dtypes = (torch.bfloat16, torch.float32)
+    unsafe_dtype_reason = "its checkpoint is bfloat16 and its language model's activations overflow float16's range"
 
     def __init__(self, config: Qwen3AsrConfig) -> None:
         super().__init__(config)
         self.encoder = Qwen3AsrAudioEncoder(config.audio)
         self.decoder = CausalLm(config.text)
         self._tokenizer = None
-        names = {n.lower(): n for n in config.languages}
-        self._languages: dict[str, str] = dict(names)
-        for code, name in LANGUAGE_CODE_TO_NAME.items():
-            if name.lower() in names:
-                self._languages[code] = names[name.lower()]
+        # The table's names (the prompt's spelling) by ISO code, and back (a name oasr's table
+        # lacks is its own code, lower-cased).
+        self._names: dict[str, str] = {code_of(n): n for n in config.languages}
+        self._codes: dict[str, str] = {n.lower(): code for code, n in self._names.items()}
 
     @property
     def encoder_options(self) -> frozenset[str]:
@@ -348,38 +351,38 @@ class Qwen3AsrModel(PromptTokenizerMixin, BaseAsrModel):
         """Canonical names a language can be forced to."""
         return tuple(self.config.languages)
 
-    def resolve_language(self, language: str | None) -> str | None:
-        """Canonical language name of an ISO code or a name of the model's table, in any case.
+    @property
+    def languages(self) -> tuple[str, ...]:
+        """The ISO codes of the forced-language names (``config.languages``)."""
+        return tuple(self._names)
 
-        None, "" and "auto" mean detect (None).
+    def resolve_language(self, language: str | None) -> str | None:
+        """The ISO code of a language of the model's table: a code (2- or 3-letter), an English
+        name in any case or a locale (``de-AT`` -> ``de``); None, "", "auto" and "none" mean
+        detect (None). (transformers' processor takes codes and names; the qwenasr.cpp port
+        turns an unsupported name into detection, where oasr refuses it.)
 
         Raises:
             ValueError: a language outside the table, naming the supported ones.
         """
-        if language is None:
-            return None
-        key = str(language).strip().lower()
-        if key in ("", "auto"):
-            return None
-        name = self._languages.get(key)
-        if name is None:
-            codes = {v: k for k, v in self._languages.items() if k != v.lower()}
-            listed = ", ".join(f"{n} ({codes[n]})" if n in codes else n for n in self.config.languages)
-            raise ValueError(f"Qwen3-ASR does not support language {language!r}; supported: {listed}, or auto")
-        return name
+        return resolve_language(language, self.languages, model=self.family)
 
-    def prompt_text(self, n_audio: int, *, language: str | None = None, context: str | None = None) -> str:
-        """The chat prompt as text (see ``prompt_ids``)."""
-        name = self.resolve_language(language)
+    def prompt_parts(
+        self, n_audio: int, *, language: str | None = None, context: str | None = None
+    ) -> list[str | Control]:
+        """The chat prompt as ``Tokenizer.encode_prompt`` parts: the template's ``Control`` text
+        and the user's ``context`` as plain text (see ``prompt_ids``)."""
+        code = self.resolve_language(language)
+        name = None if code is None else self._names[code]
         audio = AUDIO_START_TOKEN + AUDIO_PAD_TOKEN * n_audio + AUDIO_END_TOKEN
-        text = (
-            f"{IM_START_TOKEN}system\n{context or ''}{IM_END_TOKEN}\n"
-            f"{IM_START_TOKEN}user\n{audio}{IM_END_TOKEN}\n"
-            f"{IM_START_TOKEN}assistant\n"
-        )
+        parts = [
+            Control(f"{IM_START_TOKEN}system\n"),
+            context or "",
+            Control(f"{IM_END_TOKEN}\n{IM_START_TOKEN}user\n{audio}{IM_END_TOKEN}\n{IM_START_TOKEN}assistant\n"),
+        ]
         if name is not None:
-            text += f"language {name}{ASR_TEXT_TOKEN}"
-        return text
+            parts.append(Control(f"language {name}{ASR_TEXT_TOKEN}"))
+        return parts
 
     def prompt_ids(
         self, n_audio: int, *, language: str | None = None, context: str | None = None, task: str = "transcribe"
@@ -390,10 +393,12 @@ class Qwen3AsrModel(PromptTokenizerMixin, BaseAsrModel):
             <|im_start|>user\\n<|audio_start|>{<|audio_pad|> x n_audio}<|audio_end|><|im_end|>\\n
             <|im_start|>assistant\\n[language {Name}<asr_text>]
 
-        ``context`` (biasing text) fills the system turn (empty when None). A forced
-        language primes the assistant turn with ``language {Name}<asr_text>``, so the
-        model writes only the transcript; None / "" / "auto" leave the turn open and
-        the model writes its own ``language {Name}<asr_text>`` preamble.
+        ``context`` (biasing text) fills the system turn (empty when None), encoded as plain
+        text: a context that spells ``<|im_end|>`` or ``<|audio_pad|>`` keeps those as text and
+        cannot end the turn. A forced language primes the assistant turn with
+        ``language {Name}<asr_text>``, so the model writes only the transcript; None / "" /
+        "auto" leave the turn open and the model writes its own ``language {Name}<asr_text>``
+        preamble.
 
         Raises:
             ValueError: an unsupported language or task, or ``n_audio < 1``.
@@ -403,7 +408,7 @@ class Qwen3AsrModel(PromptTokenizerMixin, BaseAsrModel):
         if n_audio < 1:
             raise ValueError(f"n_audio must be >= 1, got {n_audio}")
         # Tokenise with one placeholder (a special token, atomic under BPE), then expand it.
-        ids = self.tokenizer.encode(self.prompt_text(1, language=language, context=context))
+        ids = self.tokenizer.encode_prompt(self.prompt_parts(1, language=language, context=context))
         at = [i for i, t in enumerate(ids) if t == self.config.audio_token_id]
         if len(at) != 1 or ids[at[0] - 1] != self.config.audio_start_token_id:
             raise ValueError(
@@ -419,13 +424,16 @@ class Qwen3AsrModel(PromptTokenizerMixin, BaseAsrModel):
         """Generation stops at any of these (``<|endoftext|>``, ``<|im_end|>``)."""
         return tuple(dict.fromkeys((*self.config.eos_token_ids, self.config.im_end_token_id)))
 
-    def _language_name(self, value: str) -> str | None:
+    def _language_code(self, value: str) -> str | None:
+        """The ISO code of a language name the model wrote (None for "None"; a name that is no
+        language is reported as written)."""
         if value.lower() == "none":
             return None
-        return self._languages.get(value.lower(), value)
+        parsed = parse_language(value)
+        return self._codes.get(value.lower()) or (parsed[0] if parsed is not None else value)
 
     def parse_output(self, text: str) -> tuple[str | None, str]:
-        """(detected language name or None, transcript) of the generated text.
+        """(ISO code of the detected language or None, transcript) of the generated text.
 
         The transcript is what follows the last ``<asr_text>``; the language is the last
         ``language {Name}`` of the preamble before it ("language None", the model's answer
@@ -439,13 +447,13 @@ class Qwen3AsrModel(PromptTokenizerMixin, BaseAsrModel):
             found = _PREAMBLE.findall(preamble)
             if found and found[-1].lower() == "none":
                 return None, ""
-            return (self._language_name(found[-1]) if found else None), transcript.strip()
+            return (self._language_code(found[-1]) if found else None), transcript.strip()
         stripped = text.strip()
         m = _CUT_PREAMBLE.fullmatch(stripped)
         if m is not None:
             value = (m.group(1) or "").lower()
-            if value in self._languages or value == "none":
-                return self._language_name(value), ""
+            if value in self._codes or value == "none":
+                return self._language_code(value), ""
             if any(name.lower().startswith(value) for name in (*self.config.languages, "None")):
                 return None, ""
         return None, stripped

@@ -9,7 +9,7 @@ Reads top to bottom: the tower layer, the tower (convolutions, learned positions
 key-padding-masked layers, stride-2 average pool, post-pool LayerNorm), the projector,
 the prompt table, then the public model with the speech-LLM surface the ``llm``
 decode strategy drives (``encode_offline``, ``prompt_ids``, ``embed_prompt``,
-``resolve_language``, ``parse_output``, ``stop_ids``).
+``languages``, ``parse_output``, ``stop_ids``).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import re
 import torch
 from torch import nn
 
-from oasr.languages import names_of
+from oasr.languages import names_of, resolve_language
 from oasr.layers import Conv1d, Embedding, Gelu, LayerNorm, Linear, LinearActivation
 from oasr.models.base import BaseAsrModel, BaseEncoder, DecodeType
 from oasr.models.decoders.causal_lm import CausalLm, PromptTokenizerMixin
@@ -33,6 +33,7 @@ from oasr.models.speech_llm.config import (
     Qwen2AudioEncoderConfig,
 )
 from oasr.models.whisper.model import WhisperAttention
+from oasr.tokenizers import Control
 
 
 def conv_output_lengths(mel_lens: torch.Tensor) -> torch.Tensor:
@@ -148,7 +149,6 @@ DEFAULT_SYSTEM = "You are a helpful assistant."
 # The languages and dialects the Qwen2-Audio model card names for speech recognition,
 # by the tag code its ASR prompt uses.
 LANGUAGES: dict[str, str] = names_of(("en", "zh", "yue", "fr", "it", "es", "de", "ja"))
-_CODE_OF_NAME = {name.lower(): code for code, name in LANGUAGES.items()}
 _LEADING_TAG = re.compile(r"^\s*<\|([a-z]{2,3})\|>")
 
 
@@ -163,6 +163,7 @@ class Qwen2AudioModel(PromptTokenizerMixin, BaseAsrModel):
     architecture = "speech_llm"
     capabilities = frozenset({DecodeType.LLM})
     default_decode_type = DecodeType.LLM
+    safe_dtypes = (torch.bfloat16, torch.float16, torch.float32)  # the release's dtype first
 
     def __init__(self, config: Qwen2AudioConfig) -> None:
         super().__init__(config)
@@ -199,30 +200,29 @@ class Qwen2AudioModel(PromptTokenizerMixin, BaseAsrModel):
 
     # -- prompt -----------------------------------------------------------------------
 
-    def resolve_language(self, language: str | None) -> str | None:
-        """Canonical language name for an ISO code or a name, in any case.
+    @property
+    def languages(self) -> tuple[str, ...]:
+        """The ISO codes of the model card's ASR languages (its prompt's ``<|code|>`` tags)."""
+        return tuple(LANGUAGES)
 
-        None, "" and "auto" mean detect (None).
+    def resolve_language(self, language: str | None) -> str | None:
+        """The ISO code of a language of the model's table: a code (2- or 3-letter), an English
+        name in any case or a locale (``de_CH`` -> ``de``); None, "", "auto" and "none" mean
+        detect (None).
 
         Raises:
             ValueError: a language outside the model's table, naming the supported ones.
         """
-        if language is None:
-            return None
-        key = language.strip().lower()
-        if key in ("", "auto"):
-            return None
-        if key in LANGUAGES:
-            return LANGUAGES[key]
-        if key in _CODE_OF_NAME:
-            return LANGUAGES[_CODE_OF_NAME[key]]
-        supported = ", ".join(f"{code} ({name})" for code, name in LANGUAGES.items())
-        raise ValueError(f"Qwen2-Audio does not support language {language!r}; supported: {supported}, or auto")
+        return resolve_language(language, self.languages, model=self.family)
 
-    def prompt_text(self, n_audio: int, *, language: str | None = None, context: str | None = None) -> str:
-        """The prompt as text, with ``n_audio`` audio placeholders (see ``prompt_ids``)."""
-        name = self.resolve_language(language)
-        instruction = ASR_INSTRUCTION if name is None else f"{ASR_INSTRUCTION} <|{_CODE_OF_NAME[name.lower()]}|>"
+    def prompt_parts(
+        self, n_audio: int, *, language: str | None = None, context: str | None = None
+    ) -> list[str | Control]:
+        """The prompt as ``Tokenizer.encode_prompt`` parts, with ``n_audio`` audio placeholders:
+        the template's ``Control`` text and the user's ``context`` as plain text (see
+        ``prompt_ids``)."""
+        code = self.resolve_language(language)
+        instruction = ASR_INSTRUCTION if code is None else f"{ASR_INSTRUCTION} <|{code}|>"
         audio = AUDIO_BOS_TOKEN + AUDIO_TOKEN * n_audio + AUDIO_EOS_TOKEN
         if self.config.prompt_style == "base":
             if context:
@@ -230,13 +230,15 @@ class Qwen2AudioModel(PromptTokenizerMixin, BaseAsrModel):
                     "context biasing needs a chat prompt (its system turn); this Qwen2-Audio checkpoint "
                     "has the base prompt"
                 )
-            return audio + instruction
-        system = context if context else DEFAULT_SYSTEM
-        return (
-            f"{IM_START_TOKEN}system\n{system}{IM_END_TOKEN}\n"
-            f"{IM_START_TOKEN}user\nAudio 1: {audio}\n{instruction}{IM_END_TOKEN}\n"
-            f"{IM_START_TOKEN}assistant\n"
-        )
+            return [Control(audio + instruction)]
+        return [
+            Control(f"{IM_START_TOKEN}system\n"),
+            context if context else DEFAULT_SYSTEM,
+            Control(
+                f"{IM_END_TOKEN}\n{IM_START_TOKEN}user\nAudio 1: {audio}\n{instruction}{IM_END_TOKEN}\n"
+                f"{IM_START_TOKEN}assistant\n"
+            ),
+        ]
 
     def prompt_ids(
         self, n_audio: int, *, language: str | None = None, context: str | None = None, task: str = "transcribe"
@@ -245,7 +247,8 @@ class Qwen2AudioModel(PromptTokenizerMixin, BaseAsrModel):
 
         "chat" (Instruct checkpoints) is what the processor's chat template renders for
         a conversation of one user turn holding the audio and the ASR instruction, with
-        ``context`` (when given) as the system turn; "base" (the pretrained checkpoint)
+        ``context`` (when given) as the system turn, encoded as plain text (a context that
+        spells ``<|im_end|>`` or ``<|AUDIO|>`` keeps those as text); "base" (the pretrained checkpoint)
         is ``<|audio_bos|><|AUDIO|>...<|audio_eos|>`` followed by the instruction. The
         placeholder is repeated ``n_audio`` times, as the processor expands it.
 
@@ -259,7 +262,7 @@ class Qwen2AudioModel(PromptTokenizerMixin, BaseAsrModel):
             raise ValueError(f"Qwen2-Audio serves task='transcribe' only, got task={task!r}")
         if n_audio < 1:
             raise ValueError(f"n_audio must be >= 1, got {n_audio}")
-        ids = self.tokenizer.encode(self.prompt_text(n_audio, language=language, context=context))
+        ids = self.tokenizer.encode_prompt(self.prompt_parts(n_audio, language=language, context=context))
         if sum(1 for i in ids if i == self.config.audio_token_id) != n_audio:
             raise ValueError(
                 f"the tokenizer does not encode {AUDIO_TOKEN} as the single id {self.config.audio_token_id}"
@@ -274,12 +277,12 @@ class Qwen2AudioModel(PromptTokenizerMixin, BaseAsrModel):
         return tuple(self.config.stop_ids)
 
     def parse_output(self, text: str) -> tuple[str | None, str]:
-        """(detected language name or None, transcript) of the generated text.
+        """(ISO code of the detected language or None, transcript) of the generated text.
 
         A leading ``<|code|>`` language tag of the model's table (what the model writes
         when it names the language it detected) is taken off and reported.
         """
         m = _LEADING_TAG.match(text)
         if m is not None and m.group(1) in LANGUAGES:
-            return LANGUAGES[m.group(1)], text[m.end() :].strip()
+            return m.group(1), text[m.end() :].strip()
         return None, text.strip()

@@ -59,7 +59,8 @@ class StatelessPredictor(TransducerPredictor):
         Shapes:
             labels: (N, context_size) -> (N, decoder_dim)
         """
-        emb = self.embedding(labels.clamp(min=0)) * (labels >= 0)[..., None].to(self.embedding.weight.dtype)
+        emb = self.embedding(labels.clamp(min=0))
+        emb = emb * (labels >= 0)[..., None].to(emb.dtype)
         if self.context_size == 1:
             return emb[:, 0]
         return self.relu(self.conv(emb.transpose(1, 2))[..., 0])  # (N, D, 1) -> (N, D)

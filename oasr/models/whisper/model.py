@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import nn
 
+from oasr.languages import LANGUAGES
 from oasr.layers import (
     Conv1d,
     Embedding,
@@ -172,7 +173,6 @@ class WhisperDecoder(BaseDecoder):
     def new_pool(
         self, max_rows: int, max_groups: int = 0, *, max_len: int | None = None, device=None, dtype=None
     ) -> KVPool:
-        p = self.embed_tokens.weight
         return KVPool(
             n_layers=self.cfg.n_text_layer,
             n_heads=self.cfg.n_text_head,
@@ -181,8 +181,8 @@ class WhisperDecoder(BaseDecoder):
             max_len=self.cfg.n_text_ctx if max_len is None else max_len,
             max_groups=max_groups,
             cross_len=self.cfg.n_audio_ctx,
-            device=device if device is not None else p.device,
-            dtype=dtype if dtype is not None else p.dtype,
+            device=device if device is not None else self.embed_tokens.weight.device,
+            dtype=dtype if dtype is not None else self.compute_dtype,
         )
 
     def _layers(self, x: torch.Tensor, self_attend: _SelfAttendFn, cross_attend: _CrossAttendFn) -> torch.Tensor:
@@ -405,6 +405,17 @@ class WhisperModel(BaseAsrModel):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """(B, n_mels, 3000) log-mel windows -> (B, 1500, D) states, (B,) lengths."""
         return self.encoder(feats, feat_lens)
+
+    @property
+    def languages(self) -> tuple[str, ...]:
+        """The codes of the language tokens: openai-whisper's ``num_languages`` (``n_vocab -
+        51765 - 1``: 99 up to large-v2, 100 with large-v3's ``yue``) of ``LANGUAGES``, in
+        token order; ``("en",)`` for an English-only vocabulary (< 51865 ids), whose prompt
+        names no language."""
+        n_vocab = self.config.n_vocab
+        if n_vocab < 51865:
+            return ("en",)
+        return tuple(LANGUAGES)[: n_vocab - 51765 - 1]
 
     # -- what the aed strategy asks of the model (the AED capability) --------------------
 

@@ -63,6 +63,9 @@ class WhisperTokenizer:
                 "the tokenizer is not a Whisper vocabulary: it lacks <|endoftext|>, "
                 "<|startoftranscript|> or <|notimestamps|>"
             )
+        # Every id from <|endoftext|> up is a control token (languages, tasks, timestamps), never
+        # read from user text, whether or not the vocabulary file flags it special.
+        tokenizer.mark_special(range(eot, tokenizer.vocab_size))
         langs: tuple[tuple[str, int], ...] = ()
         if multilingual:
             found = [(code, i) for code in LANGUAGES if (i := tid(f"<|{code}|>")) is not None]
@@ -124,8 +127,10 @@ class WhisperTokenizer:
 
     # -- text ----------------------------------------------------------------------
 
-    def encode(self, text: str) -> list[int]:
-        return self.tokenizer.encode(text)
+    def encode_text(self, text: str) -> list[int]:
+        """Ids of ``text`` as plain text (``Tokenizer.encode_text``): a prompt, prefix or hotwords
+        that spell ``<|de|>`` or ``<|endoftext|>`` stay text, below ``<|endoftext|>``."""
+        return self.tokenizer.encode_text(text)
 
     def decode(self, tokens: Sequence[int]) -> str:
         """Text of the text tokens (every special and timestamp token is dropped)."""
@@ -154,11 +159,11 @@ class WhisperTokenizer:
         miscellaneous = set("♩♪♫♬♭♮♯")
         result: set[int] = set()
         for sym in ("-", "'"):
-            ids = self.encode(" " + sym)
+            ids = self.encode_text(" " + sym)
             if ids:
                 result.add(ids[0])
         for sym in symbols + list(miscellaneous):
-            for ids in (self.encode(sym), self.encode(" " + sym)):
+            for ids in (self.encode_text(sym), self.encode_text(" " + sym)):
                 if len(ids) == 1 or (sym in miscellaneous and ids):
                     result.add(ids[0])
         return tuple(sorted(result))

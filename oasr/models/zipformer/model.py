@@ -764,13 +764,12 @@ class ZipformerEncoder(BaseEncoder):
         """Fresh states of ``batch_size`` streams (zeros: icefall's ``get_init_states``)."""
         self._require_streaming()
         specs = self.streaming_state_specs
-        weight = self.encoder_embed.out.weight
-        device = weight.device if device is None else device
+        device = next(self.parameters()).device if device is None else device
         states = []
         for spec in specs:
             shape = list(spec.shape)
             shape.insert(spec.slot_axis, batch_size)
-            states.append(torch.full(shape, spec.init_value, dtype=spec.dtype or weight.dtype, device=device))
+            states.append(torch.full(shape, spec.init_value, dtype=spec.dtype or self.compute_dtype, device=device))
         return states
 
     def stack_streaming_states(self, states: list[StreamingStates]) -> StreamingStates:

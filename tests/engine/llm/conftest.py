@@ -21,7 +21,7 @@ from oasr.layers import Linear
 from oasr.models.base import BaseAsrModel, BaseEncoder, DecodeType, DecodingSpec, FeatureSpec, LoadReport
 from oasr.models.decoders.causal_lm import CausalLm, CausalLmConfig
 from oasr.models.loaders import LoadedModel
-from oasr.tokenizers import HFTokenizer
+from oasr.tokenizers import Control, HFTokenizer
 
 tokenizers = pytest.importorskip("tokenizers")
 
@@ -100,14 +100,18 @@ class TinySpeechLlm(BaseAsrModel):
         return states, n
 
     def prompt_ids(self, n_audio: int, *, language: str | None, context: str | None, task: str) -> list[int]:
-        text = (
-            f"<|im_start|>system\n{context or ''}<|im_end|>\n<|im_start|>user\n<|audio_start|>"
-            + "<|audio_pad|>" * n_audio
-            + "<|audio_end|><|im_end|>\n<|im_start|>assistant\n"
-        )
+        parts = [
+            Control("<|im_start|>system\n"),
+            context or "",
+            Control(
+                "<|im_end|>\n<|im_start|>user\n<|audio_start|>"
+                + "<|audio_pad|>" * n_audio
+                + "<|audio_end|><|im_end|>\n<|im_start|>assistant\n"
+            ),
+        ]
         if language:
-            text += f"language {language}<asr_text>"
-        return self.tok.encode(text)
+            parts.append(Control(f"language {LANGUAGES[language]}<asr_text>"))
+        return self.tok.encode_prompt(parts)
 
     def embed_prompt(self, ids, valid, audio_states, n_audio):
         x = self.decoder.embed(ids)
@@ -116,20 +120,15 @@ class TinySpeechLlm(BaseAsrModel):
         x[slots] = audio_states[take].to(x.dtype)
         return x
 
-    def resolve_language(self, language: str | None) -> str | None:
-        if language is None or language.strip().lower() in ("", "auto"):
-            return None
-        key = language.strip().lower()
-        for code, name in LANGUAGES.items():
-            if key in (code, name.lower()):
-                return name
-        raise ValueError(f"unsupported language {language!r}; supported: {sorted(LANGUAGES.values())}")
+    @property
+    def languages(self) -> tuple[str, ...]:
+        return tuple(LANGUAGES)
 
     def parse_output(self, text: str) -> tuple[str | None, str]:
         if "<asr_text>" in text:
             pre, _, post = text.rpartition("<asr_text>")
             name = pre.removeprefix("language ").strip()
-            return (name if name in LANGUAGES.values() else None), post
+            return next((code for code, n in LANGUAGES.items() if n == name), None), post
         if text.startswith("language None"):
             return None, ""
         return None, text
@@ -163,7 +162,7 @@ class ScriptedLm(CausalLm):
         return self._force(logits, state.extras["gen"])
 
 
-def lm_config(vocab_size: int) -> CausalLmConfig:
+def lm_config(vocab_size: int, context: int = 512) -> CausalLmConfig:
     return CausalLmConfig.from_hf(
         {
             "model_type": "qwen3",
@@ -174,7 +173,7 @@ def lm_config(vocab_size: int) -> CausalLmConfig:
             "num_attention_heads": 4,
             "num_key_value_heads": 2,
             "head_dim": 8,
-            "max_position_embeddings": 512,
+            "max_position_embeddings": context,
             "rope_theta": 10000.0,
             "tie_word_embeddings": True,
         }
@@ -188,9 +187,10 @@ def make_loaded(
     dtype: torch.dtype = torch.float64,
     decoding: dict | None = None,
     seed: int = 0,
+    context: int = 512,
 ) -> LoadedModel:
     torch.manual_seed(seed)
-    cfg = lm_config(tokenizer.vocab_size)
+    cfg = lm_config(tokenizer.vocab_size, context)
     decoder = ScriptedLm(cfg, script) if script is not None else CausalLm(cfg)
     with torch.no_grad():  # larger weights make the random LM's choices less flat
         for p in decoder.parameters():

@@ -48,11 +48,11 @@ def reference_greedy(loaded, strategy, audio, max_new: int, language: str | None
 
 
 def test_validate_resolves_and_refuses(engine):
-    assert engine.make_options(language="EN").language == "English"
-    assert engine.make_options(language="french").language == "French"
+    assert engine.make_options(language="EN").language == "en"
+    assert engine.make_options(language="french").language == "fr"
     assert engine.make_options(language="auto").language is None
     assert engine.make_options(language="").language is None
-    with pytest.raises(ValueError, match="unsupported language 'xx'"):
+    with pytest.raises(ValueError, match="language 'xx' is not a language of TinySpeechLlm; it has: en \\(English\\)"):
         engine.make_options(language="xx")
     with pytest.raises(ValueError, match="task='translate'"):
         engine.make_options(task="translate")
@@ -69,7 +69,7 @@ def test_validate_resolves_and_refuses(engine):
 
 
 def test_greedy_equals_a_cache_free_reference(loaded, engine, clips):
-    for i, language in ((0, "English"), (3, None)):
+    for i, language in ((0, "en"), (3, None)):
         out = engine.transcribe(clips[i], max_new_tokens=20, language=language)
         expected = reference_greedy(loaded, engine.strategy, clips[i], 20, language)
         assert _tokens(out) == expected and len(expected) > 3
@@ -97,7 +97,7 @@ def test_continuous_batching_matches_solo_decodes(loaded, clips, graphs):
     padded to a bucket, keys to a rounded extent, the same tokens as eager solo decodes."""
     solo_engine = ASREngine(loaded, max_batch_size=1)
     budgets = [6, 14, 9, 20, 11]
-    languages = ["English", None, "French", None, "English"]
+    languages = ["en", None, "French", None, "English"]
     solo = [
         _tokens(solo_engine.transcribe(c, max_new_tokens=n, language=lang))
         for c, n, lang in zip(clips, budgets, languages)
@@ -198,7 +198,7 @@ def test_context_limit_caps_and_refuses(tokenizer, clips):
     # tokens, so max_new_tokens is capped to what the context has left.
     out = engine.transcribe(clips[3], max_new_tokens=5000, language="en")
     n_audio = len(clips[3]) // 160 // 4
-    prompt_len = len(engine.model.prompt_ids(n_audio, language="English", context=None, task="transcribe"))
+    prompt_len = len(engine.model.prompt_ids(n_audio, language="en", context=None, task="transcribe"))
     assert len(_tokens(out)) == 512 - prompt_len
     long_audio = np.tile(clips[3], 12)  # 24 s: 600 audio states do not fit
     with pytest.raises(ValueError, match="context"):

@@ -15,6 +15,7 @@ import pytest
 from oasr.engine import ASREngine
 from oasr.engine.async_engine import AsyncEngine
 from oasr.engine.decode.llm import TextStream, complete_utf8_prefix
+from oasr.tokenizers import Control
 from tests.engine.llm.conftest import make_loaded
 
 TEXT = "héllo 中文 ok"
@@ -52,7 +53,7 @@ def test_text_stream_splits_on_characters_and_holds_the_preamble():
 
 
 def _script(tokenizer, text: str) -> list[int]:
-    return tokenizer.encode(text) + [tokenizer.token_to_id("<|im_end|>")]
+    return tokenizer.encode_prompt([Control(text)]) + [tokenizer.token_to_id("<|im_end|>")]
 
 
 def _split_tokens(tokenizer, ids) -> int:
@@ -74,7 +75,7 @@ def test_deltas_concatenate_to_the_final_text(tokenizer, clips, forced):
     engine = ASREngine(make_loaded(tokenizer, script=script), max_batch_size=2)
     deltas: list[str] = []
     out = engine.transcribe(clips[1], language="zh" if forced else None, on_token=deltas.append)
-    assert out.text == TEXT and out.language == "Chinese"
+    assert out.text == TEXT and out.language == "zh"
     assert "".join(deltas) == out.text
     assert all(d and "\ufffd" not in d for d in deltas)
     assert len(deltas) >= 4  # streamed, not delivered in one piece
@@ -116,7 +117,7 @@ def test_async_stream_deltas(tokenizer, clips):
     kinds = [e.kind for e in events]
     assert kinds[-1] == "finished" and set(kinds[:-1]) == {"delta"}
     assert "".join(e.delta for e in events[:-1]) == events[-1].output.text == TEXT
-    assert events[-1].output.language == "French"
+    assert events[-1].output.language == "fr"
     assert [o.text for o in plain] == [TEXT] * 3
 
 

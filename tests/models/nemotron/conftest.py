@@ -84,7 +84,11 @@ def shape_transducer_(model: torch.nn.Module, seed: int = 1, blank_bias: float =
         head.bias[model.config.blank_token_id] = blank_bias
 
 
-def save_nemotron_checkpoint(path: Path, seed: int = 0) -> Reference:
+def save_nemotron_checkpoint(path: Path, seed: int = 0, tags: tuple[str, ...] = (), tag_bias: float = 0.0) -> Reference:
+    """The tiny checkpoint; ``tags`` are added to the tokenizer as special tokens (as a release's
+    language tags, ``<en-US>``), and the joint's bias for each is raised by ``tag_bias`` so the
+    model emits them."""
+    from tokenizers import AddedToken
     from transformers import (
         Nemotron3_5AsrConfig,
         Nemotron3_5AsrForRNNT,
@@ -94,6 +98,8 @@ def save_nemotron_checkpoint(path: Path, seed: int = 0) -> Reference:
     )
 
     tokenizer = train_tokenizer()
+    if tags:
+        tokenizer.add_tokens([AddedToken(t, special=True, normalized=False) for t in tags], special_tokens=True)
     config = Nemotron3_5AsrConfig(
         encoder_config=TINY_ENCODER,
         vocab_size=len(tokenizer) + 1,
@@ -109,6 +115,9 @@ def save_nemotron_checkpoint(path: Path, seed: int = 0) -> Reference:
     model = Nemotron3_5AsrForRNNT(config).eval()
     randomize_(model, seed)
     shape_transducer_(model, seed + 1)
+    with torch.no_grad():
+        for tag in tags:
+            model.joint.head.bias[tokenizer.convert_tokens_to_ids(tag)] += tag_bias
     model.save_pretrained(path)
     feature_extractor = NemotronAsrStreamingFeatureExtractor()
     Nemotron3_5AsrProcessor(

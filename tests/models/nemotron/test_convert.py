@@ -35,14 +35,15 @@ def test_detected_with_the_prompt_table_folded(nemotron_reference):
     torch.testing.assert_close(table.double(), (ref.weight[:, d:].T + ref.bias).detach(), rtol=0, atol=1e-6)
     assert "predictor.lstm.weight_hh_l1" in bundle.state_dict and "joiner.head.weight" in bundle.state_dict
     assert not any(k.startswith(("decoder.", "joint.", "encoder_projector.")) for k in bundle.state_dict)
-    assert bundle.decoding.params["languages"] == ("de", "en", "pt", "vi", "zh")
+    assert "languages" not in bundle.decoding.params  # the model's prompt table names them
+    assert set(oasr.load_pretrained(nemotron_reference.path).languages) == set(PROMPTS) - {"auto"}
 
 
 def test_without_processor_config_only_the_default_prompt_serves(copy):
     (copy / "processor_config.json").unlink()
     loaded = oasr.load_pretrained(copy)
     assert loaded.model.resolve_prompt_id(None) == loaded.model.config.default_prompt_id
-    with pytest.raises(ValueError, match="not in this checkpoint's prompt table"):
+    with pytest.raises(ValueError, match="this checkpoint has no language control"):
         loaded.model.resolve_prompt_id("en")
 
 
@@ -77,8 +78,8 @@ def test_other_directories_are_not_claimed(tmp_path):
     assert not HFNemotronConverter().can_load(tmp_path)
 
 
-def test_table_languages_are_iso_codes():
-    from oasr.models.nemotron.convert import _table_languages
+def test_table_languages_are_its_codes_and_locales():
+    from oasr.models.nemotron.model import table_languages
 
     table = {"en-US": 0, "en": 0, "enGB": 1, "es-ES": 2, "esES": 2, "zh-ZH": 4, "auto": 101, "yue-HK": 9}
-    assert _table_languages(table) == ("en", "es", "yue", "zh")
+    assert table_languages(table) == ("en-US", "en", "es-ES", "zh-ZH", "yue-HK")

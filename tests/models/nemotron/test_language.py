@@ -14,12 +14,24 @@ from tests.models.nemotron.conftest import DEFAULT_PROMPT, PROMPTS
     [
         (None, DEFAULT_PROMPT),  # no language: the model's own language ID
         ("auto", DEFAULT_PROMPT),
+        ("none", DEFAULT_PROMPT),
+        ("", DEFAULT_PROMPT),
         ("en", 0),  # listed
+        ("English", 0),  # a name
+        ("eng", 0),  # ISO 639-3
         ("en-GB", 1),  # a listed locale
+        ("en_gb", 1),  # in any case, "_" separated
+        ("en-AU", 0),  # a locale the table lacks: its base language
+        ("de_DE", 2),
+        ("german", 2),
         ("zh", 3),  # not listed: its xx-XX spelling (zh-ZH), though zh-CN / zh-TW disagree
-        ("vi", 5),  # not listed, no xx-XX: the one slot its locales share
+        ("Chinese", 3),
+        ("zh-Hant-TW", 4),  # script dropped, the region kept
+        ("vi", 5),  # not listed, no xx-XX: its only locale
+        ("Vietnamese", 5),
         ("DE", 2),  # codes are case-insensitive
         ("pt", 7),  # pt-BR and pt-PT disagree, but pt-PT is the xx-XX spelling
+        ("pt_br", 6),
     ],
 )
 def test_language_resolves_against_the_table(language, prompt):
@@ -29,11 +41,11 @@ def test_language_resolves_against_the_table(language, prompt):
 def test_ambiguous_and_unknown_languages_are_refused():
     with pytest.raises(ValueError, match=r"'es' is ambiguous.*es-MX.*es-US"):
         resolve_prompt_id({**PROMPTS, "es-US": 6, "es-MX": 8}, "es", DEFAULT_PROMPT)
-    with pytest.raises(ValueError, match=r"'xx' is not in this checkpoint's prompt table"):
+    with pytest.raises(ValueError, match=r"'xx' is not a language of this checkpoint; it has: en-US \(English\)"):
         resolve_prompt_id(PROMPTS, "xx", DEFAULT_PROMPT)
-    with pytest.raises(ValueError, match="not in this checkpoint's prompt table"):
-        resolve_prompt_id(PROMPTS, "en-AU", DEFAULT_PROMPT)
-    with pytest.raises(ValueError, match="not in this checkpoint's prompt table"):
+    with pytest.raises(ValueError, match=r"'fr-FR' \(French\) is not a language of this checkpoint; .*pt-PT"):
+        resolve_prompt_id(PROMPTS, "fr-FR", DEFAULT_PROMPT)
+    with pytest.raises(ValueError, match="this checkpoint has no language control"):
         resolve_prompt_id({}, "en", DEFAULT_PROMPT)
 
 

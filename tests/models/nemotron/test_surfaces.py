@@ -103,7 +103,7 @@ def test_engine_language_gives_the_model_search_under_that_prompt(engine, clips)
 
 
 def test_engine_refuses_an_unknown_language(engine, clips):
-    with pytest.raises(ValueError, match=r"'xx' is not in this checkpoint's prompt table"):
+    with pytest.raises(ValueError, match=r"'xx' is not a language of NemotronRnntModel; it has: .*en-GB"):
         engine.transcribe(str(clips[CLIP]), language="xx")
 
 
@@ -156,7 +156,7 @@ def test_cli_unknown_language_is_exit_2_naming_it(nemotron_reference, clips, cap
         main(["transcribe", str(clips[CLIP]), "--model", str(nemotron_reference.path), "--language", "xx"])
     assert exc.value.code == 2
     err = capsys.readouterr().err
-    assert "'xx' is not in this checkpoint's prompt table" in err and "Traceback" not in err
+    assert "'xx' is not a language of NemotronRnntModel" in err and "en-GB" in err and "Traceback" not in err
 
 
 # ---------------------------------------------------------------------------
@@ -188,7 +188,8 @@ def test_server_unknown_language_is_400_naming_it(server, clips):
     r = _post(server, clips[OTHER].read_bytes(), language="xx")
     assert r.status_code == 400, r.text
     err = r.json()["error"]
-    assert err["param"] == "language" and "'xx'" in err["message"] and "prompt table" in err["message"], err
+    assert err["param"] == "language" and err["code"] == "invalid_language", err
+    assert "'xx' is not a language of NemotronRnntModel" in err["message"] and "en-GB" in err["message"], err
 
 
 @pytest.fixture(scope="module")

@@ -96,7 +96,7 @@ def test_engine_and_cli_transcribe_mandarin_with_cif_times(funasr_dirs, funasr_m
     ("option", "message"),
     [
         ({"task": "translate"}, "can only transcribe"),
-        ({"language": "zh"}, "takes no language"),
+        ({"language": "zh"}, r"'zh' \(Chinese\): ParaformerModel has no language control"),
         ({"initial_prompt": "你好"}, "initial_prompt: the 'paraformer' decoding does not take it .only 'aed'"),
         ({"hotwords": "达摩院"}, "has no hotword biasing"),
         ({"temperature": 0.7}, "temperature: the 'paraformer' decoding does not take it .only 'aed' and 'llm'"),

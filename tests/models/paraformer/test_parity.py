@@ -76,6 +76,22 @@ def test_tokens_and_timestamps_match_generate(kind, funasr_dirs, funasr_models, 
 
 
 @pytest.mark.parametrize("kind", KINDS)
+def test_token_times_are_funasrs_timestamp(kind, funasr_dirs, funasr_models, zh_audio):
+    """Every segment carries its tokens' CIF times in seconds (``Segment.token_times``, with or
+    without word timestamps): funasr's ``timestamp`` in ms, one pair per token (the fixture's
+    tokens are CJK characters, so funasr's per-word list is its per-token list)."""
+    engine = oasr.ASREngine(str(funasr_dirs[kind]))
+    for seconds in (3.0, 5.5):
+        wav = zh_audio[: int(16000 * seconds)]
+        (ref,) = funasr_models[kind].generate(input=wav, output_timestamp=True, disable_pbar=True)
+        out = engine.transcribe(wav)
+        assert all(s.words is None and len(s.token_times) == len(s.tokens) for s in out.segments)
+        times = [t for s in out.segments for t in s.token_times]
+        assert len(times) == len(ref["timestamp"]) > 3
+        assert [[round(a * 1000), round(b * 1000)] for a, b in times] == ref["timestamp"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
 def test_a_batch_of_unequal_lengths_decodes_as_each_alone(kind, funasr_dirs, zh_audio):
     loaded = oasr.load_pretrained(str(funasr_dirs[kind]))
     frontend = build_frontend(loaded.feature_spec)

@@ -37,7 +37,7 @@ def test_cli_sampling_options_equal_the_api(engine, reference, clip_path, capsys
     again = _cli(capsys, *argv, *options)
     assert first == again, "a fixed --seed must replay the same sampled transcript"
     api = engine.transcribe(clip_path, language="de", context="欢迎", temperature=0.9, seed=7, top_k=20)
-    assert first["text"] == api.text and first["language"] == "German"
+    assert first["text"] == api.text and first["language"] == "de"
     greedy = _cli(capsys, *argv, "--language", "German")
     assert greedy["text"] == engine.transcribe(clip_path, language="German").text
 
@@ -46,4 +46,41 @@ def test_cli_unknown_language_is_a_usage_error(reference, clip_path, capsys):
     with pytest.raises(SystemExit) as exit_info:
         main(["transcribe", clip_path, "--model", str(reference.path), "--language", "klingon", "--no-progress"])
     assert exit_info.value.code == 2
-    assert "does not support language 'klingon'" in capsys.readouterr().err
+    assert "language 'klingon' is not an ISO 639 code" in capsys.readouterr().err
+
+
+def _cli_verbose(capsys, *argv) -> tuple[dict, str]:
+    capsys.readouterr()
+    assert main([str(a) for a in argv] + ["-f", "verbose_json"]) == 0
+    captured = capsys.readouterr()
+    return json.loads(captured.out), captured.err
+
+
+def test_cli_max_new_tokens_cut_is_reported(engine, reference, clip_path, capsys):
+    argv = ["transcribe", clip_path, "--model", reference.path, "--no-progress", "--language", "en"]
+    doc, err = _cli_verbose(capsys, *argv, "--max-new-tokens", "24")
+    api = engine.transcribe(clip_path, language="en", max_new_tokens=24)
+    assert api.finish_reason == "length" and len(api.segments[0].tokens) == 24
+    assert doc["text"] == api.text and doc["finish_reason"] == "length"
+    assert [s["tokens"] for s in doc["segments"]] == [s.tokens for s in api.segments]
+    assert "warning" in err and "finish_reason 'length'" in err and "--max-new-tokens" in err
+
+
+def test_cli_without_seed_samples_afresh(reference, clip_path, capsys):
+    """At temperature 1 the tiny random LM is far from deterministic: 40 sampled tokens of two runs
+    without --seed differ (the chance of a tie is negligible); --seed replays."""
+    argv = ["transcribe", clip_path, "--model", reference.path, "--no-progress", "--language", "en"]
+    sampled = [*argv, "--temperature", "1.0", "--max-new-tokens", "40"]
+    first, second = (_cli_verbose(capsys, *sampled)[0]["segments"][0]["tokens"] for _ in range(2))
+    assert len(first) == len(second) == 40 and first != second
+    seeded = [_cli_verbose(capsys, *sampled, "--seed", "5")[0]["segments"][0]["tokens"] for _ in range(2)]
+    assert seeded[0] == seeded[1]
+
+
+def test_cli_repetition_penalty_equals_the_api(engine, reference, clip_path, capsys):
+    argv = ["transcribe", clip_path, "--model", reference.path, "--no-progress", "--language", "en"]
+    doc, _ = _cli_verbose(capsys, *argv, "--repetition-penalty", "3.0", "--max-new-tokens", "24")
+    api = engine.transcribe(clip_path, language="en", repetition_penalty=3.0, max_new_tokens=24)
+    plain = engine.transcribe(clip_path, language="en", max_new_tokens=24)
+    assert doc["segments"][0]["tokens"] == api.segments[0].tokens
+    assert api.segments[0].tokens != plain.segments[0].tokens, "the penalty should change this decode"

@@ -206,11 +206,14 @@ def test_vocab_and_merges_tokenizer(reference, tmp_path):
     (path / "tokenizer_config.json").write_text(json.dumps({"added_tokens_decoder": added}))
     lo = load_pretrained(path)
     assert lo.tokenizer_spec.path == str(path)
+    rendered = (
+        "<|im_start|>system\nnorland<|im_end|>\n<|im_start|>user\n<|audio_start|>"
+        + "<|audio_pad|>" * 4
+        + "<|audio_end|><|im_end|>\n<|im_start|>assistant\nlanguage English<asr_text>"
+    )
     assert (
         lo.model.prompt_ids(4, language="en", context="norland")
-        == reference.tokenizer.encode(
-            lo.model.prompt_text(4, language="en", context="norland"), add_special_tokens=False
-        ).ids
+        == reference.tokenizer.encode(rendered, add_special_tokens=False).ids
     )
 
 

@@ -34,34 +34,56 @@ def model(reference):
     return m
 
 
+def _rendered(model, language) -> str:
+    """The prompt as the template writes it (its control and plain-text parts joined)."""
+    from oasr.tokenizers.base import Control
+
+    return "".join(p.text if isinstance(p, Control) else p for p in model.prompt_parts(1, language=language))
+
+
 @pytest.mark.parametrize(
-    ("given", "name"),
+    ("given", "code"),
     [
-        ("en", "English"),
-        ("EN", "English"),
-        ("English", "English"),
-        ("  eNgLiSh ", "English"),
-        ("zh", "Chinese"),
-        ("Yue", "Cantonese"),
-        ("cantonese", "Cantonese"),
-        ("fil", "Filipino"),
-        ("DE", "German"),
+        ("en", "en"),
+        ("EN", "en"),
+        ("eng", "en"),
+        ("English", "en"),
+        ("  eNgLiSh ", "en"),
+        ("en-US", "en"),
+        ("zh", "zh"),
+        ("zh_CN", "zh"),
+        ("Yue", "yue"),
+        ("cantonese", "yue"),
+        ("fil", "fil"),
+        ("Filipino", "fil"),
+        ("DE", "de"),
+        ("deu", "de"),
+        ("de-AT", "de"),
+        ("pt_BR", "pt"),
     ],
 )
-def test_codes_and_names_resolve_to_the_canonical_name(model, given, name):
-    assert model.resolve_language(given) == name
+def test_codes_names_and_locales_resolve_to_the_code_of_the_references_name(model, given, code):
+    """The code names the language transformers' processor forces (``language {Name}<asr_text>``)."""
+    from transformers.audio_utils import resolve_language
+    from transformers.models.qwen3_asr.processing_qwen3_asr import LANGUAGE_CODE_TO_NAME
+
+    assert model.resolve_language(given) == code
+    name = resolve_language(code, LANGUAGE_CODE_TO_NAME, return_code=False)
+    assert _rendered(model, given).endswith(f"<|im_start|>assistant\nlanguage {name}<asr_text>")
 
 
-@pytest.mark.parametrize("given", [None, "", "  ", "auto", "AUTO"])
+@pytest.mark.parametrize("given", [None, "", "  ", "auto", "AUTO", "none", "None"])
 def test_detect(model, given):
     assert model.resolve_language(given) is None
+    assert _rendered(model, given).endswith("<|im_start|>assistant\n")
 
 
-@pytest.mark.parametrize("given", ["klingon", "xx", "none", "eng", "en-US"])
+@pytest.mark.parametrize("given", ["klingon", "xx", "cy", "Welsh", "english-us"])
 def test_unknown_language_raises(model, given):
-    with pytest.raises(ValueError, match=r"does not support language .*supported: .*English \(en\)"):
+    """transformers' processor refuses these too; the qwenasr.cpp port would detect instead."""
+    with pytest.raises(ValueError, match=r"Qwen3-ASR.* has: ar \(Arabic\), yue \(Cantonese\).*en \(English\)"):
         model.resolve_language(given)
-    with pytest.raises(ValueError, match="does not support language"):
+    with pytest.raises(ValueError, match="Qwen3-ASR"):
         model.prompt_ids(3, language=given)
 
 
@@ -69,8 +91,9 @@ def test_the_table_is_the_checkpoints(original_dir):
     from oasr.models import load_pretrained
 
     m = load_pretrained(original_dir).model  # support_languages: Chinese, English, German
-    assert m.resolve_language("de") == "German" and m.resolve_language("chinese") == "Chinese"
-    with pytest.raises(ValueError, match="supported: Chinese \\(zh\\), English \\(en\\), German \\(de\\)"):
+    assert m.languages == ("zh", "en", "de")
+    assert m.resolve_language("de") == "de" and m.resolve_language("chinese") == "zh"
+    with pytest.raises(ValueError, match="it has: zh \\(Chinese\\), en \\(English\\), de \\(German\\)"):
         m.resolve_language("fr")
 
 
@@ -133,12 +156,12 @@ def test_embed_prompt_splices_each_rows_states(model):
 @pytest.mark.parametrize(
     ("text", "language", "transcript"),
     [
-        ("language English<asr_text>and so my fellow americans", "English", "and so my fellow americans"),
-        ("language english<asr_text> ask not ", "English", "ask not"),
+        ("language English<asr_text>and so my fellow americans", "en", "and so my fellow americans"),
+        ("language english<asr_text> ask not ", "en", "ask not"),
         ("language None<asr_text>", None, ""),
         ("language None<asr_text>noise", None, ""),
-        ("language Chinese<asr_text>欢迎大家", "Chinese", "欢迎大家"),
-        ("language German<asr_text>eins<asr_text>zwei", "German", "zwei"),
+        ("language Chinese<asr_text>欢迎大家", "zh", "欢迎大家"),
+        ("language German<asr_text>eins<asr_text>zwei", "de", "zwei"),
         ("language Klingon<asr_text>qapla", "Klingon", "qapla"),
         ("<asr_text>hello", None, "hello"),
         # A forced-language prompt already ends with the marker: the text is the transcript.
@@ -147,7 +170,7 @@ def test_embed_prompt_splices_each_rows_states(model):
         # A preamble cut short by the token budget never becomes the transcript.
         ("language", None, ""),
         ("language Eng", None, ""),
-        ("language English", "English", ""),
+        ("language English", "en", ""),
         ("language None", None, ""),
     ],
 )
@@ -159,7 +182,7 @@ def test_the_preamble_never_leaks(model, reference):
     """Whatever the model writes before the last marker stays out of the transcript."""
     tok = HFTokenizer.from_file(reference.path / "tokenizer.json")
     for pre in ("language English", "language German\n", "English", "language English<asr_text>x"):
-        ids = tok.encode(f"{pre}<asr_text>the quick brown fox")
+        ids = tok.encode_text(f"{pre}<asr_text>the quick brown fox")
         text = tok.decode(ids)
         _, transcript = model.parse_output(text)
         assert transcript == "the quick brown fox"

@@ -279,9 +279,13 @@ def hf_generate(hf_model, feats, language, task, timestamps) -> list[tuple[str, 
     return rows
 
 
-def ct2_greedy(ct2_model, feats: torch.Tensor, prompts: Sequence[Sequence[int]]) -> list[list[int]]:
+def ct2_greedy(
+    ct2_model, feats: torch.Tensor, prompts: Sequence[Sequence[int]], max_length: int = N_TEXT_CTX, **options
+) -> list[list[int]]:
     """CTranslate2's greedy ``generate`` (one prompt per row) with faster-whisper's defaults
-    (suppress_tokens=[-1], suppress_blank, max_initial_timestamp_index=50)."""
+    (suppress_tokens=[-1], suppress_blank, max_initial_timestamp_index=50); faster-whisper passes
+    ``max_length`` = the prompt + ``max_new_tokens`` when that is set. ``options``: more
+    ``generate`` arguments (``repetition_penalty``, ...)."""
     import ctranslate2
     import numpy as np
 
@@ -293,7 +297,8 @@ def ct2_greedy(ct2_model, feats: torch.Tensor, prompts: Sequence[Sequence[int]])
         suppress_tokens=[-1],
         suppress_blank=True,
         max_initial_timestamp_index=MAX_INITIAL_TIMESTAMP_INDEX,
-        max_length=N_TEXT_CTX,
+        max_length=max_length,
+        **options,
     )
     return [list(r.sequences_ids[0]) for r in results]
 

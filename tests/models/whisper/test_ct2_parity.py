@@ -42,7 +42,7 @@ def test_ct2_weights_equal_hf_loaded(oasr_ct2, oasr_hf):
         "max_initial_timestamp_index",
     ):
         assert a[key] == b[key], key
-    assert oasr_ct2.tokenizer.encode(" And so my fellow Americans") == oasr_hf.tokenizer.encode(
+    assert oasr_ct2.tokenizer.encode_text(" And so my fellow Americans") == oasr_hf.tokenizer.encode_text(
         " And so my fellow Americans"
     )
 

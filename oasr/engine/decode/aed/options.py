@@ -37,4 +37,4 @@ class WhisperOptions(StrategyOptions):
     language_detection_segments: int = 1
     hallucination_silence_threshold: float | None = None
     multilingual: bool = False
-    seed: int = 0
+    seed: int | None = None  # a fresh seed per request, as CTranslate2 draws one

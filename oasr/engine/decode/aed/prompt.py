@@ -41,7 +41,7 @@ def build_prompt(
             raise ValueError("this vocabulary has no <|startofprev|>: previous-text prompts are not possible")
         prompt.append(tok.special.sot_prev)
         if use_hotwords:
-            hw = tok.encode(" " + hotwords.strip())  # type: ignore[union-attr]
+            hw = tok.encode_text(" " + hotwords.strip())  # type: ignore[union-attr]
             prompt.extend(hw[: half - 1] if len(hw) >= half else hw)
         if previous_tokens:
             prompt.extend(list(previous_tokens)[-(half - 1) :])
@@ -49,7 +49,7 @@ def build_prompt(
     if without_timestamps:
         prompt.append(tok.special.no_timestamps)
     if prefix:
-        px = tok.encode(" " + prefix.strip())
+        px = tok.encode_text(" " + prefix.strip())
         if len(px) >= half:
             px = px[: half - 1]
         if not without_timestamps:

@@ -14,6 +14,9 @@ faster-whisper's (CTranslate2's) so transcripts match it token for token:
   the next non-EOS candidate; the search stops once ``round(beam x patience)``
   hypotheses finished (or, with length_penalty 0, once the top beam did), and at
   the step budget every live beam becomes a hypothesis.
+
+A result that ended at the step budget rather than on end-of-text is ``cut`` (the window's
+``finish_reason`` is then "length").
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ class TaskSearch(abc.ABC):
     Attributes:
         k: rows the task occupies once running.
         done: the task has its result.
+        cut: (once done) the result ended at ``decode_max`` tokens, not on end-of-text.
     """
 
     k: int = 1
@@ -48,6 +52,7 @@ class TaskSearch(abc.ABC):
         self.length_penalty = length_penalty
         self.prefix_len = len(prefix)
         self.done = len(prefix) >= decode_max
+        self.cut = self.done  # a forced prefix that fills the budget leaves no room for end-of-text
         self.initial = list(prefix[:decode_max])
 
     @abc.abstractmethod
@@ -91,7 +96,7 @@ class GreedySearch(TaskSearch):
             return [], []
         self.seq.append(tok)
         if len(self.seq) >= self.decode_max:
-            self.done = True
+            self.done = self.cut = True
             return [], []
         return [0], [tok]
 
@@ -114,6 +119,7 @@ class SamplingSearch(TaskSearch):
         self.seqs = [list(self.initial) for _ in range(best_of)]
         self.cums = [0.0] * best_of
         self.finished = [self.done] * best_of
+        self.row_cut = [self.done] * best_of
         self.first = True
 
     def row_tokens(self):
@@ -140,7 +146,7 @@ class SamplingSearch(TaskSearch):
             else:
                 self.seqs[j].append(tok)
                 if len(self.seqs[j]) >= self.decode_max:
-                    self.finished[j] = True
+                    self.finished[j] = self.row_cut[j] = True
             next_tokens.append(tok)
         parents = [0] * self.k if self.first else list(range(self.k))
         self.first = False
@@ -151,6 +157,7 @@ class SamplingSearch(TaskSearch):
 
     def result(self):
         best = max(range(self.k), key=lambda j: _normalised(self.seqs[j], self.cums[j], self.length_penalty))
+        self.cut = self.row_cut[best]
         return self.seqs[best], _normalised(self.seqs[best], self.cums[best], self.length_penalty)
 
 
@@ -163,7 +170,7 @@ class BeamSearch(TaskSearch):
         self.max_candidates = int(math.floor(beam_size * patience + 0.5))
         self.early_exit = length_penalty == 0
         self.beams: list[tuple[list[int], float]] = [(list(self.initial), 0.0)]
-        self.hyps: list[tuple[list[int], float]] = []
+        self.hyps: list[tuple[list[int], float, bool]] = []  # (tokens, score, cut)
         self.top_finished = False
 
     def row_tokens(self):
@@ -191,7 +198,7 @@ class BeamSearch(TaskSearch):
                 if k == 0:
                     self.top_finished = True
                 seq = self.beams[origin][0] + ([] if tok == self.eot else [tok])
-                self.hyps.append((seq, val))
+                self.hyps.append((seq, val, tok != self.eot))
                 for j in range(next_secondary, len(cands)):
                     if cands[j][1] != self.eot:
                         pick = j
@@ -213,4 +220,5 @@ class BeamSearch(TaskSearch):
         if not self.hyps:
             return list(self.initial), 0.0
         best = max(self.hyps, key=lambda h: _normalised(h[0], h[1], self.length_penalty))
+        self.cut = best[2]
         return best[0], _normalised(best[0], best[1], self.length_penalty)

@@ -17,7 +17,12 @@ stage of a ``step``:
 
 Cohorts are keyed by rows per task (1 for greedy, ``beam_size`` for beam search,
 ``best_of`` for sampling), so every cohort keeps the shared cross-attention fast
-path of the K/V pool. Joining, stepping, compaction and pool growth are the shared
+path of the K/V pool. A sampled task draws from a generator seeded from the request's
+seed (``options.seed``, or a fresh one per request when it has none: faster-whisper's
+CTranslate2 seeds from the OS too), the window and the fallback step, so a given seed
+replays the same transcript whatever the batch. A request whose accepted decode of any
+window ended at the window's length limit rather than on end-of-text finishes with
+``finish_reason="length"``. Joining, stepping, compaction and pool growth are the shared
 scheduler's (``oasr.engine.decode.autoregressive.Cohort``); what stays here is
 Whisper's: windows, prompts, language detection, timestamps and the fallback.
 """
@@ -40,9 +45,9 @@ from oasr.engine.decode.aed.search import BeamSearch, GreedySearch, SamplingSear
 from oasr.engine.decode.aed.timing import add_word_timestamps, find_alignment
 from oasr.engine.decode.autoregressive import AutoregressiveCounters, Cohort, select_rows
 from oasr.engine.decode.base import Request, StepEvent
+from oasr.engine.decode.logits import request_seed
 from oasr.engine.decode.requests import RequestTable, TableEntry
-from oasr.engine.outputs import RequestOutput, Segment, Word, compression_ratio
-from oasr.languages import normalize_language
+from oasr.engine.outputs import FinishReason, RequestOutput, Segment, Word, compression_ratio
 from oasr.models.base import DecodeType
 from oasr.models.decoders.graphs import step_graphs_for
 from oasr.models.loaders import LoadedModel
@@ -83,6 +88,8 @@ class _Req(TableEntry):
     segments: list[Segment] = field(default_factory=list)
     last_speech_timestamp: float = 0.0
     window: _Window | None = None
+    seed: int = 0  # of the request's sampled decodes (request_seed(options.seed))
+    finish_reason: FinishReason = "stop"
     temp_index: int = 0
     attempts: list[dict] = field(default_factory=list)
     detect_windows: list[int] = field(default_factory=list)
@@ -133,7 +140,7 @@ class AedDecodeStrategy(RequestTable[_Req]):
         params = dict(loaded.decoding_spec.params) if loaded.decoding_spec is not None else {}
         heads = params.get("alignment_heads") or model.default_alignment_heads
         self.alignment_heads = [(int(a), int(b)) for a, b in heads]
-        begin = params.get("begin_suppress_tokens") or (self.tok.encode(" ")[:1] + [sp.eot])
+        begin = params.get("begin_suppress_tokens") or (self.tok.encode_text(" ")[:1] + [sp.eot])
         self.begin_suppress = tuple(int(t) for t in begin)
         lang_ids = params.get("lang_ids") or [i for _, i in sp.language_ids]
         self.lang_ids = [int(i) for i in lang_ids if self.tok.id_to_language.get(int(i))]
@@ -161,16 +168,14 @@ class AedDecodeStrategy(RequestTable[_Req]):
     prompt_option = "initial_prompt"
 
     def validate(self, options: TranscribeOptions) -> TranscribeOptions:
-        options = super().validate(options)
-        lang = normalize_language(options.language)
+        options = super().validate(options)  # the language resolved against model.languages
+        lang = options.language
         if not self.tok.special.is_multilingual:
-            if lang not in (None, "en"):
-                raise ValueError(f"language={options.language!r}: this model is English-only")
             if options.task == "translate":
                 raise ValueError("task='translate' needs a multilingual model; this one is English-only")
-            lang = "en"
+            lang = "en"  # its only language (model.languages), never in the prompt
         elif lang is not None and lang not in self.tok.language_to_id:
-            raise ValueError(f"language={options.language!r} is not supported by this model")
+            raise ValueError(f"language={lang!r}: the model's vocabulary has no <|{lang}|> token")
         if options.multilingual and not self.tok.special.is_multilingual:
             options = options.replace(multilingual=False)
         return options.replace(language=lang) if lang != options.language else options
@@ -200,13 +205,14 @@ class AedDecodeStrategy(RequestTable[_Req]):
             duration=request.duration,
             content_frames=content_frames,
             seek_clips=list(zip(points[::2], points[1::2])),
+            seed=request_seed(opts.seed),
         )
         req.seek = req.seek_clips[0][0]
         start = clips[0] if clips else 0.0  # where language detection starts, if it runs
         req.detect_seek = int(start * FRAMES_PER_SECOND) if start * FRAMES_PER_SECOND < content_frames else 0
         if opts.initial_prompt is not None:
             if isinstance(opts.initial_prompt, str):
-                req.all_tokens.extend(self.tok.encode(" " + opts.initial_prompt.strip()))
+                req.all_tokens.extend(self.tok.encode_text(" " + opts.initial_prompt.strip()))
             else:
                 req.all_tokens.extend(int(t) for t in opts.initial_prompt)
         return req
@@ -374,6 +380,7 @@ class AedDecodeStrategy(RequestTable[_Req]):
             language_probs=req.language_probs,
             duration=req.duration,
             task=req.opts.task,
+            finish_reason=req.finish_reason,
         )
         self._complete(req, out, events)
 
@@ -430,7 +437,7 @@ class AedDecodeStrategy(RequestTable[_Req]):
         args = (plan.prefix, plan.decode_max, self.tok.eot, opts.length_penalty)
         search: TaskSearch
         if temperature > 0:
-            gen = torch.Generator().manual_seed((opts.seed * 1_000_003 + win.seek * 101 + req.temp_index) % (2**63))
+            gen = torch.Generator().manual_seed((req.seed * 1_000_003 + win.seek * 101 + req.temp_index) % (2**63))
             search = SamplingSearch(*args, best_of=opts.best_of, temperature=temperature, generator=gen)
         elif opts.beam_size > 1:
             search = BeamSearch(*args, beam_size=opts.beam_size, patience=opts.patience)
@@ -546,6 +553,7 @@ class AedDecodeStrategy(RequestTable[_Req]):
             temperature=task.temperature,
             compression_ratio=compression_ratio(text),
             no_speech_prob=task.no_speech_prob,
+            cut=task.search.cut,
         )
         req.attempts.append(attempt)
         needs_fallback = False
@@ -614,6 +622,8 @@ class AedDecodeStrategy(RequestTable[_Req]):
             end = _get_end(subs)
             if end is not None:
                 req.last_speech_timestamp = end
+        if attempt["cut"]:
+            req.finish_reason = "length"
         for sub in subs:
             text = self.tok.decode(sub["tokens"])
             if sub["start"] == sub["end"] or not text.strip():

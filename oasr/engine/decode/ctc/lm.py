@@ -209,7 +209,7 @@ class ContextGraph:
             raise ValueError("hotwords: no phrase given")
         ids = []
         for phrase in phrases:
-            toks = tokenizer.encode(phrase)
+            toks = tokenizer.encode_text(phrase)
             if not toks:
                 raise ValueError(f"hotwords: {phrase!r} has no tokens in this model's vocabulary")
             ids.append(toks)

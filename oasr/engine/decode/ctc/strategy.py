@@ -24,17 +24,22 @@ Life of a request:
    Text comes from the token pieces (``oasr.engine.decode.words``): word
    pieces joined, a space before each word that starts with the word marker, none
    before CJK characters; blank and the checkpoint's special ids never appear.
-   ``word_timestamps`` times each word from its tokens' CTC spikes
-   (``token_times``); a word's probability is the mean posterior of its tokens at
-   their spikes. ``avg_logprob`` is the window's CTC log-probability per encoder
-   frame; ``temperature`` is 0 and ``no_speech_prob`` 0.
+   Every token is timed from the CTC spikes (``token_times``: from midway to the previous
+   spike to midway to the next, at most 0.5 s each side; ``Segment.token_times``);
+   ``word_timestamps`` times each word from its tokens' times; a word's probability is
+   the mean posterior of its tokens at their spikes. ``avg_logprob`` is the window's CTC
+   log-probability per encoder frame; ``temperature`` is 0 and ``no_speech_prob`` 0.
 
 Options: CTC transcribes, so ``task="translate"``, ``initial_prompt``, ``prefix``,
 ``context``, sampling (temperatures other than 0 or the default fallback sequence,
 ``top_k``, ``top_p``), ``multilingual`` and ``clip_timestamps`` are refused with a
-ValueError naming the option, as is a ``language`` the checkpoint does not declare
-(``DecodingSpec.params["languages"]``, or its single ``"language"``; with neither,
-only None). The other Whisper-specific options (thresholds, suppression, penalties,
+ValueError naming the option. CTC has no language control: ``language`` only labels the
+output, so it must be one the checkpoint declares it transcribes (``LoadedModel.languages``:
+``DecodingSpec.params["languages"]``, or its single ``"language"``; ``en`` on an English
+model); a checkpoint that declares none (a WeNet or icefall one) takes no language but "auto"
+/ unset, since oasr cannot tell whether it transcribes the one asked for, and a label it
+cannot vouch for would be silent garbage. The output reports the request's language, or
+the checkpoint's only one. The other Whisper-specific options (thresholds, suppression, penalties,
 patience, ``best_of``, ...) have no effect.
 
 ``CtcRescoringStrategy`` encodes once (``encode_offline``, then ``ctc_log_probs``), runs
@@ -66,7 +71,6 @@ from oasr.engine.decode.ctc.search import (
 from oasr.engine.decode.windowed import WindowedCounters, WindowedRequest, WindowedStrategy, plan_windows
 from oasr.engine.decode.words import TokenPieces, group_words, timed_word, token_times
 from oasr.engine.outputs import compression_ratio
-from oasr.languages import code_of
 from oasr.models.base import DecodeType
 from oasr.models.loaders import LoadedModel
 
@@ -134,8 +138,6 @@ class CtcDecodeStrategy(WindowedStrategy):
         self.subsampling = int(self.model.encoder.subsampling_rate)
         self.frame_s = self.subsampling * float(self.frontend.frame_shift_s)
         self.params = dict(loaded.decoding_spec.params) if loaded.decoding_spec is not None else {}
-        declared = self.params.get("languages") or ([self.params["language"]] if self.params.get("language") else [])
-        self.languages = tuple(str(x).lower() for x in declared)
         self.pieces = TokenPieces(self.tokenizer, self.skip_ids | {self.blank_id})
         self.lm = (
             LmFusion(NgramLanguageModel(config.lm_path), self.pieces, config.lm_alpha, config.lm_beta)
@@ -168,15 +170,6 @@ class CtcDecodeStrategy(WindowedStrategy):
             if options.beam_size < 2:
                 raise ValueError("hotwords need beam_size > 1 (greedy CTC decoding cannot boost phrases)")
             ContextGraph.from_text(options.hotwords, self.tokenizer, options.hotword_weight)
-        if options.language is not None:
-            lang = str(options.language).lower()
-            if lang not in self.languages:
-                lang = code_of(lang)  # an English name ("English") names its ISO code, as for Whisper
-            if lang not in self.languages:
-                declared = list(self.languages) or "no language (leave language unset)"
-                raise ValueError(f"language={options.language!r}: this checkpoint declares {declared}")
-            if lang != options.language:
-                options = options.replace(language=lang)
         return options
 
     def _new_entry(self, request: Request) -> _Req:
@@ -323,6 +316,7 @@ class CtcDecodeStrategy(WindowedStrategy):
                     end=round(spans[hi - 1][1], 3),
                     text=text,
                     tokens=tokens[lo:hi],
+                    token_times=[(round(a, 3), round(b, 3)) for a, b in spans[lo:hi]],
                     avg_logprob=avg_logprob,
                     compression_ratio=compression_ratio(text),
                     words=timed if req.opts.word_timestamps else None,

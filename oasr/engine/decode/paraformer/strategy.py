@@ -15,11 +15,15 @@ Life of a request:
    (``timestamps.token_times``): from the V2 fires, or from BiCif's upsampled timestamp
    head. Words join the pieces as FunASR does (``text.group_pieces``: CJK characters
    without spaces, ``@@`` pieces glued); segments split at gaps longer than
-   ``SEGMENT_GAP_S``; ``word_timestamps`` attaches the words with their times. A
-   ``seg_dict`` only segments training text and plays no part here.
+   ``SEGMENT_GAP_S``; every segment carries its tokens' times (``Segment.token_times``, in
+   seconds: funasr's ``timestamp`` of each token) and ``word_timestamps`` attaches the words
+   with their times. A ``seg_dict`` only segments training text and plays no part here.
 
-Options: the model only transcribes, with no prompt, sampling, language or hotwords:
-those are refused with a ValueError naming the option. ``beam_size`` has no effect.
+Options: the model only transcribes, with no prompt, sampling or hotwords: those are refused
+with a ValueError naming the option. It has no language control: ``language`` is taken only
+where the checkpoint declares what it transcribes (``LoadedModel.languages``, as for CTC); a
+FunASR directory declares nothing, so only unset / "auto" is accepted. ``beam_size`` has no
+effect.
 """
 
 from __future__ import annotations
@@ -116,8 +120,6 @@ class ParaformerDecodeStrategy(WindowedStrategy):
     def validate(self, options: TranscribeOptions) -> TranscribeOptions:
         options = super().validate(options)
         what = f"{type(self.model).__name__} decoded by 'paraformer'"
-        if options.language is not None:
-            raise ValueError(f"language={options.language!r}: {what} takes no language (leave it unset)")
         if options.hotwords:
             raise ValueError(f"hotwords={options.hotwords!r}: {what} has no hotword biasing")
         return options
@@ -178,6 +180,7 @@ class ParaformerDecodeStrategy(WindowedStrategy):
                     end=timed[-1].end,
                     text=text,
                     tokens=[t.id for t in tokens[first:last]],
+                    token_times=[(round(t.start, 3), round(t.end, 3)) for t in tokens[first:last]],
                     avg_logprob=float(np.mean(np.log(np.maximum(probs, 1e-30)))),
                     compression_ratio=compression_ratio(text),
                     words=timed if req.opts.word_timestamps else None,

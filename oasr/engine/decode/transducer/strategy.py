@@ -21,8 +21,14 @@ The model answers through the contract: ``encode_offline``, ``predictor.label_wi
 and ``transducer_search(enc, enc_lens, *, beam_size, max_sym_per_frame, blank_penalty,
 context_graph)`` returning per-row tokens, emission frames, and (greedy) each token's
 log-probability. A model whose ``encoder_options`` include ``language`` conditions each row
-on its request's language: ``prompt_ids(languages, batch_size, device)`` maps them and
-``encode_offline`` takes them as its third argument.
+on its request's language (resolved by the base ``validate`` to an entry of
+``model.languages``; None: the model's default prompt): ``prompt_ids(languages, batch_size,
+device)`` maps them and ``encode_offline`` takes them as its third argument.
+
+Labels the checkpoint declares special (``TokenizerSpec.special_ids``: a language tag such as
+Nemotron's ``<en-US>``) are dropped with their frames before text and times are built
+(``words.text_labels``, which the streaming search uses too), so an offline transcript and a
+stream of the same audio give the same text.
 
 A word's probability is the mean probability of its tokens where the search reports them
 (greedy); beam search reports the best hypothesis's score, and each of its tokens is given
@@ -42,6 +48,7 @@ from oasr.engine.config import EngineConfig, StrategyOptions, TranscribeOptions
 from oasr.engine.decode.base import StepEvent
 from oasr.engine.decode.ctc.search import CtcHypothesis
 from oasr.engine.decode.ctc.strategy import CtcDecodeStrategy, _Req
+from oasr.engine.decode.words import text_labels
 from oasr.models.base import DecodeType
 from oasr.models.loaders import LoadedModel
 
@@ -86,9 +93,6 @@ class TransducerDecodeStrategy(CtcDecodeStrategy):
             )
         if options.beam_size > 1 and options.max_sym_per_frame not in (None, 1):
             raise ValueError("max_sym_per_frame applies to greedy search; modified beam search emits one per frame")
-        if self.prompted and options.language is not None:
-            self.model.resolve_prompt_id(options.language)  # ValueError for an unknown / ambiguous code
-            return super().validate(options.replace(language=None)).replace(language=options.language)
         return super().validate(options)
 
     def _run_batch(self, batch: list[tuple[_Req, int]], events: list[StepEvent]) -> None:
@@ -134,6 +138,7 @@ class TransducerDecodeStrategy(CtcDecodeStrategy):
                     probs = [math.exp(x) for x in logprobs]
                 else:
                     probs = [math.exp((score or 0.0) / max(1, n))] * len(tokens)
+                tokens, frames, probs = text_labels(self.skip_ids, tokens, frames, probs)
                 hyp = CtcHypothesis(tuple(tokens), tuple(frames), float(score or 0.0))
                 try:
                     req.results[index] = self._window_segments(req, index, hyp, probs, n)
