@@ -137,7 +137,10 @@ def test_cli(family, wav_files, capsys):
     for file in refused:
         (line,) = [x for x in lines if x.startswith(f"oasr transcribe: {file}: ")]
         assert "far outside the [-1, 1] of float audio" in line, line
-    assert not any(x.startswith(f"oasr transcribe: {decoded}") for x in lines), captured.err
+    # the decoded file is not refused (a tiny random LLM may still run to its budget: that warning is fine)
+    assert not any(
+        x.startswith(f"oasr transcribe: {decoded}: ") and "finish_reason 'length'" not in x for x in lines
+    ), captured.err
     assert f"{len(refused)} of {len(refused) + 1} inputs failed" in captured.err
 
 
