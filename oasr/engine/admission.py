@@ -58,15 +58,23 @@ model nearly what a 30-s window of speech does, so this first rate is low (admis
 starts cautious); while it is the only measurement, ``Retry-After`` assumes a full batch
 decodes at that rate per request.
 
+Refused requests keep their place. Each refusal is remembered under the request's
+fingerprint (``oasr.audio.io.fingerprint``: the same upload posted again has the same one)
+with the time it was first refused, until ``GRACE_S`` past the time it was told to come
+back (a client that has not come back by then has gone). A request is decided with every
+refused request older than its own first refusal counted as admitted ahead of it, so the
+clients that retry after ``Retry-After`` are taken in the order they first came: none is
+passed over again and again by newer ones, and the oldest is judged on the admitted
+requests alone.
+
 ``Retry-After`` is the model's time until the request would be admitted: the first time
-at which, the requests ahead having been served (those admitted, and those refused
-earlier and told to come back sooner: counted until they are due, so that a burst of
-refused clients is spread out rather than sent back together), it would finish within
-its budget; at most the request's budget (a later prediction is too uncertain to make a
-client wait on: it comes back and is told again), and while only one request has been
-measured, at most the time that one took (the first real request soon tells more). A request
-that cannot finish within its budget even alone is admitted when the engine holds nothing
-else (it is refused until then).
+at which, the requests ahead having been served (those admitted, and the refused ones
+ahead of it, so that a burst of refused clients is spread out rather than sent back
+together), it would finish within its budget; at most the request's budget (a later
+prediction is too uncertain to make a client wait on: it comes back and is told again),
+and while only one request has been measured, at most the time that one took (the first
+real request soon tells more). A request that cannot finish within its budget even alone
+is admitted when the engine holds nothing else (it is refused until then).
 """
 
 from __future__ import annotations
@@ -81,6 +89,8 @@ RATE_MEMORY_S = 60.0  # busy seconds over which the decode rate forgets (e-foldi
 MIN_RETRY_AFTER_S = 1.0
 ERROR_MEMORY = 32  # finished requests whose prediction errors set the correction
 ERROR_QUANTILE = 0.9  # the correction covers this share of them
+GRACE_S = 10.0  # a refused client not back this long after its Retry-After has gone
+RETURN_SLACK_S = 0.5  # a client may come back this much before its Retry-After
 
 
 class _Ratio:
@@ -151,6 +161,15 @@ class DecodeRate:
 
 
 @dataclass
+class _Waiting:
+    """A refused request, until it is admitted or gone."""
+
+    first: float  # when it was first refused: its place
+    duration: float
+    due: float  # when it was told to come back
+
+
+@dataclass
 class _Admitted:
     duration: float
     target: float  # when (time.monotonic) it must be predicted to finish by: HEADROOM of its budget
@@ -169,7 +188,8 @@ class Admission:
     def __init__(self, rate: DecodeRate) -> None:
         self.rate = rate
         self.admitted: dict[str, _Admitted] = {}
-        self.promised: list[tuple[float, float]] = []  # (due, seconds of audio) of refused requests
+        self.waiting: dict[str, list[_Waiting]] = {}  # refused requests by fingerprint, oldest first
+        self._anonymous = 0  # keys for refused requests without a fingerprint
         self.errors: deque[float] = deque(maxlen=ERROR_MEMORY)  # finished requests' time / predicted time
         self._virtual = 0.0  # audio seconds each admitted request has been served since time zero
         self._clock: float | None = None
@@ -210,16 +230,40 @@ class Admission:
             before += r
         return out
 
-    def refusal(self, duration_s: float, budget_s: float | None, now: float | None = None) -> float | None:
-        """None if a request of ``duration_s`` with ``budget_s`` may be admitted now, else
-        the seconds until it may (its ``Retry-After``). Nothing is recorded."""
+    def _ahead(self, key: str | None, now: float) -> list[float]:
+        """Durations of the refused requests ahead of one with fingerprint ``key``: those first
+        refused before it was (all of them, for one never refused). Forgets the gone ones."""
+        for k in list(self.waiting):
+            kept = [w for w in self.waiting[k] if w.due + GRACE_S > now]
+            if kept:
+                self.waiting[k] = kept
+            else:
+                del self.waiting[k]
+        mine = self._returning(key, now)
+        since = mine.first if mine is not None else math.inf
+        return [w.duration for entries in self.waiting.values() for w in entries if w.first < since]
+
+    def _returning(self, key: str | None, now: float) -> _Waiting | None:
+        """The refusal a request with ``key`` arriving at ``now`` comes back from: the oldest under
+        ``key`` already due (one not due yet is another client's with the same audio)."""
+        for w in self.waiting.get(key, ()) if key is not None else ():
+            if w.due <= now + RETURN_SLACK_S:
+                return w
+        return None
+
+    def refusal(
+        self, duration_s: float, budget_s: float | None, now: float | None = None, key: str | None = None
+    ) -> float | None:
+        """None if a request of ``duration_s`` with ``budget_s`` (fingerprint ``key``) may be
+        admitted now, else the seconds until it may (its ``Retry-After``). Nothing is recorded."""
         now = time.monotonic() if now is None else now
         self._advance(now)
         rate, speed = self.rate.admit, self.rate.speed
-        if budget_s is None or rate is None or speed is None or not self.admitted:
+        ahead = self._ahead(key, now)
+        if budget_s is None or rate is None or speed is None or not (self.admitted or ahead):
             return None
         c, d = self.correction, duration_s
-        left = [self._left(a) for a in self.admitted.values()]
+        left = [self._left(a) for a in self.admitted.values()] + ahead
         own = c * max((sum(min(r, d) for r in left) + d) / rate, d / speed)
         # An admitted request already predicted late (taken alone though it cannot make it, or a
         # prediction gone wrong) is not protected: refusing others would not save it.
@@ -227,20 +271,22 @@ class Admission:
         pushed = any(now + c * before <= entry.target < now + c * after for entry, before, after in finishes)
         if own <= HEADROOM * budget_s and not pushed:
             return None
-        return self.retry_after(duration_s, budget_s, now)
+        return self.retry_after(duration_s, budget_s, now, key)
 
-    def retry_after(self, duration_s: float, budget_s: float, now: float | None = None) -> float:
-        """The model's seconds until a request of ``duration_s`` would fit its budget: the
-        first time, as the requests ahead (admitted, and refused ones due back sooner) are
-        served, at which it would finish within ``HEADROOM`` of ``budget_s``."""
+    def retry_after(
+        self, duration_s: float, budget_s: float, now: float | None = None, key: str | None = None
+    ) -> float:
+        """The model's seconds until a request of ``duration_s`` (fingerprint ``key``) would fit
+        its budget: the first time, as the requests ahead of it (admitted, and refused ones
+        first refused before it) are served, at which it would finish within ``HEADROOM`` of
+        ``budget_s``."""
         now = time.monotonic() if now is None else now
         self._advance(now)
         rate = self.rate.retry
         if rate is None:
             return MIN_RETRY_AFTER_S
         rate /= self.correction
-        self.promised = [(due, s) for due, s in self.promised if due > now]
-        ahead = sorted([self._left(a) for a in self.admitted.values()] + [s for _, s in self.promised])
+        ahead = sorted([self._left(a) for a in self.admitted.values()] + self._ahead(key, now))
         d, limit = duration_s, HEADROOM * budget_s
 
         def fits(k: int) -> bool:  # after the k shortest are done (each of the rest served ahead[k-1])
@@ -267,15 +313,33 @@ class Admission:
         cap = budget_s if self.rate.measured >= 2 else self.rate.first_request_s
         return max(MIN_RETRY_AFTER_S, min(wait, cap))
 
-    def promise(self, duration_s: float, retry_after_s: float, now: float | None = None) -> None:
-        """Record a refused request told to come back in ``retry_after_s``."""
+    def promise(
+        self, duration_s: float, retry_after_s: float, now: float | None = None, key: str | None = None
+    ) -> None:
+        """Record a refused request (fingerprint ``key``) told to come back in ``retry_after_s``:
+        a request with ``key`` refused before keeps its first place, with this new due time."""
         now = time.monotonic() if now is None else now
-        self.promised.append((now + retry_after_s, duration_s))
+        if key is None:
+            self._anonymous += 1
+            key = f"\0anonymous-{self._anonymous}"
+        mine = self._returning(key, now)
+        if mine is not None:
+            mine.due, mine.duration = now + retry_after_s, duration_s
+        else:
+            self.waiting.setdefault(key, []).append(_Waiting(now, duration_s, now + retry_after_s))
 
-    def admit(self, rid: str, duration_s: float, budget_s: float | None, now: float | None = None) -> None:
-        """Count ``rid`` as admitted (its budget from ``now``; None: no deadline)."""
+    def admit(
+        self, rid: str, duration_s: float, budget_s: float | None, now: float | None = None, key: str | None = None
+    ) -> None:
+        """Count ``rid`` (fingerprint ``key``) as admitted (its budget from ``now``; None: no
+        deadline); the oldest refusal under ``key`` is settled."""
         now = time.monotonic() if now is None else now
         self._advance(now)
+        mine = self._returning(key, now)
+        if mine is not None:
+            self.waiting[key].remove(mine)
+            if not self.waiting[key]:
+                del self.waiting[key]
         target = math.inf if budget_s is None else now + HEADROOM * budget_s
         self.admitted[rid] = _Admitted(duration_s, target, self._virtual, now)
         rate, speed = self.rate.admit, self.rate.speed

@@ -46,7 +46,7 @@ from typing import Any
 
 import torch
 
-from oasr.audio.io import probe_duration
+from oasr.audio.io import fingerprint, probe_duration
 from oasr.engine.admission import Admission, DecodeRate
 from oasr.engine.chunking import VadSplitter
 from oasr.engine.config import TranscribeOptions
@@ -291,12 +291,13 @@ class AsyncEngine(EngineCore):
         rid = request_id or self.new_request_id()
         self._admitted += 1  # holds its place in the queue while its header is read
         decided: float | None = None  # the duration admission decided on
+        key: str | None = None  # the audio's fingerprint: a refused client's place when it retries
         try:
             if timeout is not None:
                 # The header says how long the audio is: decide before decoding a sample of it.
-                probed = await loop.run_in_executor(None, probe_duration, source, self.sampling_rate)
+                probed, key = await loop.run_in_executor(None, _probe, source, self.sampling_rate)
                 if probed is not None:
-                    self._decide(rid, probed, timeout, submitted, loop)
+                    self._decide(rid, probed, timeout, submitted, loop, key)
                     decided = probed
             longest = self.config.max_audio_s if self.config.max_audio_s is not None else 4 * 3600.0
             deadline = _deadline(timeout, decided if decided is not None else longest, submitted)
@@ -318,7 +319,7 @@ class AsyncEngine(EngineCore):
                 # the decode loop has spent anything on it.
                 self.admission.release(rid)
                 try:
-                    self._decide(rid, request.duration, timeout, submitted, loop)
+                    self._decide(rid, request.duration, timeout, submitted, loop, key)
                 except AdmissionRefused:
                     _close_features(request)
                     raise
@@ -350,17 +351,18 @@ class AsyncEngine(EngineCore):
         handle.budget = 0.0 if deadline is None else deadline - submitted
         return rid, handle, deadline
 
-    def _decide(self, rid: str, duration: float, timeout: Timeout, submitted: float, loop) -> None:
+    def _decide(self, rid: str, duration: float, timeout: Timeout, submitted: float, loop, key: str | None) -> None:
         """Admit ``rid`` (``duration`` seconds; budget from ``timeout``, counted from
-        ``submitted``) into the admission model, or raise ``AdmissionRefused``."""
+        ``submitted``; its audio's fingerprint ``key``) into the admission model, or raise
+        ``AdmissionRefused``."""
         budget = None
         if timeout is not None:
             spent = loop.time() - submitted  # reading the header
             budget = (timeout(duration) if callable(timeout) else timeout) - spent
-        retry_after = self.admission.refusal(duration, budget)
+        retry_after = self.admission.refusal(duration, budget, key=key)
         if retry_after is not None:
             self._refusals["deadline"] += 1
-            self.admission.promise(duration, retry_after)
+            self.admission.promise(duration, retry_after, key=key)
             rate = self.rate.admit or 0.0
             raise AdmissionRefused(
                 f"the engine cannot finish {duration:.1f} s of audio within this request's {budget:.0f}-s budget "
@@ -369,7 +371,7 @@ class AsyncEngine(EngineCore):
                 retry_after,
                 "deadline",
             )
-        self.admission.admit(rid, duration, budget)
+        self.admission.admit(rid, duration, budget, key=key)
 
     def _release(self, rid: str, handle: _Handle) -> None:
         self._admitted -= 1
@@ -642,6 +644,11 @@ async def _wait(awaitable, deadline: float | None, loop: asyncio.AbstractEventLo
 
 def _fail_handle(handle: _Handle, exc: BaseException) -> None:
     handle.deliver(StepEvent("", "error", error=exc))
+
+
+def _probe(source, sampling_rate: int) -> tuple[float | None, str | None]:
+    """The duration from ``source``'s header, and its fingerprint (admission's, before any decoding)."""
+    return probe_duration(source, sampling_rate), fingerprint(source)
 
 
 def _deadline(timeout: Timeout, duration: float, start: float) -> float | None:

@@ -171,3 +171,74 @@ def test_the_two_rates():
     assert rate.admit == pytest.approx((10 * keep + 10) / (5 * keep + 5))
     assert rate.speed == pytest.approx((10 * keep + 10) / (5 * keep + 10))
     assert rate.retry == pytest.approx(max(rate.admit, (10 * keep + 10) / (2.5 * keep + 7.5)))
+
+
+def test_a_refused_client_keeps_its_place_against_newer_ones():
+    # 8 admitted fill the budget (see above). "old" is refused first, "new" after it; when room
+    # for one request opens, the one that came first gets it, whichever comes back first.
+    adm = Admission(_rate(1.0))
+    for i in range(8):
+        adm.admit(f"r{i}", 10.0, 100.0, now=0.0)
+    old = adm.refusal(10.0, 100.0, now=0.0, key="old")
+    adm.promise(10.0, old, now=0.0, key="old")
+    new = adm.refusal(10.0, 100.0, now=1.0, key="new")
+    adm.promise(10.0, new, now=1.0, key="new")
+    assert new > old
+    adm.release("r0", now=20.0)  # room for one
+    # "new" comes back early: "old" is counted ahead of it, so it is refused ...
+    assert adm.refusal(10.0, 100.0, now=20.0, key="new") is not None
+    # ... while a never-refused newcomer has both ahead of it ...
+    assert adm.refusal(10.0, 100.0, now=20.0, key="other") is not None
+    # ... and "old", back at its time, is judged on the admitted requests alone.
+    assert adm.refusal(10.0, 100.0, now=max(old, 20.0), key="old") is None
+    adm.admit("old", 10.0, 100.0, now=max(old, 20.0), key="old")
+    assert "old" not in adm.waiting and "new" in adm.waiting
+
+
+def test_two_clients_with_the_same_audio_keep_two_places():
+    adm = Admission(_rate(1.0))
+    for i in range(8):
+        adm.admit(f"r{i}", 10.0, 100.0, now=0.0)
+    for now in (0.0, 1.0):  # the second is refused before the first is due back: a new place
+        adm.promise(10.0, adm.refusal(10.0, 100.0, now=now, key="same"), now=now, key="same")
+    assert len(adm.waiting["same"]) == 2
+    first_due = adm.waiting["same"][0].due
+    adm.promise(10.0, 5.0, now=first_due, key="same")  # the first back, refused again: same place
+    assert len(adm.waiting["same"]) == 2 and adm.waiting["same"][0].first == 0.0
+
+
+def test_a_refused_client_that_never_comes_back_is_forgotten():
+    from oasr.engine.admission import GRACE_S
+
+    adm = Admission(_rate(1.0))
+    for i in range(8):
+        adm.admit(f"r{i}", 10.0, 100.0, now=0.0)
+    retry = adm.refusal(10.0, 100.0, now=0.0, key="gone")
+    adm.promise(10.0, retry, now=0.0, key="gone")
+    for i in range(8):
+        adm.release(f"r{i}", now=retry)
+    # Past its due time and the grace, it no longer holds a place: the engine is free.
+    assert adm.refusal(10.0, 100.0, now=retry + GRACE_S + 1.0, key="newcomer") is None
+    assert not adm.waiting
+
+
+def test_fingerprint_identifies_the_content(tmp_path):
+    import io
+
+    import numpy as np
+
+    from oasr.audio.io import fingerprint
+
+    data = np.random.default_rng(0).bytes(3 << 20)  # past the head and tail a fingerprint reads
+    other = data[:-1] + bytes([data[-1] ^ 1])  # one bit at the end
+    path = tmp_path / "a.wav"
+    path.write_bytes(data)
+    f = io.BytesIO(data)
+    f.seek(123)
+    assert fingerprint(data) == fingerprint(str(path)) == fingerprint(f) == fingerprint(bytearray(data))
+    assert f.tell() == 123
+    assert fingerprint(other) != fingerprint(data)
+    assert fingerprint(data[:-1]) != fingerprint(data)
+    wave = np.zeros(16000, np.float32)
+    assert fingerprint(wave) == fingerprint(wave.copy()) != fingerprint(np.zeros(16001, np.float32))
+    assert fingerprint(str(tmp_path / "missing.wav")) is None
