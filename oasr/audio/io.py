@@ -48,6 +48,7 @@ convert), so 16 kHz arrays load, and the engine imports, where they are not inst
 from __future__ import annotations
 
 import functools
+import hashlib
 import io
 import logging
 import os
@@ -69,6 +70,7 @@ __all__ = [
     "check_samples",
     "iter_audio",
     "load_audio",
+    "probe_duration",
 ]
 
 logger = logging.getLogger(__name__)
@@ -290,6 +292,110 @@ def iter_audio(
         pieces = _container_pieces(source, name, max_duration_s)
 
     return _resample_and_chunk(pieces, sampling_rate, chunk_samples, name, max_duration_s)
+
+
+def probe_duration(source: AudioSource, sampling_rate: int = SAMPLE_RATE) -> float | None:
+    """Seconds of audio in ``source``, read from its shape or its container's header
+    without decoding a sample (what a server can know of a request before spending work
+    on it).
+
+    Exact where the container declares its length (WAV, FLAC, MP4, ...); FFmpeg's
+    bitrate estimate for the others (MP3 without a Xing / Info frame, ADTS AAC).
+
+    Args:
+        source: As for :func:`load_audio`; an array is taken to be at ``sampling_rate``.
+        sampling_rate: The rate of an array source.
+
+    Returns:
+        The duration, or None when the header declares none, or cannot be read (decoding
+        the source then says what is wrong with it). A file object is left at the
+        position it had.
+    """
+    if isinstance(source, (np.ndarray, torch.Tensor)):
+        shape = tuple(source.shape)
+        if len(shape) not in (1, 2) or not shape[-1]:
+            return None
+        return max(shape) / sampling_rate  # (samples,), (channels, samples) or (samples, channels)
+    tell = getattr(source, "tell", None)
+    start = tell() if callable(tell) and _seekable(source) else None
+    try:
+        target, head = _open_source(source, _describe(source))
+        if head is None:  # a pipe: its bytes are for the decoder
+            return None
+        av = _av()
+        with av.open(target, mode="r", metadata_errors="ignore") as container:
+            if not container.streams.audio:
+                return None
+            stream = container.streams.audio[0]
+            declared = _declared_seconds(container, stream, head)
+            if declared is None and stream.duration is not None and stream.time_base is not None:
+                declared = float(stream.duration * stream.time_base)
+            if declared is None and container.duration is not None:
+                declared = container.duration / av.time_base
+            return declared if declared is not None and declared > 0 else None
+    except (OSError, ValueError, TypeError, _av().error.FFmpegError):
+        return None
+    finally:
+        if start is not None:
+            source.seek(start)  # type: ignore[union-attr]
+
+
+_PRINT_HEAD = 1 << 20  # bytes of a source a fingerprint reads from its start ...
+_PRINT_TAIL = 1 << 16  # ... and from its end
+
+
+def fingerprint(source: AudioSource) -> str | None:
+    """A short digest identifying ``source``'s content: the same audio posted again has the
+    same one (what lets a server keep a refused client's place when it retries). It reads
+    the size and at most the first MiB and the last 64 KiB, so it is cheap on any upload.
+
+    Returns:
+        The digest, or None for a source that cannot be read twice (a pipe) or cannot be read.
+        A file object is left at the position it had.
+    """
+    digest = hashlib.blake2b(digest_size=16)
+    if isinstance(source, torch.Tensor):
+        source = source.detach().cpu().numpy()
+    if isinstance(source, np.ndarray):
+        data = memoryview(np.ascontiguousarray(source)).cast("B")
+        digest.update(f"{source.dtype}{source.shape}".encode())
+        digest.update(data[:_PRINT_HEAD])
+        digest.update(data[-_PRINT_TAIL:])
+        return digest.hexdigest()
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        data = memoryview(source).cast("B")
+        digest.update(str(len(data)).encode())
+        digest.update(data[:_PRINT_HEAD])
+        digest.update(data[-_PRINT_TAIL:])
+        return digest.hexdigest()
+    try:
+        if isinstance(source, (str, os.PathLike)):
+            with open(source, "rb") as f:
+                return _fingerprint_file(f, digest)
+        if not _seekable(source):
+            return None
+        start = source.tell()  # type: ignore[union-attr]
+        try:
+            return _fingerprint_file(source, digest)  # type: ignore[arg-type]
+        finally:
+            source.seek(start)  # type: ignore[union-attr]
+    except (OSError, ValueError, TypeError):
+        return None
+
+
+def _fingerprint_file(f: BinaryIO, digest) -> str:
+    size = f.seek(0, os.SEEK_END)
+    digest.update(str(size).encode())
+    f.seek(0)
+    digest.update(f.read(_PRINT_HEAD))
+    f.seek(max(0, size - _PRINT_TAIL))
+    digest.update(f.read(_PRINT_TAIL))
+    return digest.hexdigest()
+
+
+def _seekable(source: object) -> bool:
+    seekable = getattr(source, "seekable", None)
+    return callable(seekable) and bool(seekable())
 
 
 # ---------------------------------------------------------------------------

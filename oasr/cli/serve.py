@@ -6,8 +6,9 @@ with continuous batching, and live transcription over a WebSocket (``/v1/audio/s
 Start-up binds the port first (taken: exit 2 with a message, before any model load),
 then loads the model (a model that does not load exits with code 2 and its message, as
 the other subcommands), then decodes one second of silence (fails: exit 2, the server
-does not start); only then does it listen, so ``/health`` says ok only for an engine
-that has decoded. Stop with Ctrl-C or SIGTERM: the server stops accepting, lets running
+does not start; its time is the engine's first measure of its decode rate, for admission:
+``oasr.engine.admission``); only then does it listen, so ``/health`` says ok only for an
+engine that has decoded. Stop with Ctrl-C or SIGTERM: the server stops accepting, lets running
 requests finish for up to ``--graceful-shutdown`` seconds, answers the rest 503, then
 shuts the engine down. If the engine's decode loop dies, waiting requests get 503,
 ``/health`` says 503 and the process exits with code 3 so that a supervisor restarts it
@@ -128,15 +129,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         type=positive_int,
         default=DEFAULT_MAX_QUEUE,
         metavar="N",
-        help=f"requests in the engine at once; more get 429 (default {DEFAULT_MAX_QUEUE})",
+        help=f"requests in the engine at once (a bound beside admission); more get 429 (default {DEFAULT_MAX_QUEUE})",
     )
     s.add_argument(
         "--request-timeout",
         type=positive_float,
         default=None,
         metavar="S",
-        help="seconds a request may spend decoding audio and transcribing before it gets 504 and is aborted "
-        f"(default: {TIMEOUT_BASE_S:g} s plus {TIMEOUT_PER_AUDIO_S:g} s per second of audio)",
+        help="a request's budget: the client's deadline, in seconds from the end of its upload "
+        f"(default: {TIMEOUT_BASE_S:g} s plus {TIMEOUT_PER_AUDIO_S:g} s per second of audio). Admission is honest: "
+        "a request the server does not predict to finish within it (from its measured decode rate and the "
+        "requests it holds) gets 429 with Retry-After at once, before any work; one admitted gets 504 at its "
+        "deadline only if the prediction was badly wrong (counted in oasr_deadline_misses_total)",
     )
     s.add_argument(
         "--upload-idle-timeout",

@@ -8,8 +8,15 @@ upload never stalls the running batch. Callers ``await transcribe(...)`` or
 iterate ``stream(...)``; cancelling the awaiting task (a client that went away,
 a timeout) aborts the request and frees its rows at the next step.
 
-The queue is bounded: past ``EngineConfig.max_queue_size`` admitted requests,
-``transcribe`` raises ``EngineOverloaded`` at once.
+Admission is honest (``oasr.engine.admission``): a request with a timeout (its budget,
+counted from submission) has its duration read from its header before any work is spent
+on it, and is refused at once with ``AdmissionRefused`` (an ``EngineOverloaded`` carrying
+``retry_after_s``) when the engine, at its measured decode rate and with the requests it
+holds, is not predicted to finish it within its budget, or would then miss an admitted
+request's. A request that is admitted finishes unless that prediction was badly wrong: it
+is cut at its deadline (``RequestTimeout``) all the same, and counted in
+``EngineStats.deadline_misses``. The queue is bounded too: past
+``EngineConfig.max_queue_size`` admitted requests, ``transcribe`` refuses at once.
 
 One request never takes the loop down. Everything the thread does to the strategy
 (admit, step, abort) runs under the decode's inference mode, and each of those calls
@@ -27,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import queue
 import threading
 import time
@@ -38,6 +46,8 @@ from typing import Any
 
 import torch
 
+from oasr.audio.io import fingerprint, probe_duration
+from oasr.engine.admission import Admission, DecodeRate
 from oasr.engine.chunking import VadSplitter
 from oasr.engine.config import TranscribeOptions
 from oasr.engine.decode.base import EngineOverloaded, Request, StepEvent
@@ -55,10 +65,26 @@ class EngineStopped(RuntimeError):
     """The engine has been shut down, or its decode loop died."""
 
 
+class AdmissionRefused(EngineOverloaded):
+    """The engine does not take this request now; no work was spent on it.
+
+    Attributes:
+        retry_after_s: the engine's estimate of when it would take it.
+        reason: "deadline" (it would not finish within its budget, or would make an admitted
+            request miss its own) or "queue_full" (``max_queue_size`` requests admitted).
+    """
+
+    def __init__(self, message: str, retry_after_s: float, reason: str) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+        self.reason = reason
+
+
 Timeout = float | Callable[[float], float] | None
-"""Seconds a request may take from admission; or a function of its audio's duration
-(seconds) giving that budget once the audio is decoded (before that, the budget of the
-longest audio the engine admits)."""
+"""Seconds a request may take from submission (its budget); or a function of its audio's
+duration (seconds) giving it: the duration read from the container's header, then the
+decoded audio's (without a header duration, the budget of the longest audio the engine
+admits until the audio is decoded)."""
 
 
 @dataclass
@@ -70,6 +96,7 @@ class _Handle:
     budget: float = 0.0  # seconds from admission it may take (for the timeout message)
     request: Request | None = None  # as submitted (source + options), to decode it again in quarantine
     delivered: int = 0  # segment / delta events delivered (a quarantined rerun skips as many)
+    missed: bool = False  # cut at its deadline
 
     def deliver(self, event: StepEvent) -> None:
         if self.events is not None:
@@ -98,6 +125,13 @@ class EngineStats:
     aborted: int = 0
     quarantined: int = 0  # requests decoded again alone after a failure beside them
     audio_seconds: float = 0.0
+    prepared: int = 0  # requests whose audio was decoded and featurised
+    refused_deadline: int = 0  # refused before any work: not predicted to finish within their budget
+    refused_queue_full: int = 0  # refused before any work: max_queue_size requests admitted
+    deadline_misses: int = 0  # admitted requests cut at their deadline all the same
+    decode_rate: float = 0.0  # audio seconds decoded per wall second, as admission measures it (0: unknown)
+    backlog_seconds: float = 0.0  # audio seconds admitted and not finished
+    prediction_correction: float = 1.0  # what admission multiplies its predictions by (recent errors)
 
 
 class AsyncEngine(EngineCore):
@@ -119,6 +153,17 @@ class AsyncEngine(EngineCore):
         self._counts = {"finished": 0, "failed": 0, "aborted": 0, "quarantined": 0}
         self._admitted = 0
         self._preparing = 0
+        self.rate = DecodeRate(self.config.max_batch_size)
+        self.admission = Admission(self.rate)  # event-loop side: what is admitted, the decisions
+        self._refusals = {"deadline": 0, "queue_full": 0}
+        self._misses = 0
+        self._prepared = 0
+        # Engine-thread side of the rate: busy time, and each request's even share of it.
+        self._busy_total = 0.0
+        self._busy_since_finish = 0.0
+        self._shares: dict[str, float] = {}
+        self._lives: dict[str, float] = {}
+        self._durations: dict[str, float] = {}
         self._audio_seconds = 0.0
         self._death: BaseException | None = None
         self._death_callbacks: list[Callable[[BaseException], None]] = []
@@ -153,7 +198,12 @@ class AsyncEngine(EngineCore):
     def stats(self) -> EngineStats:
         """The latest snapshot (cheap; safe from any thread)."""
         s = self._stats
-        s.admitted, s.preparing = self._admitted, self._preparing
+        s.admitted, s.preparing, s.prepared = self._admitted, self._preparing, self._prepared
+        s.refused_deadline, s.refused_queue_full = self._refusals["deadline"], self._refusals["queue_full"]
+        s.deadline_misses = self._misses
+        s.decode_rate = self.rate.admit or 0.0
+        s.backlog_seconds = self.admission.backlog_s
+        s.prediction_correction = self.admission.correction
         return s
 
     async def transcribe(
@@ -170,12 +220,15 @@ class AsyncEngine(EngineCore):
         Args:
             source: a path, bytes, a binary file object or a waveform.
             options: validated options (``make_options``).
-            timeout: seconds before the request is aborted with ``RequestTimeout``, or a
-                function of the audio's duration giving them (see ``Timeout``).
+            timeout: the request's budget: seconds from submission before it is aborted with
+                ``RequestTimeout``, or a function of the audio's duration giving them (see
+                ``Timeout``). A request not predicted to finish within it is refused at once
+                (``AdmissionRefused``; see the module notes).
             min_duration_s: shorter audio is refused with a ValueError.
 
         Raises:
-            EngineOverloaded: the queue is full.
+            AdmissionRefused: the queue is full, or the request would not finish within its
+                budget (``retry_after_s``: when it would); no work was spent on it.
             ValueError: bad audio (``AudioDecodeError``) or too short.
             RequestTimeout: ``timeout`` elapsed (the request was aborted).
         """
@@ -184,7 +237,7 @@ class AsyncEngine(EngineCore):
         try:
             return await _wait(asyncio.shield(handle.future), deadline, loop)
         except asyncio.TimeoutError:
-            raise _timed_out(rid, handle) from None
+            raise self._timed_out(rid, handle) from None
         finally:
             self._release(rid, handle)
 
@@ -211,12 +264,13 @@ class AsyncEngine(EngineCore):
                 if event.kind == "finished":
                     return
         except asyncio.TimeoutError:
-            raise _timed_out(rid, handle) from None
+            raise self._timed_out(rid, handle) from None
         finally:
             self._release(rid, handle)
 
     async def _admit(self, source, options, request_id, timeout: Timeout, min_duration_s, *, stream: bool):
-        """Prepare (decode + featurise) in the pool, then hand the request to the engine thread.
+        """Decide on the request from its header's duration (refusing it before any work),
+        prepare it (decode + featurise) in the pool, then hand it to the engine thread.
 
         Returns ``(request id, handle, deadline)``, the deadline on the loop's clock (None: none)."""
         if self._death is not None:
@@ -224,36 +278,64 @@ class AsyncEngine(EngineCore):
         if self._stop.is_set():
             raise EngineStopped("the engine has been shut down")
         if self._admitted >= self.config.max_queue_size:
-            raise EngineOverloaded(
+            self._refusals["queue_full"] += 1
+            backlog = self.admission.backlog_s / max(1, len(self.admission.admitted))
+            raise AdmissionRefused(
                 f"the engine is at capacity ({self._admitted} requests queued or running; "
-                f"max_queue_size={self.config.max_queue_size})"
+                f"max_queue_size={self.config.max_queue_size})",
+                self.admission.retry_after(backlog, math.inf),
+                "queue_full",
             )
         loop = asyncio.get_running_loop()
         submitted = loop.time()
-        longest = self.config.max_audio_s if self.config.max_audio_s is not None else 4 * 3600.0
-        deadline = _deadline(timeout, longest, submitted)
         rid = request_id or self.new_request_id()
-        self._admitted += 1
-        self._preparing += 1
+        self._admitted += 1  # holds its place in the queue while its header is read
+        decided: float | None = None  # the duration admission decided on
+        key: str | None = None  # the audio's fingerprint: a refused client's place when it retries
         try:
-            request = await _wait(
-                loop.run_in_executor(self._executor, self.splitter.prepare, Request(rid, source, options)),
-                deadline,
-                loop,
-            )
+            if timeout is not None:
+                # The header says how long the audio is: decide before decoding a sample of it.
+                probed, key = await loop.run_in_executor(None, _probe, source, self.sampling_rate)
+                if probed is not None:
+                    self._decide(rid, probed, timeout, submitted, loop, key)
+                    decided = probed
+            longest = self.config.max_audio_s if self.config.max_audio_s is not None else 4 * 3600.0
+            deadline = _deadline(timeout, decided if decided is not None else longest, submitted)
+            self._preparing += 1
+            try:
+                request = await _wait(
+                    loop.run_in_executor(self._executor, self.splitter.prepare, Request(rid, source, options)),
+                    deadline,
+                    loop,
+                )
+            finally:
+                self._preparing -= 1
+            self._prepared += 1
             if request.duration < min_duration_s:
                 request.features.close()
                 raise audio_too_short(request.duration, min_duration_s)
+            if decided is None or request.duration > decided * 1.1 + 1.0:
+                # No header duration (or one far short of the audio): decide now, still before
+                # the decode loop has spent anything on it.
+                self.admission.release(rid)
+                try:
+                    self._decide(rid, request.duration, timeout, submitted, loop, key)
+                except AdmissionRefused:
+                    _close_features(request)
+                    raise
+            else:
+                self.admission.resize(rid, request.duration)
         except BaseException as e:
             self._admitted -= 1
+            self.admission.release(rid, finished=isinstance(e, asyncio.TimeoutError))
             if isinstance(e, asyncio.TimeoutError):
+                self._misses += 1
                 budget = (deadline or submitted) - submitted
                 raise RequestTimeout(
-                    f"request {rid} timed out after {budget:.0f} s while its audio was being decoded"
+                    f"request {rid} did not finish within its {budget:.0f}-s budget (it ran out while its "
+                    "audio was being decoded) and was aborted"
                 ) from None
             raise
-        finally:
-            self._preparing -= 1
         handle = _Handle(loop, loop.create_future(), asyncio.Queue() if stream else None)
         handle.request = Request(rid, source, options, duration=request.duration)
         self._handles[rid] = handle
@@ -261,6 +343,7 @@ class AsyncEngine(EngineCore):
             _close_features(request)
             self._handles.pop(rid, None)
             self._admitted -= 1
+            self.admission.release(rid)
             raise EngineStopped(f"the engine's decode loop died ({type(self._death).__name__}: {self._death})")
         self._inbox.put(("add", request))
         self._wake.set()
@@ -268,14 +351,45 @@ class AsyncEngine(EngineCore):
         handle.budget = 0.0 if deadline is None else deadline - submitted
         return rid, handle, deadline
 
+    def _decide(self, rid: str, duration: float, timeout: Timeout, submitted: float, loop, key: str | None) -> None:
+        """Admit ``rid`` (``duration`` seconds; budget from ``timeout``, counted from
+        ``submitted``; its audio's fingerprint ``key``) into the admission model, or raise
+        ``AdmissionRefused``."""
+        budget = None
+        if timeout is not None:
+            spent = loop.time() - submitted  # reading the header
+            budget = (timeout(duration) if callable(timeout) else timeout) - spent
+        retry_after = self.admission.refusal(duration, budget, key=key)
+        if retry_after is not None:
+            self._refusals["deadline"] += 1
+            self.admission.promise(duration, retry_after, key=key)
+            rate = self.rate.admit or 0.0
+            raise AdmissionRefused(
+                f"the engine cannot finish {duration:.1f} s of audio within this request's {budget:.0f}-s budget "
+                f"now ({len(self.admission.admitted)} requests, {self.admission.backlog_s:.0f} s of audio admitted; "
+                f"decoding {rate:.2f} s of audio per second); retry in {retry_after:.0f} s",
+                retry_after,
+                "deadline",
+            )
+        self.admission.admit(rid, duration, budget, key=key)
+
     def _release(self, rid: str, handle: _Handle) -> None:
         self._admitted -= 1
+        future = handle.future
+        answered = future.done() and not future.cancelled() and future.exception() is None
+        self.admission.release(rid, finished=answered or handle.missed)  # its time vs. the prediction
         if not handle.future.done():
             # The caller went away (cancelled, timed out, stopped iterating): abort.
             handle.future.cancel()
             self._inbox.put(("abort", rid))
             self._wake.set()
         self._handles.pop(rid, None)
+
+    def _timed_out(self, rid: str, handle: _Handle) -> RequestTimeout:
+        """An admitted request reached its deadline: counted as a miss of the admission's prediction."""
+        self._misses += 1
+        handle.missed = True
+        return RequestTimeout(f"request {rid} did not finish within its {handle.budget:.0f}-s budget and was aborted")
 
     async def open_stream(self, **options: Any):
         """Open a live stream (``oasr.engine.streaming.api``): ``feed`` / ``finish`` queue
@@ -345,17 +459,45 @@ class AsyncEngine(EngineCore):
             if strategy.num_unfinished() == 0:
                 self._next_in_quarantine()
                 if strategy.num_unfinished() == 0:
+                    self._busy_since_finish = 0.0  # idle: what was spent on aborted work is not the next one's
                     self._publish()
                     continue
             running = sorted(self._live)
+            started = time.perf_counter()
             try:
                 events = strategy.step()
             except Exception as e:
                 events = self._step_failed(e, running)
+            self._account(time.perf_counter() - started)
             for event in events:
                 self._count_and_deliver(event)
             self._stats.steps += 1
             self._publish()
+
+    def _account(self, busy: float) -> None:
+        """A step took ``busy`` seconds: the decode rate's clocks (see ``oasr.engine.admission``)."""
+        self._busy_total += busy
+        self._busy_since_finish += busy
+        if self._shares:
+            share = busy / len(self._shares)
+            for rid in self._shares:
+                self._shares[rid] += share
+                self._lives[rid] += busy
+
+    def _measure(self, rid: str) -> None:
+        """``rid`` finished: its audio and the busy time it took go into the decode rate."""
+        share = self._shares.pop(rid, None)
+        life = self._lives.pop(rid, 0.0)
+        duration = self._durations.pop(rid, 0.0)
+        if share is None:
+            return
+        self.rate.finished(duration, self._busy_since_finish, share, life, self._busy_total)
+        self._busy_since_finish = 0.0
+
+    def _forget(self, rid: str) -> None:
+        self._shares.pop(rid, None)
+        self._lives.pop(rid, None)
+        self._durations.pop(rid, None)
 
     def _add(self, request: Request) -> None:
         """Admit a prepared request; one the strategy refuses fails alone."""
@@ -363,12 +505,16 @@ class AsyncEngine(EngineCore):
         try:
             self.splitter.add_request(request)
             self._live.add(request.request_id)
+            self._shares.setdefault(request.request_id, 0.0)
+            self._lives.setdefault(request.request_id, 0.0)
+            self._durations[request.request_id] = request.duration
         except Exception as e:
             self._safe_abort(request.request_id)  # whatever part of it the strategy took
             _close_features(request)
             self._count_and_deliver(StepEvent(request.request_id, "error", error=e))
 
     def _abort(self, rid: str) -> None:
+        self._forget(rid)
         self._quarantine = deque(q for q in self._quarantine if q != rid)
         self._held = deque(r for r in self._held if r.request_id != rid)
         if self._safe_abort(rid):
@@ -442,6 +588,10 @@ class AsyncEngine(EngineCore):
     def _count_and_deliver(self, event: StepEvent) -> None:
         if event.kind in ("finished", "error"):
             self._counts[event.kind if event.kind == "finished" else "failed"] += 1
+            if event.kind == "finished":
+                self._measure(event.request_id)
+            else:
+                self._forget(event.request_id)
             self._replaying.pop(event.request_id, None)
             self._live.discard(event.request_id)
         elif event.kind in ("segment", "delta"):
@@ -496,14 +646,15 @@ def _fail_handle(handle: _Handle, exc: BaseException) -> None:
     handle.deliver(StepEvent("", "error", error=exc))
 
 
+def _probe(source, sampling_rate: int) -> tuple[float | None, str | None]:
+    """The duration from ``source``'s header, and its fingerprint (admission's, before any decoding)."""
+    return probe_duration(source, sampling_rate), fingerprint(source)
+
+
 def _deadline(timeout: Timeout, duration: float, start: float) -> float | None:
     if timeout is None:
         return None
     return start + (timeout(duration) if callable(timeout) else timeout)
-
-
-def _timed_out(rid: str, handle: _Handle) -> RequestTimeout:
-    return RequestTimeout(f"request {rid} did not finish within its {handle.budget:.0f}-s budget and was aborted")
 
 
 def _rewind(source: Any) -> None:
@@ -519,4 +670,4 @@ def _close_features(request: Request) -> None:
         close()
 
 
-__all__ = ["AsyncEngine", "EngineOverloaded", "EngineStats", "RequestTimeout", "Segment"]
+__all__ = ["AdmissionRefused", "AsyncEngine", "EngineOverloaded", "EngineStats", "RequestTimeout", "Segment"]

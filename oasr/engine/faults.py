@@ -10,7 +10,9 @@ no validation foresaw. Comma-separated rules:
 * ``poison:S`` — every ``step`` raises ``InjectedFault`` while a request of S seconds
   (to 10 ms) is admitted, so that request fails however it is batched;
 * ``kill:N`` — the N-th ``step`` raises ``InjectedCrash``, which is not an
-  ``Exception``: it stands for a bug the loop cannot survive (the loop dies).
+  ``Exception``: it stands for a bug the loop cannot survive (the loop dies);
+* ``slow:S`` — every ``step`` that has work takes S seconds more (a sleep before it), so
+  that the engine's decode rate has a known ceiling however fast the machine is.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 import itertools
 import os
 import threading
+import time
 
 from oasr.engine.decode.base import DecodeStrategy, Request, StepEvent
 
@@ -36,14 +39,17 @@ class _Rules:
     def __init__(self, spec: str) -> None:
         self.once: dict[str, set[int]] = {"step": set(), "abort": set(), "kill": set()}
         self.poison: list[float] = []
+        self.slow = 0.0
         for rule in filter(None, (r.strip() for r in spec.split(","))):
             kind, _, value = rule.partition(":")
             if kind == "poison":
                 self.poison.append(float(value))
+            elif kind == "slow":
+                self.slow = float(value)
             elif kind in self.once:
                 self.once[kind].add(int(value))
             else:
-                raise ValueError(f"{ENV}: unknown rule {rule!r} (step:N, abort:N, poison:S, kill:N)")
+                raise ValueError(f"{ENV}: unknown rule {rule!r} (step:N, abort:N, poison:S, kill:N, slow:S)")
         self.steps = itertools.count(1)
         self.aborts = itertools.count(1)
         self.lock = threading.Lock()
@@ -103,6 +109,8 @@ class FaultInjection(DecodeStrategy):
         for rid, seconds in self.durations.items():
             if any(abs(seconds - p) < 0.01 for p in self.rules.poison):
                 raise InjectedFault(f"injected failure: request {rid} ({seconds:.2f} s) is poisoned")
+        if self.rules.slow and self.inner.num_unfinished():
+            time.sleep(self.rules.slow)
         events = self.inner.step()
         for event in events:
             if event.kind in ("finished", "error"):

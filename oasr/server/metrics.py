@@ -22,6 +22,15 @@ Engine-side metrics, read from ``AsyncEngine.stats()`` at scrape time:
 * ``oasr_audio_seconds_total``: seconds of audio admitted to the engine.
 * ``oasr_engine_steps_total``; ``oasr_engine_requests_total{outcome}`` (finished,
   failed, aborted).
+* Admission (``oasr.engine.admission``): ``oasr_admission_refused_total{reason}``: requests
+  answered 429 before any work was spent on them (``deadline``: not predicted to finish
+  within their budget; ``queue_full``: ``--max-queue`` reached);
+  ``oasr_deadline_misses_total``: admitted requests cut at their deadline all the same (504:
+  the prediction was badly wrong); ``oasr_engine_prepared_total``: requests whose audio
+  was decoded; ``oasr_decode_rate``: audio seconds decoded per wall second, as admission
+  measures it (0 before the first measurement); ``oasr_admitted_audio_seconds``: audio
+  admitted and not finished; ``oasr_admission_correction``: the factor admission multiplies
+  its predictions by, from how late recent requests finished against them (1: on time).
 
 Live streams (``/v1/audio/stream``):
 
@@ -72,6 +81,23 @@ class _EngineCollector:
         outcomes.add_metric(["failed"], s.failed)
         outcomes.add_metric(["aborted"], s.aborted)
         yield outcomes
+        refused = CounterMetricFamily(
+            "oasr_admission_refused", "Requests refused before any work was spent on them", labels=["reason"]
+        )
+        refused.add_metric(["deadline"], s.refused_deadline)
+        refused.add_metric(["queue_full"], s.refused_queue_full)
+        yield refused
+        yield CounterMetricFamily(
+            "oasr_deadline_misses", "Admitted requests cut at their deadline all the same", s.deadline_misses
+        )
+        yield CounterMetricFamily("oasr_engine_prepared", "Requests whose audio was decoded", s.prepared)
+        yield GaugeMetricFamily("oasr_decode_rate", "Audio seconds decoded per wall second (admission)", s.decode_rate)
+        yield GaugeMetricFamily(
+            "oasr_admitted_audio_seconds", "Audio seconds admitted and not finished", s.backlog_seconds
+        )
+        yield GaugeMetricFamily(
+            "oasr_admission_correction", "Factor on admission's predictions (recent errors)", s.prediction_correction
+        )
         yield from _streaming_metrics(engine)
 
 

@@ -44,11 +44,20 @@ Decoding policy:
   Errors found before the first event (bad audio, a full queue) are ordinary 4xx
   answers; later ones are sent as a ``data: {"error": {...}}`` event before ``[DONE]``.
 
+Admission is honest (``oasr.engine.admission``). Every request has a budget, the client's
+deadline counted from the moment its upload is in: ``--request-timeout``, by default 60 s
+plus 4 s per second of audio (the duration read from the container's header). Before any
+work is spent on it, the engine predicts from its measured decode rate and the requests it
+holds when this one would finish; one it cannot finish within its budget (or that would
+make an admitted request miss its own) is answered 429 ``engine_overloaded`` at once, with
+``Retry-After`` the predicted seconds until it would fit (also 429 past ``--max-queue``
+admitted requests). A request that is admitted finishes: it is cut with 504 at its deadline
+only when the prediction was badly wrong, counted in ``oasr_deadline_misses_total``
+(refusals in ``oasr_admission_refused_total{reason}``).
+
 Every request runs while the client is watched: a client that disconnects has its
 request cancelled (the engine aborts it and frees its rows), counted in
-``oasr_requests_cancelled_total`` and logged with status 499. It also runs against a
-time budget (``--request-timeout``; by default 60 s plus 4 s per second of audio, known
-once the audio is decoded): past it, 504 and the rows are freed. A request the server
+``oasr_requests_cancelled_total`` and logged with status 499. A request the server
 cannot finish before its graceful shutdown ends gets 503 (``oasr.server.lifecycle``).
 """
 
@@ -58,6 +67,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import math
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -238,7 +248,8 @@ class OpenAIServingSpeechToText:
             message = str(exc).replace("<SpooledTemporaryFile>", repr(filename))
             return bad_request(message, param="file", code="invalid_audio")
         if isinstance(exc, EngineOverloaded):
-            return APIError(429, str(exc), code="engine_overloaded", headers={"Retry-After": "1"})
+            retry_after = math.ceil(max(1.0, getattr(exc, "retry_after_s", 1.0)))
+            return APIError(429, str(exc), code="engine_overloaded", headers={"Retry-After": str(retry_after)})
         if isinstance(exc, RequestTimeout):
             limit = self.settings.request_timeout_s
             budget = (

@@ -37,9 +37,11 @@ class ServerSettings:
         max_upload_mb: request bodies over this many MiB are refused with 413.
         max_queue: requests admitted (decoding audio, queued or running) before new
             ones are refused with 429 (``EngineConfig.max_queue_size``).
-        request_timeout_s: seconds a request may spend in the engine (audio decoding
-            plus transcription; not the upload) before it is aborted with 504; None: the
-            default budget, ``TIMEOUT_BASE_S`` plus ``TIMEOUT_PER_AUDIO_S`` per second of audio.
+        request_timeout_s: a request's budget, the client's deadline: seconds in the engine
+            (from the end of the upload: reading the header, audio decoding, waiting and
+            transcription); None: ``TIMEOUT_BASE_S`` plus ``TIMEOUT_PER_AUDIO_S`` per second of
+            audio. A request not predicted to finish within it is refused with 429 before any
+            work (``oasr.engine.admission``); an admitted one still running at it gets 504.
         max_audio_s: longer audio is refused with 400 ``audio_too_long``
             (``EngineConfig.max_audio_s``; None: no limit).
         upload_idle_s: an upload that sends nothing for this long is closed with 408.

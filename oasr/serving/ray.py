@@ -21,6 +21,18 @@ the replicas. The life of a replica:
    the requests that were in flight on it get a 5xx from the proxy (never retried: an audio
    request is not known to be idempotent), the others carry on on the other replicas.
 
+Admission (``oasr.engine.admission``) is each replica's, as in one process: a request its
+engine cannot finish within its budget is answered 429 with ``Retry-After`` before any work.
+Ray Serve's proxy hands a replica's answer to the client as it is (status, ``Retry-After``,
+OpenAI's error body); what it must not do is hold requests in its own queue, where the
+client's deadline runs and no replica has looked at them (the 429 would come late, or the
+request be admitted with a budget the client has partly spent waiting). So the proxy sends a
+replica up to ``max_queue`` requests at once (``max_ongoing_requests``, the replica's own
+bound), choosing the less loaded of two replicas, and the replica decides at once. Its own
+queue is only used once every replica holds ``max_queue`` requests; it too is bounded
+(``max_queued_requests``) and answers 429 with ``Retry-After: 1`` past that, where this
+Ray Serve has ``BackpressureConfig`` (its default is a plain-text 503).
+
 Entry points: ``build_app(model=..., **options)`` (Python) and ``app_builder(args)`` (named
 by ``serve run oasr.serving.ray:app_builder model=whisper-base num_replicas=2`` or a Serve
 config file, ``examples/ray_serve.yaml``).
@@ -96,11 +108,15 @@ class _RayMetrics:
         "running_requests": ("oasr_engine_running_requests", "Requests in the decode loop"),
         "running_rows": ("oasr_running_batch_rows", "Decode rows in the running batches"),
         "waiting_tasks": ("oasr_engine_waiting_tasks", "Decode tasks waiting to join a batch"),
+        "decode_rate": ("oasr_decode_rate", "Audio seconds decoded per wall second (admission)"),
     }
     COUNTERS = {
         "audio_seconds": ("oasr_audio_seconds", "Seconds of audio admitted to the engine"),
         "steps": ("oasr_engine_steps", "Engine steps"),
         "joins_running": ("oasr_decode_joins_running", "Decode tasks that joined a running batch"),
+        "refused_deadline": ("oasr_admission_refused_deadline", "Requests refused: not predicted within budget"),
+        "refused_queue_full": ("oasr_admission_refused_queue_full", "Requests refused: max_queue reached"),
+        "deadline_misses": ("oasr_deadline_misses", "Admitted requests cut at their deadline all the same"),
     }
     OUTCOMES = ("finished", "failed", "aborted")
 
@@ -220,11 +236,13 @@ def build_app(
             None: the default bundled model).
         num_replicas: engine replicas (ignored when ``autoscaling`` is given).
         autoscaling: ``"MIN:MAX"``, ``(min, max)`` or a Ray ``AutoscalingConfig`` dict; the
-            target is ``max_ongoing_requests / 2`` requests per replica unless the dict says.
+            target is ``max_batch_size`` requests per replica (a full decode batch) unless the
+            dict says.
         num_cpus, num_gpus: Ray resources per replica (fractions allowed: ``num_gpus=0.5``
             puts two replicas on one GPU).
-        max_ongoing_requests: requests the proxy sends one replica at once (default
-            ``2 * max_batch_size``, enough to fill a decode batch; the rest wait in the proxy).
+        max_ongoing_requests: requests the proxy sends one replica at once (default the
+            replica's ``max_queue``: every request reaches a replica's admission at once; see
+            the module notes). The proxy queues at most as many more.
         ray_actor_options: more Ray actor options (``runtime_env``, ``resources``, ...);
             ``num_cpus`` / ``num_gpus`` above win.
         health_check_period_s, graceful_shutdown_timeout_s: Ray Serve's, per replica.
@@ -249,18 +267,22 @@ def build_app(
         raise TypeError("build_app: give either settings= or model= and options, not both")
     if num_cpus < 0 or num_gpus < 0:
         raise ValueError(f"num_cpus / num_gpus must be >= 0, got {num_cpus} / {num_gpus}")
-    ongoing = max_ongoing_requests or 2 * settings.max_batch_size
+    ongoing = max_ongoing_requests or settings.max_queue
     actor_options = {**(ray_actor_options or {}), "num_cpus": num_cpus, "num_gpus": num_gpus}
     options: dict[str, Any] = {
         "name": DEPLOYMENT_NAME,
         "ray_actor_options": actor_options,
         "max_ongoing_requests": ongoing,
+        "max_queued_requests": ongoing,
         "health_check_period_s": health_check_period_s,
         "graceful_shutdown_timeout_s": graceful_shutdown_timeout_s,
         "max_constructor_retry_count": max_constructor_retry_count,
     }
+    backpressure = _backpressure_429()
+    if backpressure is not None:
+        options["backpressure_config"] = backpressure
     if autoscaling is not None:
-        options["autoscaling_config"] = _autoscaling_config(autoscaling, ongoing)
+        options["autoscaling_config"] = _autoscaling_config(autoscaling, settings.max_batch_size)
         options["num_replicas"] = "auto"
     else:
         if int(num_replicas) < 1:
@@ -270,13 +292,23 @@ def build_app(
     return deployment.bind(settings, metrics_interval_s=float(metrics_interval_s))
 
 
-def _autoscaling_config(autoscaling, ongoing: int) -> dict[str, Any]:
+def _backpressure_429():
+    """Ray Serve's answer past its own queue as 429 with ``Retry-After: 1``, like a replica's
+    (None where this Ray Serve cannot say so: it answers 503)."""
+    try:
+        from ray.serve.config import BackpressureConfig
+    except ImportError:
+        return None
+    return BackpressureConfig(status_code=429, retry_after_s=1.0)
+
+
+def _autoscaling_config(autoscaling, target: int) -> dict[str, Any]:
     if isinstance(autoscaling, dict):
         config = dict(autoscaling)
     else:
         lo, hi = parse_autoscale(autoscaling) if isinstance(autoscaling, str) else map(int, autoscaling)
         config = {"min_replicas": lo, "max_replicas": hi}
-    config.setdefault("target_ongoing_requests", max(1, ongoing // 2))
+    config.setdefault("target_ongoing_requests", max(1, target))
     AutoscalingConfig(**config)  # validated here, with Ray's message, rather than on the cluster
     return config
 

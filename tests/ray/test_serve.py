@@ -92,9 +92,16 @@ def ray_app(ray_cluster, single_process_texts):
 
 
 def _post(base: str, data: bytes, timeout: float = 120) -> httpx.Response:
-    return httpx.post(
-        base + "/v1/audio/transcriptions", files={"file": ("a.wav", data)}, data={"model": MODEL}, timeout=timeout
-    )
+    """POST as a client that honours a replica's 429 (admission refuses what it cannot
+    finish within the budget, on a busy machine) by coming back after its ``Retry-After``."""
+    for _ in range(30):
+        r = httpx.post(
+            base + "/v1/audio/transcriptions", files={"file": ("a.wav", data)}, data={"model": MODEL}, timeout=timeout
+        )
+        if r.status_code != 429:
+            return r
+        time.sleep(int(r.headers["retry-after"]))
+    return r
 
 
 def test_openai_client_gets_the_single_process_servers_text(ray_app, audio_dir, single_process_texts):

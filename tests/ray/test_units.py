@@ -78,7 +78,14 @@ def test_build_app_sets_replicas_resources_and_settings():
     deployment = d._bound_deployment
     assert deployment.num_replicas == 2
     assert deployment.ray_actor_options == {"num_cpus": 0.5, "num_gpus": 0.25}
-    assert deployment.max_ongoing_requests == 16  # 2 x max_batch_size
+    # Every request reaches a replica's admission at once (its max_queue), none waits unseen
+    # in the proxy; the proxy's own queue is bounded and answers 429 past it.
+    assert deployment.max_ongoing_requests == 256
+    config = deployment._deployment_config
+    assert config.max_queued_requests == 256
+    backpressure = getattr(config, "backpressure_config", None)
+    if backpressure is not None:
+        assert (backpressure.status_code, backpressure.retry_after_s) == (429, 1.0)
     (settings,) = deployment.init_args
     assert settings.model == "whisper-base" and settings.api_key == "k"
     assert settings.extra_engine_config == {"quantize": "int8"}
@@ -87,6 +94,8 @@ def test_build_app_sets_replicas_resources_and_settings():
     auto = app_builder({"model": "whisper-base", **strings})
     config = auto._bound_deployment._deployment_config.autoscaling_config
     assert (config.min_replicas, config.max_replicas) == (1, 3)
+    assert config.target_ongoing_requests == 8  # a full decode batch (max_batch_size) per replica
+    assert auto._bound_deployment.max_ongoing_requests == 12  # max_queue
     assert auto._bound_deployment.ray_actor_options["num_cpus"] == 0.25
     assert auto._bound_deployment.init_args[0].max_queue == 12
     assert auto._bound_deployment.init_args[0].request_timeout_s == 30.0

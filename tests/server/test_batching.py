@@ -136,7 +136,9 @@ def test_concurrent_load_matches_sequential(tiny_server, manifest):
     order = [r["audio"] for r in clips] * 4  # 64 requests, 1-12 s each
 
     async def run_all():
-        aclient = tiny_server.async_client()
+        # Admission answers 429 + Retry-After what it cannot finish within the budget (a busy
+        # machine): the official client comes back after it, as a client of OpenAI's API does.
+        aclient = tiny_server.async_client(max_retries=30)
         peak = {"rows": 0.0, "queue": 0.0}
         done = asyncio.Event()
 
@@ -169,7 +171,8 @@ def test_concurrent_load_matches_sequential(tiny_server, manifest):
     mismatches = [(name, out.text, alone[name]) for name, out in zip(order, outs) if out.text != alone[name]]
     assert not mismatches, mismatches
     after = _wait_for(tiny_server, _idle)
-    assert metric(after, "oasr_requests_total", endpoint="transcriptions", status="429") == 0
+    assert metric(after, "oasr_requests_total", endpoint="transcriptions", status="504") == 0
+    assert metric(after, "oasr_deadline_misses_total") == metric(before, "oasr_deadline_misses_total")
     assert metric(after, "oasr_requests_total", endpoint="transcriptions", status="200") >= (
         metric(before, "oasr_requests_total", endpoint="transcriptions", status="200") + 64
     )
