@@ -233,6 +233,15 @@ def loaded(reference):
 
 
 @pytest.fixture(scope="session")
+def engine(reference):
+    """An ``oasr.ASREngine`` of the reference directory, with the family's defaults."""
+    import oasr
+
+    _register()
+    return oasr.ASREngine(str(reference.path))
+
+
+@pytest.fixture(scope="session")
 def waveforms(manifest) -> list[np.ndarray]:
     from oasr.audio import load_audio
 

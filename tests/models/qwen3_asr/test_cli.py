@@ -8,15 +8,8 @@ import json
 
 import pytest
 
-import oasr
 from oasr.cli.main import main
-from tests.models.qwen3_asr.conftest import CLIPS, _register
-
-
-@pytest.fixture(scope="module")
-def engine(reference):
-    _register()
-    return oasr.ASREngine(reference.path)
+from tests.models.qwen3_asr.conftest import CLIPS
 
 
 @pytest.fixture

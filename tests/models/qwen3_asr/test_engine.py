@@ -6,16 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-import oasr
-from tests.models.qwen3_asr.conftest import _register, hf_features
+from tests.models.qwen3_asr.conftest import hf_features
 
 MAX_NEW = 16
-
-
-@pytest.fixture(scope="module")
-def engine(reference):
-    _register()
-    return oasr.ASREngine(reference.path)
 
 
 @pytest.fixture(scope="module")

@@ -35,13 +35,6 @@ def server(reference, tmp_path_factory):
     proc.stop()
 
 
-@pytest.fixture(scope="module")
-def engine(reference):
-    import oasr
-
-    return oasr.ASREngine(str(reference.path))
-
-
 def _verbose(server, audio_dir, **extra_body):
     with open(audio_dir / CLIP, "rb") as f:
         answer = server.client().audio.transcriptions.create(

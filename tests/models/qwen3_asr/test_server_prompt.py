@@ -25,13 +25,6 @@ def server(reference, tmp_path_factory):
     proc.stop()
 
 
-@pytest.fixture(scope="module")
-def engine(reference):
-    import oasr
-
-    return oasr.ASREngine(str(reference.path))
-
-
 @pytest.mark.parametrize("language", ["en", "English"])
 def test_prompt_is_the_speech_llm_context(server, engine, audio_dir, language):
     client = server.client()
