@@ -17,7 +17,7 @@ import os
 if "OMP_WAIT_POLICY" not in os.environ:
     os.environ.setdefault("GOMP_SPINCOUNT", "10000")
 
-try:  # the installed distribution's version (`oasr-engine` on PyPI)
+try:  # the installed distribution's version (pyproject's `oasr-engine`; not published on PyPI)
     __version__ = importlib.metadata.version("oasr-engine")
 except importlib.metadata.PackageNotFoundError:  # a source tree on sys.path, not installed
     __version__ = "0.1.0"

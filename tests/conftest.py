@@ -115,3 +115,8 @@ def vad_recording(manifest) -> SpeechWithSilences:
     if missing:
         pytest.skip(f"clips {missing} are not in the shared manifest")
     return speech_with_silences([rows[name] for name in VAD_CLIPS], [1.0, 2.0, 3.0, 4.0, 1.5])
+
+
+def checkout_hint(extra: str) -> str:
+    """The install command oasr's hints give for ``extra`` when it runs from this source checkout."""
+    return f"pip install -e '{REPO_ROOT}[{extra}]'"

@@ -32,6 +32,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from oasr.install import install_hint
+
 __all__ = [
     "CHUNK_S",
     "SpeechChunk",
@@ -46,7 +48,6 @@ __all__ = [
 CHUNK_S = 30.0
 """The most speech one chunk holds: a Whisper window."""
 
-_INSTALL_HINT = "pip install 'oasr-engine[vad]'"
 _VAD_RATES = (8000, 16000)  # what the Silero model takes; other rates are resampled to 16 kHz
 _import_lock = threading.RLock()
 _models: dict[int, Any] | None = None
@@ -194,7 +195,8 @@ def require_silero():
             import silero_vad
         except ImportError as e:
             raise ImportError(
-                f"voice activity detection (vad_filter) needs the silero-vad package: {_INSTALL_HINT}"
+                "voice activity detection (vad_filter) needs the silero-vad package: "
+                + install_hint("vad", ["silero-vad"])
             ) from e
         finally:
             if torch.get_num_threads() != threads:

@@ -79,11 +79,16 @@ WORKLOADS = ("short", "long", "corpus")
 OASR = "oasr"
 FW = "faster-whisper"  # WhisperModel.transcribe, file by file
 FW_BATCHED = "faster-whisper-batched"  # BatchedInferencePipeline.transcribe, file by file
-INSTALL_HINT = "pip install 'oasr-engine[bench]'"
 RESULT_MARKER = "OASR_BENCH_RESULT "
 METRICS = ("wall_s", "rtfx", "tokens_per_s", "peak_rss_mb", "load_s")
 THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 SILENCE_S = 0.5  # between the clips of the long recording
+
+
+def _bench_hint() -> str:
+    from oasr.install import install_hint
+
+    return install_hint("bench", ["faster-whisper", "soundfile", "matplotlib"])
 
 
 def _error(message: str, exit_code: int = 1) -> Exception:
@@ -192,7 +197,7 @@ def long_recording(rows: list[dict], cache_dir: Path, min_seconds: float) -> tup
     try:
         import soundfile
     except ImportError:
-        raise _error(f"the long workload writes its recording with soundfile: {INSTALL_HINT}", 2) from None
+        raise _error(f"the long workload writes its recording with soundfile: {_bench_hint()}", 2) from None
     pieces: list[np.ndarray] = []
     used: list[dict] = []
     gap = np.zeros(int(SILENCE_S * SAMPLE_RATE), dtype=np.float32)
@@ -608,9 +613,9 @@ def check_requirements(args: argparse.Namespace) -> None:
         CliError: (exit code 2) naming the option and the fix.
     """
     if args.peer == FW and importlib.util.find_spec("faster_whisper") is None:
-        raise _error(f"--peer {FW} needs the faster-whisper package: {INSTALL_HINT} (or --peer none)", 2)
+        raise _error(f"--peer {FW} needs the faster-whisper package: {_bench_hint()} (or --peer none)", 2)
     if args.plot is not None and importlib.util.find_spec("matplotlib") is None:
-        raise _error(f"--plot needs matplotlib: {INSTALL_HINT}", 2)
+        raise _error(f"--plot needs matplotlib: {_bench_hint()}", 2)
     if args.compute_type == "int8" and not oasr_quantizes():
         raise _error("--compute-type int8: this oasr has no int8 quantisation (EngineConfig.quantize)", 2)
     from oasr.models.bundled import bundled_path, install_hint, is_bundled_name

@@ -273,7 +273,7 @@ def add_decode_options(parser: argparse.ArgumentParser, *, language: bool = True
         "--vad",
         action="store_true",
         help="cut the audio at speech with Silero VAD into chunks of <= 30 s decoded as one batch "
-        "(needs oasr-engine[vad])",
+        "(needs oasr's vad extra: silero-vad)",
     )
     g.add_argument(
         "--hotwords",

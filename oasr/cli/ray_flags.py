@@ -14,6 +14,7 @@ import sys
 import threading
 
 from oasr.cli.common import CliError, nonnegative_float, positive_int
+from oasr.install import install_hint
 
 
 def parse_autoscale(text: str) -> tuple[int, int]:
@@ -51,7 +52,7 @@ def _address(g) -> None:
 
 def add_serve_options(parser: argparse.ArgumentParser) -> None:
     """``oasr serve``'s Ray group: ``--ray``, replicas or autoscaling, resources per replica."""
-    g = parser.add_argument_group("Ray Serve (scale-out; needs oasr-engine[ray])")
+    g = parser.add_argument_group("Ray Serve (scale-out; needs oasr's ray extra)")
     g.add_argument("--ray", action="store_true", help="serve as Ray Serve replicas behind Ray's HTTP proxy")
     count = g.add_mutually_exclusive_group()
     count.add_argument("--replicas", type=positive_int, default=1, metavar="N", help="engine replicas (default 1)")
@@ -73,7 +74,7 @@ def add_serve_options(parser: argparse.ArgumentParser) -> None:
 
 def add_transcribe_options(parser: argparse.ArgumentParser) -> None:
     """``oasr transcribe``'s Ray group: ``--ray``, engine actors, resources per actor."""
-    g = parser.add_argument_group("Ray Data (batch over many files; needs oasr-engine[ray])")
+    g = parser.add_argument_group("Ray Data (batch over many files; needs oasr's ray extra)")
     g.add_argument(
         "--ray",
         action="store_true",
@@ -97,7 +98,9 @@ def _require_ray() -> None:
         import ray.data  # noqa: F401
         import ray.serve  # noqa: F401
     except ImportError as e:
-        raise CliError(f"--ray needs its extra: pip install 'oasr-engine[ray]' ({e})", exit_code=2) from None
+        raise CliError(
+            f"--ray needs its extra: {install_hint('ray', ['ray[serve,data]'])} ({e})", exit_code=2
+        ) from None
 
 
 def run_ray_serve(args: argparse.Namespace) -> int:

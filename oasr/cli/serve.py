@@ -38,6 +38,7 @@ from oasr.cli.common import (
 )
 from oasr.cli.ray_flags import add_serve_options as add_ray_serve_options
 from oasr.cli.ray_flags import run_ray_serve
+from oasr.install import install_hint
 
 NAME = "serve"
 
@@ -316,7 +317,7 @@ def run(args: argparse.Namespace) -> int:
         from oasr.server.app import build_engine, create_app
         from oasr.server.lifecycle import EXIT_ENGINE_DIED, bind_socket, check_streaming, run_server, warm_up
     except ImportError as e:
-        raise CliError(f"the server needs its extra: pip install 'oasr-engine[server]' ({e})", exit_code=2) from None
+        raise CliError(f"the server needs its extra: {install_hint('server')} ({e})", exit_code=2) from None
     from oasr.models.loaders import ModelNotFoundError
 
     settings = settings_from_args(args)

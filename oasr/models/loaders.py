@@ -16,7 +16,14 @@ from pathlib import Path
 import torch
 
 from oasr.models.base import BaseAsrModel, DecodingSpec, FeatureSpec, LoadReport, TokenizerSpec
-from oasr.models.bundled import DEFAULT_MODEL, bundled_path, install_hint, is_bundled_name
+from oasr.models.bundled import (
+    DEFAULT_MODEL,
+    bundled_name_at,
+    bundled_path,
+    install_hint,
+    is_bundled_name,
+    verify_bundled,
+)
 from oasr.models.registry import build_model_from_checkpoint
 from oasr.tokenizers import Tokenizer, load_tokenizer
 
@@ -35,8 +42,12 @@ def resolve_model_path(name_or_path: str | os.PathLike | None, *, revision: str 
             or None for the default bundled model.
         revision: Hub revision (branch, tag or commit).
 
+    A bundled model (by name, or by its installed directory) is checked against its known-good
+    files first (``bundled.verify_bundled``).
+
     Raises:
         ModelNotFoundError: with what was tried and how to get a model.
+        BundledModelCorrupt: a bundled model's installed files are damaged (names the package).
     """
     if name_or_path is None:
         path = bundled_path(DEFAULT_MODEL)
@@ -47,16 +58,18 @@ def resolve_model_path(name_or_path: str | os.PathLike | None, *, revision: str 
                 "or pass --model with a local Whisper directory (Hugging Face, CTranslate2/"
                 "faster-whisper, or an openai-whisper .pt file)."
             )
-        return path
+        return verify_bundled(DEFAULT_MODEL)
     text = os.fspath(name_or_path)
     local = Path(text).expanduser()
     if local.exists():
+        if (name := bundled_name_at(local)) is not None:
+            verify_bundled(name)
         return local
     if is_bundled_name(text):
         path = bundled_path(text)
         if path is None:
             raise ModelNotFoundError(f"bundled model {text!r} is not installed: {install_hint(text)}")
-        return path
+        return verify_bundled(text)
     if _HUB_ID.match(text):
         return _from_hub(text, revision)
     raise ModelNotFoundError(

@@ -10,7 +10,7 @@ Endpoints: ``POST /v1/audio/transcriptions``, ``POST /v1/audio/translations``,
 ``GET /v1/models`` (and ``/v1/models/{id}``), ``GET /health``, ``GET /metrics``.
 
 FastAPI, uvicorn, python-multipart and prometheus-client are the ``server`` extra
-(``pip install 'oasr-engine[server]'``); importing this package without them fails.
+(``oasr.install.install_hint("server")`` says how to install it); importing this package without them fails.
 """
 
 from oasr.server.settings import ServerSettings

@@ -5,7 +5,7 @@
 * ``oasr.serving.ray_batch``: batch transcription of files / directories / manifests with Ray Data,
   one engine per actor (``oasr transcribe --ray``).
 
-Both need the ``ray`` extra (``pip install 'oasr-engine[ray]'``) and import it only when used.
+Both need the ``ray`` extra (``oasr.install.install_hint("ray")``) and import it only when used.
 Layering: this package may import ``oasr.server``, ``oasr.engine`` and ``oasr.cli`` helpers;
 nothing under ``oasr.engine`` or ``oasr.models`` imports it.
 """

@@ -3,6 +3,7 @@ chunks of at most 30 s, and the mapping of chunk times back to the recording."""
 
 from __future__ import annotations
 
+import re
 import sys
 import threading
 
@@ -21,6 +22,7 @@ from oasr.audio.vad import (
     speech_probabilities,
     speech_spans,
 )
+from tests.conftest import checkout_hint
 
 SR = 16000
 
@@ -29,7 +31,7 @@ def _silero_or_skip():
     try:
         require_silero()
     except ImportError:
-        pytest.skip("silero-vad is not installed (pip install 'oasr-engine[vad]')")
+        pytest.skip("silero-vad is not installed (oasr's vad extra)")
 
 
 # -- packing and mapping (no model) ---------------------------------------------------------
@@ -88,9 +90,9 @@ def test_vad_options_are_validated():
 
 def test_missing_silero_is_a_clear_import_error(monkeypatch):
     monkeypatch.setitem(sys.modules, "silero_vad", None)  # import fails as if not installed
-    with pytest.raises(ImportError, match=r"pip install 'oasr-engine\[vad\]'"):
+    with pytest.raises(ImportError, match=re.escape(checkout_hint("vad"))):
         require_silero()
-    with pytest.raises(ImportError, match=r"oasr-engine\[vad\]"):
+    with pytest.raises(ImportError, match=re.escape(checkout_hint("vad"))):
         speech_spans(np.zeros(SR, dtype=np.float32))
 
 

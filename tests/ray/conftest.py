@@ -12,15 +12,15 @@ import tempfile
 
 import pytest
 
-ray = pytest.importorskip("ray", reason="the Ray tests need the ray extra: pip install 'oasr-engine[ray]'")
-pytest.importorskip("ray.serve", reason="the Ray tests need ray[serve] (oasr-engine[ray])")
-pytest.importorskip("ray.data", reason="the Ray tests need ray[data] (oasr-engine[ray])")
+ray = pytest.importorskip("ray", reason="the Ray tests need oasr's ray extra")
+pytest.importorskip("ray.serve", reason="the Ray tests need ray[serve] (oasr's ray extra)")
+pytest.importorskip("ray.data", reason="the Ray tests need ray[data] (oasr's ray extra)")
 
 from oasr.models.bundled import bundled_path  # noqa: E402
 
 MODEL = "whisper-base"
 needs_base = pytest.mark.skipif(
-    bundled_path(MODEL) is None, reason="whisper-base is not installed (oasr-engine[whisper-base])"
+    bundled_path(MODEL) is None, reason="whisper-base is not installed (oasr's whisper-base extra)"
 )
 
 

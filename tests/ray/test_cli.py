@@ -23,7 +23,7 @@ httpx = pytest.importorskip("httpx")
 pytest.importorskip("fastapi")
 
 needs_tiny = pytest.mark.skipif(
-    bundled_path("tiny.en") is None, reason="tiny.en is not installed (oasr-engine[whisper-tiny-en])"
+    bundled_path("tiny.en") is None, reason="tiny.en is not installed (oasr's whisper-tiny-en extra)"
 )
 pytestmark = [pytest.mark.real_weights, pytest.mark.slow, needs_tiny]
 

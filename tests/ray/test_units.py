@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("ray.serve", reason="the Ray tests need the ray extra: pip install 'oasr-engine[ray]'")
+pytest.importorskip("ray.serve", reason="the Ray tests need oasr's ray extra")
 
 from oasr.cli.main import main  # noqa: E402
 from oasr.serving.ray_batch import list_inputs, output_targets, transcribe_dataset  # noqa: E402

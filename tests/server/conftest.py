@@ -30,10 +30,10 @@ TINY = "tiny.en"
 SERVER_DEFAULTS = {"beam_size": 1}
 
 needs_tiny = pytest.mark.skipif(
-    bundled_path(TINY) is None, reason="tiny.en is not installed (oasr-engine[whisper-tiny-en])"
+    bundled_path(TINY) is None, reason="tiny.en is not installed (oasr's whisper-tiny-en extra)"
 )
 needs_base = pytest.mark.skipif(
-    bundled_path("whisper-base") is None, reason="whisper-base is not installed (oasr-engine[whisper-base])"
+    bundled_path("whisper-base") is None, reason="whisper-base is not installed (oasr's whisper-base extra)"
 )
 
 

@@ -81,7 +81,7 @@ class _RecordingEngine:
 
         self.calls.append(kwargs)
         if kwargs.get("vad_filter") and not self.vad_installed:
-            raise ImportError("vad_filter needs the silero-vad package: pip install 'oasr-engine[vad]'")
+            raise ImportError("vad_filter needs the silero-vad package: pip install silero-vad")
         return TranscribeOptions.from_kwargs(**kwargs)
 
 
@@ -102,7 +102,7 @@ def test_chunking_strategy_without_silero_is_400():
     with pytest.raises(APIError) as e:
         serving.build_options(TranscriptionRequest(model="m", chunking_strategy="auto"))
     assert (e.value.status, e.value.param) == (400, "chunking_strategy")
-    assert "oasr-engine[vad]" in e.value.message
+    assert "needs the silero-vad package: pip install silero-vad" in e.value.message
 
 
 # -- a real server ---------------------------------------------------------------------------------

@@ -774,7 +774,7 @@ def test_a_model_that_cannot_stream_refuses_the_upgrade_with_400(tmp_path):
     from oasr.models.bundled import bundled_path
 
     if bundled_path("tiny.en") is None:
-        pytest.skip("tiny.en is not installed (oasr-engine[whisper-tiny-en])")
+        pytest.skip("tiny.en is not installed (oasr's whisper-tiny-en extra)")
     proc = ServerProcess(["--model", "tiny.en", "--beam-size", "1"], tmp_path / "log")
     try:
         with pytest.raises(InvalidStatus) as e:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import math
+import re
 
 import pytest
 import torch
@@ -13,12 +14,13 @@ from oasr.engine import ASREngine
 from oasr.engine.decode.ctc import ContextGraph, ctc_prefix_beam_search, parse_hotwords
 from oasr.engine.decode.words import TokenPieces
 from oasr.tokenizers import TableTokenizer
+from tests.conftest import checkout_hint
 
 from .conftest import EOS, HIGH_HZ, LOW_HZ, make_loaded, tone_audio
 from .conftest import UNK as UNK_ID
 
 HAS_KENLM = importlib.util.find_spec("kenlm") is not None
-needs_kenlm = pytest.mark.skipif(not HAS_KENLM, reason="kenlm is not installed (pip install 'oasr-engine[lm]')")
+needs_kenlm = pytest.mark.skipif(not HAS_KENLM, reason="kenlm is not installed (oasr's lm extra)")
 
 UNITS = ["<blank>", "\u2581i", "\u2581red", "\u2581read", "\u2581books", "\u2581re", "ad", "<unk>"]
 BLANK, I, RED, READ, BOOKS, RE, AD, UNK = range(len(UNITS))
@@ -207,7 +209,7 @@ def test_missing_kenlm_names_the_extra(monkeypatch, arpa):
         return real_import(name, *args, **kwargs)
 
     monkeypatch.setattr(builtins, "__import__", no_kenlm)
-    with pytest.raises(ImportError, match=r"oasr-engine\[lm\]"):
+    with pytest.raises(ImportError, match=re.escape(checkout_hint("lm"))):
         NgramLanguageModel(arpa)
 
 

@@ -10,7 +10,7 @@ ranked.
   finished hypothesis also gains ``alpha * ln P_lm(</s> | ...)``. Words are the
   pieces' text joined (markers removed), passed to the LM as they are (no case
   folding). KenLM reads ARPA and its binary format; it is the optional ``kenlm``
-  package (``pip install 'oasr-engine[lm]'``).
+  package (oasr's ``lm`` extra).
 * ``ContextGraph`` is hotword boosting on an Aho-Corasick automaton over the
   phrases' token ids: each token that extends a (partial) match gains ``weight``;
   a match that breaks gives its partial bonus back; completing a phrase adds the
@@ -32,6 +32,7 @@ from collections import deque
 from collections.abc import Iterable, Sequence
 
 from oasr.engine.decode.words import PieceKind, TokenPieces
+from oasr.install import install_hint
 from oasr.tokenizers import Tokenizer
 
 LN10 = math.log(10.0)
@@ -49,9 +50,7 @@ class NgramLanguageModel:
         try:
             import kenlm
         except ImportError as e:
-            raise ImportError(
-                "n-gram LM fusion needs the `kenlm` package: pip install 'oasr-engine[lm]' (or pip install kenlm)"
-            ) from e
+            raise ImportError(f"n-gram LM fusion needs the `kenlm` package: {install_hint('lm', ['kenlm'])}") from e
         if not os.path.isfile(path):
             raise FileNotFoundError(f"no language model at {os.fspath(path)!r}")
         self._kenlm = kenlm
