@@ -735,7 +735,7 @@ def run(args: argparse.Namespace) -> int:
     if args.workload == "streaming":
         from oasr.cli.bench_streaming import run_streaming
 
-        return run_streaming(args)
+        return run_streaming(args, args.audio_dir or default_audio_dir())
     check_requirements(args)
     report = run_benchmark(args)
     table = markdown_table(report)
