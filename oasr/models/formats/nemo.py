@@ -63,6 +63,22 @@ FEATURE_DEFAULTS: dict[str, Any] = {
 }
 
 
+def transducer_fields(hf: Mapping[str, Any], vocab_size: int) -> dict[str, Any]:
+    """The predictor / joint fields of a transducer config from a Hugging Face ``config.json``
+    (NeMo's defaults where it is silent: blank last, 640 hidden, 2 LSTM layers, 10 symbols a frame).
+
+    Raises:
+        TypeError, ValueError: a value that is not a number (the caller names the file).
+    """
+    return {
+        "vocab_size": vocab_size,
+        "blank_id": int(hf.get("blank_token_id", vocab_size - 1)),
+        "decoder_hidden_size": int(hf.get("decoder_hidden_size", 640)),
+        "num_decoder_layers": int(hf.get("num_decoder_layers", 2)),
+        "max_symbols_per_step": int(hf.get("max_symbols_per_step", 10)),
+    }
+
+
 def rename(weights: Mapping[str, torch.Tensor], renames) -> dict[str, torch.Tensor]:
     """The tensors under oasr's names: each ``(pattern, replacement)`` of ``renames`` applied in turn."""
     state: dict[str, torch.Tensor] = {}

@@ -23,7 +23,14 @@ import torch
 
 from oasr.models.base import DecodeType, DecodingSpec, FeatureSpec, LoadError
 from oasr.models.formats.hf import load_hf_weights, model_type, read_json
-from oasr.models.formats.nemo import ENCODER_FIELDS, mel_feature_spec, mel_params, tokenizer_spec, transducer_state
+from oasr.models.formats.nemo import (
+    ENCODER_FIELDS,
+    mel_feature_spec,
+    mel_params,
+    tokenizer_spec,
+    transducer_fields,
+    transducer_state,
+)
 from oasr.models.nemotron.config import NemotronConfig, NemotronEncoderConfig
 from oasr.models.registry import CheckpointBundle
 
@@ -87,11 +94,7 @@ class HFNemotronConverter:
         try:
             config = NemotronConfig(
                 encoder=encoder,
-                vocab_size=vocab_size,
-                blank_id=int(hf.get("blank_token_id", vocab_size - 1)),
-                decoder_hidden_size=int(hf.get("decoder_hidden_size", 640)),
-                num_decoder_layers=int(hf.get("num_decoder_layers", 2)),
-                max_symbols_per_step=int(hf.get("max_symbols_per_step", 10)),
+                **transducer_fields(hf, vocab_size),
                 num_prompts=int(hf.get("num_prompts", 128)) if prompted else 0,
                 prompt_intermediate_size=int(hf.get("prompt_intermediate_size", 2048)),
                 default_prompt_id=int(hf.get("default_prompt_id", 101)),

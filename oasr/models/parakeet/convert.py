@@ -32,6 +32,7 @@ from oasr.models.formats.nemo import (
     mel_params,
     rename,
     tokenizer_spec,
+    transducer_fields,
     transducer_state,
 )
 from oasr.models.parakeet.config import ParakeetConfig, ParakeetEncoderConfig, ParakeetTransducerConfig
@@ -85,6 +86,20 @@ def _feature_extractor_config(path: Path) -> tuple[dict[str, Any], Path | None]:
 def _feature_spec(path: Path, num_mel_bins: int) -> FeatureSpec:
     pre, source = _feature_extractor_config(path)
     return mel_feature_spec(mel_params(pre, source or path, num_mel_bins), pre)
+
+
+def _bundle(path: Path, architecture: str, config, state: dict, vocab_size: int, decoding: DecodingSpec):
+    """The checkpoint bundle of a Parakeet directory (CTC or transducer): tokenizer and features beside it."""
+    return CheckpointBundle(
+        architecture=architecture,
+        config=config,
+        state_dict=state,
+        tokenizer=tokenizer_spec(path, int(config.blank_id), vocab_size),
+        features=_feature_spec(path, config.encoder.num_mel_bins),
+        decoding=decoding,
+        source=str(path),
+        format="huggingface",
+    )
 
 
 class HFParakeetConverter:
@@ -141,17 +156,9 @@ class HFParakeetConverter:
             raise LoadError(
                 f"{path}: ctc_head has {state['ctc_head.weight'].shape[0]} outputs but vocab_size={vocab_size}"
             )
-        return CheckpointBundle(
-            architecture=ARCH,
-            config=config,
-            state_dict=state,
-            tokenizer=tokenizer_spec(path, int(config.blank_id), vocab_size),
-            features=_feature_spec(path, encoder.num_mel_bins),
-            # The parakeet-ctc releases (0.6b, 1.1b) are English-only.
-            decoding=DecodingSpec(DecodeType.CTC, params={"languages": ("en",)}),
-            source=str(path),
-            format="huggingface",
-        )
+        # The parakeet-ctc releases (0.6b, 1.1b) are English-only.
+        decoding = DecodingSpec(DecodeType.CTC, params={"languages": ("en",)})
+        return _bundle(path, ARCH, config, state, vocab_size, decoding)
 
     def _load_transducer(self, path: Path, hf: Mapping[str, Any]) -> CheckpointBundle:
         cfg_file = path / "config.json"
@@ -162,15 +169,7 @@ class HFParakeetConverter:
         is_tdt = hf.get("model_type") == "parakeet_tdt"
         durations = tuple(int(d) for d in hf.get("durations", (0, 1, 2, 3, 4))) if is_tdt else ()
         try:
-            config = ParakeetTransducerConfig(
-                encoder=encoder,
-                vocab_size=vocab_size,
-                blank_id=int(hf.get("blank_token_id", vocab_size - 1)),
-                decoder_hidden_size=int(hf.get("decoder_hidden_size", 640)),
-                num_decoder_layers=int(hf.get("num_decoder_layers", 2)),
-                max_symbols_per_step=int(hf.get("max_symbols_per_step", 10)),
-                durations=durations,
-            )
+            config = ParakeetTransducerConfig(encoder=encoder, **transducer_fields(hf, vocab_size), durations=durations)
         except (TypeError, ValueError) as e:
             raise LoadError(f"{cfg_file}: {e}") from e
         state = transducer_state(_load_weights(path))
@@ -182,23 +181,15 @@ class HFParakeetConverter:
                 f"{path}: joint.head has {head.shape[0]} outputs but vocab_size={vocab_size} + "
                 f"{len(durations)} durations = {vocab_size + len(durations)}"
             )
-        return CheckpointBundle(
-            architecture=TRANSDUCER_ARCH,
-            config=config,
-            state_dict=state,
-            tokenizer=tokenizer_spec(path, int(config.blank_id), vocab_size),
-            features=_feature_spec(path, encoder.num_mel_bins),
-            decoding=DecodingSpec(
-                DecodeType.TRANSDUCER,
-                params={
-                    "blank_id": config.blank_id,
-                    "max_symbols_per_step": config.max_symbols_per_step,
-                    "durations": durations,
-                },
-            ),
-            source=str(path),
-            format="huggingface",
+        decoding = DecodingSpec(
+            DecodeType.TRANSDUCER,
+            params={
+                "blank_id": config.blank_id,
+                "max_symbols_per_step": config.max_symbols_per_step,
+                "durations": durations,
+            },
         )
+        return _bundle(path, TRANSDUCER_ARCH, config, state, vocab_size, decoding)
 
 
 class HFParakeetTransducerConverter(HFParakeetConverter):
