@@ -219,14 +219,9 @@ class SpooledMel(FeatureSource):
                 unchanged, after the partial spool file has been removed.
             ValueError: Fewer than 41 samples, or invalid arguments.
         """
-        chunks = iter_audio(
-            source,
-            sampling_rate,
-            chunk_s,
-            input_sampling_rate=input_sampling_rate,
-            max_duration_s=max_duration_s,
+        result = _decode(
+            source, n_mels, sampling_rate, spool_dir, chunk_s, input_sampling_rate, max_duration_s, memory_frames=0
         )
-        result = _compute(chunks, n_mels, sampling_rate, spool_dir, memory_frames=0)
         assert isinstance(result, SpooledMel)
         return result
 
@@ -244,6 +239,23 @@ class SpooledMel(FeatureSource):
         spool, self._spool = self._spool, None
         if spool is not None:
             spool.remove()
+
+
+def _decode(
+    source: AudioSource,
+    n_mels: int,
+    sampling_rate: int,
+    spool_dir: str | os.PathLike | None,
+    chunk_s: float,
+    input_sampling_rate: int | None,
+    max_duration_s: float | None,
+    memory_frames: int | None,
+) -> FeatureSource:
+    """``source`` decoded in one streamed pass of ``chunk_s`` chunks into frames (see ``_compute``)."""
+    chunks = iter_audio(
+        source, sampling_rate, chunk_s, input_sampling_rate=input_sampling_rate, max_duration_s=max_duration_s
+    )
+    return _compute(chunks, n_mels, sampling_rate, spool_dir, memory_frames=memory_frames)
 
 
 def features_from(
@@ -302,14 +314,9 @@ def features_from(
         memory_frames = (
             math.floor(in_memory_limit_s * sampling_rate + 1e-6) // HOP_LENGTH + 1 if in_memory_limit_s else 0
         )
-    chunks = iter_audio(
-        source,
-        sampling_rate,
-        chunk_s,
-        input_sampling_rate=input_sampling_rate,
-        max_duration_s=max_duration_s,
+    return _decode(
+        source, n_mels, sampling_rate, spool_dir, chunk_s, input_sampling_rate, max_duration_s, memory_frames
     )
-    return _compute(chunks, n_mels, sampling_rate, spool_dir, memory_frames=memory_frames)
 
 
 # ---------------------------------------------------------------------------

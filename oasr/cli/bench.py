@@ -66,7 +66,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -278,6 +278,39 @@ def _peak_rss_mb() -> float:
     return peak / 2**20 if sys.platform == "darwin" else peak / 2**10  # bytes on macOS, KiB on Linux
 
 
+def _decode_options(spec: dict) -> dict[str, Any]:
+    """The decoding both systems are timed with: greedy or beam, no fallback, fixed language."""
+    return {
+        "beam_size": spec["beam_size"],
+        "temperature": 0.0,
+        "language": spec["language"],
+        "without_timestamps": not spec["timestamps"],
+    }
+
+
+def _timed(
+    spec: dict,
+    marks: tuple[float, float, float],
+    warm: Callable[[str], Any],
+    run: Callable[[list[str]], list[tuple[str, int]]],
+) -> dict:
+    """``warm`` on ``spec["warmup"]``, then ``run`` (-> text, tokens per file) timed over the files;
+    ``marks`` are the child's start, imported and loaded times."""
+    t0, t1, t2 = marks
+    warm(spec["warmup"])
+    t3 = time.perf_counter()
+    results = run(list(spec["files"]))
+    wall = time.perf_counter() - t3
+    return {
+        "import_s": t1 - t0,
+        "load_s": t2 - t1,
+        "warmup_s": t3 - t2,
+        "wall_s": wall,
+        "tokens": sum(n for _, n in results),
+        "texts": [text for text, _ in results],
+    }
+
+
 def _oasr_child(spec: dict) -> dict:
     t0 = time.perf_counter()
     from oasr.engine import ASREngine
@@ -288,26 +321,15 @@ def _oasr_child(spec: dict) -> dict:
         spec["model"], device="cpu", num_threads=spec["threads"], max_batch_size=spec["batch_size"], **extra
     )
     t2 = time.perf_counter()
-    options = {
-        "beam_size": spec["beam_size"],
-        "temperature": 0.0,
-        "language": spec["language"],
-        "without_timestamps": not spec["timestamps"],
-    }
+    options = _decode_options(spec)
     if spec.get("vad"):
         options["vad_filter"] = True
-    engine.transcribe(spec["warmup"], **options)
-    t3 = time.perf_counter()
-    outputs = engine.transcribe(list(spec["files"]), **options)
-    wall = time.perf_counter() - t3
-    return {
-        "import_s": t1 - t0,
-        "load_s": t2 - t1,
-        "warmup_s": t3 - t2,
-        "wall_s": wall,
-        "tokens": sum(len(s.tokens) for o in outputs for s in o.segments),
-        "texts": [o.text.strip() for o in outputs],
-    }
+
+    def run(paths: list[str]) -> list[tuple[str, int]]:
+        outputs = engine.transcribe(paths, **options)  # one batched call: what is timed
+        return [(o.text.strip(), sum(len(s.tokens) for s in o.segments)) for o in outputs]
+
+    return _timed(spec, (t0, t1, t2), lambda path: engine.transcribe(path, **options), run)
 
 
 def _faster_whisper_child(spec: dict) -> dict:
@@ -316,12 +338,7 @@ def _faster_whisper_child(spec: dict) -> dict:
 
     t1 = time.perf_counter()
     model = WhisperModel(spec["ct2_dir"], device="cpu", compute_type=spec["compute_type"], cpu_threads=spec["threads"])
-    options: dict[str, Any] = {
-        "beam_size": spec["beam_size"],
-        "temperature": 0.0,
-        "language": spec["language"],
-        "without_timestamps": not spec["timestamps"],
-    }
+    options = _decode_options(spec)
     if spec["system"] == FW_BATCHED:
         runner = BatchedInferencePipeline(model)
         options["batch_size"] = spec["batch_size"]
@@ -335,18 +352,7 @@ def _faster_whisper_child(spec: dict) -> dict:
         segments = list(segments)  # the generator decodes as it is consumed
         return "".join(s.text for s in segments).strip(), sum(len(s.tokens) for s in segments)
 
-    one(spec["warmup"])
-    t3 = time.perf_counter()
-    results = [one(path) for path in spec["files"]]
-    wall = time.perf_counter() - t3
-    return {
-        "import_s": t1 - t0,
-        "load_s": t2 - t1,
-        "warmup_s": t3 - t2,
-        "wall_s": wall,
-        "tokens": sum(n for _, n in results),
-        "texts": [text for text, _ in results],
-    }
+    return _timed(spec, (t0, t1, t2), one, lambda paths: [one(path) for path in paths])
 
 
 def child_main() -> int:
@@ -740,7 +746,7 @@ def run(args: argparse.Namespace) -> int:
     if args.workload == "streaming":
         from oasr.cli.bench_streaming import run_streaming
 
-        return run_streaming(args)
+        return run_streaming(args, args.audio_dir or default_audio_dir())
     check_requirements(args)
     report = run_benchmark(args)
     table = markdown_table(report)

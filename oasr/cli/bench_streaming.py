@@ -19,6 +19,7 @@ import resource
 import statistics
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -191,20 +192,21 @@ def capacity(
     return best, runs
 
 
-def run_streaming(args) -> int:
+def run_streaming(args, audio_dir: Path | None) -> int:
     """``oasr bench --workload streaming``: capacity of the batched engine and of the one-stream
-    loop on ``--model`` (a streaming checkpoint), printed and written as JSON with ``--json``."""
+    loop on ``--model`` (a streaming checkpoint), printed and written as JSON with ``--json``.
+    ``audio_dir`` (the benchmark audio found, or None) holds the clip used without ``--short-clip``."""
     import json
     import os
     import platform
     import sys
 
     from oasr.audio import load_audio
-    from oasr.cli.bench import _error
+    from oasr.cli.common import CliError
     from oasr.engine.engine import ASREngine
 
     if args.model == "whisper-base":
-        raise _error(
+        raise CliError(
             "--workload streaming times a streaming checkpoint: give --model DIR (WeNet U2++, a causal "
             "Zipformer, Nemotron)",
             2,
@@ -218,7 +220,7 @@ def run_streaming(args) -> int:
         stream_left_chunks=args.left_chunks,
         architecture=getattr(args, "architecture", None),
     )
-    clip = args.short_clip or _default_clip(args)
+    clip = args.short_clip or _default_clip(audio_dir)
     audio = load_audio(clip, engine.sampling_rate)
     core = engine._streaming()
     chunk_s = core.plan.stride_frames * core.frontend.frame_shift_s
@@ -264,18 +266,15 @@ def run_streaming(args) -> int:
     return 0
 
 
-def _default_clip(args) -> str:
-    from pathlib import Path
+def _default_clip(audio_dir: Path | None) -> str:
+    from oasr.cli.common import CliError
 
-    from oasr.cli.bench import _error, default_audio_dir
-
-    audio_dir = args.audio_dir or default_audio_dir()
     if audio_dir is None:
-        raise _error("--workload streaming: give --short-clip PATH (no benchmark audio found)", 2)
+        raise CliError("--workload streaming: give --short-clip PATH (no benchmark audio found)", 2)
     for name in ("jfk.wav",):
         if (Path(audio_dir) / name).is_file():
             return str(Path(audio_dir) / name)
     wavs = sorted(Path(audio_dir).glob("*.wav"))
     if not wavs:
-        raise _error(f"--workload streaming: no .wav in {audio_dir}", 2)
+        raise CliError(f"--workload streaming: no .wav in {audio_dir}", 2)
     return str(wavs[0])

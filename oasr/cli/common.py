@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
-import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+from oasr.serving.common import Source
 
 if TYPE_CHECKING:  # the engine (and torch) load when a command runs, not for `oasr --help`
     from oasr.engine.outputs import RequestOutput
@@ -34,54 +33,43 @@ class CliError(Exception):
 # argparse value types (their ArgumentTypeError becomes "argument --x: invalid ...")
 
 
-def positive_int(text: str) -> int:
+def _parsed(text: str, cast: Callable[[str], Any], what: str) -> Any:
+    """``cast(text)``, or the ArgumentTypeError argparse prints (``expected <what>, got '...'``)."""
     try:
-        value = int(text)
+        return cast(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+
+
+def _checked(value: Any, ok: bool, rule: str, shown: object) -> Any:
+    if not ok:
+        raise argparse.ArgumentTypeError(f"{rule}, got {shown}")
     return value
+
+
+def positive_int(text: str) -> int:
+    value = _parsed(text, int, "an integer")
+    return _checked(value, value >= 1, "must be >= 1", value)
 
 
 def nonnegative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
-    return value
+    value = _parsed(text, int, "an integer")
+    return _checked(value, value >= 0, "must be >= 0", value)
 
 
 def positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
-    return value
+    value = _parsed(text, float, "a number")
+    return _checked(value, value > 0, "must be > 0", text)
 
 
 def nonnegative_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
-    return value
+    value = _parsed(text, float, "a number")
+    return _checked(value, value >= 0, "must be >= 0", text)
 
 
 def finite_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"must be a finite number, got {text}")
-    return value
+    value = _parsed(text, float, "a number")
+    return _checked(value, math.isfinite(value), "must be a finite number", text)
 
 
 def temperatures(text: str) -> float | tuple[float, ...]:
@@ -465,39 +453,8 @@ def load_engine(args: argparse.Namespace, **config: Any):
         raise CliError(f"could not load model {args.model or '(default)'}: {e}", exit_code=2) from None
 
 
-def progress_bar(total: int, disable: bool, unit: str = "file"):
-    """A tqdm bar on stderr, off when asked or when stderr is not a terminal."""
-    from tqdm.auto import tqdm
-
-    return tqdm(
-        total=total,
-        unit=unit,
-        file=sys.stderr,
-        disable=disable or not sys.stderr.isatty(),
-        dynamic_ncols=True,
-        leave=False,
-    )
-
-
-def describe_error(exc: BaseException) -> str:
-    """A one-line description of why an input failed."""
-    if isinstance(exc, OSError) and exc.strerror:
-        return exc.strerror
-    if isinstance(exc, ValueError):  # AudioDecodeError and bad values say what is wrong
-        return str(exc)
-    return f"{type(exc).__name__}: {exc}"
-
-
 # ---------------------------------------------------------------------------
 # Running a batch
-
-
-@dataclass
-class Source:
-    """One input: a label for messages and what ``load_audio`` reads (a path or bytes)."""
-
-    label: str
-    data: str | os.PathLike | bytes
 
 
 def run_batch(

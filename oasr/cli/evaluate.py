@@ -26,17 +26,15 @@ from typing import Any
 from oasr.cli.common import (
     CUT_WARNING,
     CliError,
-    Source,
     add_decode_options,
     add_engine_options,
     check_decode_kwargs,
     decode_kwargs,
-    describe_error,
     load_engine,
     positive_int,
-    progress_bar,
     run_batch,
 )
+from oasr.serving.common import Source, describe_error, progress_bar
 
 NAME = "eval"
 

@@ -12,25 +12,12 @@ import argparse
 import signal
 import sys
 import threading
+from collections.abc import Callable
+from typing import Any
 
 from oasr.cli.common import CliError, nonnegative_float, positive_int
 from oasr.install import install_hint
-
-
-def parse_autoscale(text: str) -> tuple[int, int]:
-    """``MIN:MAX`` -> ``(min, max)`` replicas.
-
-    Raises:
-        ValueError: not two integers with 0 <= MIN <= MAX and MAX >= 1.
-    """
-    low, sep, high = str(text).partition(":")
-    try:
-        lo, hi = int(low), int(high)
-    except ValueError:
-        raise ValueError(f"expected MIN:MAX replicas, got {text!r}") from None
-    if not sep or lo < 0 or hi < 1 or lo > hi:
-        raise ValueError(f"expected MIN:MAX with 0 <= MIN <= MAX and MAX >= 1, got {text!r}")
-    return lo, hi
+from oasr.serving.common import parse_autoscale
 
 
 def _autoscale(text: str) -> tuple[int, int]:
@@ -103,11 +90,10 @@ def _require_ray() -> None:
         ) from None
 
 
-def run_ray_serve(args: argparse.Namespace) -> int:
-    """``oasr serve --ray``: deploy, print where it listens, serve until Ctrl-C / SIGTERM."""
+def run_ray_serve(args: argparse.Namespace, settings_from_args: Callable[[argparse.Namespace], Any]) -> int:
+    """``oasr serve --ray``: deploy, print where it listens, serve until Ctrl-C / SIGTERM.
+    ``settings_from_args`` is ``oasr serve``'s (passed in: this module sits below the commands)."""
     import dataclasses
-
-    from oasr.cli.serve import settings_from_args
 
     _require_ray()
     if args.port == 0:
@@ -160,10 +146,12 @@ def run_ray_serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def run_ray_transcribe(args: argparse.Namespace) -> int:
-    """``oasr transcribe --ray``: the run of ``oasr.serving.ray_batch.transcribe_dataset``."""
+def run_ray_transcribe(
+    args: argparse.Namespace, subtitle_layout: Callable[[argparse.Namespace, argparse.ArgumentParser, dict], Any]
+) -> int:
+    """``oasr transcribe --ray``: the run of ``oasr.serving.ray_batch.transcribe_dataset``.
+    ``subtitle_layout`` is ``oasr transcribe``'s (passed in: this module sits below the commands)."""
     from oasr.cli.common import check_decode_kwargs, decode_kwargs, engine_extras
-    from oasr.cli.transcribe import _layout
     from oasr.formatting import FORMATS
 
     parser: argparse.ArgumentParser = args.parser
@@ -173,7 +161,7 @@ def run_ray_transcribe(args: argparse.Namespace) -> int:
         parser.error("--ray reads files, directories and manifests, not stdin (-)")
     options = decode_kwargs(args)
     check_decode_kwargs(parser, options)
-    layout = _layout(args, parser, options)
+    layout = subtitle_layout(args, parser, options)
     if args.min_duration < 0:
         parser.error(f"argument --min-duration: must be >= 0, got {args.min_duration:g}")
     _require_ray()

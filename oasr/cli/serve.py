@@ -310,7 +310,7 @@ def settings_from_args(args: argparse.Namespace):
 
 def run(args: argparse.Namespace) -> int:
     if args.ray:
-        return run_ray_serve(args)
+        return run_ray_serve(args, settings_from_args)
     try:
         import uvicorn  # noqa: F401 - checked here so that a missing extra is one clear message
 

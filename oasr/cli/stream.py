@@ -37,10 +37,10 @@ from oasr.cli.common import (
     add_engine_options,
     check_decode_kwargs,
     decode_kwargs,
-    describe_error,
     load_engine,
 )
 from oasr.cli.serve import add_stream_flags
+from oasr.serving.common import describe_error
 
 NAME = "stream"
 

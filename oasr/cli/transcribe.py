@@ -47,34 +47,27 @@ import argparse
 import glob
 import os
 import sys
-from collections import defaultdict
 from pathlib import Path
 
 from oasr.cli.common import (
     CUT_WARNING,
     CliError,
-    Source,
     add_decode_options,
     add_engine_options,
     check_decode_kwargs,
     decode_kwargs,
-    describe_error,
     load_engine,
     positive_int,
 )
 from oasr.cli.ray_flags import add_transcribe_options as add_ray_transcribe_options
 from oasr.cli.ray_flags import run_ray_transcribe
+from oasr.serving.common import AUDIO_EXTENSIONS, Source, describe_error, output_names
+from oasr.serving.common import problem as _problem
 
 NAME = "transcribe"
 
 MIN_DURATION_S = 0.1
 """``--min-duration``'s default: the server's (``ServerSettings.min_duration_s``)."""
-
-AUDIO_EXTENSIONS = frozenset(
-    "wav wave flac mp3 mp2 ogg oga opus spx m4a m4b aac wma webm weba mp4 mkv mka mov "
-    "aiff aif aifc amr 3gp 3g2 caf ac3 eac3 wv ape au snd".split()
-)
-"""What a directory is searched for (any file given by name or glob is tried, whatever its name)."""
 
 _GLOB_CHARS = frozenset("*?[")
 _SUBTITLE_OPTIONS = ("max_line_width", "max_line_count", "max_words_per_line", "highlight_words")
@@ -203,45 +196,8 @@ def _audio_in(directory: Path, recursive: bool) -> list[str]:
     return sorted(str(p) for p in paths if p.suffix[1:].lower() in AUDIO_EXTENSIONS and p.is_file())
 
 
-def output_names(files: list[str]) -> list[Path]:
-    """Per input, its output path relative to ``-o`` without the format's extension: the
-    stem; the whole file name for inputs whose stems clash; their directories relative to
-    the inputs' common parent for inputs whose file names clash too (see the module notes)."""
-    absolute = {i: Path(os.path.abspath(f)) for i, f in enumerate(files) if f != "-"}
-    common = Path(os.path.commonpath([str(p.parent) for p in absolute.values()])) if absolute else None
-
-    def candidate(i: int, level: int) -> Path:
-        if i not in absolute:
-            return Path("stdin")
-        p = absolute[i]
-        return [Path(p.stem), Path(p.name), p.parent.relative_to(common) / p.name][level]
-
-    levels = [0] * len(files)
-    while True:
-        names = [candidate(i, levels[i]) for i in range(len(files))]
-        groups: dict[str, list[int]] = defaultdict(list)
-        for i, name in enumerate(names):
-            groups[os.path.normcase(str(name))].append(i)
-        clashing = [i for group in groups.values() if len(group) > 1 for i in group if levels[i] < 2]
-        if not clashing:
-            return names
-        for i in clashing:
-            levels[i] += 1
-
-
 def _sources(files: list[str]) -> list[Source]:
     return [Source("<stdin>", sys.stdin.buffer.read()) if f == "-" else Source(f, f) for f in files]
-
-
-def _problem(source: Source, exc: BaseException) -> str:
-    """Why ``source`` failed, without the file name the audio reader put in (the CLI's
-    message starts with it)."""
-    message = describe_error(exc)
-    data = source.data
-    name = os.fspath(data) if isinstance(data, (str, os.PathLike)) else f"<bytes of {len(data)} bytes>"
-    for old, new in ((f": {name}:", ":"), (f" from {name}", ""), (f": {name}", ""), (f"{name}: ", "")):
-        message = message.replace(old, new)
-    return message
 
 
 def _probe_seconds(source: Source) -> float | None:
@@ -348,7 +304,7 @@ def _layout(args: argparse.Namespace, parser: argparse.ArgumentParser, options: 
 
 def run(args: argparse.Namespace) -> int:
     if args.ray:
-        return run_ray_transcribe(args)
+        return run_ray_transcribe(args, _layout)
     from oasr.engine.outputs import Segment
     from oasr.formatting import EXTENSIONS, FORMATS, format_output
 

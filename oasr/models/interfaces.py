@@ -24,6 +24,16 @@ class Capability:
     why: str
 
 
+# What the K/V-pool scheduler (autoregressive.py) calls on a decoder: the AED and LLM strategies share it.
+_POOLED_DECODER = (
+    "decoder.new_pool",
+    "decoder.prefill",
+    "decoder.step",
+    "decoder.select",
+    "decoder.merge",
+    "decoder.can_merge",
+)
+
 CAPABILITIES: dict[DecodeType, Capability] = {
     DecodeType.CTC: Capability(
         requires=("forward_offline", "forward_offline_best_path", "blank_id", "encoder.subsampling_rate"),
@@ -50,12 +60,7 @@ CAPABILITIES: dict[DecodeType, Capability] = {
     DecodeType.AED: Capability(
         requires=(
             "encode_offline",
-            "decoder.new_pool",
-            "decoder.prefill",
-            "decoder.step",
-            "decoder.select",
-            "decoder.merge",
-            "decoder.can_merge",
+            *_POOLED_DECODER,
             "aed_vocabulary",
             "default_alignment_heads",
             "window_frames",
@@ -75,12 +80,7 @@ CAPABILITIES: dict[DecodeType, Capability] = {
         requires=(
             "encode_offline",
             "embed_prompt",
-            "decoder.new_pool",
-            "decoder.prefill",
-            "decoder.step",
-            "decoder.select",
-            "decoder.merge",
-            "decoder.can_merge",
+            *_POOLED_DECODER,
         ),
         why="a speech-LLM embeds the chat prompt with audio states spliced in, then samples "
         "from the causal LM over a per-row K/V pool",

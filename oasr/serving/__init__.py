@@ -6,6 +6,9 @@
   one engine per actor (``oasr transcribe --ray``).
 
 Both need the ``ray`` extra (``oasr.install.install_hint("ray")``) and import it only when used.
-Layering: this package may import ``oasr.server``, ``oasr.engine`` and ``oasr.cli`` helpers;
-nothing under ``oasr.engine`` or ``oasr.models`` imports it.
+* ``oasr.serving.common``: what the CLI and the Ray runs share (input files, output names, error
+  wording, progress bar, replica ranges); no Ray.
+
+Layering: this package may import ``oasr.server`` and ``oasr.engine``, never ``oasr.cli``; only
+``oasr.cli`` imports it (tests/test_layering.py).
 """

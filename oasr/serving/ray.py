@@ -50,8 +50,8 @@ from typing import Any
 from ray import serve
 from ray.serve.config import AutoscalingConfig
 
-from oasr.cli.ray_flags import parse_autoscale
 from oasr.server.settings import ServerSettings
+from oasr.serving.common import parse_autoscale
 
 log = logging.getLogger("oasr.serving")
 

@@ -9,7 +9,7 @@ The life of a run:
    the actor that transcribes it (on a multi-node cluster the inputs must be at the same
    path on every node, e.g. a shared file system).
 2. Each input gets the output files ``oasr transcribe -o DIR -f FORMAT`` would write for
-   the same inputs (``oasr.cli.transcribe.output_names``: ``DIR/<stem>.<ext>``, the whole
+   the same inputs (``oasr.serving.common.output_names``: ``DIR/<stem>.<ext>``, the whole
    name or the sub-directory where names clash). An input whose every output file already
    exists is skipped (a rerun resumes an interrupted run; failed inputs have no output and
    are tried again).
@@ -51,7 +51,7 @@ def list_inputs(paths: Iterable[str | os.PathLike], *, recursive: bool = False) 
         ValueError: a directory without audio files, or a manifest line that is not a JSON
             object with a string ``audio`` key (named by file and line).
     """
-    from oasr.cli.transcribe import AUDIO_EXTENSIONS
+    from oasr.serving.common import AUDIO_EXTENSIONS
 
     found: list[str] = []
     for raw in paths:
@@ -97,8 +97,8 @@ def _manifest(path: Path) -> list[str]:
 
 def output_targets(output_dir: Path, files: list[str], formats: Iterable[str]) -> list[dict[str, Path]]:
     """Per input, ``format -> file``: what ``oasr transcribe -o output_dir`` writes for ``files``."""
-    from oasr.cli.transcribe import output_names
     from oasr.formatting import EXTENSIONS
+    from oasr.serving.common import output_names
 
     formats = tuple(formats)
     return [{f: output_dir / f"{name}.{EXTENSIONS[f]}" for f in formats} for name in output_names(files)]
@@ -142,9 +142,8 @@ class Transcriber:
         self.worker = f"{os.uname().nodename}:{os.getpid()}"
 
     def __call__(self, batch: dict[str, Any]) -> dict[str, list]:
-        from oasr.cli.common import Source, describe_error
-        from oasr.cli.transcribe import _problem
         from oasr.formatting import format_output
+        from oasr.serving.common import Source, describe_error, problem
 
         paths = [str(p) for p in batch["audio"]]
         rows: list[dict[str, Any] | None] = [None] * len(paths)
@@ -154,7 +153,7 @@ class Transcriber:
             )
             for index, result in results:
                 if isinstance(result, Exception):
-                    rows[index] = _error_row(_problem(Source(paths[index], paths[index]), result))
+                    rows[index] = _error_row(problem(Source(paths[index], paths[index]), result))
                     continue
                 try:
                     docs = {f: format_output(result, f, words=self.words, layout=self.layout) for f in self.formats}
@@ -254,8 +253,8 @@ def transcribe_dataset(
         ValueError: two inputs would write the same output file, or a bad manifest.
         FileNotFoundError: an input path that does not exist.
     """
-    from oasr.cli.common import progress_bar
     from oasr.formatting import FORMATS
+    from oasr.serving.common import progress_bar
 
     started = time.perf_counter()
     formats = tuple(formats)
@@ -338,7 +337,7 @@ def _plain(value: Any) -> Any:
 
 def _record(item: str, row: dict[str, Any], targets: dict[str, Path], formats) -> dict[str, Any]:
     """Write the documents of one finished input; its line of ``results.jsonl``."""
-    from oasr.cli.common import describe_error
+    from oasr.serving.common import describe_error
 
     record: dict[str, Any] = {
         "audio": item,

@@ -15,7 +15,6 @@ language -> prompt id). Tensor names are mapped onto oasr's:
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -24,9 +23,15 @@ import torch
 
 from oasr.models.base import DecodeType, DecodingSpec, FeatureSpec, LoadError
 from oasr.models.formats.hf import load_hf_weights, model_type, read_json
+from oasr.models.formats.nemo import (
+    ENCODER_FIELDS,
+    mel_feature_spec,
+    mel_params,
+    tokenizer_spec,
+    transducer_fields,
+    transducer_state,
+)
 from oasr.models.nemotron.config import NemotronConfig, NemotronEncoderConfig
-from oasr.models.parakeet.convert import _ENCODER_FIELDS, _FEATURE_DEFAULTS, _RENAMES, _tokenizer_spec
-from oasr.models.parakeet.features import PARAM_KEYS
 from oasr.models.registry import CheckpointBundle
 
 ARCH = "nemotron"
@@ -35,22 +40,6 @@ MODEL_TYPE = "nemotron3_5_asr"
 STREAMING_EN_MODEL_TYPE = "nemotron_asr_streaming"
 MODEL_TYPES = (MODEL_TYPE, STREAMING_EN_MODEL_TYPE)
 
-_TRANSDUCER_RENAMES = (
-    (re.compile(r"^decoder\."), "predictor."),
-    (re.compile(r"^encoder_projector\."), "joiner.encoder_proj."),
-    (re.compile(r"^joint\.head\."), "joiner.head."),
-)
-
-
-def transducer_state(weights: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """Hugging Face NeMo-transducer tensor names -> oasr's (encoder attention, predictor, joint)."""
-    state: dict[str, torch.Tensor] = {}
-    for name, tensor in weights.items():
-        for pattern, repl in (*_RENAMES, *_TRANSDUCER_RENAMES):
-            name = pattern.sub(repl, name)
-        state[name] = tensor
-    return state
-
 
 def _encoder_config(enc: Mapping[str, Any], where: str) -> NemotronEncoderConfig:
     heads = enc.get("num_attention_heads", NemotronEncoderConfig.num_attention_heads)
@@ -58,7 +47,7 @@ def _encoder_config(enc: Mapping[str, Any], where: str) -> NemotronEncoderConfig
         raise LoadError(f"{where}: num_key_value_heads != num_attention_heads is not supported")
     if enc.get("subsampling_conv_stride", 2) != 2:
         raise LoadError(f"{where}: subsampling_conv_stride={enc['subsampling_conv_stride']} is not supported (2)")
-    keys = (*_ENCODER_FIELDS, "sliding_window", "default_num_lookahead_tokens")
+    keys = (*ENCODER_FIELDS, "sliding_window", "default_num_lookahead_tokens")
     try:
         return NemotronEncoderConfig.from_dict({k: enc[k] for k in keys if k in enc})
     except (TypeError, ValueError) as e:
@@ -66,16 +55,12 @@ def _encoder_config(enc: Mapping[str, Any], where: str) -> NemotronEncoderConfig
 
 
 def _feature_spec(fe: Mapping[str, Any], source: Path, num_mel_bins: int) -> FeatureSpec:
-    params: dict[str, Any] = {k: fe.get(k, _FEATURE_DEFAULTS[k]) for k in PARAM_KEYS}
-    if int(params["feature_size"]) != num_mel_bins:
-        raise LoadError(
-            f"{source}: feature_size={params['feature_size']} but the encoder expects num_mel_bins={num_mel_bins}"
-        )
+    params = mel_params(fe, source, num_mel_bins)
     if fe.get("mel_filters_dtype", "float32") != "float32":
         raise LoadError(f"{source}: mel_filters_dtype={fe['mel_filters_dtype']!r} is not supported (float32)")
     # The streaming front end is never normalised (transformers' NemotronAsrStreamingFeatureExtractor).
     params["normalize"] = False
-    return FeatureSpec(kind="parakeet_mel", sampling_rate=int(fe.get("sampling_rate", 16000)), params=params)
+    return mel_feature_spec(params, fe)
 
 
 class HFNemotronConverter:
@@ -109,11 +94,7 @@ class HFNemotronConverter:
         try:
             config = NemotronConfig(
                 encoder=encoder,
-                vocab_size=vocab_size,
-                blank_id=int(hf.get("blank_token_id", vocab_size - 1)),
-                decoder_hidden_size=int(hf.get("decoder_hidden_size", 640)),
-                num_decoder_layers=int(hf.get("num_decoder_layers", 2)),
-                max_symbols_per_step=int(hf.get("max_symbols_per_step", 10)),
+                **transducer_fields(hf, vocab_size),
                 num_prompts=int(hf.get("num_prompts", 128)) if prompted else 0,
                 prompt_intermediate_size=int(hf.get("prompt_intermediate_size", 2048)),
                 default_prompt_id=int(hf.get("default_prompt_id", 101)),
@@ -136,7 +117,7 @@ class HFNemotronConverter:
             architecture=ARCH,
             config=config,
             state_dict=state,
-            tokenizer=_tokenizer_spec(path, config.blank_id, vocab_size),
+            tokenizer=tokenizer_spec(path, config.blank_id, vocab_size),
             features=_feature_spec(fe, fe_source, encoder.num_mel_bins),
             decoding=DecodingSpec(
                 DecodeType.TRANSDUCER,

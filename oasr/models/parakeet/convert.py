@@ -17,19 +17,25 @@ encoder (``parakeet_encoder``) is recognised and refused by name: it has no deco
 
 from __future__ import annotations
 
-import json
-import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import torch
-
-from oasr.models.base import DecodeType, DecodingSpec, FeatureSpec, LoadError, TokenizerSpec
+from oasr.models.base import DecodeType, DecodingSpec, FeatureSpec, LoadError
 from oasr.models.formats.hf import load_hf_weights as _load_weights
 from oasr.models.formats.hf import model_type as hf_model_type
+from oasr.models.formats.hf import read_json as _read_json
+from oasr.models.formats.nemo import (
+    ATTENTION_RENAMES,
+    ENCODER_FIELDS,
+    mel_feature_spec,
+    mel_params,
+    rename,
+    tokenizer_spec,
+    transducer_fields,
+    transducer_state,
+)
 from oasr.models.parakeet.config import ParakeetConfig, ParakeetEncoderConfig, ParakeetTransducerConfig
-from oasr.models.parakeet.features import PARAM_KEYS
 from oasr.models.registry import CheckpointBundle
 
 ARCH = "parakeet"
@@ -41,48 +47,6 @@ TRANSDUCER_MODEL_TYPES = ("parakeet_rnnt", "parakeet_tdt")
 _NOT_SERVED = {
     "parakeet_encoder": "a bare Parakeet encoder without a decoding head",
 }
-
-# encoder_config keys that become ParakeetEncoderConfig fields (same names).
-_ENCODER_FIELDS = (
-    "hidden_size",
-    "num_hidden_layers",
-    "num_attention_heads",
-    "intermediate_size",
-    "hidden_act",
-    "attention_bias",
-    "convolution_bias",
-    "conv_kernel_size",
-    "subsampling_factor",
-    "subsampling_conv_channels",
-    "num_mel_bins",
-    "subsampling_conv_kernel_size",
-    "subsampling_conv_stride",
-    "scale_input",
-)
-
-_RENAMES = (
-    (re.compile(r"\.self_attn\.q_proj\."), ".self_attn.linear_q."),
-    (re.compile(r"\.self_attn\.k_proj\."), ".self_attn.linear_k."),
-    (re.compile(r"\.self_attn\.v_proj\."), ".self_attn.linear_v."),
-    (re.compile(r"\.self_attn\.o_proj\."), ".self_attn.linear_out."),
-    (re.compile(r"\.self_attn\.relative_k_proj\."), ".self_attn.linear_pos."),
-)
-
-# Hugging Face ParakeetFeatureExtractor defaults, for keys a preprocessor_config.json omits.
-_FEATURE_DEFAULTS: dict[str, Any] = {
-    "feature_size": 80,
-    "hop_length": 160,
-    "n_fft": 512,
-    "win_length": 400,
-    "preemphasis": 0.97,
-}
-
-
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
-        raise LoadError(f"{path} is not valid JSON: {e}") from e
 
 
 def encoder_config_from_hf(enc: Mapping[str, Any], where: str) -> ParakeetEncoderConfig:
@@ -100,7 +64,7 @@ def encoder_config_from_hf(enc: Mapping[str, Any], where: str) -> ParakeetEncode
     if head_dim is not None and head_dim * heads != hidden:
         raise LoadError(f"{where}: head_dim={head_dim} x {heads} heads != hidden_size={hidden} is not supported")
     try:
-        return ParakeetEncoderConfig.from_dict({k: enc[k] for k in _ENCODER_FIELDS if k in enc})
+        return ParakeetEncoderConfig.from_dict({k: enc[k] for k in ENCODER_FIELDS if k in enc})
     except (TypeError, ValueError) as e:
         raise LoadError(f"{where}: {e}") from e
 
@@ -121,24 +85,20 @@ def _feature_extractor_config(path: Path) -> tuple[dict[str, Any], Path | None]:
 
 def _feature_spec(path: Path, num_mel_bins: int) -> FeatureSpec:
     pre, source = _feature_extractor_config(path)
-    params = {k: pre.get(k, _FEATURE_DEFAULTS[k]) for k in PARAM_KEYS}
-    if int(params["feature_size"]) != num_mel_bins:
-        raise LoadError(
-            f"{source or path}: feature_size={params['feature_size']} but the encoder expects "
-            f"num_mel_bins={num_mel_bins}"
-        )
-    return FeatureSpec(kind="parakeet_mel", sampling_rate=int(pre.get("sampling_rate", 16000)), params=params)
+    return mel_feature_spec(mel_params(pre, source or path, num_mel_bins), pre)
 
 
-def _tokenizer_spec(path: Path, blank_id: int, vocab_size: int) -> TokenizerSpec:
-    tok = path / "tokenizer.json"
-    if not tok.is_file():
-        raise LoadError(f"{path}: no tokenizer.json beside the weights (a Parakeet directory carries one)")
-    added = _read_json(tok).get("added_tokens") or []
-    special = {int(t["id"]) for t in added if t.get("special", False)}
-    special.add(blank_id)
-    return TokenizerSpec(
-        kind="huggingface", path=str(tok), special_ids=tuple(sorted(i for i in special if 0 <= i < vocab_size))
+def _bundle(path: Path, architecture: str, config, state: dict, vocab_size: int, decoding: DecodingSpec):
+    """The checkpoint bundle of a Parakeet directory (CTC or transducer): tokenizer and features beside it."""
+    return CheckpointBundle(
+        architecture=architecture,
+        config=config,
+        state_dict=state,
+        tokenizer=tokenizer_spec(path, int(config.blank_id), vocab_size),
+        features=_feature_spec(path, config.encoder.num_mel_bins),
+        decoding=decoding,
+        source=str(path),
+        format="huggingface",
     )
 
 
@@ -184,11 +144,7 @@ class HFParakeetConverter:
         except ValueError as e:
             raise LoadError(f"{path / 'config.json'}: {e}") from e
 
-        state: dict[str, torch.Tensor] = {}
-        for name, tensor in _load_weights(path).items():
-            for pattern, repl in _RENAMES:
-                name = pattern.sub(repl, name)
-            state[name] = tensor
+        state = rename(_load_weights(path), ATTENTION_RENAMES)
         head = state.get("ctc_head.weight")
         if head is None:
             raise LoadError(f"{path}: no ctc_head.weight in the checkpoint")
@@ -200,21 +156,11 @@ class HFParakeetConverter:
             raise LoadError(
                 f"{path}: ctc_head has {state['ctc_head.weight'].shape[0]} outputs but vocab_size={vocab_size}"
             )
-        return CheckpointBundle(
-            architecture=ARCH,
-            config=config,
-            state_dict=state,
-            tokenizer=_tokenizer_spec(path, int(config.blank_id), vocab_size),
-            features=_feature_spec(path, encoder.num_mel_bins),
-            # The parakeet-ctc releases (0.6b, 1.1b) are English-only.
-            decoding=DecodingSpec(DecodeType.CTC, params={"languages": ("en",)}),
-            source=str(path),
-            format="huggingface",
-        )
+        # The parakeet-ctc releases (0.6b, 1.1b) are English-only.
+        decoding = DecodingSpec(DecodeType.CTC, params={"languages": ("en",)})
+        return _bundle(path, ARCH, config, state, vocab_size, decoding)
 
     def _load_transducer(self, path: Path, hf: Mapping[str, Any]) -> CheckpointBundle:
-        from oasr.models.nemotron.convert import transducer_state
-
         cfg_file = path / "config.json"
         if hf.get("hidden_act", "relu") != "relu":
             raise LoadError(f"{cfg_file}: joint hidden_act={hf['hidden_act']!r} is not supported (relu)")
@@ -223,15 +169,7 @@ class HFParakeetConverter:
         is_tdt = hf.get("model_type") == "parakeet_tdt"
         durations = tuple(int(d) for d in hf.get("durations", (0, 1, 2, 3, 4))) if is_tdt else ()
         try:
-            config = ParakeetTransducerConfig(
-                encoder=encoder,
-                vocab_size=vocab_size,
-                blank_id=int(hf.get("blank_token_id", vocab_size - 1)),
-                decoder_hidden_size=int(hf.get("decoder_hidden_size", 640)),
-                num_decoder_layers=int(hf.get("num_decoder_layers", 2)),
-                max_symbols_per_step=int(hf.get("max_symbols_per_step", 10)),
-                durations=durations,
-            )
+            config = ParakeetTransducerConfig(encoder=encoder, **transducer_fields(hf, vocab_size), durations=durations)
         except (TypeError, ValueError) as e:
             raise LoadError(f"{cfg_file}: {e}") from e
         state = transducer_state(_load_weights(path))
@@ -243,23 +181,15 @@ class HFParakeetConverter:
                 f"{path}: joint.head has {head.shape[0]} outputs but vocab_size={vocab_size} + "
                 f"{len(durations)} durations = {vocab_size + len(durations)}"
             )
-        return CheckpointBundle(
-            architecture=TRANSDUCER_ARCH,
-            config=config,
-            state_dict=state,
-            tokenizer=_tokenizer_spec(path, int(config.blank_id), vocab_size),
-            features=_feature_spec(path, encoder.num_mel_bins),
-            decoding=DecodingSpec(
-                DecodeType.TRANSDUCER,
-                params={
-                    "blank_id": config.blank_id,
-                    "max_symbols_per_step": config.max_symbols_per_step,
-                    "durations": durations,
-                },
-            ),
-            source=str(path),
-            format="huggingface",
+        decoding = DecodingSpec(
+            DecodeType.TRANSDUCER,
+            params={
+                "blank_id": config.blank_id,
+                "max_symbols_per_step": config.max_symbols_per_step,
+                "durations": durations,
+            },
         )
+        return _bundle(path, TRANSDUCER_ARCH, config, state, vocab_size, decoding)
 
 
 class HFParakeetTransducerConverter(HFParakeetConverter):
