@@ -31,6 +31,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections import Counter
 from pathlib import Path
@@ -63,7 +64,9 @@ class Server:
         cmd = [sys.executable, "-m", "oasr.cli.main", "serve", "--model", model, "--port", str(self.port)]
         cmd += ["--log-level", "warning", *extra]
         with open(log, "wb") as f:
-            self.proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, cwd=REPO)
+            # Not cwd=REPO: `python -m` puts the working directory first on sys.path, ahead of
+            # PYTHONPATH, and the server would run this checkout's oasr whatever PYTHONPATH says.
+            self.proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, cwd=tempfile.gettempdir())
         import httpx
 
         deadline = time.monotonic() + 600
@@ -202,7 +205,12 @@ def main() -> int:
         clips=len(clips),
         audio_s=sum(clips[i % len(clips)]["duration_s"] for i in range(args.clients)),
         server_args=args.server_arg,
-        oasr=os.environ.get("PYTHONPATH", ""),
+        oasr=subprocess.run(  # the oasr the server ran (as it imports it)
+            [sys.executable, "-c", "import oasr; print(oasr.__file__)"],
+            cwd=tempfile.gettempdir(),
+            capture_output=True,
+            text=True,
+        ).stdout.strip(),
         cpus=os.cpu_count(),
         load_before=load_before,
         load_after=os.getloadavg(),
