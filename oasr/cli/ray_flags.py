@@ -104,7 +104,7 @@ def run_ray_serve(args: argparse.Namespace) -> int:
     """``oasr serve --ray``: deploy, print where it listens, serve until Ctrl-C / SIGTERM."""
     import dataclasses
 
-    from oasr.cli.serve import settings_from_args
+    from oasr.cli.serve import ready_line, settings_from_args
 
     _require_ray()
     if args.port == 0:
@@ -140,7 +140,7 @@ def run_ray_serve(args: argparse.Namespace) -> int:
             if args.autoscale
             else f"{args.replicas} replica{'s' if args.replicas != 1 else ''}"
         )
-        print(f"oasr serve: {how} on http://{settings.host}:{settings.port} (Ray Serve); Ctrl-C stops", file=sys.stderr)
+        print(ready_line(settings, settings.port, args.device, f"; {how} on Ray Serve"), file=sys.stderr, flush=True)
         try:
             while not stop.wait(1.0):
                 pass
@@ -161,7 +161,7 @@ def run_ray_transcribe(args: argparse.Namespace) -> int:
     """``oasr transcribe --ray``: the run of ``oasr.serving.ray_batch.transcribe_dataset``."""
     from oasr.cli.common import check_decode_kwargs, decode_kwargs, engine_extras
     from oasr.cli.transcribe import _layout
-    from oasr.formatting import FORMATS
+    from oasr.formatting import output_formats
 
     parser: argparse.ArgumentParser = args.parser
     if args.output_dir is None:
@@ -176,7 +176,7 @@ def run_ray_transcribe(args: argparse.Namespace) -> int:
     _require_ray()
     from oasr.serving.ray_batch import transcribe_dataset
 
-    formats = FORMATS if args.output_format == "all" else (args.output_format,)
+    formats = output_formats(args.output_format)
     engine_options = {
         "device": args.device,
         "dtype": args.dtype,

@@ -49,7 +49,7 @@ FEED_MS = 160.0
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from oasr.formatting import FORMATS
+    from oasr.formatting import FORMAT_ALIASES, FORMATS
 
     p = subparsers.add_parser(
         NAME,
@@ -61,9 +61,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "-f",
         "--output-format",
-        choices=(*FORMATS, "all"),
+        choices=(*FORMATS, *FORMAT_ALIASES, "all"),
         default="text",
-        help="format of each file's final result (default: text); all writes every format (needs -o)",
+        help="format of each file's final result (default: text; txt is text); all writes openai-whisper's set, "
+        "txt vtt srt tsv json (needs -o)",
     )
     p.add_argument(
         "-o", "--output-dir", type=Path, default=None, metavar="DIR", help="write DIR/<stem>.<ext> per input"
@@ -168,16 +169,16 @@ def stream_file(engine, samples, options: dict, piece: int, realtime: bool, on_e
 
 
 def run(args: argparse.Namespace) -> int:
-    from oasr.cli.transcribe import expand_inputs, output_names
+    from oasr.cli.transcribe import expand_inputs, output_names, stdout_document
     from oasr.engine.outputs import Segment
-    from oasr.formatting import EXTENSIONS, FORMATS, SubtitleLayout, format_output
+    from oasr.formatting import EXTENSIONS, SubtitleLayout, format_output, output_formats
 
     parser: argparse.ArgumentParser = args.parser
-    fmt = args.output_format
-    formats = FORMATS if fmt == "all" else (fmt,)
+    formats = output_formats(args.output_format)
+    fmt = formats[0]
     options = decode_kwargs(args)
     check_decode_kwargs(parser, options)
-    if fmt == "all" and args.output_dir is None:
+    if len(formats) > 1 and args.output_dir is None:
         parser.error("-f all writes one file per format: give --output-dir")
     if args.output_dir is not None and args.output_dir.exists() and not args.output_dir.is_dir():
         parser.error(f"--output-dir {args.output_dir} is not a directory")
@@ -233,10 +234,7 @@ def run(args: argparse.Namespace) -> int:
             report(index, label, error or "the stream failed")
             continue
         if targets is None:
-            doc = format_output(output, fmt, words=words, layout=layout)
-            if several:
-                doc = f"{label}: {doc}" if fmt == "text" else f"==> {label} <==\n{doc}\n"
-            sys.stdout.write(doc)
+            sys.stdout.write(stdout_document(output, fmt, label, several, words, layout))
             sys.stdout.flush()
             continue
         for f, path in targets[index].items():

@@ -58,12 +58,13 @@ def reference_output(engine, path, **options):
 
 
 def test_every_format_is_the_in_process_stream_written_as_transcribe_writes_it(paths, engines, tmp_path):
-    from oasr.formatting import EXTENSIONS, FORMATS, SubtitleLayout, format_output
+    from oasr.formatting import ALL_FORMATS, EXTENSIONS, SubtitleLayout, format_output
 
     assert main(["stream", str(paths[LONG]), "--model", str(CAUSAL), "-f", "all", "-o", str(tmp_path)]) == 0
     expected = reference_output(engines(), paths[LONG])
     assert expected.segments and expected.text
-    for fmt in FORMATS:
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["jfk.json", "jfk.srt", "jfk.tsv", "jfk.txt", "jfk.vtt"]
+    for fmt in ALL_FORMATS:
         written = (tmp_path / f"jfk.{EXTENSIONS[fmt]}").read_text(encoding="utf-8")
         assert written == format_output(expected, fmt, words=False, layout=SubtitleLayout()), fmt
 
