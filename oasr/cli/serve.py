@@ -10,7 +10,9 @@ does not start; its time is the engine's first measure of its decode rate, for a
 ``oasr.engine.admission``); only then does it listen, so ``/health`` says ok only for an
 engine that has decoded. Stop with Ctrl-C or SIGTERM: the server stops accepting, lets running
 requests finish for up to ``--graceful-shutdown`` seconds, answers the rest 503, then
-shuts the engine down. If the engine's decode loop dies, waiting requests get 503,
+shuts the engine down. Once it listens and ``/health`` says ok, it prints one line to stderr
+(``oasr serve: ready at http://127.0.0.1:8000 (models: ...; API key: off; device: cpu)``).
+If the engine's decode loop dies, waiting requests get 503,
 ``/health`` says 503 and the process exits with code 3 so that a supervisor restarts it
 (see ``oasr.server.lifecycle``).
 """
@@ -307,6 +309,15 @@ def settings_from_args(args: argparse.Namespace):
     )
 
 
+def ready_line(settings, port: int, device: str, how: str = "") -> str:
+    """The one line ``oasr serve`` prints to stderr once ``/health`` answers ok: where it listens,
+    the names it answers to, whether it needs an API key (never the key), its device."""
+    host = f"[{settings.host}]" if ":" in settings.host else settings.host
+    models = ", ".join(settings.model_names)
+    key = "on" if settings.api_key else "off"
+    return f"oasr {NAME}: ready at http://{host}:{port} (models: {models}; API key: {key}; device: {device}{how})"
+
+
 def run(args: argparse.Namespace) -> int:
     if args.ray:
         return run_ray_serve(args)
@@ -352,7 +363,15 @@ def run(args: argparse.Namespace) -> int:
                 except (TypeError, ValueError) as e:
                     raise CliError(f"live streams: {e}; not starting", exit_code=2) from None
             app = create_app(settings, engine)
-            code = run_server(app, settings, sock, graceful_s=args.graceful_shutdown, engine=engine)
+            line = ready_line(settings, sock.getsockname()[1], engine.config.device)
+            code = run_server(
+                app,
+                settings,
+                sock,
+                graceful_s=args.graceful_shutdown,
+                engine=engine,
+                on_ready=lambda: print(line, file=sys.stderr, flush=True),
+            )
         finally:
             engine.shutdown()
     if code == EXIT_ENGINE_DIED:

@@ -152,6 +152,15 @@ class ServerSettings:
             return (DEFAULT_MODEL,)
         return (os.fspath(self.model),)
 
+    def unknown_model(self, model: str) -> str:
+        """The message for a request naming a ``model`` this server does not serve: the served
+        names, and how to serve more (an OpenAI client's examples send ``"whisper-1"``)."""
+        names = " ".join(self.model_names)
+        return (
+            f"the model {model!r} does not exist; this server serves {list(self.model_names)} "
+            f"(to answer to {model!r} too, start it with --served-model-name {names} {model})"
+        )
+
     def engine_kwargs(self) -> dict[str, Any]:
         """``EngineConfig`` overrides for ``AsyncEngine``."""
         return {
