@@ -130,6 +130,17 @@ def test_partials_are_rewritten_in_place_and_finals_keep_their_times(paths, monk
     assert last_line == f"[00:00.000 --> 00:02.000] {text}\n"
 
 
+def test_text_to_a_terminal_is_the_live_view_printed_once(paths, engines, monkeypatch):
+    out, err = _Terminal(), _Terminal()
+    monkeypatch.setattr("sys.stdout", out)
+    monkeypatch.setattr("sys.stderr", err)
+    assert main(["stream", str(paths[SHORT]), "--model", str(CAUSAL)]) == 0
+    text = reference_output(engines(), paths[SHORT]).text.strip()
+    assert text and err.getvalue() == ""
+    lines = out.getvalue().rsplit("\r\x1b[K", 1)[1]  # what stays on screen after the partials
+    assert lines == f"[00:00.000 --> 00:02.000] {text}\n"
+
+
 def test_realtime_feeds_at_the_speed_of_the_audio(paths):
     started = time.monotonic()
     assert main(["stream", str(paths[SHORT]), "--model", str(CAUSAL), "--realtime", "-q"]) == 0
