@@ -6,20 +6,27 @@ did not); a file named twice is transcribed once. ``-`` reads one input from std
 (named ``<stdin>`` in messages, ``stdin.<ext>`` with ``-o``).
 
 Output goes to stdout, or with ``-o DIR`` to ``DIR/<stem>.<ext>`` per input (``.txt``
-for text, the format's name otherwise; ``-f all`` writes every format). Inputs that would
+for text, the format's name otherwise). ``-f txt`` is ``-f text``; ``-f all`` writes
+openai-whisper's set, ``.txt .vtt .srt .tsv .json`` (each as its own ``-f`` writes it;
+``verbose_json`` is asked for by name). Inputs that would
 share a name keep their whole file name (``a.wav`` and ``a.mp3`` -> ``a.wav.srt``,
 ``a.mp3.srt``), and inputs that share that too (``x/a.wav``, ``y/a.wav``) are written
 under their directories relative to the inputs' common parent (``DIR/x/a.wav.srt``). On
-stdout a single input prints just its document; with several inputs, text prints one
-``<path>: <transcript>`` line per input and the other formats print each document under
-a ``==> <path> <==`` header line, followed by a blank line (as ``head`` does). Stdout is
-written in input order and holds nothing but the chosen format.
+stdout a single input prints just its document; with several inputs, json and
+verbose_json are JSON Lines (one object a line, ``"file"`` first: the input as given),
+text prints one ``<path>: <transcript>`` line per input (as ``grep`` names files), and
+srt, vtt and tsv print each document under a ``==> <path> <==`` header line, followed by a
+blank line (as ``head`` does). Stdout is written in input order and holds nothing but the
+chosen format.
 
-Live output, on stderr: each segment as it is decoded (``[00:12.340 --> 00:15.000] text``
-as openai-whisper and whisper.cpp print them; prefixed by the file with several inputs)
-by default when stderr is a terminal, always with ``--verbose``, never with ``--quiet``;
-and a progress bar in seconds of audio on a terminal (not with ``--no-progress`` or
-``--quiet``).
+Live output: each segment as it is decoded (``[00:12.340 --> 00:15.000] text`` as
+openai-whisper and whisper.cpp print them; prefixed by the file with several inputs), and
+a progress bar in seconds of audio on a terminal (not with ``--no-progress`` or
+``--quiet``). The transcript is shown once: text going to a terminal (no ``-o``) is the
+live segments themselves, on stdout, and is not printed again (``--quiet``: the plain
+text at the end instead); another format going to a terminal is its document, with the
+segments on stderr only with ``--verbose``; output to a file, a pipe or ``-o`` has the
+segments on stderr when that is a terminal or with ``--verbose``, never with ``--quiet``.
 
 Subtitles: with ``--word-timestamps``, SRT and WebVTT cues span their words' times, and
 ``--max-line-width``, ``--max-line-count``, ``--max-words-per-line`` and
@@ -87,8 +94,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         NAME,
         help="transcribe audio files",
         description="Transcribe (or translate) audio files with one model load and batched decoding.",
-        epilog="Segments are printed to stderr as they are decoded (on a terminal, or with --verbose); "
-        "stdout holds only the chosen format. With -o, outputs are DIR/<stem>.<ext>; inputs that share a "
+        epilog="Segments are printed as they are decoded: text to a terminal is the segments themselves (not "
+        "printed again); otherwise they go to stderr (on a terminal, or with --verbose) and stdout holds only "
+        'the chosen format (several inputs in json / verbose_json: JSON Lines with each input\'s "file"). '
+        "With -o, outputs are DIR/<stem>.<ext>; inputs that share a "
         "stem keep their whole name (a.wav.srt, a.mp3.srt), and inputs that share that too go under their "
         "directories relative to the inputs' common parent.",
     )
@@ -127,7 +136,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "-v",
         "--verbose",
         action="store_true",
-        help="print each segment to stderr as it is decoded (the default when stderr is a terminal)",
+        help="print each segment to stderr as it is decoded (the default when stderr is a terminal and stdout is not)",
     )
     talk.add_argument(
         "-q", "--quiet", action="store_true", help="no segments and no progress bar on stderr (errors only)"
