@@ -35,6 +35,10 @@ Choices:
   cut and wrap them (see its docstring). Without words, a cue is a segment.
 * TSV is openai-whisper's: a ``start<TAB>end<TAB>text`` header, then one line per
   segment with the times in integer milliseconds (tabs in the text become spaces).
+* ``txt`` is another name for ``text`` (``FORMAT_ALIASES``), and ``all`` stands for
+  openai-whisper's set, txt, vtt, srt, tsv and json (``ALL_FORMATS``).
+* Several transcripts on one stream in a JSON format are JSON Lines (``json_line``): one
+  object a line, its ``"file"`` first, as ``jq`` and ``pandas.read_json(lines=True)`` read them.
 """
 
 from __future__ import annotations
@@ -51,13 +55,17 @@ if TYPE_CHECKING:  # annotations only: the CLI reads FORMATS for `--help` withou
     from oasr.engine.outputs import RequestOutput, Segment
 
 __all__ = [
+    "ALL_FORMATS",
     "EXTENSIONS",
     "FORMATS",
+    "FORMAT_ALIASES",
     "SubtitleLayout",
     "format_output",
     "format_timestamp",
     "json_dict",
+    "json_line",
     "language_name",
+    "output_formats",
     "to_json",
     "to_srt",
     "subtitle_cues",
@@ -80,6 +88,30 @@ EXTENSIONS: dict[str, str] = {
     "tsv": "tsv",
 }
 """File extension (without the dot) written for each format."""
+
+FORMAT_ALIASES: dict[str, str] = {"txt": "text"}
+"""Other names a format is asked for by (``txt``: openai-whisper's and whisper.cpp's name for text)."""
+
+ALL_FORMATS: tuple[str, ...] = ("text", "vtt", "srt", "tsv", "json")
+"""What ``all`` writes: openai-whisper's ``--output_format all`` set (txt, vtt, srt, tsv, json), each
+document as its own format writes it (``verbose_json`` is asked for by name)."""
+
+
+def output_formats(name: str) -> tuple[str, ...]:
+    """The formats a command-line format name stands for: ``all`` -> ``ALL_FORMATS``, an alias
+    (``txt``) -> its format, a format -> itself.
+
+    Raises:
+        ValueError: an unknown name, naming the known ones.
+    """
+    if name == "all":
+        return ALL_FORMATS
+    fmt = FORMAT_ALIASES.get(name, name)
+    if fmt not in FORMATS:
+        known = ", ".join((*FORMATS, *FORMAT_ALIASES, "all"))
+        raise ValueError(f"unknown output format {name!r}; expected one of {known}")
+    return (fmt,)
+
 
 PAUSE_S = 3.0
 """With both ``max_line_width`` and ``max_line_count``, a word starting this long after the
@@ -255,6 +287,18 @@ def to_json(out: RequestOutput) -> str:
     return json.dumps(json_dict(out), ensure_ascii=False) + "\n"
 
 
+def json_line(out: RequestOutput, fmt: str, file: str, *, words: bool | None = None) -> str:
+    """One JSON Lines row for ``out`` in ``json`` or ``verbose_json``: ``{"file": file, ...the
+    document's fields}`` on one line, as several inputs are written to one stream."""
+    if fmt == "json":
+        doc = json_dict(out)
+    elif fmt == "verbose_json":
+        doc = verbose_json_dict(out, any(seg.words for seg in out.segments) if words is None else words)
+    else:
+        raise ValueError(f"JSON Lines rows are json or verbose_json, not {fmt!r}")
+    return json.dumps({"file": file, **doc}, ensure_ascii=False) + "\n"
+
+
 def _segment_dict(index: int, seg: Segment) -> dict[str, Any]:
     return {
         "id": index,
@@ -351,6 +395,7 @@ def format_output(
     Raises:
         ValueError: an unknown format, naming the known ones.
     """
+    fmt = FORMAT_ALIASES.get(fmt, fmt)
     if fmt == "text":
         return to_text(out)
     if fmt == "json":

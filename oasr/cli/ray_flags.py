@@ -95,6 +95,8 @@ def run_ray_serve(args: argparse.Namespace, settings_from_args: Callable[[argpar
     ``settings_from_args`` is ``oasr serve``'s (passed in: this module sits below the commands)."""
     import dataclasses
 
+    from oasr.server.settings import ready_line
+
     _require_ray()
     if args.port == 0:
         raise CliError("--ray needs a fixed --port (Ray Serve's proxy binds it on every node)", exit_code=2)
@@ -129,7 +131,7 @@ def run_ray_serve(args: argparse.Namespace, settings_from_args: Callable[[argpar
             if args.autoscale
             else f"{args.replicas} replica{'s' if args.replicas != 1 else ''}"
         )
-        print(f"oasr serve: {how} on http://{settings.host}:{settings.port} (Ray Serve); Ctrl-C stops", file=sys.stderr)
+        print(ready_line(settings, settings.port, args.device, f"; {how} on Ray Serve"), file=sys.stderr, flush=True)
         try:
             while not stop.wait(1.0):
                 pass
@@ -152,7 +154,7 @@ def run_ray_transcribe(
     """``oasr transcribe --ray``: the run of ``oasr.serving.ray_batch.transcribe_dataset``.
     ``subtitle_layout`` is ``oasr transcribe``'s (passed in: this module sits below the commands)."""
     from oasr.cli.common import check_decode_kwargs, decode_kwargs, engine_extras
-    from oasr.formatting import FORMATS
+    from oasr.formatting import output_formats
 
     parser: argparse.ArgumentParser = args.parser
     if args.output_dir is None:
@@ -167,7 +169,7 @@ def run_ray_transcribe(
     _require_ray()
     from oasr.serving.ray_batch import transcribe_dataset
 
-    formats = FORMATS if args.output_format == "all" else (args.output_format,)
+    formats = output_formats(args.output_format)
     engine_options = {
         "device": args.device,
         "dtype": args.dtype,

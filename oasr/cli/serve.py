@@ -10,7 +10,9 @@ does not start; its time is the engine's first measure of its decode rate, for a
 ``oasr.engine.admission``); only then does it listen, so ``/health`` says ok only for an
 engine that has decoded. Stop with Ctrl-C or SIGTERM: the server stops accepting, lets running
 requests finish for up to ``--graceful-shutdown`` seconds, answers the rest 503, then
-shuts the engine down. If the engine's decode loop dies, waiting requests get 503,
+shuts the engine down. Once it listens and ``/health`` says ok, it prints one line to stderr
+(``oasr serve: ready at http://127.0.0.1:8000 (models: ...; API key: off; device: cpu)``).
+If the engine's decode loop dies, waiting requests get 503,
 ``/health`` says 503 and the process exits with code 3 so that a supervisor restarts it
 (see ``oasr.server.lifecycle``).
 """
@@ -316,6 +318,7 @@ def run(args: argparse.Namespace) -> int:
 
         from oasr.server.app import build_engine, create_app
         from oasr.server.lifecycle import EXIT_ENGINE_DIED, bind_socket, check_streaming, run_server, warm_up
+        from oasr.server.settings import ready_line
     except ImportError as e:
         raise CliError(f"the server needs its extra: {install_hint('server')} ({e})", exit_code=2) from None
     from oasr.models.loaders import ModelNotFoundError
@@ -353,7 +356,15 @@ def run(args: argparse.Namespace) -> int:
                 except (TypeError, ValueError) as e:
                     raise CliError(f"live streams: {e}; not starting", exit_code=2) from None
             app = create_app(settings, engine)
-            code = run_server(app, settings, sock, graceful_s=args.graceful_shutdown, engine=engine)
+            line = ready_line(settings, sock.getsockname()[1], engine.config.device)
+            code = run_server(
+                app,
+                settings,
+                sock,
+                graceful_s=args.graceful_shutdown,
+                engine=engine,
+                on_ready=lambda: print(line, file=sys.stderr, flush=True),
+            )
         finally:
             engine.shutdown()
     if code == EXIT_ENGINE_DIED:

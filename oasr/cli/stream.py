@@ -9,7 +9,8 @@ unlimited unless ``--left-chunks N``.
 
 Live output, on stderr: the current partial text, rewritten in place, on a terminal, and
 each final as ``[MM:SS.mmm --> MM:SS.mmm] text`` (prefixed by the file with several
-inputs; not with ``--quiet``). The finished result of each input goes to stdout, or with
+inputs; not with ``--quiet``). Text to a terminal shows the live view on stdout as the output
+(the transcript is not printed again). The finished result of each input goes to stdout, or with
 ``-o DIR`` to ``DIR/<stem>.<ext>``, in the format ``-f`` names, as ``oasr transcribe`` writes
 it (same names, same writers).
 
@@ -49,7 +50,7 @@ FEED_MS = 160.0
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from oasr.formatting import FORMATS
+    from oasr.formatting import FORMAT_ALIASES, FORMATS
 
     p = subparsers.add_parser(
         NAME,
@@ -61,9 +62,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "-f",
         "--output-format",
-        choices=(*FORMATS, "all"),
+        choices=(*FORMATS, *FORMAT_ALIASES, "all"),
         default="text",
-        help="format of each file's final result (default: text); all writes every format (needs -o)",
+        help="format of each file's final result (default: text; txt is text); all writes openai-whisper's set, "
+        "txt vtt srt tsv json (needs -o)",
     )
     p.add_argument(
         "-o", "--output-dir", type=Path, default=None, metavar="DIR", help="write DIR/<stem>.<ext> per input"
@@ -87,10 +89,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 class LiveDisplay:
-    """Partials rewritten in place on a terminal, finals as lines (stderr)."""
+    """Partials rewritten in place on a terminal, finals as lines (stderr, or ``out``)."""
 
-    def __init__(self, quiet: bool) -> None:
-        self.out = sys.stderr
+    def __init__(self, quiet: bool, out=None) -> None:
+        self.out = out or sys.stderr
         self.quiet = quiet
         self.in_place = not quiet and self.out.isatty()
         self.shown = False  # a partial is on the current line
@@ -168,16 +170,16 @@ def stream_file(engine, samples, options: dict, piece: int, realtime: bool, on_e
 
 
 def run(args: argparse.Namespace) -> int:
-    from oasr.cli.transcribe import expand_inputs, output_names
+    from oasr.cli.transcribe import _isatty, expand_inputs, output_names, stdout_document
     from oasr.engine.outputs import Segment
-    from oasr.formatting import EXTENSIONS, FORMATS, SubtitleLayout, format_output
+    from oasr.formatting import EXTENSIONS, SubtitleLayout, format_output, output_formats
 
     parser: argparse.ArgumentParser = args.parser
-    fmt = args.output_format
-    formats = FORMATS if fmt == "all" else (fmt,)
+    formats = output_formats(args.output_format)
+    fmt = formats[0]
     options = decode_kwargs(args)
     check_decode_kwargs(parser, options)
-    if fmt == "all" and args.output_dir is None:
+    if len(formats) > 1 and args.output_dir is None:
         parser.error("-f all writes one file per format: give --output-dir")
     if args.output_dir is not None and args.output_dir.exists() and not args.output_dir.is_dir():
         parser.error(f"--output-dir {args.output_dir} is not a directory")
@@ -202,7 +204,9 @@ def run(args: argparse.Namespace) -> int:
 
     piece_ms = args.stream_chunk_ms or FEED_MS
     piece = max(1, int(round(engine.sampling_rate * piece_ms / 1000.0)))
-    display = LiveDisplay(args.quiet)
+    # Text to a terminal: the live view is the output there (the transcript is shown once).
+    live_is_output = targets is None and fmt == "text" and not args.quiet and _isatty(sys.stdout)
+    display = LiveDisplay(args.quiet, sys.stdout if live_is_output else None)
     words = bool(options.get("word_timestamps"))
     layout = SubtitleLayout()
     several = len(files) > 1
@@ -221,10 +225,13 @@ def run(args: argparse.Namespace) -> int:
             report(index, label, describe_error(e))
             continue
 
-        def on_event(event, shown=shown) -> None:
+        finals: list[str] = []
+
+        def on_event(event, shown=shown, finals=finals) -> None:
             if event.type == "partial":
                 display.partial(shown, event.text)
             elif event.type == "final":
+                finals.append(event.text)
                 display.final(shown, Segment(id=0, seek=0, start=event.start, end=event.end, text=event.text))
 
         output, error = stream_file(engine, samples, options, piece, args.realtime, on_event)
@@ -233,10 +240,8 @@ def run(args: argparse.Namespace) -> int:
             report(index, label, error or "the stream failed")
             continue
         if targets is None:
-            doc = format_output(output, fmt, words=words, layout=layout)
-            if several:
-                doc = f"{label}: {doc}" if fmt == "text" else f"==> {label} <==\n{doc}\n"
-            sys.stdout.write(doc)
+            if not (live_is_output and any(text.strip() for text in finals)):
+                sys.stdout.write(stdout_document(output, fmt, label, several, words, layout))
             sys.stdout.flush()
             continue
         for f, path in targets[index].items():

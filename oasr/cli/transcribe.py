@@ -6,20 +6,27 @@ did not); a file named twice is transcribed once. ``-`` reads one input from std
 (named ``<stdin>`` in messages, ``stdin.<ext>`` with ``-o``).
 
 Output goes to stdout, or with ``-o DIR`` to ``DIR/<stem>.<ext>`` per input (``.txt``
-for text, the format's name otherwise; ``-f all`` writes every format). Inputs that would
+for text, the format's name otherwise). ``-f txt`` is ``-f text``; ``-f all`` writes
+openai-whisper's set, ``.txt .vtt .srt .tsv .json`` (each as its own ``-f`` writes it;
+``verbose_json`` is asked for by name). Inputs that would
 share a name keep their whole file name (``a.wav`` and ``a.mp3`` -> ``a.wav.srt``,
 ``a.mp3.srt``), and inputs that share that too (``x/a.wav``, ``y/a.wav``) are written
 under their directories relative to the inputs' common parent (``DIR/x/a.wav.srt``). On
-stdout a single input prints just its document; with several inputs, text prints one
-``<path>: <transcript>`` line per input and the other formats print each document under
-a ``==> <path> <==`` header line, followed by a blank line (as ``head`` does). Stdout is
-written in input order and holds nothing but the chosen format.
+stdout a single input prints just its document; with several inputs, json and
+verbose_json are JSON Lines (one object a line, ``"file"`` first: the input as given),
+text prints one ``<path>: <transcript>`` line per input (as ``grep`` names files), and
+srt, vtt and tsv print each document under a ``==> <path> <==`` header line, followed by a
+blank line (as ``head`` does). Stdout is written in input order and holds nothing but the
+chosen format.
 
-Live output, on stderr: each segment as it is decoded (``[00:12.340 --> 00:15.000] text``
-as openai-whisper and whisper.cpp print them; prefixed by the file with several inputs)
-by default when stderr is a terminal, always with ``--verbose``, never with ``--quiet``;
-and a progress bar in seconds of audio on a terminal (not with ``--no-progress`` or
-``--quiet``).
+Live output: each segment as it is decoded (``[00:12.340 --> 00:15.000] text`` as
+openai-whisper and whisper.cpp print them; prefixed by the file with several inputs), and
+a progress bar in seconds of audio on a terminal (not with ``--no-progress`` or
+``--quiet``). The transcript is shown once: text going to a terminal (no ``-o``) is the
+live segments themselves, on stdout, and is not printed again (``--quiet``: the plain
+text at the end instead); another format going to a terminal is its document, with the
+segments on stderr only with ``--verbose``; output to a file, a pipe or ``-o`` has the
+segments on stderr when that is a terminal or with ``--verbose``, never with ``--quiet``.
 
 Subtitles: with ``--word-timestamps``, SRT and WebVTT cues span their words' times, and
 ``--max-line-width``, ``--max-line-count``, ``--max-words-per-line`` and
@@ -74,14 +81,16 @@ _SUBTITLE_OPTIONS = ("max_line_width", "max_line_count", "max_words_per_line", "
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from oasr.formatting import FORMATS
+    from oasr.formatting import FORMAT_ALIASES, FORMATS
 
     p = subparsers.add_parser(
         NAME,
         help="transcribe audio files",
         description="Transcribe (or translate) audio files with one model load and batched decoding.",
-        epilog="Segments are printed to stderr as they are decoded (on a terminal, or with --verbose); "
-        "stdout holds only the chosen format. With -o, outputs are DIR/<stem>.<ext>; inputs that share a "
+        epilog="Segments are printed as they are decoded: text to a terminal is the segments themselves (not "
+        "printed again); otherwise they go to stderr (on a terminal, or with --verbose) and stdout holds only "
+        'the chosen format (several inputs in json / verbose_json: JSON Lines with each input\'s "file"). '
+        "With -o, outputs are DIR/<stem>.<ext>; inputs that share a "
         "stem keep their whole name (a.wav.srt, a.mp3.srt), and inputs that share that too go under their "
         "directories relative to the inputs' common parent.",
     )
@@ -94,9 +103,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "-f",
         "--output-format",
-        choices=(*FORMATS, "all"),
+        choices=(*FORMATS, *FORMAT_ALIASES, "all"),
         default="text",
-        help="output format (default: text); tsv is openai-whisper's (integer ms); all writes every format (needs -o)",
+        help="output format (default: text; txt is text); tsv is openai-whisper's (integer ms); all writes "
+        "openai-whisper's set, txt vtt srt tsv json (needs -o)",
     )
     p.add_argument(
         "-o",
@@ -119,7 +129,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "-v",
         "--verbose",
         action="store_true",
-        help="print each segment to stderr as it is decoded (the default when stderr is a terminal)",
+        help="print each segment to stderr as it is decoded (the default when stderr is a terminal and stdout is not)",
     )
     talk.add_argument(
         "-q", "--quiet", action="store_true", help="no segments and no progress bar on stderr (errors only)"
@@ -219,6 +229,30 @@ def _probe_seconds(source: Source) -> float | None:
 # Live output
 
 
+def _isatty(stream) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):  # replaced or closed streams
+        return False
+
+
+def stdout_document(output, fmt: str, label: str, several: bool, words: bool, layout) -> str:
+    """What stdout gets for one input's ``output`` in format ``fmt``: the document itself for a
+    single input; with several, a JSON Lines row with its ``"file"`` for the JSON formats,
+    ``<label>: <transcript>`` for text (as ``grep`` names files) and the document under a
+    ``==> <label> <==`` header line then a blank line (as ``head`` does) for the subtitle formats."""
+    from oasr.formatting import format_output, json_line
+
+    if several and fmt in ("json", "verbose_json"):
+        return json_line(output, fmt, label, words=words)
+    doc = format_output(output, fmt, words=words, layout=layout)
+    if not several:
+        return doc
+    if fmt == "text":
+        return f"{label}: {doc}"
+    return f"==> {label} <==\n{doc}\n"
+
+
 def segment_line(segment, label: str | None = None) -> str:
     """``[MM:SS.mmm --> MM:SS.mmm] text`` (hours from one hour on), as openai-whisper prints."""
     from oasr.formatting import format_timestamp
@@ -243,7 +277,7 @@ class AudioProgress:
             from tqdm.auto import tqdm
 
             self.bar = tqdm(
-                total=round(sum(t or 0.0 for t in self.totals), 1),
+                total=self._total(),
                 unit="s",
                 file=sys.stderr,
                 dynamic_ncols=True,
@@ -251,21 +285,32 @@ class AudioProgress:
                 bar_format="{l_bar}{bar}| {n:.1f}/{total:.1f} s of audio [{elapsed}<{remaining}]",
             )
 
+    def _total(self) -> float:
+        return sum(t or 0.0 for t in self.totals)
+
+    def _move(self) -> None:
+        # The bar's count is set to the exact sum of the inputs' positions, never past its total (the
+        # same sum of the same numbers): adding rounded steps to a rounded total went past it at the
+        # end of a file and tqdm warned "clamping frac to range [0, 1]".
+        self.bar.n = min(sum(self.done), self.bar.total)
+        self.bar.update(0)  # redraws at tqdm's own pace
+
     def advance(self, index: int, seconds: float) -> None:
         if self.bar is None:
             return
         total = self.totals[index]
         position = min(seconds, total) if total is not None else seconds
         if position > self.done[index]:
-            self.bar.update(round(position - self.done[index], 3))
             self.done[index] = position
+            self._move()
 
     def finish(self, index: int, duration: float | None) -> None:
         if self.bar is None:
             return
         if self.totals[index] is None:
-            self.totals[index] = duration or self.done[index]
-            self.bar.total = round(self.bar.total + self.totals[index], 1)
+            self.totals[index] = max(duration or 0.0, self.done[index])
+            self.bar.total = self._total()
+            self._move()  # what it decoded before its length was known now counts
         self.advance(index, self.totals[index])
 
     def write(self, line: str, file, end: str = "\n") -> None:
@@ -306,17 +351,17 @@ def run(args: argparse.Namespace) -> int:
     if args.ray:
         return run_ray_transcribe(args, _layout)
     from oasr.engine.outputs import Segment
-    from oasr.formatting import EXTENSIONS, FORMATS, format_output
+    from oasr.formatting import EXTENSIONS, format_output, output_formats
 
     parser: argparse.ArgumentParser = args.parser
-    fmt = args.output_format
-    formats = FORMATS if fmt == "all" else (fmt,)
+    formats = output_formats(args.output_format)
+    fmt = formats[0]
     options = decode_kwargs(args)
     check_decode_kwargs(parser, options)
     layout = _layout(args, parser, options)
     if args.min_duration < 0:
         parser.error(f"argument --min-duration: must be >= 0, got {args.min_duration:g}")
-    if fmt == "all" and args.output_dir is None:
+    if len(formats) > 1 and args.output_dir is None:
         parser.error("-f all writes one file per format: give --output-dir")
     if args.output_dir is not None and args.output_dir.exists() and not args.output_dir.is_dir():
         parser.error(f"--output-dir {args.output_dir} is not a directory")
@@ -346,8 +391,17 @@ def run(args: argparse.Namespace) -> int:
             raise CliError(f"cannot create --output-dir {args.output_dir}: {describe_error(e)}") from None
 
     several = len(sources) > 1
-    live = args.verbose or (not args.quiet and sys.stderr.isatty())
-    progress = AudioProgress(sources, enabled=not (args.no_progress or args.quiet) and sys.stderr.isatty())
+    # The transcript is shown once: text to a terminal is the live segments themselves; another
+    # format to a terminal is its document (segments on stderr only with --verbose); to a file or a
+    # pipe, the live view is on stderr when that is a terminal.
+    stdout_tty = targets is None and _isatty(sys.stdout)
+    live_is_output = stdout_tty and fmt == "text" and not args.quiet
+    if stdout_tty:
+        live = live_is_output or args.verbose
+    else:
+        live = args.verbose or (not args.quiet and _isatty(sys.stderr))
+    live_file = sys.stdout if live_is_output else sys.stderr
+    progress = AudioProgress(sources, enabled=not (args.no_progress or args.quiet) and _isatty(sys.stderr))
     words = bool(options.get("word_timestamps"))
     pending: dict[int, str] = {}  # stdout documents waiting for the ones before them
     next_to_print = 0
@@ -362,7 +416,7 @@ def run(args: argparse.Namespace) -> int:
         shown[index] += 1
         progress.advance(index, segment.end)
         if live:
-            progress.write(segment_line(segment, sources[index].label if several else None), file=sys.stderr)
+            progress.write(segment_line(segment, sources[index].label if several else None), file=live_file)
 
     def flush_stdout() -> None:
         nonlocal next_to_print
@@ -371,14 +425,6 @@ def run(args: argparse.Namespace) -> int:
             if doc:
                 progress.write(doc, file=sys.stdout, end="")
             next_to_print += 1
-
-    def stdout_doc(index: int, doc: str) -> str:
-        if not several:
-            return doc
-        label = sources[index].label
-        if fmt == "text":
-            return f"{label}: {doc}"
-        return f"==> {label} <==\n{doc}\n"
 
     def on_result(index: int, output) -> None:
         for segment in output.segments[shown[index] :]:  # a strategy that reports them only at the end
@@ -394,7 +440,11 @@ def run(args: argparse.Namespace) -> int:
                 except OSError as e:
                     report(index, f"cannot write {path}: {describe_error(e)}")
             return
-        pending[index] = stdout_doc(index, format_output(output, fmt, words=words, layout=layout))
+        if live_is_output:  # the segments printed were the output (a transcript without segments: its text)
+            doc = "" if shown[index] else stdout_document(output, fmt, sources[index].label, several, words, layout)
+        else:
+            doc = stdout_document(output, fmt, sources[index].label, several, words, layout)
+        pending[index] = doc
         flush_stdout()
 
     def on_error(index: int, exc: BaseException) -> None:

@@ -30,7 +30,7 @@ import logging
 import signal
 import socket
 import threading
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 log = logging.getLogger("oasr.server")
@@ -237,18 +237,30 @@ def _ws_protocol() -> type | str:
     return StreamAwareProtocol
 
 
-def run_server(app, settings, sock: socket.socket, *, graceful_s: float, engine=None) -> int:
+def run_server(
+    app, settings, sock: socket.socket, *, graceful_s: float, engine=None, on_ready: Callable[[], None] | None = None
+) -> int:
     """Serve ``app`` on the bound ``sock`` until a signal or engine death.
+
+    ``on_ready`` is called once the server listens and ``/health`` answers ok (uvicorn says
+    nothing of where it listens when it is handed a socket).
 
     Returns:
         0 after a requested shutdown, ``EXIT_ENGINE_DIED`` when the engine's loop died.
     """
     import uvicorn
 
+    from oasr.server.routes import health_error
+
     drain: Drain = app.state.drain
     died: list[BaseException] = []
 
     class Server(uvicorn.Server):
+        async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+            await super().startup(sockets=sockets)
+            if self.started and on_ready is not None and health_error(app.state.engine) is None:
+                on_ready()
+
         def handle_exit(self, sig: int, frame: Any) -> None:
             if not self.should_exit:
                 drain.fire_after(graceful_s)

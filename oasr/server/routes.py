@@ -98,19 +98,27 @@ async def retrieve_model(model_id: str, request: Request) -> ModelCard:
     for card in request.app.state.model_list.data:
         if card.id == model_id:
             return card
-    raise APIError(404, f"the model {model_id!r} does not exist", param="model", code="model_not_found")
+    message = request.app.state.settings.unknown_model(model_id)
+    raise APIError(404, message, param="model", code="model_not_found")
 
 
 @router.get("/health", response_model=Health, responses={503: {"model": ErrorResponse}})
 async def health(request: Request):
-    engine = request.app.state.engine
-    if not engine_alive(engine):
-        return JSONResponse(APIError(503, "the engine is not running", code="engine_stopped").body(), status_code=503)
-    if not streaming_alive(engine):
-        message = "the engine's streaming loop has stopped (live streams are refused)"
-        error = APIError(503, message, code="streaming_stopped")
+    error = health_error(request.app.state.engine)
+    if error is not None:
         return JSONResponse(error.body(), status_code=503)
     return Health()
+
+
+def health_error(engine) -> APIError | None:
+    """Why ``/health`` answers 503 for ``engine`` (None: it answers ok)."""
+    if not engine_alive(engine):
+        return APIError(503, "the engine is not running", code="engine_stopped")
+    if not streaming_alive(engine):
+        return APIError(
+            503, "the engine's streaming loop has stopped (live streams are refused)", code="streaming_stopped"
+        )
+    return None
 
 
 @router.get("/metrics")

@@ -151,7 +151,7 @@ class OpenAIServingSpeechToText:
         if model not in self.settings.model_names:
             raise APIError(
                 404,
-                f"the model {model!r} does not exist; this server serves {list(self.settings.model_names)}",
+                self.settings.unknown_model(model),
                 param="model",
                 code="model_not_found",
             )

@@ -152,6 +152,15 @@ class ServerSettings:
             return (DEFAULT_MODEL,)
         return (os.fspath(self.model),)
 
+    def unknown_model(self, model: str) -> str:
+        """The message for a request naming a ``model`` this server does not serve: the served
+        names, and how to serve more (an OpenAI client's examples send ``"whisper-1"``)."""
+        names = " ".join(self.model_names)
+        return (
+            f"the model {model!r} does not exist; this server serves {list(self.model_names)} "
+            f"(to answer to {model!r} too, start it with --served-model-name {names} {model})"
+        )
+
     def engine_kwargs(self) -> dict[str, Any]:
         """``EngineConfig`` overrides for ``AsyncEngine``."""
         return {
@@ -167,3 +176,12 @@ class ServerSettings:
             "stream_left_chunks": self.stream_left_chunks,
             **self.extra_engine_config,
         }
+
+
+def ready_line(settings, port: int, device: str, how: str = "") -> str:
+    """The one line ``oasr serve`` prints to stderr once ``/health`` answers ok: where it listens,
+    the names it answers to, whether it needs an API key (never the key), its device."""
+    host = f"[{settings.host}]" if ":" in settings.host else settings.host
+    models = ", ".join(settings.model_names)
+    key = "on" if settings.api_key else "off"
+    return f"oasr serve: ready at http://{host}:{port} (models: {models}; API key: {key}; device: {device}{how})"

@@ -235,7 +235,7 @@ def parse_config(text: str | None, settings: ServerSettings) -> StreamConfig:
         raise Refusal(
             CLOSE_POLICY,
             "model_not_found",
-            f"the model {model!r} does not exist; this server serves {list(settings.model_names)}",
+            settings.unknown_model(model),
         )
     return StreamConfig(rate, SAMPLE_FORMATS[fmt], {**settings.decode_options(), **options})
 

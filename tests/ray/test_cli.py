@@ -59,7 +59,8 @@ def test_oasr_serve_ray_serves_with_the_server_flags_and_stops_on_sigterm(audio_
         assert r.headers["x-oasr-replica"]
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=60) == 0, log.read_text(errors="replace")[-3000:]
-        assert "1 replica on http://127.0.0.1:" in log.read_text(errors="replace")
+        ready = f"oasr serve: ready at http://127.0.0.1:{port} (models: tiny.en; API key: on; device: "
+        assert ready in log.read_text(errors="replace") and "1 replica on Ray Serve)" in log.read_text(errors="replace")
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -58,12 +58,13 @@ def reference_output(engine, path, **options):
 
 
 def test_every_format_is_the_in_process_stream_written_as_transcribe_writes_it(paths, engines, tmp_path):
-    from oasr.formatting import EXTENSIONS, FORMATS, SubtitleLayout, format_output
+    from oasr.formatting import ALL_FORMATS, EXTENSIONS, SubtitleLayout, format_output
 
     assert main(["stream", str(paths[LONG]), "--model", str(CAUSAL), "-f", "all", "-o", str(tmp_path)]) == 0
     expected = reference_output(engines(), paths[LONG])
     assert expected.segments and expected.text
-    for fmt in FORMATS:
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["jfk.json", "jfk.srt", "jfk.tsv", "jfk.txt", "jfk.vtt"]
+    for fmt in ALL_FORMATS:
         written = (tmp_path / f"jfk.{EXTENSIONS[fmt]}").read_text(encoding="utf-8")
         assert written == format_output(expected, fmt, words=False, layout=SubtitleLayout()), fmt
 
@@ -127,6 +128,17 @@ def test_partials_are_rewritten_in_place_and_finals_keep_their_times(paths, monk
     last_line = shown.rsplit("\r\x1b[K", 1)[1]
     text = capsys.readouterr().out.strip()
     assert last_line == f"[00:00.000 --> 00:02.000] {text}\n"
+
+
+def test_text_to_a_terminal_is_the_live_view_printed_once(paths, engines, monkeypatch):
+    out, err = _Terminal(), _Terminal()
+    monkeypatch.setattr("sys.stdout", out)
+    monkeypatch.setattr("sys.stderr", err)
+    assert main(["stream", str(paths[SHORT]), "--model", str(CAUSAL)]) == 0
+    text = reference_output(engines(), paths[SHORT]).text.strip()
+    assert text and err.getvalue() == ""
+    lines = out.getvalue().rsplit("\r\x1b[K", 1)[1]  # what stays on screen after the partials
+    assert lines == f"[00:00.000 --> 00:02.000] {text}\n"
 
 
 def test_realtime_feeds_at_the_speed_of_the_audio(paths):
