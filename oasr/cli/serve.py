@@ -318,6 +318,7 @@ def run(args: argparse.Namespace) -> int:
 
         from oasr.server.app import build_engine, create_app
         from oasr.server.lifecycle import EXIT_ENGINE_DIED, bind_socket, check_streaming, run_server, warm_up
+        from oasr.server.routes import health_error
         from oasr.server.settings import ready_line
     except ImportError as e:
         raise CliError(f"the server needs its extra: {install_hint('server')} ({e})", exit_code=2) from None
@@ -363,7 +364,7 @@ def run(args: argparse.Namespace) -> int:
                 sock,
                 graceful_s=args.graceful_shutdown,
                 engine=engine,
-                on_ready=lambda: print(line, file=sys.stderr, flush=True),
+                on_ready=lambda: health_error(engine) is None and print(line, file=sys.stderr, flush=True),
             )
         finally:
             engine.shutdown()

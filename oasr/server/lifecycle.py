@@ -242,15 +242,14 @@ def run_server(
 ) -> int:
     """Serve ``app`` on the bound ``sock`` until a signal or engine death.
 
-    ``on_ready`` is called once the server listens and ``/health`` answers ok (uvicorn says
-    nothing of where it listens when it is handed a socket).
+    ``on_ready`` is called once the server listens (uvicorn says nothing of where it listens
+    when it is handed a socket); it checks what ``/health`` checks itself (``routes`` sits above
+    this module).
 
     Returns:
         0 after a requested shutdown, ``EXIT_ENGINE_DIED`` when the engine's loop died.
     """
     import uvicorn
-
-    from oasr.server.routes import health_error
 
     drain: Drain = app.state.drain
     died: list[BaseException] = []
@@ -258,7 +257,7 @@ def run_server(
     class Server(uvicorn.Server):
         async def startup(self, sockets: list[socket.socket] | None = None) -> None:
             await super().startup(sockets=sockets)
-            if self.started and on_ready is not None and health_error(app.state.engine) is None:
+            if self.started and on_ready is not None:
                 on_ready()
 
         def handle_exit(self, sig: int, frame: Any) -> None:
