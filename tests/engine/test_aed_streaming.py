@@ -105,3 +105,12 @@ def test_what_the_candidates_agree_on_is_final():
         assert all(result[: len(p)] == p for p in prefixes), seed
         agreed += any(len(p) > 1 for p in prefixes)
     assert agreed >= 5  # the beams agree on more than the forced prefix before the end, often
+
+
+def test_a_window_the_fallback_may_replace_is_sent_once_accepted(engine, jfk):
+    steps = _steps(engine, jfk, beam_size=1)  # the default temperatures 0.0 ... 1.0 with their thresholds
+    deltas = _kinds(steps, "delta")
+    ((_, finished),) = _kinds(steps, "finished")
+    assert deltas and "".join(e.delta for _, e in deltas) == finished.output.text
+    segment_steps = {i for i, _ in _kinds(steps, "segment")}
+    assert all(i in segment_steps for i, _ in deltas)  # never ahead of the accepted window
