@@ -25,6 +25,17 @@ window ended at the window's length limit rather than on end-of-text finishes wi
 ``finish_reason="length"``. Joining, stepping, compaction and pool growth are the shared
 scheduler's (``oasr.engine.decode.autoregressive.Cohort``); what stays here is
 Whisper's: windows, prompts, language detection, timestamps and the fallback.
+
+Text goes out as it is decoded (``delta`` events, ``streams_text``), never text that a later
+decision could take back: a window's tokens are sent as they are chosen only when no fallback can
+replace them (one temperature, or no compression-ratio / log-prob threshold), the window cannot be
+skipped as silence (its no-speech probability, known from the prefill, is not above the threshold)
+and no hallucination check may cut it. Then what is final is the common prefix of every sequence
+the search can still return (greedy: each token; beam search: what all beams and finished
+hypotheses agree on), decoded UTF-8 safe (``oasr.engine.decode.deltas.TextStream``) segment by
+segment, a segment after the window's first only once its closing timestamp came (text after a
+window's last timestamp pair is dropped and decoded again in the next window). Any other window's
+text is sent when the window is accepted. The deltas concatenate exactly to the output's text.
 """
 
 from __future__ import annotations
