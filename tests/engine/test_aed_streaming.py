@@ -114,3 +114,29 @@ def test_a_window_the_fallback_may_replace_is_sent_once_accepted(engine, jfk):
     assert deltas and "".join(e.delta for _, e in deltas) == finished.output.text
     segment_steps = {i for i, _ in _kinds(steps, "segment")}
     assert all(i in segment_steps for i, _ in deltas)  # never ahead of the accepted window
+
+
+def test_a_character_split_across_tokens_is_sent_whole(audio_dir):
+    # Mandarin through whisper-base: Whisper's byte-level BPE splits many CJK characters across tokens.
+    if bundled_path("whisper-base") is None:
+        pytest.skip("whisper-base weights not installed")
+    path = audio_dir / "aishell-BAC009S0724W0121.wav"  # 广州市房地产中介协会分析
+    if not path.exists():
+        pytest.skip(f"{path.name} is not in the shared audio")
+    engine = oasr.ASREngine("whisper-base", device="cpu")
+    pieces: list[str] = []
+    out = engine.transcribe(str(path), language="zh", beam_size=1, temperature=0.0, on_token=pieces.append)
+    assert "州市" in out.text and "分析" in out.text  # whisper-base writes it in traditional characters
+    tokens = [t for s in out.segments for t in s.tokens if t < engine.strategy.tok.eot]
+    split = [t for t in tokens if not _whole(engine.strategy.tok.decode_bytes([t]))]
+    assert split  # the hold was needed
+    assert "".join(pieces) == out.text and len(pieces) > len(out.segments)
+    assert all(p and "\ufffd" not in p for p in pieces)
+
+
+def _whole(data: bytes) -> bool:
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
