@@ -18,7 +18,9 @@ end-of-text excluded) and peak RSS; and the oasr / peer ratios of the medians.
 Workloads (``--audio-dir``: a folder with a ``manifest.jsonl`` of ``{"audio", "text",
 "language"}`` rows; by default the shared corpus; clips of ``--language``, all with ``auto``):
 
-* ``short``: one short clip (``jfk.wav`` when present), i.e. latency;
+* ``short``: one short clip (``jfk.wav`` when present), i.e. latency; also the time to the
+  first text ("first text s"): oasr transcribes it once more streamed (``on_token``) and times
+  its first delta, faster-whisper times its first segment of the timed run;
 * ``long``: the clips concatenated (0.5 s of silence between) until the recording is
   longer than ``--long-min-seconds``, written once to ``--cache-dir`` as 16 kHz WAV;
 * ``corpus``: every clip (``--corpus-limit N``: N of them, evenly spread by name), i.e.
@@ -329,7 +331,18 @@ def _oasr_child(spec: dict) -> dict:
         outputs = engine.transcribe(paths, **options)  # one batched call: what is timed
         return [(o.text.strip(), sum(len(s.tokens) for s in o.segments)) for o in outputs]
 
-    return _timed(spec, (t0, t1, t2), lambda path: engine.transcribe(path, **options), run)
+    result = _timed(spec, (t0, t1, t2), lambda path: engine.transcribe(path, **options), run)
+    if spec["workload"] == "short":  # once more, streamed: the time to the first piece of text
+        first: list[float] = []
+        t4 = time.perf_counter()
+
+        def on_token(_delta: str) -> None:
+            if not first:
+                first.append(time.perf_counter() - t4)
+
+        engine.transcribe(spec["files"][0], on_token=on_token, **options)
+        result["first_delta_s"] = first[0] if first else None
+    return result
 
 
 def _faster_whisper_child(spec: dict) -> dict:
@@ -347,12 +360,26 @@ def _faster_whisper_child(spec: dict) -> dict:
         options["vad_filter"] = False
     t2 = time.perf_counter()
 
-    def one(path: str) -> tuple[str, int]:
-        segments, _ = runner.transcribe(path, **options)
-        segments = list(segments)  # the generator decodes as it is consumed
-        return "".join(s.text for s in segments).strip(), sum(len(s.tokens) for s in segments)
+    first: list[float] = []
 
-    return _timed(spec, (t0, t1, t2), one, lambda paths: [one(path) for path in paths])
+    def one(path: str) -> tuple[str, int]:
+        start = time.perf_counter()
+        segments, _ = runner.transcribe(path, **options)
+        out = []
+        for s in segments:  # the generator decodes as it is consumed
+            if not out:
+                first.append(time.perf_counter() - start)
+            out.append(s)
+        return "".join(s.text for s in out).strip(), sum(len(s.tokens) for s in out)
+
+    def every(paths: list[str]) -> list[tuple[str, int]]:
+        first.clear()  # the warm-up's is not timed
+        return [one(path) for path in paths]
+
+    result = _timed(spec, (t0, t1, t2), one, every)
+    if spec["workload"] == "short":  # its first text is its first segment
+        result["first_delta_s"] = first[0] if first else None
+    return result
 
 
 def child_main() -> int:
@@ -415,7 +442,11 @@ def summarize(runs: Sequence[dict], audio_s: float) -> dict[str, dict[str, float
         }
         for r in runs
     ]
-    return {m: spread([p[m] for p in per_run]) for m in METRICS}
+    stats = {m: spread([p[m] for p in per_run]) for m in METRICS}
+    first = [r.get("first_delta_s") for r in runs]
+    if first and all(f is not None for f in first):
+        stats["first_delta_s"] = spread(first)  # type: ignore[arg-type]
+    return stats
 
 
 def ratios(oasr_stats: dict, peer_stats: dict) -> dict[str, float]:
@@ -438,9 +469,9 @@ def _cell(s: dict[str, float], spec: str) -> str:
 def markdown_table(report: dict) -> str:
     """The results as a markdown table (median [min–max] over the rounds)."""
     lines = [
-        "| workload | audio s | batch | system | wall s | RTFx | tokens/s | peak RSS MiB | load s | WER "
+        "| workload | audio s | batch | system | wall s | first text s | RTFx | tokens/s | peak RSS MiB | load s | WER "
         "| oasr/peer RTFx | oasr/peer RSS |",
-        "|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in report["results"]:
         st = r["stats"]
@@ -452,7 +483,8 @@ def markdown_table(report: dict) -> str:
         rss_ratio = "-" if vs is None else f"{vs['peak_rss_mb']:.2f}×"
         lines.append(
             f"| {r['workload']} | {r['audio_s']:.1f} | {r['batch_size']} | {r['system']} "
-            f"| {_cell(st['wall_s'], '.2f')} | {_cell(st['rtfx'], '.1f')} | {st['tokens_per_s']['median']:.1f} "
+            f"| {_cell(st['wall_s'], '.2f')} | {_cell(st['first_delta_s'], '.2f') if 'first_delta_s' in st else '-'} "
+            f"| {_cell(st['rtfx'], '.1f')} | {st['tokens_per_s']['median']:.1f} "
             f"| {st['peak_rss_mb']['median']:.0f} | {st['load_s']['median']:.2f} | {wer} | {rtfx_ratio} | {rss_ratio} |"
         )
     s = report["settings"]

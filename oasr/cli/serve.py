@@ -37,6 +37,7 @@ from oasr.cli.common import (
     positive_float,
     positive_int,
     resolve_device,
+    temperatures,
 )
 from oasr.cli.ray_flags import add_serve_options as add_ray_serve_options
 from oasr.cli.ray_flags import run_ray_serve
@@ -99,6 +100,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="encoder windows / decode rows per batch (default 8)",
     )
     add_search_flags(g, every_request=True)
+    g.add_argument(
+        "--temperature",
+        type=temperatures,
+        default=None,
+        metavar="T[,T...]",
+        help="Whisper / speech-LLM: what a request's temperature 0 (OpenAI's default, 'automatic') decodes with: "
+        "Whisper's fallback sequence (default 0,0.2,0.4,0.6,0.8,1.0), or one temperature; 0 alone turns the "
+        "fallback off, so that a stream's text follows the tokens as they are decoded",
+    )
     g.add_argument(
         "-l",
         "--language",
@@ -272,6 +282,7 @@ SERVE_DECODE_FLAGS = (
     "blank_penalty",
     "max_new_tokens",
     "repetition_penalty",
+    "temperature",
     "language",
 )
 """``oasr serve`` flags that set a decoding option for every request (unset: the strategy's default)."""

@@ -250,9 +250,9 @@ class AsyncEngine(EngineCore):
         timeout: float | None = None,
         min_duration_s: float = 0.0,
     ) -> AsyncIterator[StepEvent]:
-        """Like ``transcribe``, but yield each ``segment`` event as it is decoded (or,
-        for a strategy that streams text, each ``delta`` event), then the ``finished``
-        event with the whole output. Closing the iterator early aborts the request."""
+        """Like ``transcribe``, but yield each ``segment`` event as it is decoded (and, for a
+        strategy that streams text, each ``delta`` event: those carry all its text), then the
+        ``finished`` event with the whole output. Closing the iterator early aborts the request."""
         loop = asyncio.get_running_loop()
         rid, handle, deadline = await self._admit(source, options, request_id, timeout, min_duration_s, stream=True)
         try:

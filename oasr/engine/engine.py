@@ -158,7 +158,7 @@ class ASREngine(StreamingEngineMixin, EngineCore):
                 it is decoded (never half a character; the pieces concatenate exactly
                 to the final ``text``). Returning False cancels the request
                 (``RequestCancelled`` is raised). Needs a strategy that streams text
-                (the ``llm`` one); for several inputs use ``transcribe_iter``.
+                (Whisper's ``aed``, the ``llm`` one); for several inputs use ``transcribe_iter``.
             options: ``TranscribeOptions`` fields (language, task, beam_size,
                 word_timestamps, temperature, initial_prompt, ...).
 

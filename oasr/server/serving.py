@@ -37,10 +37,12 @@ Decoding policy:
   anything else is 400). None given: segments only. ``word`` turns on word timing;
   ``verbose_json`` then has ``words``, plus ``segments`` when ``segment`` is also given.
 * ``stream=true`` needs ``response_format`` json or text (else 400): the answer is
-  ``text/event-stream`` with one ``transcript.text.delta`` event per decoded segment
-  (per piece of text for a model decoded token by token, e.g. a speech-LLM; leading /
-  trailing whitespace held back so that the deltas concatenate exactly to the final
-  text), then ``transcript.text.done`` with the whole text, then ``data: [DONE]``.
+  ``text/event-stream`` with ``transcript.text.delta`` events as the text is decoded
+  (a strategy that streams text, ``DecodeStrategy.streams_text``: Whisper, a speech-LLM,
+  sends pieces as its tokens are decoded, see ``oasr.engine.decode.aed.strategy``; the
+  others one per decoded segment; leading / trailing whitespace held back so that the
+  deltas concatenate exactly to the final text), then ``transcript.text.done`` with the
+  whole text, then ``data: [DONE]``.
   Errors found before the first event (bad audio, a full queue) are ordinary 4xx
   answers; later ones are sent as a ``data: {"error": {...}}`` event before ``[DONE]``.
 
@@ -80,6 +82,7 @@ from oasr.audio import AudioDecodeError, AudioTooLong
 from oasr.engine.async_engine import EngineStopped, RequestTimeout
 from oasr.engine.config import TranscribeOptions
 from oasr.engine.decode.base import EngineOverloaded, StepEvent
+from oasr.engine.decode.deltas import TranscriptDeltas
 from oasr.engine.outputs import RequestOutput
 from oasr.formatting import format_output, json_dict, verbose_json_dict
 from oasr.languages import LanguageError
@@ -305,7 +308,9 @@ class OpenAIServingSpeechToText:
         except BaseException:
             await events.aclose()
             raise
-        stream = _TranscriptStream(self, first, events, filename, self.drain)
+        stream = _TranscriptStream(
+            self, first, events, filename, self.drain, streams_text=self.engine.splitter.streams_text
+        )
         return _SSEResponse(stream, raw_request)
 
 
@@ -346,9 +351,17 @@ class _TranscriptStream:
     """The SSE events of one streamed transcription, closed exactly once."""
 
     def __init__(
-        self, serving: OpenAIServingSpeechToText, first: StepEvent, events, filename: str, drain: Drain | None = None
+        self,
+        serving: OpenAIServingSpeechToText,
+        first: StepEvent,
+        events,
+        filename: str,
+        drain: Drain | None = None,
+        *,
+        streams_text: bool = False,
     ) -> None:
         self.serving = serving
+        self.streams_text = streams_text  # the strategy sends all its text as deltas: segments carry none
         self.drain = drain or Drain()  # fires: the stream ends with a 503 error event
         self.first = first
         self.events = events
@@ -363,20 +376,17 @@ class _TranscriptStream:
         return await self.drain.race(self._next)
 
     async def body(self) -> AsyncIterator[bytes]:
-        held = ""  # whitespace not sent yet: sent only if more text follows
-        started = False
+        # Leading / trailing whitespace is held back, so the deltas concatenate to the final (stripped) text.
+        raw, deltas = "", TranscriptDeltas()
         event: StepEvent | None = self.first
         try:
             while event is not None:
-                if (event.kind == "segment" and event.segment is not None) or event.kind == "delta":
-                    # A decoded segment, or a piece of text from a strategy that streams tokens.
-                    text = event.segment.text if event.kind == "segment" else event.delta
-                    if not started:
-                        text = text.lstrip()
-                        started = bool(text)
-                    text = held + text
-                    delta = text.rstrip()
-                    held = text[len(delta) :]
+                if event.kind == "delta" or (
+                    event.kind == "segment" and event.segment is not None and not self.streams_text
+                ):
+                    # A piece of text from a strategy that streams it, or a decoded segment from one that does not.
+                    raw += event.delta if event.kind == "delta" else event.segment.text  # type: ignore[union-attr]
+                    delta = deltas.extend(raw.strip())
                     if delta:
                         yield _sse(TranscriptTextDelta(delta=delta).model_dump())
                 elif event.kind == "finished" and event.output is not None:

@@ -19,8 +19,9 @@ needs_whisper_base = pytest.mark.skipif(
 )
 
 
-def _run(wall_s: float, tokens: int = 100, rss: float = 500.0, load_s: float = 1.0) -> dict:
-    return {"wall_s": wall_s, "tokens": tokens, "peak_rss_mb": rss, "load_s": load_s, "texts": ["hello"]}
+def _run(wall_s: float, tokens: int = 100, rss: float = 500.0, load_s: float = 1.0, first: float | None = None) -> dict:
+    run = {"wall_s": wall_s, "tokens": tokens, "peak_rss_mb": rss, "load_s": load_s, "texts": ["hello"]}
+    return run if first is None else {**run, "first_delta_s": first}
 
 
 def _report(results: list[dict]) -> dict:
@@ -61,7 +62,7 @@ def test_ratios_are_oasr_over_peer_of_the_medians():
 
 
 def test_markdown_table():
-    oasr_stats = bench.summarize([_run(1.0), _run(1.5), _run(2.0)], audio_s=11.0)
+    oasr_stats = bench.summarize([_run(1.0, first=0.2), _run(1.5, first=0.3), _run(2.0, first=0.4)], audio_s=11.0)
     peer_stats = bench.summarize([_run(3.0, rss=1000.0)] * 3, audio_s=11.0)
     common = {"workload": "short", "batch_size": 8, "audio_s": 11.0, "files": 1}
     table = bench.markdown_table(
@@ -79,14 +80,15 @@ def test_markdown_table():
         )
     )
     lines = table.splitlines()
-    assert lines[0].startswith("| workload | audio s | batch | system | wall s | RTFx |")
+    assert lines[0].startswith("| workload | audio s | batch | system | wall s | first text s | RTFx |")
     assert lines[1].startswith("|---|")
     assert lines[0].count("|") == lines[1].count("|") == lines[2].count("|") == lines[3].count("|")
     assert lines[2] == (
-        "| short | 11.0 | 8 | oasr | 1.50 [1.00–2.00] | 7.3 [5.5–11.0] | 66.7 | 500 | 1.00 | 0.0% | - | - |"
+        "| short | 11.0 | 8 | oasr | 1.50 [1.00–2.00] | 0.30 [0.20–0.40] | 7.3 [5.5–11.0] | 66.7 | 500 | 1.00 "
+        "| 0.0% | - | - |"
     )
     assert lines[3] == (
-        "| short | 11.0 | 8 | faster-whisper | 3.00 [3.00–3.00] | 3.7 [3.7–3.7] | 33.3 | 1000 | 1.00 | - "
+        "| short | 11.0 | 8 | faster-whisper | 3.00 [3.00–3.00] | - | 3.7 [3.7–3.7] | 33.3 | 1000 | 1.00 | - "
         "| 2.00× | 0.50× |"
     )
     assert "whisper-base, float32, beam 1" in table and "3 rounds" in table
@@ -184,6 +186,8 @@ def test_short_oasr_only_end_to_end(audio_dir, tmp_path, capsys):
     assert result["audio_s"] == pytest.approx(11.0, abs=0.05)
     [run] = result["runs"]
     assert run["wall_s"] > 0 and run["tokens"] > 10 and run["peak_rss_mb"] > 50 and run["load_s"] > 0
+    # The streamed run sends its first text before it ends (greedy, no fallback: token by token).
+    assert 0 < run["first_delta_s"] and result["stats"]["first_delta_s"]["median"] == run["first_delta_s"]
     assert result["stats"]["rtfx"]["median"] == pytest.approx(result["audio_s"] / run["wall_s"])
     assert "ask not what your country can do for you" in result["text"]
     assert result["error_rate"]["en"] < 0.1

@@ -52,8 +52,9 @@ Option semantics:
 * Whisper's options (``beam_size``, ``best_of``, the fallback thresholds, ...) are refused
   (``OptionNotTaken``): one hypothesis is decoded per request.
 
-Streaming: after each token the request's accumulated ids are turned into bytes
-(``tokenizer.decode_bytes``) and only complete UTF-8 characters are decoded; the
+Streaming (``oasr.engine.decode.deltas.TextStream``): after each token the request's
+accumulated ids are turned into bytes (``tokenizer.decode_bytes``) and only complete UTF-8
+characters are decoded; the
 transcript so far (``model.parse_output``) is sent as ``StepEvent(kind="delta")``
 when it extends what was sent. With no forced language the model writes a language
 preamble first, so nothing is sent until ``parse_output`` reports the detected
@@ -65,7 +66,6 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -76,6 +76,7 @@ from oasr.audio.frontends import build_frontend
 from oasr.engine.config import EngineConfig, StrategyOptions, TranscribeOptions
 from oasr.engine.decode.autoregressive import AutoregressiveCounters, Cohort, TaskUpdate, select_rows
 from oasr.engine.decode.base import Request, StepEvent
+from oasr.engine.decode.deltas import TextStream
 from oasr.engine.decode.logits import SamplingParams, choose_token, request_seed
 from oasr.engine.decode.requests import RequestTable, TableEntry
 from oasr.engine.outputs import FinishReason, RequestOutput, Segment, compression_ratio
@@ -123,76 +124,6 @@ def default_token_budget(duration_s: float) -> int:
     """New tokens a request of ``duration_s`` seconds of audio may write when no
     ``max_new_tokens`` is given: ``BUDGET_BASE_TOKENS`` plus ``MAX_TOKENS_PER_SECOND`` per second."""
     return BUDGET_BASE_TOKENS + math.ceil(max(duration_s, 0.0) * MAX_TOKENS_PER_SECOND)
-
-
-# ---------------------------------------------------------------------------
-# UTF-8-safe transcript streaming
-
-
-def complete_utf8_prefix(data: bytes) -> int:
-    """Length of the longest prefix of ``data`` that does not end inside a multi-byte
-    UTF-8 character that more bytes could still complete."""
-    n = len(data)
-    for back in range(1, min(4, n) + 1):
-        b = data[n - back]
-        if b & 0xC0 == 0x80:  # a continuation byte: keep looking for its lead byte
-            continue
-        need = 2 if b & 0xE0 == 0xC0 else 3 if b & 0xF0 == 0xE0 else 4 if b & 0xF8 == 0xF0 else 1
-        return n - back if back < need else n
-    return n
-
-
-class TextStream:
-    """Transcript deltas of one request, never half a character.
-
-    Args:
-        decode_bytes: ids -> UTF-8 bytes (``Tokenizer.decode_bytes``).
-        parse: raw generated text -> (language or None, transcript) (``model.parse_output``).
-        hold_until_language: send nothing until ``parse`` reports a language (the
-            model writes a language preamble first).
-    """
-
-    def __init__(
-        self,
-        decode_bytes: Callable[[Sequence[int]], bytes],
-        parse: Callable[[str], tuple[str | None, str]],
-        *,
-        hold_until_language: bool,
-    ) -> None:
-        self.decode_bytes = decode_bytes
-        self.parse = parse
-        self.hold = hold_until_language
-        self.ids: list[int] = []
-        self.sent = ""
-        self.diverged = False
-
-    def _extend(self, transcript: str) -> str:
-        if self.diverged:
-            return ""
-        if not transcript.startswith(self.sent):
-            # parse_output took back text already sent: no more deltas for this request.
-            self.diverged = True
-            log.warning("streamed transcript diverged from the parsed text; deltas stop for this request")
-            return ""
-        delta = transcript[len(self.sent) :]
-        self.sent = transcript
-        return delta
-
-    def push(self, token: int) -> str:
-        """Add a generated id; returns the new transcript text ("" if none)."""
-        self.ids.append(int(token))
-        data = self.decode_bytes(self.ids)
-        text = data[: complete_utf8_prefix(data)].decode("utf-8", errors="replace")
-        language, transcript = self.parse(text)
-        if self.hold and language is None:
-            return ""
-        return self._extend(transcript)
-
-    def finish(self) -> tuple[str | None, str, str]:
-        """The whole generation: (language, transcript, the last delta)."""
-        text = self.decode_bytes(self.ids).decode("utf-8", errors="replace")
-        language, transcript = self.parse(text)
-        return language, transcript, self._extend(transcript)
 
 
 # ---------------------------------------------------------------------------
@@ -542,4 +473,4 @@ class LlmDecodeStrategy(RequestTable[_Req]):
         self._complete(req, output, events)
 
 
-__all__ = ["LlmDecodeStrategy", "TextStream", "complete_utf8_prefix", "default_token_budget"]
+__all__ = ["LlmDecodeStrategy", "default_token_budget"]

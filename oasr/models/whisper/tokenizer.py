@@ -136,6 +136,10 @@ class WhisperTokenizer:
         """Text of the text tokens (every special and timestamp token is dropped)."""
         return self.tokenizer.decode([t for t in tokens if t < self.eot])
 
+    def decode_bytes(self, tokens: Sequence[int]) -> bytes:
+        """Exact UTF-8 bytes of the text tokens (``Tokenizer.decode_bytes``), for streaming."""
+        return self.tokenizer.decode_bytes([t for t in tokens if t < self.eot])
+
     def decode_with_timestamps(self, tokens: Sequence[int]) -> str:
         """Text with timestamp tokens rendered as ``<|1.08|>``."""
         out: list[list[int] | str] = [[]]

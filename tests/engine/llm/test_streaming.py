@@ -14,7 +14,7 @@ import pytest
 
 from oasr.engine import ASREngine
 from oasr.engine.async_engine import AsyncEngine
-from oasr.engine.decode.llm import TextStream, complete_utf8_prefix
+from oasr.engine.decode.deltas import TextStream, complete_utf8_prefix
 from oasr.tokenizers import Control
 from tests.engine.llm.conftest import make_loaded
 

@@ -76,6 +76,11 @@ class TaskSearch(abc.ABC):
     def result(self) -> tuple[list[int], float]:
         """(tokens without end-of-text, normalised score)."""
 
+    @abc.abstractmethod
+    def candidates(self) -> list[list[int]]:
+        """Every sequence the result will be or extend: their common prefix (up to an
+        end-of-text) is already final, whatever the search does next."""
+
 
 class GreedySearch(TaskSearch):
     k = 1
@@ -102,6 +107,9 @@ class GreedySearch(TaskSearch):
 
     def result(self):
         return self.seq, _normalised(self.seq, self.cum, self.length_penalty)
+
+    def candidates(self):
+        return [self.seq]
 
 
 class SamplingSearch(TaskSearch):
@@ -154,6 +162,9 @@ class SamplingSearch(TaskSearch):
             self.done = True
             return [], []
         return parents, next_tokens
+
+    def candidates(self):
+        return self.seqs  # the result is the best of them
 
     def result(self):
         best = max(range(self.k), key=lambda j: _normalised(self.seqs[j], self.cums[j], self.length_penalty))
@@ -215,6 +226,10 @@ class BeamSearch(TaskSearch):
             return [], []
         self.beams = new_beams
         return parents, [seq[-1] for seq, _ in new_beams]
+
+    def candidates(self):
+        # Every later hypothesis and beam extends a live beam, so the result extends one of these.
+        return [b[0] for b in self.beams] + [h[0] for h in self.hyps]
 
     def result(self):
         if not self.hyps:

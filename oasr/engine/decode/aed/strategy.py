@@ -25,6 +25,17 @@ window ended at the window's length limit rather than on end-of-text finishes wi
 ``finish_reason="length"``. Joining, stepping, compaction and pool growth are the shared
 scheduler's (``oasr.engine.decode.autoregressive.Cohort``); what stays here is
 Whisper's: windows, prompts, language detection, timestamps and the fallback.
+
+Text goes out as it is decoded (``delta`` events, ``streams_text``), never text that a later
+decision could take back: a window's tokens are sent as they are chosen only when no fallback can
+replace them (one temperature, or no compression-ratio / log-prob threshold), the window cannot be
+skipped as silence (its no-speech probability, known from the prefill, is not above the threshold)
+and no hallucination check may cut it. Then what is final is the common prefix of every sequence
+the search can still return (greedy: each token; beam search: what all beams and finished
+hypotheses agree on), decoded UTF-8 safe (``oasr.engine.decode.deltas.TextStream``) segment by
+segment, a segment after the window's first only once its closing timestamp came (text after a
+window's last timestamp pair is dropped and decoded again in the next window). Any other window's
+text is sent when the window is accepted. The deltas concatenate exactly to the output's text.
 """
 
 from __future__ import annotations
@@ -45,6 +56,7 @@ from oasr.engine.decode.aed.search import BeamSearch, GreedySearch, SamplingSear
 from oasr.engine.decode.aed.timing import add_word_timestamps, find_alignment
 from oasr.engine.decode.autoregressive import AutoregressiveCounters, Cohort, select_rows
 from oasr.engine.decode.base import Request, StepEvent
+from oasr.engine.decode.deltas import TextStream, TranscriptDeltas
 from oasr.engine.decode.logits import request_seed
 from oasr.engine.decode.requests import RequestTable, TableEntry
 from oasr.engine.outputs import FinishReason, RequestOutput, Segment, Word, compression_ratio
@@ -73,6 +85,21 @@ class _Window:
 
 
 @dataclass
+class _LiveText:
+    """The part of the running window's tokens that nothing can change any more, as text
+    (``AedDecodeStrategy._stream``)."""
+
+    segment: TextStream  # the text ids of the open segment
+    walked: int = 0  # tokens of the window walked so far
+    closed: str = ""  # text of the window's closed segments
+    paired: bool = False  # a timestamp pair was seen: an open segment is kept only once closed
+    after_timestamp: bool = False
+
+    def text(self) -> str:
+        return self.closed + ("" if self.paired else self.segment.sent)
+
+
+@dataclass
 class _Req(TableEntry):
     features: FeatureSource  # log-mel of the whole audio, read a window at a time
     duration: float
@@ -95,6 +122,9 @@ class _Req(TableEntry):
     detect_windows: list[int] = field(default_factory=list)
     detect_info: dict[str, list[float]] = field(default_factory=dict)
     detect_seek: int = 0
+    deltas: TranscriptDeltas = field(default_factory=TranscriptDeltas)
+    committed: str = ""  # the accepted segments' text, joined (the transcript before its strip)
+    live: _LiveText | None = None  # the running window's final text, when it streams as decoded
 
 
 @dataclass
@@ -126,6 +156,7 @@ class AedDecodeStrategy(RequestTable[_Req]):
     counters_class = AedCounters
 
     decode_type = DecodeType.AED
+    streams_text = True
     stops_early = True  # Whisper may end a window with end-of-text before its speech ends
 
     def __init__(self, loaded: LoadedModel, config: EngineConfig) -> None:
@@ -382,6 +413,7 @@ class AedDecodeStrategy(RequestTable[_Req]):
             task=req.opts.task,
             finish_reason=req.finish_reason,
         )
+        self._send_text(req, out.text, events)
         self._complete(req, out, events)
 
     # -- 3. tasks: build and join ---------------------------------------------------------------
@@ -488,6 +520,8 @@ class AedDecodeStrategy(RequestTable[_Req]):
             nsp = torch.softmax(logits[:, 0].float(), dim=-1)[:, ns].tolist()
             for t, p in zip(tasks, nsp):
                 t.no_speech_prob = p
+        for t in tasks:
+            t.req.live = _LiveText(TextStream(self.tok.decode_bytes)) if self._final_as_decoded(t) else None
         selection = self._select_next(tasks, logits[:, 1], first=True, events=events)
         self.counters.joins_running += cohort.admit(new, *selection)
 
@@ -531,11 +565,65 @@ class AedDecodeStrategy(RequestTable[_Req]):
             return parents, nxt
 
         selection = select_rows(tasks, rows_per_task, update, compact=not first)
+        for t in tasks:
+            if t.req.live is not None and not t.search.done and not t.req.done:
+                self._stream(t, events)
         for t in finished:
             self._task_done(t, events)
         return selection
 
-    # -- 5. results ----------------------------------------------------------------------------
+    # -- 5. text as it is decoded ---------------------------------------------------------------
+
+    def _final_as_decoded(self, task: _Task) -> bool:
+        """Whether the task's tokens become the window's text as they are chosen: no temperature
+        fallback can replace them (one temperature, or no threshold to fail), the window cannot
+        be skipped as silence (its no-speech probability, known from the prefill, is not above
+        the threshold) nor cut as a hallucination. Otherwise its text is sent once accepted."""
+        opts = task.req.opts
+        fallback = len(opts.temperatures) > 1 and (
+            opts.compression_ratio_threshold is not None or opts.log_prob_threshold is not None
+        )
+        silence = opts.no_speech_threshold is not None and task.no_speech_prob > opts.no_speech_threshold
+        hallucination = opts.word_timestamps and opts.hallucination_silence_threshold is not None
+        return not (fallback or silence or hallucination)
+
+    def _stream(self, task: _Task, events: list[StepEvent]) -> None:
+        """Send the text of the task's tokens that is final: the common prefix of every sequence
+        its search can still return (greedy: all of it), cut into segments as
+        ``_split_by_timestamps`` will cut it. A window's first segment is always kept; a later
+        one only once its closing timestamp came (text after the last timestamp pair of a window
+        is dropped and decoded again from there in the next window), so it is held until then."""
+        req, live = task.req, task.req.live
+        assert live is not None
+        candidates = task.search.candidates()
+        ref, eot, tb = candidates[0], self.tok.eot, self.tok.timestamp_begin
+        end = min(len(c) for c in candidates)
+        n = live.walked
+        while n < end and ref[n] != eot and all(c[n] == ref[n] for c in candidates[1:]):
+            n += 1
+        for tok in ref[live.walked : n]:
+            if tok >= tb:
+                if live.after_timestamp:
+                    live.paired = True
+                elif live.segment.ids:  # text closed by a timestamp: a segment (blank ones are dropped)
+                    text = live.segment.finish()[1]
+                    live.closed += text if text.strip() else ""
+                    live.segment = TextStream(self.tok.decode_bytes)
+                live.after_timestamp = True
+            else:
+                live.after_timestamp = False
+                if tok < eot:
+                    live.segment.push(tok)
+        live.walked = n
+        self._send_text(req, req.committed + live.text(), events)
+
+    def _send_text(self, req: _Req, raw: str, events: list[StepEvent]) -> None:
+        """A delta for what ``raw`` (the transcript before its final strip) adds to what was sent."""
+        delta = req.deltas.extend(raw.strip())
+        if delta:
+            events.append(StepEvent(req.rid, "delta", delta=delta))
+
+    # -- 6. results ----------------------------------------------------------------------------
 
     def _task_done(self, task: _Task, events: list[StepEvent]) -> None:
         req = task.req
@@ -589,6 +677,9 @@ class AedDecodeStrategy(RequestTable[_Req]):
     def _accept_window(self, req: _Req, attempt: dict, events: list[StepEvent]) -> None:
         opts, win = req.opts, req.window
         assert win is not None
+        # The text already sent as decoded (a prefix of this window's): segments up to it send nothing.
+        sent = len(req.committed) + (len(req.live.text()) if req.live is not None else 0)
+        req.live = None
         seek = win.seek
         if opts.no_speech_threshold is not None:
             skip = attempt["no_speech_prob"] > opts.no_speech_threshold
@@ -644,6 +735,9 @@ class AedDecodeStrategy(RequestTable[_Req]):
             )
             req.segments.append(segment)
             events.append(StepEvent(req.rid, "segment", segment=segment))
+            req.committed += text
+            if len(req.committed) >= sent:
+                self._send_text(req, req.committed, events)
         if not opts.condition_on_previous_text or attempt["temperature"] > opts.prompt_reset_on_temperature:
             req.prompt_reset_since = len(req.all_tokens)
         req.seek = new_seek

@@ -54,6 +54,10 @@ class AedVocabulary(Protocol):
 
     def decode(self, tokens: Sequence[int]) -> str: ...
 
+    def decode_bytes(self, tokens: Sequence[int]) -> bytes:
+        """UTF-8 bytes of the text tokens (a token may end inside a character), for streaming."""
+        ...
+
     def split_to_word_tokens(self, tokens: Sequence[int], language: str | None) -> tuple[list[str], list[list[int]]]:
         """Words and their token ids (for word timestamps)."""
         ...
