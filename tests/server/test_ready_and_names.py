@@ -63,8 +63,8 @@ def test_an_unknown_model_names_the_served_ones_and_how_to_add_an_alias(clip):
 
 
 def test_ready_line_says_whether_a_key_is_needed_and_never_shows_it():
-    from oasr.server.settings import ready_line as line
     from oasr.server.settings import ServerSettings
+    from oasr.server.settings import ready_line as line
 
     key = "sk-test-oasr-0123456789"
     on = line(ServerSettings(model=TINY, api_key=key, host="0.0.0.0"), 8000, "cuda")
