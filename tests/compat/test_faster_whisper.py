@@ -337,5 +337,5 @@ def test_constructor_maps_onto_the_engine(monkeypatch, compute_type, dtype, quan
 @needs_base
 def test_audio_from_a_binary_file_object():
     with open(JFK, "rb") as f:
-        wave = fw_compat._load(f)
+        wave = fw_compat.decode_audio(f)
     np.testing.assert_array_equal(wave, load_audio(JFK))
