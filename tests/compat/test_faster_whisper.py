@@ -214,13 +214,17 @@ def test_batched_transcribe_decodes_each_chunk_once(jfk_batched):
 
 
 @needs_base
-def test_empty_audio(model):
+def test_empty_audio(model, real_fw):
     audio = np.array([], dtype=np.float32)
     pipeline = BatchedInferencePipeline(model=model)
     assert list(model.transcribe(audio)[0]) == []
     assert list(pipeline.transcribe(audio)[0]) == []
     info = model.transcribe(audio)[1]
-    assert info.duration == 0 and info.language is None and info.language_probability == 0
+    # faster-whisper detects a language even here: on the features of nothing (one silent frame)
+    theirs = real_fw.transcribe(audio)[1]
+    assert info.duration == 0 and info.language == theirs.language
+    assert info.language_probability == pytest.approx(theirs.language_probability, abs=1e-4)
+    assert model.detect_language(audio)[0] == real_fw.detect_language(audio)[0]
 
 
 @needs_base
@@ -339,3 +343,28 @@ def test_audio_from_a_binary_file_object():
     with open(JFK, "rb") as f:
         wave = fw_compat.decode_audio(f)
     np.testing.assert_array_equal(wave, load_audio(JFK))
+
+
+@needs_base
+def test_vad_filter_joins_the_speech_and_decodes_it_as_faster_whisper_does(model, real_fw, monkeypatch):
+    """faster-whisper's sequential vad_filter: the speech spans joined into one recording, decoded
+    window by window with the previous text carried, times mapped back through the cut silences.
+    Both sides get the same Silero probabilities (oasr's), so the comparison is of the semantics;
+    the span rule alone is checked in test_faster_whisper_modules.py."""
+    pytest.importorskip("silero_vad", reason="silero-vad is not installed (pip install 'oasr-engine[vad]')")
+    import faster_whisper
+
+    from oasr.compat.faster_whisper import vad as compat_vad
+
+    jfk = load_audio(JFK)
+    # two utterances 3 s apart: two spans under the default 2-s min_silence, 22 s of speech in one window
+    audio = np.concatenate([jfk, np.zeros(3 * 16000, np.float32), jfk])
+    probs = compat_vad.speech_probabilities(audio)
+    monkeypatch.setattr(faster_whisper.vad, "get_vad_model", lambda: lambda x: probs.reshape(-1, 1))
+    theirs, their_info = real_fw.transcribe(audio, vad_filter=True, beam_size=1)
+    ours, our_info = model.transcribe(audio, vad_filter=True, beam_size=1)
+    theirs, ours = list(theirs), list(ours)
+    assert our_info.duration_after_vad == pytest.approx(their_info.duration_after_vad)
+    assert [s.text for s in ours] == [s.text for s in theirs]
+    for a, b in zip(ours, theirs):
+        assert a.start == pytest.approx(b.start, abs=0.02) and a.end == pytest.approx(b.end, abs=0.02)

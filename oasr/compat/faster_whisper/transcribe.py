@@ -331,8 +331,8 @@ class WhisperModel:
         if not self._tok.special.is_multilingual:
             return "en", 1.0, [("en", 1.0)]
         window = audio[: segments * CHUNK_LENGTH * SAMPLING_RATE]
-        if window.size == 0:  # faster-whisper detects on one frame of padding: no speech to go by
-            window = np.zeros(SAMPLING_RATE // 100, dtype=np.float32)
+        if window.size == 0:
+            return self._detect_empty()
         out = self.engine.transcribe(
             window,
             language=None,
@@ -349,6 +349,25 @@ class WhisperModel:
         )
         probs = sorted((out.language_probs or {}).items(), key=lambda kv: -kv[1])
         return out.language, float(out.language_probability or 0.0), probs
+
+    def _detect_empty(self) -> tuple[str, float, list]:
+        """faster-whisper's language of no audio: detected on the features of nothing (one frame
+        of log-mel of its 160-sample padding, then the window padded with zeros)."""
+        import torch
+
+        from oasr.compat.faster_whisper.audio import pad_or_trim
+
+        strategy = self.engine.strategy
+        # the frame of 160 zero samples, taken from a longer silence (oasr's STFT needs > 200 samples)
+        silence = self.feature_extractor(np.zeros(CHUNK_LENGTH * SAMPLING_RATE // 100, np.float32), padding=0)
+        mel = pad_or_trim(silence[:, :1], 3000)
+        model = self.engine.model
+        param = next(model.parameters())
+        with torch.inference_mode():
+            enc, _ = model.encode_offline(torch.from_numpy(mel)[None].to(param.device, param.dtype))
+            probs = strategy._detect(enc)[0]
+        ranked = sorted(probs.items(), key=lambda kv: -kv[1])
+        return ranked[0][0], float(ranked[0][1]), ranked
 
     def detect_language(
         self,
@@ -487,8 +506,8 @@ class WhisperModel:
         if language is None:
             if not self._tok.special.is_multilingual:
                 language = "en"
-            elif speech.shape[0] == 0:  # no audio (or no speech): nothing to detect, no segments follow
-                probability = 0.0
+            elif speech.shape[0] == 0:  # no audio (or no speech): no segments follow
+                language, probability, all_probs = self._detect_empty()
             else:
                 language, probability, all_probs = self._detect(speech, segments, threshold)
         return TranscriptionInfo(
