@@ -237,18 +237,23 @@ def _load(audio: str | BinaryIO | np.ndarray) -> np.ndarray:
     return load_audio(audio)
 
 
-def _convert_segment(seg: Any, segment_id: int, chunk: Any = None) -> Segment:
-    """An oasr segment as faster-whisper's, its times mapped through ``chunk`` when given."""
+def _convert_segment(
+    seg: Any, segment_id: int, chunk: Any = None, *, chunk_seek: bool = True, digits: int = 3
+) -> Segment:
+    """An oasr segment as faster-whisper's, its times mapped through ``chunk`` when given; its
+    ``seek`` is the chunk's start (the batched pipeline) or, without ``chunk_seek``, the frame
+    in the decoded audio (the sequential vad_filter, as faster-whisper reports it). Mapped times
+    are rounded to ``digits`` decimals (faster-whisper: 2 after its sequential VAD)."""
 
     def t(x: float, is_end: bool = False) -> float:
-        return round(chunk.to_global(x, is_end=is_end), 3) if chunk is not None else x
+        return round(chunk.to_global(x, is_end=is_end), digits) if chunk is not None else x
 
     words = None
     if seg.words is not None:
         words = [Word(t(w.start), t(w.end, True), w.word, w.probability) for w in seg.words]
     return Segment(
         id=segment_id,
-        seek=seg.seek if chunk is None else round(chunk.start * 100),
+        seek=round(chunk.start * 100) if chunk is not None and chunk_seek else seg.seek,
         start=t(seg.start),
         end=t(seg.end, True),
         text=seg.text,
@@ -482,7 +487,7 @@ class WhisperModel:
             # Each segment as its window is decoded (faster-whisper's lazy generator); with VAD the
             # times in the joined speech are mapped back through the removed silences.
             for seg in self.engine.transcribe_stream(speech, **engine_options):
-                yield _convert_segment(seg, seg.id, chunk)
+                yield _convert_segment(seg, seg.id, chunk, chunk_seek=False, digits=2)
 
         return _progress(segments(), duration, log_progress), info
 
