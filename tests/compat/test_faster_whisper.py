@@ -62,9 +62,8 @@ def jfk_batched(model):
 
 
 @pytest.fixture(scope="module")
-def real_fw(tmp_path_factory):
-    """The real faster-whisper on the same whisper-base weights (its split model.bin joined)."""
-    faster_whisper = pytest.importorskip("faster_whisper", reason="faster-whisper is not installed")
+def fw_base_dir(tmp_path_factory) -> str:
+    """The bundled whisper-base as a CTranslate2 directory faster-whisper loads (its split model.bin joined)."""
     from oasr.models.formats.ctranslate2 import find_model_parts
 
     src = bundled_path("whisper-base")
@@ -79,7 +78,14 @@ def real_fw(tmp_path_factory):
         with open(dst / "model.bin", "wb") as out:
             for p in parts:
                 out.write(p.read_bytes())
-    return faster_whisper.WhisperModel(str(dst), device="cpu", compute_type="float32", cpu_threads=2)
+    return str(dst)
+
+
+@pytest.fixture(scope="module")
+def real_fw(fw_base_dir):
+    """The real faster-whisper on the same whisper-base weights."""
+    faster_whisper = pytest.importorskip("faster_whisper", reason="faster-whisper is not installed")
+    return faster_whisper.WhisperModel(fw_base_dir, device="cpu", compute_type="float32", cpu_threads=2)
 
 
 # -- signatures: every faster-whisper argument, with its default --------------------------------
@@ -214,13 +220,17 @@ def test_batched_transcribe_decodes_each_chunk_once(jfk_batched):
 
 
 @needs_base
-def test_empty_audio(model):
+def test_empty_audio(model, real_fw):
     audio = np.array([], dtype=np.float32)
     pipeline = BatchedInferencePipeline(model=model)
     assert list(model.transcribe(audio)[0]) == []
     assert list(pipeline.transcribe(audio)[0]) == []
     info = model.transcribe(audio)[1]
-    assert info.duration == 0 and info.language is None and info.language_probability == 0
+    # faster-whisper detects a language even here: on the features of nothing (one silent frame)
+    theirs = real_fw.transcribe(audio)[1]
+    assert info.duration == 0 and info.language == theirs.language
+    assert info.language_probability == pytest.approx(theirs.language_probability, abs=1e-4)
+    assert model.detect_language(audio)[0] == real_fw.detect_language(audio)[0]
 
 
 @needs_base
@@ -337,5 +347,33 @@ def test_constructor_maps_onto_the_engine(monkeypatch, compute_type, dtype, quan
 @needs_base
 def test_audio_from_a_binary_file_object():
     with open(JFK, "rb") as f:
-        wave = fw_compat._load(f)
+        wave = fw_compat.decode_audio(f)
     np.testing.assert_array_equal(wave, load_audio(JFK))
+
+
+@needs_base
+def test_vad_filter_joins_the_speech_and_decodes_it_as_faster_whisper_does(fw_base_dir, monkeypatch):
+    """faster-whisper's sequential vad_filter: the speech spans joined into one recording, decoded
+    as one (seek in the joined audio), times mapped back through the cut silences (2 decimals).
+    Both sides get the same Silero probabilities (oasr's), so the comparison is of the semantics;
+    the span rule alone is checked in test_faster_whisper_modules.py."""
+    pytest.importorskip("silero_vad", reason="silero-vad is not installed (pip install 'oasr-engine[vad]')")
+    faster_whisper = pytest.importorskip("faster_whisper", reason="faster-whisper is not installed")
+    from oasr.compat.faster_whisper import vad as compat_vad
+
+    # one thread on both sides: the greedy decode of this input is close enough to a tie that the
+    # thread count's summation order can flip a token
+    model = WhisperModel("base", device="cpu", compute_type="float32", cpu_threads=1)
+    reference = faster_whisper.WhisperModel(fw_base_dir, device="cpu", compute_type="float32", cpu_threads=1)
+    audio = load_audio(JFK)
+    vad = dict(min_silence_duration_ms=500, speech_pad_ms=200)  # faster-whisper's test_vad: JFK's pauses cut
+    probs = compat_vad.speech_probabilities(audio)
+    monkeypatch.setattr(faster_whisper.vad, "get_vad_model", lambda: lambda x: probs.reshape(-1, 1))
+    theirs, their_info = reference.transcribe(audio, vad_filter=True, vad_parameters=vad, beam_size=1)
+    ours, our_info = model.transcribe(audio, vad_filter=True, vad_parameters=vad, beam_size=1)
+    theirs, ours = list(theirs), list(ours)
+    assert our_info.duration_after_vad == pytest.approx(their_info.duration_after_vad)
+    assert [s.text for s in ours] == [s.text for s in theirs]
+    assert [s.seek for s in ours] == [s.seek for s in theirs]
+    for a, b in zip(ours, theirs):
+        assert (a.start, a.end) == (b.start, b.end)

@@ -45,31 +45,12 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
+from oasr.compat.faster_whisper.utils import _MODEL_SIZES
+
 SAMPLING_RATE = 16000
 CHUNK_LENGTH = 30  # seconds: Whisper's window (the encoder's fixed input)
 
-# faster-whisper's size names (``faster_whisper.utils.available_models()``).
-MODEL_SIZES: tuple[str, ...] = (
-    "tiny.en",
-    "tiny",
-    "base.en",
-    "base",
-    "small.en",
-    "small",
-    "medium.en",
-    "medium",
-    "large-v1",
-    "large-v2",
-    "large-v3",
-    "large",
-    "distil-large-v2",
-    "distil-medium.en",
-    "distil-small.en",
-    "distil-large-v3",
-    "distil-large-v3.5",
-    "large-v3-turbo",
-    "turbo",
-)
+MODEL_SIZES: tuple[str, ...] = _MODEL_SIZES  # faster-whisper's size names
 
 # compute_type -> (oasr dtype, quantize)
 _COMPUTE_TYPES: dict[str, tuple[str | None, str | None]] = {
@@ -83,9 +64,6 @@ _COMPUTE_TYPES: dict[str, tuple[str | None, str | None]] = {
     "int8_float16": ("float16", "int8"),
     "int8_bfloat16": ("bfloat16", "int8"),
 }
-
-# faster-whisper's VadOptions defaults for the sequential transcribe (oasr's own are the batched ones).
-_SEQUENTIAL_VAD_DEFAULTS = {"min_silence_duration_ms": 2000}
 
 _DEFAULT_TEMPERATURES = [0.0, 0.2, 0.4, 0.6, 0.8, 1.0]
 _PREPEND = "\"'“¿([{-"
@@ -229,6 +207,26 @@ def _vad_options(vad_parameters: Any, defaults: dict[str, Any]):
     return VadOptions(**{**defaults, **params})
 
 
+def _fw_vad_options(vad_parameters: Any):
+    """faster-whisper's sequential ``VadOptions`` (this package's) from a dict, or from a
+    ``VadOptions`` of this package, of faster-whisper or of oasr."""
+    from oasr.compat.faster_whisper.vad import VadOptions
+
+    if vad_parameters is None:
+        return VadOptions()
+    if isinstance(vad_parameters, dict):
+        params = vad_parameters
+    elif dataclasses.is_dataclass(vad_parameters):
+        params = dataclasses.asdict(vad_parameters)
+    else:
+        raise ValueError(f"vad_parameters must be a dict or a VadOptions, got {type(vad_parameters).__name__}")
+    known = {f.name for f in dataclasses.fields(VadOptions)}
+    unknown = sorted(set(params) - known)
+    if unknown:
+        raise ValueError(f"unknown vad_parameters {unknown}; known: {sorted(known)}")
+    return VadOptions(**params)
+
+
 def _load(audio: str | BinaryIO | np.ndarray) -> np.ndarray:
     from oasr.audio import load_audio
 
@@ -239,18 +237,23 @@ def _load(audio: str | BinaryIO | np.ndarray) -> np.ndarray:
     return load_audio(audio)
 
 
-def _convert_segment(seg: Any, segment_id: int, chunk: Any = None) -> Segment:
-    """An oasr segment as faster-whisper's, its times mapped through ``chunk`` when given."""
+def _convert_segment(
+    seg: Any, segment_id: int, chunk: Any = None, *, chunk_seek: bool = True, digits: int = 3
+) -> Segment:
+    """An oasr segment as faster-whisper's, its times mapped through ``chunk`` when given; its
+    ``seek`` is the chunk's start (the batched pipeline) or, without ``chunk_seek``, the frame
+    in the decoded audio (the sequential vad_filter, as faster-whisper reports it). Mapped times
+    are rounded to ``digits`` decimals (faster-whisper: 2 after its sequential VAD)."""
 
     def t(x: float, is_end: bool = False) -> float:
-        return round(chunk.to_global(x, is_end=is_end), 3) if chunk is not None else x
+        return round(chunk.to_global(x, is_end=is_end), digits) if chunk is not None else x
 
     words = None
     if seg.words is not None:
         words = [Word(t(w.start), t(w.end, True), w.word, w.probability) for w in seg.words]
     return Segment(
         id=segment_id,
-        seek=seg.seek if chunk is None else round(chunk.start * 100),
+        seek=round(chunk.start * 100) if chunk is not None and chunk_seek else seg.seek,
         start=t(seg.start),
         end=t(seg.end, True),
         text=seg.text,
@@ -333,8 +336,8 @@ class WhisperModel:
         if not self._tok.special.is_multilingual:
             return "en", 1.0, [("en", 1.0)]
         window = audio[: segments * CHUNK_LENGTH * SAMPLING_RATE]
-        if window.size == 0:  # faster-whisper detects on one frame of padding: no speech to go by
-            window = np.zeros(SAMPLING_RATE // 100, dtype=np.float32)
+        if window.size == 0:
+            return self._detect_empty()
         out = self.engine.transcribe(
             window,
             language=None,
@@ -352,6 +355,25 @@ class WhisperModel:
         probs = sorted((out.language_probs or {}).items(), key=lambda kv: -kv[1])
         return out.language, float(out.language_probability or 0.0), probs
 
+    def _detect_empty(self) -> tuple[str, float, list]:
+        """faster-whisper's language of no audio: detected on the features of nothing (one frame
+        of log-mel of its 160-sample padding, then the window padded with zeros)."""
+        import torch
+
+        from oasr.compat.faster_whisper.audio import pad_or_trim
+
+        strategy = self.engine.strategy
+        # the frame of 160 zero samples, taken from a longer silence (oasr's STFT needs > 200 samples)
+        silence = self.feature_extractor(np.zeros(CHUNK_LENGTH * SAMPLING_RATE // 100, np.float32), padding=0)
+        mel = pad_or_trim(silence[:, :1], 3000)
+        model = self.engine.model
+        param = next(model.parameters())
+        with torch.inference_mode():
+            enc, _ = model.encode_offline(torch.from_numpy(mel)[None].to(param.device, param.dtype))
+            probs = strategy._detect(enc)[0]
+        ranked = sorted(probs.items(), key=lambda kv: -kv[1])
+        return ranked[0][0], float(ranked[0][1]), ranked
+
     def detect_language(
         self,
         audio: np.ndarray | None = None,
@@ -368,15 +390,34 @@ class WhisperModel:
             raise ValueError("detect_language needs audio (oasr computes its own features)")
         wave = _load(audio)
         if vad_filter:
-            wave = self._speech_only(wave, _vad_options(vad_parameters, _SEQUENTIAL_VAD_DEFAULTS))[0]
+            wave = self._speech_only(wave, _fw_vad_options(vad_parameters))[0]
         return self._detect(wave, language_detection_segments, language_detection_threshold)
 
-    def _speech_only(self, wave: np.ndarray, vad) -> tuple[np.ndarray, list[tuple[int, int]]]:
-        from oasr.audio.vad import speech_spans
+    def _speech_only(self, wave: np.ndarray, vad: Any) -> tuple[np.ndarray, Any]:
+        """The speech of ``wave`` joined in order (faster-whisper's spans), and the ``SpeechChunk``
+        that maps times in it back to ``wave`` (None when there is no speech)."""
+        from oasr.audio.vad import SpeechChunk
+        from oasr.compat.faster_whisper.vad import get_speech_timestamps
 
-        spans = speech_spans(wave, SAMPLING_RATE, vad) if wave.size else []
-        parts = [wave[a:b] for a, b in spans]
-        return (np.concatenate(parts) if parts else np.zeros(0, np.float32)), spans
+        spans = [(s["start"], s["end"]) for s in get_speech_timestamps(wave, vad)] if wave.size else []
+        if not spans:
+            return np.zeros(0, np.float32), None
+        chunk = SpeechChunk(tuple(spans), SAMPLING_RATE)
+        return chunk.audio(wave), chunk
+
+    @property
+    def hf_tokenizer(self):
+        """The model's Hugging Face ``tokenizers.Tokenizer`` (a copy of the engine's)."""
+        from tokenizers import Tokenizer as HFTok
+
+        return HFTok.from_str(self._tok.tokenizer._tok.to_str())
+
+    @property
+    def feature_extractor(self):
+        """faster-whisper's ``FeatureExtractor`` with this model's mel bands."""
+        from oasr.compat.faster_whisper.feature_extractor import FeatureExtractor
+
+        return FeatureExtractor(feature_size=self.engine.model.config.n_mels)
 
     # -- transcription -------------------------------------------------------------------
 
@@ -426,11 +467,11 @@ class WhisperModel:
         options = self._options(locals())
         wave = _load(audio)
         duration = wave.shape[0] / SAMPLING_RATE
-        vad = None
+        vad = chunk = None
         speech = wave
-        if vad_filter:
-            vad = _vad_options(vad_parameters, _SEQUENTIAL_VAD_DEFAULTS)
-            speech, _ = self._speech_only(wave, vad)
+        if vad_filter:  # faster-whisper: the speech joined, decoded in order as one recording
+            vad = _fw_vad_options(vad_parameters)
+            speech, chunk = self._speech_only(wave, vad)
         vad_options = vad if vad is not None else vad_parameters
         info = self._info(
             language, speech, duration, options, vad_options, language_detection_segments, language_detection_threshold
@@ -440,14 +481,13 @@ class WhisperModel:
             return iter(()), info
         engine_options = self._engine_options(options, task, language, language_detection_threshold)
         engine_options.update(language_detection_segments=language_detection_segments)
-        if vad_filter:
-            engine_options.update(vad_filter=True, vad_parameters=dataclasses.asdict(vad))
         engine_options["clip_timestamps"] = clip_timestamps
 
         def segments() -> Iterator[Segment]:
-            # Each segment as its window is decoded (faster-whisper's lazy generator).
-            for seg in self.engine.transcribe_stream(wave, **engine_options):
-                yield _convert_segment(seg, seg.id)
+            # Each segment as its window is decoded (faster-whisper's lazy generator); with VAD the
+            # times in the joined speech are mapped back through the removed silences.
+            for seg in self.engine.transcribe_stream(speech, **engine_options):
+                yield _convert_segment(seg, seg.id, chunk, chunk_seek=False, digits=2)
 
         return _progress(segments(), duration, log_progress), info
 
@@ -471,8 +511,8 @@ class WhisperModel:
         if language is None:
             if not self._tok.special.is_multilingual:
                 language = "en"
-            elif speech.shape[0] == 0:  # no audio (or no speech): nothing to detect, no segments follow
-                probability = 0.0
+            elif speech.shape[0] == 0:  # no audio (or no speech): no segments follow
+                language, probability, all_probs = self._detect_empty()
             else:
                 language, probability, all_probs = self._detect(speech, segments, threshold)
         return TranscriptionInfo(
@@ -646,3 +686,10 @@ class BatchedInferencePipeline:
                     nxt += 1
 
         return _progress(segments(), duration, log_progress), info
+
+
+def get_suppressed_tokens(tokenizer, suppress_tokens: list[int] | None) -> tuple[int, ...]:
+    """faster-whisper's suppressed ids for ``suppress_tokens`` (``[-1]``: the non-speech symbols)."""
+    from oasr.compat.faster_whisper.tokenizer import _suppressed
+
+    return _suppressed(tokenizer, suppress_tokens)
