@@ -26,33 +26,50 @@ def _keep_torch_threads():
 
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+# The clips and WeNet fixtures the suite decodes ship in the repository (data/README.md).
+AUDIO_DIR = REPO_ROOT / "data" / "audio"
+FIXTURES_DIR = REPO_ROOT / "data" / "fixtures"
+# The larger corpus beside a checkout, read only by corpus-scale evaluation and benchmarks.
 SHARED_DIR = Path(os.environ.get("OASR_SHARED_DIR", REPO_ROOT.parent / "shared"))
-AUDIO_DIR = SHARED_DIR / "data" / "audio"
-FIXTURES_DIR = SHARED_DIR / "fixtures"
+CORPUS_DIR = SHARED_DIR / "data" / "audio"
 
 
-def load_manifest() -> list[dict]:
-    """Rows of ``../shared/data/audio/manifest.jsonl`` with ``path`` resolved."""
+def load_manifest(audio_dir: Path = AUDIO_DIR) -> list[dict]:
+    """Rows of ``audio_dir/manifest.jsonl`` (default: the repository's clips) with ``path`` resolved."""
     rows = []
-    with open(AUDIO_DIR / "manifest.jsonl", encoding="utf-8") as f:
+    with open(audio_dir / "manifest.jsonl", encoding="utf-8") as f:
         for line in f:
             if line.strip():
                 row = json.loads(line)
-                row["path"] = str(AUDIO_DIR / row["audio"])
+                row["path"] = str(audio_dir / row["audio"])
                 rows.append(row)
     return rows
 
 
 @pytest.fixture(scope="session")
 def audio_dir() -> Path:
-    if not (AUDIO_DIR / "manifest.jsonl").exists():
-        pytest.skip(f"shared audio not found at {AUDIO_DIR} (set OASR_SHARED_DIR)")
+    """The repository's test clips (``data/audio``)."""
     return AUDIO_DIR
 
 
 @pytest.fixture(scope="session")
 def manifest(audio_dir) -> list[dict]:
-    return load_manifest()
+    """The repository's test clips with their reference transcripts."""
+    return load_manifest(audio_dir)
+
+
+@pytest.fixture(scope="session")
+def corpus_dir() -> Path:
+    """The full corpus (135 clips) for corpus-scale tests; they skip, saying so, without it."""
+    if not (CORPUS_DIR / "manifest.jsonl").exists():
+        pytest.skip(f"corpus-scale: the full corpus is not at {CORPUS_DIR} (set OASR_SHARED_DIR to its parent)")
+    return CORPUS_DIR
+
+
+@pytest.fixture(scope="session")
+def corpus_manifest(corpus_dir) -> list[dict]:
+    """The full corpus's rows (corpus-scale tests only)."""
+    return load_manifest(corpus_dir)
 
 
 @dataclass(frozen=True)
