@@ -4,7 +4,6 @@ which optional real-weight packages are installed."""
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,9 +28,6 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 # The clips and WeNet fixtures the suite decodes ship in the repository (data/README.md).
 AUDIO_DIR = REPO_ROOT / "data" / "audio"
 FIXTURES_DIR = REPO_ROOT / "data" / "fixtures"
-# The larger corpus beside a checkout, read only by corpus-scale evaluation and benchmarks.
-SHARED_DIR = Path(os.environ.get("OASR_SHARED_DIR", REPO_ROOT.parent / "shared"))
-CORPUS_DIR = SHARED_DIR / "data" / "audio"
 
 
 def load_manifest(audio_dir: Path = AUDIO_DIR) -> list[dict]:
@@ -56,20 +52,6 @@ def audio_dir() -> Path:
 def manifest(audio_dir) -> list[dict]:
     """The repository's test clips with their reference transcripts."""
     return load_manifest(audio_dir)
-
-
-@pytest.fixture(scope="session")
-def corpus_dir() -> Path:
-    """The full corpus (135 clips) for corpus-scale tests; they skip, saying so, without it."""
-    if not (CORPUS_DIR / "manifest.jsonl").exists():
-        pytest.skip(f"corpus-scale: the full corpus is not at {CORPUS_DIR} (set OASR_SHARED_DIR to its parent)")
-    return CORPUS_DIR
-
-
-@pytest.fixture(scope="session")
-def corpus_manifest(corpus_dir) -> list[dict]:
-    """The full corpus's rows (corpus-scale tests only)."""
-    return load_manifest(corpus_dir)
 
 
 @dataclass(frozen=True)
@@ -130,5 +112,5 @@ def vad_recording(manifest) -> SpeechWithSilences:
     rows = {r["audio"]: r for r in manifest}
     missing = [name for name in VAD_CLIPS if name not in rows]
     if missing:
-        pytest.skip(f"clips {missing} are not in the shared manifest")
+        pytest.skip(f"clips {missing} are not in the manifest")
     return speech_with_silences([rows[name] for name in VAD_CLIPS], [1.0, 2.0, 3.0, 4.0, 1.5])

@@ -27,7 +27,7 @@ import numpy as np
 from .conftest import REPO_ROOT, ServerProcess, _free_port, float_wav, wav_bytes  # noqa: F401 (float_wav: re-exported)
 
 LN_SCALE = 8.0  # decoder final layer norm gain: makes greedy decoding confident (see the module notes)
-# English clips of 5-15 s of the shared audio that the model decodes in one pass, a few tens of
+# English clips of 5-15 s of data/audio that the model decodes in one pass, a few tens of
 # steps each (it falls back through the temperatures on the sense_and_sensibility ones: five
 # times the decoding).
 ONE_PASS_CLIPS = (

@@ -45,7 +45,7 @@ def model_dir(tmp_path_factory) -> Path:
 def clips() -> dict[str, bytes]:
     missing = [name for name in ONE_PASS_CLIPS if not (AUDIO_DIR / name).exists()]
     if missing:
-        pytest.skip(f"shared audio missing: {missing}")
+        pytest.skip(f"data/audio missing: {missing}")
     return {name: (AUDIO_DIR / name).read_bytes() for name in ONE_PASS_CLIPS}
 
 

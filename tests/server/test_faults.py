@@ -82,7 +82,7 @@ def audio() -> dict[str, bytes]:
     names = (*INNOCENTS, SHORT)
     missing = [n for n in names if not (AUDIO_DIR / n).exists()]
     if missing:
-        pytest.skip(f"shared audio missing: {missing}")
+        pytest.skip(f"data/audio missing: {missing}")
     clips = {n: (AUDIO_DIR / n).read_bytes() for n in names}
     from oasr.audio import load_audio
 
