@@ -28,8 +28,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED = Path(os.environ.get("OASR_SHARED_DIR", REPO.parent / "shared"))
-CLIP = SHARED / "data" / "audio" / "roots_27_morris_0352.wav"
+CLIP = REPO / "data" / "audio" / "roots_27_morris_0352.wav"  # the repository's own data (data/README.md)
 
 
 def _free_port() -> int:

@@ -113,7 +113,7 @@ def main() -> int:
     p.add_argument("--seconds", type=float, default=8.0, help="audio per stream")
     p.add_argument("--counts", type=int, nargs="+", default=[1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128])
     p.add_argument("--models", nargs="+", default=["wenet", "zipformer"], choices=["wenet", "zipformer"])
-    p.add_argument("--clip", default=None, help="the recording (default: the shared corpus' first English clip)")
+    p.add_argument("--clip", default=None, help="the recording (default: the repository's data/jfk.flac)")
     p.add_argument("--json", type=Path, default=None)
     args = p.parse_args()
     torch.set_num_threads(args.threads)
@@ -122,8 +122,7 @@ def main() -> int:
     from oasr.cli.bench_streaming import capacity
     from oasr.engine.engine import ASREngine
 
-    shared = Path(os.environ.get("OASR_SHARED_DIR", REPO.parent / "shared"))
-    clip = args.clip or str(shared / "data" / "audio" / "jfk.wav")
+    clip = args.clip or str(REPO / "data" / "jfk.flac")
     audio = load_audio(clip, 16000)
     report: dict = {
         "clip": os.path.basename(clip),

@@ -32,9 +32,8 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED = Path(os.environ.get("OASR_SHARED_DIR", REPO.parent / "shared"))
-CLIP = SHARED / "data" / "audio" / "jfk.wav"
-MODEL = SHARED / "fixtures" / "wenet-u2pp-tiny-causal"
+CLIP = REPO / "data" / "audio" / "jfk.wav"  # the repository's own data (data/README.md)
+MODEL = REPO / "data" / "fixtures" / "wenet-u2pp-tiny-causal"
 
 
 def _free_port() -> int:

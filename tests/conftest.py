@@ -4,7 +4,6 @@ which optional real-weight packages are installed."""
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,33 +25,33 @@ def _keep_torch_threads():
 
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-SHARED_DIR = Path(os.environ.get("OASR_SHARED_DIR", REPO_ROOT.parent / "shared"))
-AUDIO_DIR = SHARED_DIR / "data" / "audio"
-FIXTURES_DIR = SHARED_DIR / "fixtures"
+# The clips and WeNet fixtures the suite decodes ship in the repository (data/README.md).
+AUDIO_DIR = REPO_ROOT / "data" / "audio"
+FIXTURES_DIR = REPO_ROOT / "data" / "fixtures"
 
 
-def load_manifest() -> list[dict]:
-    """Rows of ``../shared/data/audio/manifest.jsonl`` with ``path`` resolved."""
+def load_manifest(audio_dir: Path = AUDIO_DIR) -> list[dict]:
+    """Rows of ``audio_dir/manifest.jsonl`` (default: the repository's clips) with ``path`` resolved."""
     rows = []
-    with open(AUDIO_DIR / "manifest.jsonl", encoding="utf-8") as f:
+    with open(audio_dir / "manifest.jsonl", encoding="utf-8") as f:
         for line in f:
             if line.strip():
                 row = json.loads(line)
-                row["path"] = str(AUDIO_DIR / row["audio"])
+                row["path"] = str(audio_dir / row["audio"])
                 rows.append(row)
     return rows
 
 
 @pytest.fixture(scope="session")
 def audio_dir() -> Path:
-    if not (AUDIO_DIR / "manifest.jsonl").exists():
-        pytest.skip(f"shared audio not found at {AUDIO_DIR} (set OASR_SHARED_DIR)")
+    """The repository's test clips (``data/audio``)."""
     return AUDIO_DIR
 
 
 @pytest.fixture(scope="session")
 def manifest(audio_dir) -> list[dict]:
-    return load_manifest()
+    """The repository's test clips with their reference transcripts."""
+    return load_manifest(audio_dir)
 
 
 @dataclass(frozen=True)
@@ -113,7 +112,7 @@ def vad_recording(manifest) -> SpeechWithSilences:
     rows = {r["audio"]: r for r in manifest}
     missing = [name for name in VAD_CLIPS if name not in rows]
     if missing:
-        pytest.skip(f"clips {missing} are not in the shared manifest")
+        pytest.skip(f"clips {missing} are not in the manifest")
     return speech_with_silences([rows[name] for name in VAD_CLIPS], [1.0, 2.0, 3.0, 4.0, 1.5])
 
 

@@ -66,8 +66,9 @@ def _correlation(a: np.ndarray, b: np.ndarray) -> float:
 # --------------------------------------------------------------------------- real files
 
 
-def test_every_manifest_file_loads(manifest):
-    assert len(manifest) > 100
+def test_every_manifest_file_loads(manifest, audio_dir):
+    listed = {row["audio"] for row in manifest}
+    assert listed == {p.name for p in audio_dir.iterdir() if p.name != "manifest.jsonl"}
     for row in manifest:
         audio = load_audio(row["path"])
         assert audio.dtype == np.float32 and audio.ndim == 1, row["audio"]

@@ -20,7 +20,7 @@ def clips(manifest) -> dict[str, dict]:
     wanted = ("jfk", "speechbrain_spk1_snt1", "speechbrain_spk1_snt2", "speechbrain_spk1_snt3")
     missing = [w for w in wanted if w not in rows]
     if missing:
-        pytest.skip(f"clips {missing} are not in the shared manifest")
+        pytest.skip(f"clips {missing} are not in the manifest")
     return {w: rows[w] for w in wanted}
 
 

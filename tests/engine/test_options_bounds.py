@@ -45,7 +45,7 @@ def test_python_and_cli_refuse_a_beam_over_the_bound(tmp_path):
 
     model = FIXTURES_DIR / "wenet-u2pp-tiny-causal"
     if not (model / "train.yaml").is_file():
-        pytest.skip(f"shared fixture not found at {model}")
+        pytest.skip(f"fixture not found at {model}")
     engine = ASREngine(str(model))
     with pytest.raises(ValueError, match=f"takes beams of at most {MAX_BEAM_SIZE}"):
         engine.transcribe(str(AUDIO_DIR / "jfk.wav"), beam_size=MAX_BEAM_SIZE + 1)

@@ -60,7 +60,7 @@ def pair(request, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def clips(manifest):
-    """Every clip of the shared corpus, decoded once."""
+    """Every clip of the manifest (data/audio), decoded once."""
     return [(row, load_audio(row["path"])) for row in manifest]
 
 

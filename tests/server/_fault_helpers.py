@@ -27,7 +27,7 @@ import numpy as np
 from .conftest import REPO_ROOT, ServerProcess, _free_port, float_wav, wav_bytes  # noqa: F401 (float_wav: re-exported)
 
 LN_SCALE = 8.0  # decoder final layer norm gain: makes greedy decoding confident (see the module notes)
-# English clips of 5-15 s of the shared audio that the model decodes in one pass, a few tens of
+# English clips of 5-15 s of data/audio that the model decodes in one pass, a few tens of
 # steps each (it falls back through the temperatures on the sense_and_sensibility ones: five
 # times the decoding).
 ONE_PASS_CLIPS = (
@@ -53,14 +53,14 @@ def fault_model_dir(tmp_path_factory, name: str) -> Path:
 
 
 def shared_clips(names) -> dict[str, bytes]:
-    """The bytes of the named shared clips (skips when one is missing)."""
+    """The bytes of the named clips of data/audio (skips when one is missing)."""
     import pytest
 
     from tests.conftest import AUDIO_DIR
 
     missing = [n for n in names if not (AUDIO_DIR / n).exists()]
     if missing:
-        pytest.skip(f"shared audio missing: {missing}")
+        pytest.skip(f"data/audio missing: {missing}")
     return {n: (AUDIO_DIR / n).read_bytes() for n in names}
 
 

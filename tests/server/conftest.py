@@ -197,12 +197,12 @@ def reference():
 
 @pytest.fixture(scope="session")
 def clip(audio_dir):
-    """``clip(name) -> Path`` of a shared audio file."""
+    """``clip(name) -> Path`` of a data/audio file."""
 
     def get(name: str) -> Path:
         path = audio_dir / name
         if not path.exists():
-            pytest.skip(f"{name} is not in the shared audio")
+            pytest.skip(f"{name} is not in data/audio")
         return path
 
     return get

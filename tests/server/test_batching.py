@@ -119,7 +119,7 @@ def _load_clips(manifest, n: int = 16) -> list[dict]:
         key=lambda r: (r["duration_s"], r["audio"]),
     )
     if len(rows) < n:
-        pytest.skip("not enough short English clips in the shared audio")
+        pytest.skip("not enough short English clips in data/audio")
     return [rows[round(i * (len(rows) - 1) / (n - 1))] for i in range(n)]
 
 

@@ -64,7 +64,7 @@ def openai_error():
 def wenet_clip(audio_dir):
     path = audio_dir / CLIP
     if not (WENET_DIR / "final.pt").exists() or not path.exists():
-        pytest.skip("the shared WeNet fixture or its clip is absent")
+        pytest.skip("the WeNet fixture or its clip is absent")
     return path
 
 

@@ -51,7 +51,7 @@ def model_dir(tmp_path_factory) -> Path:
 def clips() -> dict[str, Path]:
     missing = [n for n in (ZH, OTHER) if not (AUDIO_DIR / n).is_file()]
     if missing:
-        pytest.skip(f"shared audio missing: {missing} (set OASR_SHARED_DIR)")
+        pytest.skip(f"data/audio missing: {missing}")
     return {n: AUDIO_DIR / n for n in (ZH, OTHER)}
 
 

@@ -21,10 +21,10 @@ def speech() -> np.ndarray:
     from oasr.audio import load_audio
 
     if not (CAUSAL / "train.yaml").is_file():
-        pytest.skip(f"shared fixture not found at {CAUSAL}")
+        pytest.skip(f"fixture not found at {CAUSAL}")
     clips = sorted(AUDIO_DIR.glob("*.wav"))
     if not clips:
-        pytest.skip("no shared audio")
+        pytest.skip("no data/audio")
     return np.concatenate([load_audio(c) for c in clips[:3]])
 
 

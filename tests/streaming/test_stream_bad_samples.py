@@ -22,7 +22,7 @@ def speech() -> np.ndarray:
     from oasr.audio import load_audio
 
     if not (CAUSAL / "train.yaml").is_file():
-        pytest.skip(f"shared fixture not found at {CAUSAL}")
+        pytest.skip(f"fixture not found at {CAUSAL}")
     return load_audio(AUDIO_DIR / "jfk.wav")[:32000]
 
 

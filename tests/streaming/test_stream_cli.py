@@ -24,10 +24,10 @@ LONG = "jfk.wav"
 @pytest.fixture(scope="module")
 def paths():
     if not (CAUSAL / "train.yaml").is_file():
-        pytest.skip(f"shared fixture not found at {CAUSAL}")
+        pytest.skip(f"fixture not found at {CAUSAL}")
     missing = [n for n in (SHORT, LONG) if not (AUDIO_DIR / n).exists()]
     if missing:
-        pytest.skip(f"shared audio {missing} not found")
+        pytest.skip(f"data/audio {missing} not found")
     return {n: AUDIO_DIR / n for n in (SHORT, LONG)}
 
 

@@ -16,7 +16,7 @@ def test_stream_segments_carry_their_token_times():
     from oasr.engine.engine import ASREngine
 
     if not (CAUSAL / "train.yaml").is_file():
-        pytest.skip(f"shared fixture not found at {CAUSAL}")
+        pytest.skip(f"fixture not found at {CAUSAL}")
     samples = load_audio(AUDIO_DIR / "jfk.wav")
     engine = ASREngine(str(CAUSAL), max_streams=1)
     stream = engine.open_stream(sample_rate=16000, endpoint=True, word_timestamps=True)

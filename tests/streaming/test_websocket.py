@@ -37,10 +37,10 @@ def clips() -> dict[str, np.ndarray]:
     from oasr.audio import load_audio
 
     if not (CAUSAL / "train.yaml").is_file():
-        pytest.skip(f"shared fixture not found at {CAUSAL}")
+        pytest.skip(f"fixture not found at {CAUSAL}")
     missing = [c for c in CLIPS if not (AUDIO_DIR / c).exists()]
     if missing:
-        pytest.skip(f"shared audio {missing} not found")
+        pytest.skip(f"data/audio {missing} not found")
     out = {}
     for name in CLIPS:
         x = load_audio(AUDIO_DIR / name)

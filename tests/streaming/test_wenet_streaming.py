@@ -34,7 +34,7 @@ def _register() -> None:
 @pytest.fixture(scope="module")
 def loaded():
     if not (CAUSAL / "train.yaml").is_file() or not CLIP.is_file():
-        pytest.skip(f"shared WeNet fixture not found at {CAUSAL} (set OASR_SHARED_DIR)")
+        pytest.skip(f"WeNet fixture not found at {CAUSAL}")
     _register()
     import oasr
 
@@ -168,7 +168,7 @@ def test_one_chunk_over_the_whole_clip_is_the_full_context_forward(path, referen
     """A chunk as long as the clip sees all of it, so the paged forward is the offline
     full-context one (the non-causal fixture checks the chunk-local convolution path)."""
     if not (path / "train.yaml").is_file():
-        pytest.skip(f"shared WeNet fixture not found at {path}")
+        pytest.skip(f"WeNet fixture not found at {path}")
     _register()
     import oasr
 

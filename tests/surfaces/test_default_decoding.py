@@ -36,7 +36,7 @@ def _wenet(d: Path) -> tuple[Path, list[str]]:
     from tests.engine.ctc.test_wenet_fixture import WENET_DIR
 
     if not (WENET_DIR / "train.yaml").is_file():
-        pytest.skip(f"the shared WeNet fixture is not at {WENET_DIR}")
+        pytest.skip(f"the WeNet fixture is not at {WENET_DIR}")
     return WENET_DIR, []
 
 
@@ -165,7 +165,7 @@ def test_no_options_decode_the_same_through_python_cli_and_http(family, tmp_path
     path, engine_flags = FAMILIES[family](tmp_path / family)
     clip = audio_dir / CLIP
     if not clip.exists():
-        pytest.skip(f"{CLIP} is not in the shared audio")
+        pytest.skip(f"{CLIP} is not in data/audio")
     seed = SEED if family in SAMPLED else None
     python = _python_text(path, engine_flags, clip, seed)
     assert _cli_text(path, engine_flags, clip, capsys, seed) == python

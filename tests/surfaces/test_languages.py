@@ -122,7 +122,7 @@ def clip(tmp_path_factory, audio_dir) -> Path:
 
     src = audio_dir / "jfk.wav"
     if not src.exists():
-        pytest.skip("jfk.wav is not in the shared audio")
+        pytest.skip("jfk.wav is not in data/audio")
     x = (np.clip(load_audio(src)[:16000], -1, 1) * 32767).astype(np.int16)
     path = tmp_path_factory.mktemp("clip") / "one_second.wav"
     with wave.open(str(path), "wb") as w:

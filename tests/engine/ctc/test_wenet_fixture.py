@@ -16,7 +16,7 @@ CLIP = AUDIO_DIR / "sense_and_sensibility_01_austen_64kb-0870.wav"
 @pytest.fixture(scope="module")
 def expected() -> dict:
     if not (WENET_DIR / "expected.json").is_file() or not CLIP.is_file():
-        pytest.skip(f"shared WeNet fixture not found at {WENET_DIR} (set OASR_SHARED_DIR)")
+        pytest.skip(f"WeNet fixture not found at {WENET_DIR}")
     pytest.importorskip("oasr.models.conformer")
     from oasr.models.registry import list_models
 

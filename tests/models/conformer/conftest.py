@@ -30,7 +30,7 @@ def _conformer_registered():
 @pytest.fixture(scope="session")
 def wenet_dir() -> Path:
     if not (WENET_DIR / "train.yaml").is_file():
-        pytest.skip(f"shared WeNet fixture not found at {WENET_DIR} (set OASR_SHARED_DIR)")
+        pytest.skip(f"WeNet fixture not found at {WENET_DIR}")
     return WENET_DIR
 
 

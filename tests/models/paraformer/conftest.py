@@ -75,7 +75,7 @@ def zh_audio() -> np.ndarray:
     """A Mandarin clip at 16 kHz (float32 mono)."""
     path = AUDIO_DIR / ZH_CLIP
     if not path.is_file():
-        pytest.skip(f"shared audio not found at {path} (set OASR_SHARED_DIR)")
+        pytest.skip(f"data/audio not found at {path}")
     from oasr.audio.io import load_audio
 
     return load_audio(str(path), 16000)

@@ -93,7 +93,7 @@ def clips() -> list:
     from oasr.audio import load_audio
 
     if not all((AUDIO_DIR / name).is_file() for name in CLIPS):
-        pytest.skip(f"shared audio not found at {AUDIO_DIR}")
+        pytest.skip(f"data/audio not found at {AUDIO_DIR}")
     return [load_audio(str(AUDIO_DIR / name)) for name in CLIPS]
 
 
