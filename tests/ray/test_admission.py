@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from ..server._fault_helpers import ONE_PASS_CLIPS, fault_model_dir, shared_clips
+from ..server._fault_helpers import ONE_PASS_CLIPS, data_clips, fault_model_dir
 from .conftest import free_port
 
 httpx = pytest.importorskip("httpx")
@@ -38,7 +38,7 @@ def model_dir(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def clips() -> dict[str, bytes]:
-    return shared_clips(ONE_PASS_CLIPS)
+    return data_clips(ONE_PASS_CLIPS)
 
 
 @pytest.fixture(scope="module")

@@ -52,7 +52,7 @@ def fault_model_dir(tmp_path_factory, name: str) -> Path:
     return build_fault_model(tmp_path_factory.mktemp(name))
 
 
-def shared_clips(names) -> dict[str, bytes]:
+def data_clips(names) -> dict[str, bytes]:
     """The bytes of the named clips of data/audio (skips when one is missing)."""
     import pytest
 

@@ -4,7 +4,7 @@ clients larger than the server can finish within ``--request-timeout`` gets only
 decoded (the engine's counters say so), and clients that come back after ``Retry-After``
 all get, in the end, the text their clip gives alone.
 
-The server decodes the tiny random Whisper of the fault suite (``fault_model_dir, shared_clips``: a
+The server decodes the tiny random Whisper of the fault suite (``fault_model_dir, data_clips``: a
 request costs a few tens of decoder steps whatever its audio) with every engine step made
 0.3 s slower (``OASR_FAULT_INJECT=slow:0.3``), so that its decode rate has a known ceiling:
 one request takes several seconds, and the burst below is several times what one
@@ -19,7 +19,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from ._fault_helpers import ONE_PASS_CLIPS, fault_model_dir, shared_clips, start_server
+from ._fault_helpers import ONE_PASS_CLIPS, data_clips, fault_model_dir, start_server
 from .conftest import metric
 
 pytest.importorskip("transformers")
@@ -37,7 +37,7 @@ def model_dir(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def clips() -> dict[str, bytes]:
-    return shared_clips(ONE_PASS_CLIPS)
+    return data_clips(ONE_PASS_CLIPS)
 
 
 @pytest.fixture(scope="module")

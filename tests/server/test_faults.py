@@ -45,10 +45,10 @@ from tests.conftest import AUDIO_DIR
 from ._fault_helpers import (
     RawRequest,
     corrupt_copy,
+    data_clips,
     failed_start,
     fault_model_dir,
     one_hz_wav,
-    shared_clips,
     silent_flac,
     start_server,
 )
@@ -76,7 +76,7 @@ def model_dir(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def audio() -> dict[str, bytes]:
-    clips = shared_clips((*INNOCENTS, SHORT))
+    clips = data_clips((*INNOCENTS, SHORT))
     from oasr.audio import load_audio
 
     # Long victims: the JFK clip repeated for 5 and 20 minutes. The tiny model decodes every
