@@ -191,6 +191,10 @@ def main() -> int:
     ap.add_argument("--verbose", action="store_true", help="print every answer as it comes (stderr)")
     args = ap.parse_args()
 
+    if not (AUDIO / "manifest.jsonl").exists():
+        sys.exit(
+            f"burst_bench: no corpus at {AUDIO} (set OASR_SHARED_DIR to a directory with data/audio/manifest.jsonl)"
+        )
     clips = _clips(args.min_s, args.max_s)
     if not clips:
         raise SystemExit(f"no clip of {args.min_s}-{args.max_s} s in {AUDIO}")
