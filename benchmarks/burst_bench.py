@@ -27,8 +27,6 @@ import argparse
 import asyncio
 import json
 import os
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -36,15 +34,11 @@ import time
 from collections import Counter
 from pathlib import Path
 
+from _serve_process import ServeProcess, free_port
+
 REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("OASR_SHARED_DIR", REPO.parent / "shared"))
 AUDIO = SHARED / "data" / "audio"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _clips(min_s: float, max_s: float) -> list[dict]:
@@ -55,41 +49,11 @@ def _clips(min_s: float, max_s: float) -> list[dict]:
     return picked
 
 
-class Server:
-    """``oasr serve`` in a subprocess, until ``stop``."""
-
-    def __init__(self, model: str, extra: list[str], log: Path) -> None:
-        self.port = _free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        cmd = [sys.executable, "-m", "oasr.cli.main", "serve", "--model", model, "--port", str(self.port)]
-        cmd += ["--log-level", "warning", *extra]
-        with open(log, "wb") as f:
-            # Not cwd=REPO: `python -m` puts the working directory first on sys.path, ahead of
-            # PYTHONPATH, and the server would run this checkout's oasr whatever PYTHONPATH says.
-            self.proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, cwd=tempfile.gettempdir())
-        import httpx
-
-        deadline = time.monotonic() + 600
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"the server exited:\n{log.read_text()[-3000:]}")
-            try:
-                if httpx.get(self.url + "/health", timeout=2).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.3)
-        self.stop()
-        raise RuntimeError(f"the server did not start:\n{log.read_text()[-3000:]}")
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+def start_server(model: str, extra: list[str], log: Path) -> ServeProcess:
+    """``oasr serve --model model`` (the oasr on ``PYTHONPATH``) with ``extra`` arguments."""
+    port = free_port()
+    cmd = [sys.executable, "-m", "oasr.cli.main", "serve", "--model", model, "--port", str(port)]
+    return ServeProcess([*cmd, "--log-level", "warning", *extra], port, log)
 
 
 async def _post(client, url: str, model: str, clip: dict):
@@ -199,7 +163,7 @@ def main() -> int:
     if not clips:
         raise SystemExit(f"no clip of {args.min_s}-{args.max_s} s in {AUDIO}")
     load_before = os.getloadavg()
-    server = Server(args.model, args.server_arg, args.log)
+    server = start_server(args.model, args.server_arg, args.log)
     try:
         result = asyncio.run(_run(server.url, args.model, clips, args.clients, args.max_attempts, args.verbose))
     finally:

@@ -32,13 +32,12 @@ import asyncio
 import json
 import os
 import platform
-import signal
-import socket
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
+
+from _serve_process import ServeProcess, free_port
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("OASR_SHARED_DIR", REPO.parent / "shared"))
@@ -91,43 +90,6 @@ def peer_server(args: argparse.Namespace) -> int:
 
 # ---------------------------------------------------------------------------
 # Driving a server
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Server:
-    def __init__(self, cmd: list[str], port: int, log: Path) -> None:
-        self.port = port
-        self.log = log
-        with open(log, "wb") as f:
-            self.proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, cwd=REPO)
-        import httpx
-
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"server exited:\n{log.read_text()[-3000:]}")
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.3)
-        self.stop()
-        raise RuntimeError(f"server did not start:\n{log.read_text()[-3000:]}")
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
 
 
 async def _drive(port: int, model: str, clips: list[dict], n_requests: int, concurrency: int, language: str) -> dict:
@@ -232,7 +194,7 @@ def main() -> int:
         "systems": {},
     }
     for system in args.systems:
-        port = _free_port()
+        port = free_port()
         if system == "oasr":
             cmd = [sys.executable, "-m", "oasr.cli.main", "serve", "--model", args.model, "--port", str(port)]
             cmd += ["--max-queue", "1024", "--max-batch-size", str(args.max_batch_size), "--log-level", "warning"]
@@ -243,7 +205,7 @@ def main() -> int:
             cmd += ["--threads", str(args.threads), "--peer-workers", str(args.peer_workers)]
             served = args.model
         print(f"== {system}: starting ({' '.join(cmd[1:])})", file=sys.stderr)
-        server = Server(cmd, port, logs / f"serve_bench_{system}.log")
+        server = ServeProcess(cmd, port, logs / f"serve_bench_{system}.log", start_timeout_s=300)
         try:
             asyncio.run(_drive(port, served, clips, 4, 2, args.language))  # warm-up
             rows = []
