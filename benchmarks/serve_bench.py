@@ -201,7 +201,15 @@ def main() -> int:
             cmd += ["--device", "cpu", "--threads", str(args.threads)]
             served = args.model
         else:
-            cmd = [sys.executable, __file__, "--peer-server", "--port", str(port), "--model", args.model]
+            cmd = [
+                sys.executable,
+                str(Path(__file__).resolve()),
+                "--peer-server",
+                "--port",
+                str(port),
+                "--model",
+                args.model,
+            ]
             cmd += ["--threads", str(args.threads), "--peer-workers", str(args.peer_workers)]
             served = args.model
         print(f"== {system}: starting ({' '.join(cmd[1:])})", file=sys.stderr)
