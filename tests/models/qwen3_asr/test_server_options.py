@@ -67,14 +67,14 @@ def test_request_fields_override_the_server_s(server, engine, audio_dir):
 
 
 def test_seed_replays_and_no_seed_draws_afresh(server, engine, audio_dir):
-    """At temperature 1 the tiny random LM samples 24 tokens that two independent draws share
-    with negligible probability."""
+    """At temperature 1 the tiny random LM samples up to 24 tokens; three unseeded draws agree with
+    negligible probability. (A draw may sample the end token early, so lengths are not asserted.)"""
     sampled = dict(temperature=1.0)
     with_seed = [_verbose(server, audio_dir, seed=9, **sampled)[1] for _ in range(2)]
     _, want = _engine_tokens(engine, audio_dir, seed=9, temperature=1.0)
     assert with_seed[0] == with_seed[1] == want
-    first, second = (_verbose(server, audio_dir, **sampled)[1] for _ in range(2))
-    assert len(first) == len(second) == SERVER["max_new_tokens"] and first != second
+    draws = {tuple(_verbose(server, audio_dir, **sampled)[1]) for _ in range(3)}
+    assert len(draws) > 1, "unseeded requests replayed the same sample"
 
 
 def test_the_stream_s_last_event_says_length(server, engine, audio_dir):
