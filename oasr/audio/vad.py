@@ -36,6 +36,7 @@ from oasr.install import install_hint
 
 __all__ = [
     "CHUNK_S",
+    "SileroNet",
     "SpeechChunk",
     "VadOptions",
     "load_vad_model",
@@ -204,12 +205,91 @@ def require_silero():
     return silero_vad
 
 
+class _SileroSTFT(torch.nn.Module):
+    """Silero's front end: magnitudes of a fixed windowed-DFT basis (the buffer), hop half of it,
+    over each input reflect-padded on the right by a quarter of it."""
+
+    def __init__(self, filter_length: int) -> None:
+        super().__init__()
+        self.filter_length = filter_length
+        self.register_buffer("forward_basis_buffer", torch.zeros(filter_length + 2, 1, filter_length))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Shapes: x: (b, n) -> (b, filter_length // 2 + 1, frames)"""
+        n = self.filter_length
+        x = torch.nn.functional.pad(x, (0, n // 4), mode="reflect").unsqueeze(1)
+        out = torch.nn.functional.conv1d(x, self.forward_basis_buffer, stride=n // 2)
+        cut = n // 2 + 1
+        return torch.sqrt(out[:, :cut] ** 2 + out[:, cut:] ** 2)
+
+
+class _SileroBlock(torch.nn.Module):
+    """One encoder layer: a (re-parametrised) 3-tap convolution and a ReLU."""
+
+    def __init__(self, inputs: int, outputs: int, stride: int) -> None:
+        super().__init__()
+        self.reparam_conv = torch.nn.Conv1d(inputs, outputs, 3, stride=stride, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.reparam_conv(x))
+
+
+class _SileroDecoder(torch.nn.Module):
+    """The LSTM cell (run as a sequence by ``_BatchedSilero``) and the output head."""
+
+    def __init__(self, hidden: int) -> None:
+        super().__init__()
+        self.rnn = torch.nn.LSTMCell(hidden, hidden)
+        self.decoder = torch.nn.Sequential(
+            torch.nn.Dropout(0.1), torch.nn.ReLU(), torch.nn.Conv1d(hidden, 1, 1), torch.nn.Sigmoid()
+        )
+
+
+class SileroNet(torch.nn.Module):
+    """Silero VAD v5/v6's network for one sampling rate, in eager PyTorch, with the parameter
+    names of the packaged TorchScript sub-model (``_model`` / ``_model_8k``), so that its
+    ``state_dict`` loads as is; ``_BatchedSilero`` runs either.
+
+    Args:
+        filter_length: the STFT basis length (256 at 16 kHz, 128 at 8 kHz).
+    """
+
+    def __init__(self, filter_length: int = 256) -> None:
+        super().__init__()
+        self.context_size_samples = filter_length // 4  # samples of the previous window each window sees
+        self.stft = _SileroSTFT(filter_length)
+        self.encoder = torch.nn.Sequential(
+            _SileroBlock(filter_length // 2 + 1, 128, 1),
+            _SileroBlock(128, 64, 2),
+            _SileroBlock(64, 64, 2),
+            _SileroBlock(64, 128, 1),
+        )
+        self.decoder = _SileroDecoder(128)
+
+    @classmethod
+    def from_state_dict(cls, state: dict[str, torch.Tensor]) -> SileroNet:
+        """The network holding ``state`` (its rate read from the basis' shape), in eval mode.
+
+        Raises:
+            ValueError: ``state`` is not a Silero v5/v6 network's (missing, extra or misshapen tensors).
+        """
+        basis = state.get("stft.forward_basis_buffer")
+        if basis is None or basis.dim() != 3:
+            raise ValueError("not Silero VAD weights: no stft.forward_basis_buffer of shape (n + 2, 1, n)")
+        net = cls(int(basis.shape[-1]))
+        try:
+            net.load_state_dict(state, strict=True)
+        except RuntimeError as e:
+            raise ValueError(f"not Silero VAD v5/v6 weights: {e}") from e
+        return net.eval()
+
+
 class _BatchedSilero:
     """Silero VAD's networks for one sampling rate, run over many windows at once.
 
     Args:
-        model: the rate's sub-model of the packaged TorchScript model
-            (``_model`` for 16 kHz, ``_model_8k`` for 8 kHz).
+        model: the rate's network: a sub-model of the packaged TorchScript model (``_model``
+            for 16 kHz, ``_model_8k`` for 8 kHz) or a ``SileroNet`` (from other weights).
         window: samples per window (512 at 16 kHz, 256 at 8 kHz).
     """
 

@@ -14,6 +14,7 @@ import torch
 
 from oasr.audio.vad import (
     CHUNK_S,
+    SileroNet,
     SpeechChunk,
     SpeechProbabilityStream,
     VadOptions,
@@ -22,6 +23,7 @@ from oasr.audio.vad import (
     speech_probabilities,
     speech_spans,
 )
+from oasr.audio.vad import _BatchedSilero as BatchedSilero
 from tests.conftest import checkout_hint
 
 SR = 16000
@@ -137,6 +139,25 @@ def test_batched_model_matches_the_package_window_by_window(vad_recording, spans
     assert spans == [(r["start"], r["end"]) for r in reference]
     with pytest.raises(ValueError, match="8000 or 16000"):
         speech_probabilities(audio, 44100)
+
+
+def test_silero_net_runs_the_packaged_weights_as_the_packaged_model(vad_recording):
+    """``SileroNet`` (the eager network other Silero weights load into) holding the package's
+    weights gives the package's TorchScript network's probabilities, at both rates."""
+    _silero_or_skip()
+    package_model = require_silero().load_silero_vad()
+    samples = torch.from_numpy(vad_recording.audio[: 20 * SR + 77])
+    for sub, window in ((package_model._model, 512), (package_model._model_8k, 256)):
+        net = SileroNet.from_state_dict(dict(sub.state_dict()))
+        assert net.context_size_samples == sub.context_size_samples
+        np.testing.assert_allclose(
+            BatchedSilero(net, window)(samples).numpy(), BatchedSilero(sub, window)(samples).numpy(), atol=1e-6
+        )
+    state = dict(package_model._model.state_dict())
+    with pytest.raises(ValueError, match="not Silero VAD"):
+        SileroNet.from_state_dict({k: v for k, v in state.items() if k != "decoder.rnn.weight_hh"})
+    with pytest.raises(ValueError, match="not Silero VAD"):
+        SileroNet.from_state_dict({"encoder.0.reparam_conv.weight": torch.zeros(3)})
 
 
 def test_spans_cover_each_clip_and_skip_the_silences(vad_recording, spans):

@@ -81,5 +81,8 @@ def get_logger():
 
 
 def get_assets_path() -> str:
-    """faster-whisper's assets hold its VAD model; oasr's Silero VAD ships in the silero-vad package."""
-    raise RuntimeError("oasr's faster-whisper drop-in has no assets folder: its VAD is the silero-vad package")
+    """The drop-in's assets folder: faster-whisper's VAD model, Silero v6.0, as
+    ``silero_vad_v6.safetensors`` (faster-whisper ships it as ``silero_vad_v6.onnx``)."""
+    import os
+
+    return os.path.join(os.path.dirname(os.path.abspath(__file__)), "assets")

@@ -1,24 +1,45 @@
-"""faster-whisper's ``vad`` module: its ``VadOptions`` and span rule over oasr's Silero VAD.
+"""faster-whisper's ``vad`` module: its ``VadOptions``, its Silero model and its span rule.
 
-The speech probabilities are oasr's (``oasr.audio.vad.speech_probabilities``: the silero-vad
-package's model, batched); the rule that turns them into spans is faster-whisper's sequential
-one (start at ``threshold``, end after ``min_silence_duration_ms`` below ``neg_threshold``,
-long spans cut at the last pause of >= 98 ms, ``speech_pad_ms`` padding shared between close
-spans), written here from its documented behaviour. Spans equal faster-whisper's wherever the
-probabilities do: faster-whisper 1.2 bundles Silero v6.0 (``silero_vad_v6.onnx``), which
-silero-vad 6.0 ships too; silero-vad 6.2's model gives other probabilities on the same audio.
+The speech probabilities are Silero VAD v6.0's, the model faster-whisper 1.2 bundles
+(``faster_whisper/assets/silero_vad_v6.onnx``): its 16 kHz weights ship here
+(``assets/silero_vad_v6.safetensors``, provenance below and in ``assets/README.md``) and run
+in oasr's batched Silero (``oasr.audio.vad.SileroNet`` through ``_BatchedSilero``), with
+faster-whisper's windows (512 samples, 64 of context, the audio zero-padded by 1..512 samples),
+so that the probabilities equal faster-whisper's to float rounding and the spans exactly. oasr's
+own VAD (``oasr.audio.vad``) runs the installed silero-vad package's newer model, whose
+probabilities differ; this module needs neither that package nor onnxruntime.
+
+The rule that turns probabilities into spans is faster-whisper's sequential one (start at
+``threshold``, end after ``min_silence_duration_ms`` below ``neg_threshold``, long spans cut
+at the last pause of >= 98 ms, ``speech_pad_ms`` padding shared between close spans), written
+here from its documented behaviour.
 """
 
 from __future__ import annotations
 
+import bisect
+import hashlib
 import math
+import threading
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-__all__ = ["VadOptions", "collect_chunks", "get_speech_timestamps"]
+__all__ = ["SpeechTimestampsMap", "VadOptions", "collect_chunks", "get_speech_timestamps"]
 
 _WINDOW = 512  # samples per Silero probability at 16 kHz
+SILERO_V6 = Path(__file__).with_name("assets") / "silero_vad_v6.safetensors"
+SILERO_V6_PROVENANCE = (
+    "Silero VAD v6.0, 16 kHz network (faster-whisper 1.2.1's silero_vad_v6.onnx, equal to 5e-7); "
+    "converted to safetensors from the silero-vad 6.0.0 PyPI wheel's silero_vad/data/silero_vad.jit "
+    "(SHA-256 b178b4bc39467ecd5e9eb0bc6f2fcc291c1cc1cc55a68fea8c0c2c0d5fbbe66c), sub-model _model's "
+    "state_dict; MIT licence, (c) 2020-present Silero Team (github.com/snakers4/silero-vad)"
+)
+SILERO_V6_SHA256 = "2a3d666b763b7984bec4667097ac4e35b5532bc8bcf45d4417e7555c5ec13953"
+_lock = threading.Lock()
+_net: Any = None
 _MIN_PAUSE_AT_MAX_SPEECH_MS = 98  # a pause at least this long is where an over-long span may be cut
 
 
@@ -33,14 +54,65 @@ class VadOptions:
     min_silence_duration_ms: int = 2000
     speech_pad_ms: int = 400
 
+    def __post_init__(self) -> None:
+        # faster-whisper takes anything and fails (or not) deep in its loop; a clear error here
+        def number(name: str, value: Any) -> float:
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
+                raise ValueError(f"vad {name} must be a number, got {value!r}")
+            return value
+
+        number("threshold", self.threshold)
+        if self.neg_threshold is not None:
+            number("neg_threshold", self.neg_threshold)
+        for name in ("min_speech_duration_ms", "min_silence_duration_ms", "speech_pad_ms"):
+            if number(name, getattr(self, name)) < 0:
+                raise ValueError(f"vad {name} must be >= 0, got {getattr(self, name)!r}")
+        if not number("max_speech_duration_s", self.max_speech_duration_s) > 0:
+            raise ValueError(f"vad max_speech_duration_s must be > 0, got {self.max_speech_duration_s!r}")
+
+
+def get_vad_model() -> Any:
+    """Silero VAD v6.0's 16 kHz network, batched (loaded once, shared by every thread).
+
+    Raises:
+        RuntimeError: the bundled weights are missing or not the recorded file.
+    """
+    global _net
+    with _lock:
+        if _net is None:
+            from safetensors.torch import load_file
+
+            from oasr.audio.vad import SileroNet, _BatchedSilero
+
+            try:
+                digest = hashlib.sha256(SILERO_V6.read_bytes()).hexdigest()
+            except OSError as e:
+                raise RuntimeError(f"the bundled Silero VAD v6.0 weights are missing ({e}): reinstall oasr") from e
+            if digest != SILERO_V6_SHA256:
+                raise RuntimeError(
+                    f"{SILERO_V6} has SHA-256 {digest}, not the bundled {SILERO_V6_SHA256}: reinstall oasr"
+                )
+            _net = _BatchedSilero(SileroNet.from_state_dict(load_file(str(SILERO_V6))), _WINDOW)
+    return _net
+
 
 def speech_probabilities(audio: np.ndarray) -> np.ndarray:
-    """One Silero probability per 512-sample window of ``audio`` zero-padded by 1..512 samples
-    to a whole number of windows (faster-whisper's padding)."""
-    from oasr.audio.vad import speech_probabilities as probs
+    """Silero v6.0's probability for each 512-sample window of ``audio`` zero-padded by 1..512
+    samples to a whole number of windows, as faster-whisper computes them: a whole silent window
+    when the length is a multiple of 512, and the padded audio's last 64 samples zeroed (its
+    model writes zeros into the last window's context slice, a view of that audio, before it
+    runs: only the last probability changes, and only when the padding is under 64 samples).
 
+    Shapes:
+        audio: (n,) -> (n // 512 + 1,)
+    """
+    import torch
+
+    net = get_vad_model()
     audio = np.asarray(audio, dtype=np.float32).reshape(-1)
-    return probs(np.pad(audio, (0, _WINDOW - audio.shape[0] % _WINDOW)), 16000)
+    padded = np.pad(audio, (0, _WINDOW - audio.shape[0] % _WINDOW))
+    padded[-net.context :] = 0
+    return net(torch.from_numpy(padded)).numpy()
 
 
 def get_speech_timestamps(
@@ -53,7 +125,7 @@ def get_speech_timestamps(
         vad_options: the options (else ``VadOptions(**kwargs)``).
 
     Raises:
-        ImportError: silero-vad is not installed.
+        ValueError: ``sampling_rate`` is not 16000.
     """
     if sampling_rate != 16000:
         raise ValueError(f"faster-whisper's VAD takes 16 kHz audio, got {sampling_rate}")
@@ -132,26 +204,62 @@ def collect_chunks(
 
     Returns:
         the pieces, and for each ``{"offset": s, "duration": s, "segments": [spans]}`` (offset:
-        the first span's start in seconds).
+        where the piece starts in the joined speech, in seconds, as faster-whisper's; its
+        ``segments`` are all of the piece's spans, where faster-whisper 1.2.1 leaves out the
+        first span of every piece after the first).
     """
     if not chunks:
         return [np.array([], dtype=np.float32)], [{"offset": 0, "duration": 0, "segments": []}]
     pieces, meta = [], []
     current: list[dict] = []
-    size = 0
+    size = done = 0  # samples in the current piece, and in the pieces before it
     limit = max_duration * sampling_rate
 
     def flush() -> None:
         pieces.append(np.concatenate([audio[c["start"] : c["end"]] for c in current]))
-        meta.append(
-            {"offset": current[0]["start"] / sampling_rate, "duration": size / sampling_rate, "segments": current}
-        )
+        meta.append({"offset": done / sampling_rate, "duration": size / sampling_rate, "segments": current})
 
     for c in chunks:
         if current and size + c["end"] - c["start"] > limit:
             flush()
-            current, size = [], 0
+            current, size, done = [], 0, done + size
         current = [*current, c]
         size += c["end"] - c["start"]
     flush()
     return pieces, meta
+
+
+class SpeechTimestampsMap:
+    """faster-whisper's map from a time in the joined speech back to the original audio.
+
+    Args:
+        chunks: the speech spans (``get_speech_timestamps``), in samples of the original audio.
+        sampling_rate: their rate.
+        time_precision: decimals of the mapped times.
+    """
+
+    def __init__(self, chunks: list[dict], sampling_rate: int, time_precision: int = 2) -> None:
+        self.sampling_rate = sampling_rate
+        self.time_precision = time_precision
+        self.chunk_end_sample: list[int] = []  # each span's end, counted in the joined speech
+        self.total_silence_before: list[float] = []  # seconds cut before each span
+        cut = last_end = 0
+        for c in chunks:
+            cut += c["start"] - last_end
+            last_end = c["end"]
+            self.chunk_end_sample.append(c["end"] - cut)
+            self.total_silence_before.append(cut / sampling_rate)
+
+    def get_original_time(self, time: float, chunk_index: int | None = None, is_end: bool = False) -> float:
+        """``time`` (seconds in the joined speech) in the original audio, in span ``chunk_index``
+        (default: the span holding it; an end exactly on a span's end stays in that span)."""
+        if chunk_index is None:
+            chunk_index = self.get_chunk_index(time, is_end)
+        return round(self.total_silence_before[chunk_index] + time, self.time_precision)
+
+    def get_chunk_index(self, time: float, is_end: bool = False) -> int:
+        """The span holding ``time`` (seconds in the joined speech); past the last, the last."""
+        sample = int(time * self.sampling_rate)
+        if is_end and sample in self.chunk_end_sample:
+            return self.chunk_end_sample.index(sample)
+        return min(bisect.bisect(self.chunk_end_sample, sample), len(self.chunk_end_sample) - 1)
