@@ -245,7 +245,6 @@ def test_prefix_with_timestamps(model):
 
 @needs_base
 def test_vad(model):
-    pytest.importorskip("silero_vad", reason="silero-vad is not installed (oasr's vad extra)")
     segments, info = model.transcribe(
         JFK, vad_filter=True, vad_parameters=dict(min_silence_duration_ms=500, speech_pad_ms=200), beam_size=1
     )
@@ -352,14 +351,12 @@ def test_audio_from_a_binary_file_object():
 
 
 @needs_base
-def test_vad_filter_joins_the_speech_and_decodes_it_as_faster_whisper_does(fw_base_dir, monkeypatch):
-    """faster-whisper's sequential vad_filter: the speech spans joined into one recording, decoded
-    as one (seek in the joined audio), times mapped back through the cut silences (2 decimals).
-    Both sides get the same Silero probabilities (oasr's), so the comparison is of the semantics;
-    the span rule alone is checked in test_faster_whisper_modules.py."""
-    pytest.importorskip("silero_vad", reason="silero-vad is not installed (pip install 'oasr-engine[vad]')")
+def test_vad_filter_joins_the_speech_and_decodes_it_as_faster_whisper_does(fw_base_dir):
+    """faster-whisper's sequential vad_filter on the raw audio: its spans (Silero v6.0 on both
+    sides), the speech joined into one recording, decoded as one (seek in the joined audio), times
+    mapped back through the cut silences (2 decimals)."""
     faster_whisper = pytest.importorskip("faster_whisper", reason="faster-whisper is not installed")
-    from oasr.compat.faster_whisper import vad as compat_vad
+    pytest.importorskip("onnxruntime", reason="onnxruntime (faster-whisper's VAD runtime) is not installed")
 
     # one thread on both sides: the greedy decode of this input is close enough to a tie that the
     # thread count's summation order can flip a token
@@ -367,13 +364,38 @@ def test_vad_filter_joins_the_speech_and_decodes_it_as_faster_whisper_does(fw_ba
     reference = faster_whisper.WhisperModel(fw_base_dir, device="cpu", compute_type="float32", cpu_threads=1)
     audio = load_audio(JFK)
     vad = dict(min_silence_duration_ms=500, speech_pad_ms=200)  # faster-whisper's test_vad: JFK's pauses cut
-    probs = compat_vad.speech_probabilities(audio)
-    monkeypatch.setattr(faster_whisper.vad, "get_vad_model", lambda: lambda x: probs.reshape(-1, 1))
     theirs, their_info = reference.transcribe(audio, vad_filter=True, vad_parameters=vad, beam_size=1)
     ours, our_info = model.transcribe(audio, vad_filter=True, vad_parameters=vad, beam_size=1)
     theirs, ours = list(theirs), list(ours)
-    assert our_info.duration_after_vad == pytest.approx(their_info.duration_after_vad)
+    assert our_info.duration_after_vad == their_info.duration_after_vad < their_info.duration
     assert [s.text for s in ours] == [s.text for s in theirs]
     assert [s.seek for s in ours] == [s.seek for s in theirs]
     for a, b in zip(ours, theirs):
         assert (a.start, a.end) == (b.start, b.end)
+
+
+@needs_base
+def test_batched_vad_parameters_take_neg_threshold_as_faster_whisper_does(fw_base_dir):
+    """BatchedInferencePipeline's vad_parameters with neg_threshold (faster-whisper passes it to its
+    VAD, over VadOptions' defaults, max_speech_duration_s set to 30): the same chunks and segments
+    as faster-whisper's on the same whisper-base weights, on a reading with pauses."""
+    faster_whisper = pytest.importorskip("faster_whisper", reason="faster-whisper is not installed")
+    pytest.importorskip("onnxruntime", reason="onnxruntime (faster-whisper's VAD runtime) is not installed")
+    audio = load_audio(str(Path(__file__).resolve().parents[2] / "data/audio/mfa_michaelandsickmichael.wav"))
+    vad = {"neg_threshold": 0.1, "min_silence_duration_ms": 160}
+    # the option matters here: a low neg_threshold lets speech run on through the quieter pauses
+    spans = faster_whisper.vad.get_speech_timestamps
+    default = spans(audio, min_silence_duration_ms=160, max_speech_duration_s=30)
+    assert spans(audio, **vad, max_speech_duration_s=30) != default
+
+    model = WhisperModel("base", device="cpu", compute_type="float32", cpu_threads=2)
+    reference = faster_whisper.WhisperModel(fw_base_dir, device="cpu", compute_type="float32", cpu_threads=2)
+    theirs, their_info = faster_whisper.BatchedInferencePipeline(reference).transcribe(
+        audio, vad_parameters=dict(vad), beam_size=1
+    )
+    ours, our_info = BatchedInferencePipeline(model).transcribe(audio, vad_parameters=dict(vad), beam_size=1)
+    theirs, ours = list(theirs), list(ours)
+    assert vars(our_info.vad_options) == vars(their_info.vad_options)
+    assert our_info.duration_after_vad == their_info.duration_after_vad < their_info.duration
+    assert [(s.seek, s.start, s.end) for s in ours] == [(s.seek, s.start, s.end) for s in theirs]
+    assert [s.text for s in ours] == [s.text for s in theirs]

@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import dataclasses
 import io
-import math
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, BinaryIO
@@ -178,35 +177,6 @@ def _refuse(**unsupported: Any) -> None:
         raise ValueError(f"oasr's faster-whisper drop-in cannot honour {names}")
 
 
-def _vad_options(vad_parameters: Any, defaults: dict[str, Any]):
-    """oasr ``VadOptions`` from a dict or a faster-whisper ``VadOptions`` (its fields that
-    are at their ``None`` / default meaning are dropped), over ``defaults``."""
-    from oasr.audio.vad import VadOptions
-
-    if vad_parameters is None:
-        params: dict[str, Any] = {}
-    elif isinstance(vad_parameters, dict):
-        params = dict(vad_parameters)
-    elif isinstance(vad_parameters, VadOptions):
-        return vad_parameters
-    elif dataclasses.is_dataclass(vad_parameters):
-        params = dataclasses.asdict(vad_parameters)
-        if params.get("neg_threshold") is None:
-            params.pop("neg_threshold", None)
-        if params.get("max_speech_duration_s") == math.inf:
-            params.pop("max_speech_duration_s")
-    else:
-        raise ValueError(f"vad_parameters must be a dict or a VadOptions, got {type(vad_parameters).__name__}")
-    if "neg_threshold" in params:
-        raise ValueError(
-            "vad_parameters: neg_threshold is not supported by oasr's Silero VAD (it ends speech at "
-            "threshold - 0.15, faster-whisper's default)"
-        )
-    if params.get("max_speech_duration_s") == math.inf:
-        params.pop("max_speech_duration_s")
-    return VadOptions(**{**defaults, **params})
-
-
 def _fw_vad_options(vad_parameters: Any):
     """faster-whisper's sequential ``VadOptions`` (this package's) from a dict, or from a
     ``VadOptions`` of this package, of faster-whisper or of oasr."""
@@ -227,6 +197,19 @@ def _fw_vad_options(vad_parameters: Any):
     return VadOptions(**params)
 
 
+def _batched_vad_options(vad_parameters: Any):
+    """The batched pipeline's VAD options, as faster-whisper makes them: none given, its batched
+    defaults (160 ms of silence ends speech, spans of at most ``CHUNK_LENGTH``); a dict, over
+    ``VadOptions``' own defaults with ``max_speech_duration_s`` set to ``CHUNK_LENGTH`` (a given
+    one is dropped); a ``VadOptions``, as given."""
+    if vad_parameters is None:
+        return _fw_vad_options({"max_speech_duration_s": CHUNK_LENGTH, "min_silence_duration_ms": 160})
+    if isinstance(vad_parameters, dict):
+        params = {k: v for k, v in vad_parameters.items() if k != "max_speech_duration_s"}
+        return _fw_vad_options({**params, "max_speech_duration_s": CHUNK_LENGTH})
+    return _fw_vad_options(vad_parameters)
+
+
 def _load(audio: str | BinaryIO | np.ndarray) -> np.ndarray:
     from oasr.audio import load_audio
 
@@ -238,22 +221,25 @@ def _load(audio: str | BinaryIO | np.ndarray) -> np.ndarray:
 
 
 def _convert_segment(
-    seg: Any, segment_id: int, chunk: Any = None, *, chunk_seek: bool = True, digits: int = 3
+    seg: Any, segment_id: int, chunk: Any = None, *, offset: float | None = None, seek: int | None = None
 ) -> Segment:
-    """An oasr segment as faster-whisper's, its times mapped through ``chunk`` when given; its
-    ``seek`` is the chunk's start (the batched pipeline) or, without ``chunk_seek``, the frame
-    in the decoded audio (the sequential vad_filter, as faster-whisper reports it). Mapped times
-    are rounded to ``digits`` decimals (faster-whisper: 2 after its sequential VAD)."""
+    """An oasr segment as faster-whisper's. Its times are mapped through ``chunk`` when given
+    (a given clip: its start added, rounded to 3 decimals, as faster-whisper does), else moved by
+    ``offset`` (a batched chunk's place in the joined speech: the segment's times rounded to 3
+    decimals, its words' to 2, as faster-whisper's are before ``_restore``). Its ``seek`` is
+    ``seek`` when given (a batched chunk's offset), else the frame in the decoded audio."""
 
-    def t(x: float, is_end: bool = False) -> float:
-        return round(chunk.to_global(x, is_end=is_end), digits) if chunk is not None else x
+    def t(x: float, is_end: bool = False, digits: int = 3) -> float:
+        if chunk is not None:
+            return round(chunk.to_global(x, is_end=is_end), 3)
+        return x if offset is None else round(offset + x, digits)
 
     words = None
     if seg.words is not None:
-        words = [Word(t(w.start), t(w.end, True), w.word, w.probability) for w in seg.words]
+        words = [Word(t(w.start, digits=2), t(w.end, True, 2), w.word, w.probability) for w in seg.words]
     return Segment(
         id=segment_id,
-        seek=round(chunk.start * 100) if chunk is not None and chunk_seek else seg.seek,
+        seek=seg.seek if seek is None else seek,
         start=t(seg.start),
         end=t(seg.end, True),
         text=seg.text,
@@ -264,6 +250,23 @@ def _convert_segment(
         words=words,
         temperature=seg.temperature,
     )
+
+
+def _restore(segment: Segment, ts_map: Any) -> Segment:
+    """faster-whisper's mapping of a segment's times in the joined speech back to the original
+    audio (``SpeechTimestampsMap``, 2 decimals): each word through the span holding its middle,
+    the segment from its first word's start to its last word's end; without words, its start
+    and end each through the span holding it."""
+    if segment.words:
+        for w in segment.words:
+            index = ts_map.get_chunk_index((w.start + w.end) / 2)
+            w.start = ts_map.get_original_time(w.start, index)
+            w.end = ts_map.get_original_time(w.end, index)
+        segment.start, segment.end = segment.words[0].start, segment.words[-1].end
+    else:
+        segment.start = ts_map.get_original_time(segment.start)
+        segment.end = ts_map.get_original_time(segment.end, is_end=True)
+    return segment
 
 
 def _progress(segments: Iterator[Segment], duration: float, enabled: bool) -> Iterator[Segment]:
@@ -394,16 +397,15 @@ class WhisperModel:
         return self._detect(wave, language_detection_segments, language_detection_threshold)
 
     def _speech_only(self, wave: np.ndarray, vad: Any) -> tuple[np.ndarray, Any]:
-        """The speech of ``wave`` joined in order (faster-whisper's spans), and the ``SpeechChunk``
-        that maps times in it back to ``wave`` (None when there is no speech)."""
-        from oasr.audio.vad import SpeechChunk
-        from oasr.compat.faster_whisper.vad import get_speech_timestamps
+        """The speech of ``wave`` joined in order (faster-whisper's spans), and the
+        ``SpeechTimestampsMap`` that maps times in it back to ``wave`` (None when there is no speech)."""
+        from oasr.compat.faster_whisper.vad import SpeechTimestampsMap, get_speech_timestamps
 
-        spans = [(s["start"], s["end"]) for s in get_speech_timestamps(wave, vad)] if wave.size else []
+        spans = get_speech_timestamps(wave, vad) if wave.size else []
         if not spans:
             return np.zeros(0, np.float32), None
-        chunk = SpeechChunk(tuple(spans), SAMPLING_RATE)
-        return chunk.audio(wave), chunk
+        speech = np.concatenate([wave[s["start"] : s["end"]] for s in spans])
+        return speech, SpeechTimestampsMap(spans, SAMPLING_RATE)
 
     @property
     def hf_tokenizer(self):
@@ -467,11 +469,11 @@ class WhisperModel:
         options = self._options(locals())
         wave = _load(audio)
         duration = wave.shape[0] / SAMPLING_RATE
-        vad = chunk = None
+        vad = ts_map = None
         speech = wave
         if vad_filter:  # faster-whisper: the speech joined, decoded in order as one recording
             vad = _fw_vad_options(vad_parameters)
-            speech, chunk = self._speech_only(wave, vad)
+            speech, ts_map = self._speech_only(wave, vad)
         vad_options = vad if vad is not None else vad_parameters
         info = self._info(
             language, speech, duration, options, vad_options, language_detection_segments, language_detection_threshold
@@ -487,7 +489,8 @@ class WhisperModel:
             # Each segment as its window is decoded (faster-whisper's lazy generator); with VAD the
             # times in the joined speech are mapped back through the removed silences.
             for seg in self.engine.transcribe_stream(speech, **engine_options):
-                yield _convert_segment(seg, seg.id, chunk, chunk_seek=False, digits=2)
+                segment = _convert_segment(seg, seg.id)
+                yield segment if ts_map is None else _restore(segment, ts_map)
 
         return _progress(segments(), duration, log_progress), info
 
@@ -622,7 +625,8 @@ class BatchedInferencePipeline:
         chunk; otherwise ``vad_filter`` cuts the speech, or audio under 30 s is one chunk.
         ``batch_size`` bounds the chunks decoded together (the engine's batch, at most).
         """
-        from oasr.audio.vad import SpeechChunk, merge_spans, speech_spans
+        from oasr.audio.vad import SpeechChunk, merge_spans
+        from oasr.compat.faster_whisper.vad import SpeechTimestampsMap, get_speech_timestamps
 
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
@@ -632,7 +636,7 @@ class BatchedInferencePipeline:
         options = m._options(args)
         wave = _load(audio)
         duration = wave.shape[0] / SAMPLING_RATE
-        vad = None
+        vad = ts_map = None
         if clip_timestamps:
             if not isinstance(clip_timestamps, list) or not all(
                 isinstance(c, dict) and {"start", "end"} <= set(c) for c in clip_timestamps
@@ -645,15 +649,14 @@ class BatchedInferencePipeline:
                 if not 0 <= a < b:
                     raise ValueError(f"clip_timestamps entry {c!r} holds no audio of the {duration:.2f}-s input")
                 chunks.append(SpeechChunk(((a, b),), SAMPLING_RATE))
-        elif vad_filter:
-            defaults = {"min_silence_duration_ms": 160, "max_speech_duration_s": CHUNK_LENGTH}
-            vad = _vad_options(vad_parameters, defaults)
-            if vad.max_speech_duration_s != CHUNK_LENGTH:  # faster-whisper sets it to chunk_length
-                vad = dataclasses.replace(vad, max_speech_duration_s=CHUNK_LENGTH)
-            spans = speech_spans(wave, SAMPLING_RATE, vad) if wave.size else []
-            chunks = merge_spans(spans, SAMPLING_RATE, CHUNK_LENGTH)
+        elif vad_filter:  # faster-whisper's spans (its Silero v6.0 and span rule), packed into chunks
+            vad = _batched_vad_options(vad_parameters)
+            spans = get_speech_timestamps(wave, vad) if wave.size else []
+            ts_map = SpeechTimestampsMap(spans, SAMPLING_RATE)
+            chunks = merge_spans([(s["start"], s["end"]) for s in spans], SAMPLING_RATE, CHUNK_LENGTH)
         elif duration < CHUNK_LENGTH:
             chunks = [SpeechChunk(((0, wave.shape[0]),), SAMPLING_RATE)] if wave.size else []
+            ts_map = SpeechTimestampsMap([{"start": 0, "end": wave.shape[0]}], SAMPLING_RATE)
         else:
             raise RuntimeError("No clip timestamps found. Set 'vad_filter' to True or provide 'clip_timestamps'.")
         pieces = [c.audio(wave) for c in chunks]
@@ -669,6 +672,13 @@ class BatchedInferencePipeline:
         # Each chunk is one window decoded once: no previous text to condition on.
         engine_options.update(condition_on_previous_text=False)
 
+        # A chunk's offset: where it starts in the given clip, or else in the joined speech, whose
+        # times are mapped back to the audio as faster-whisper does; its seek: that, in frames, truncated.
+        if ts_map is None:
+            offsets = [c.start for c in chunks]
+        else:
+            offsets = list(np.cumsum([0, *(c.num_samples for c in chunks[:-1])]) / SAMPLING_RATE)
+
         def segments() -> Iterator[Segment]:
             done: dict[int, Any] = {}
             nxt, seg_id = 0, 0
@@ -682,7 +692,14 @@ class BatchedInferencePipeline:
                     first = segs[0].seek if segs else 0
                     for seg in (s for s in segs if s.seek == first):
                         seg_id += 1
-                        yield _convert_segment(seg, seg_id, chunks[nxt])
+                        seek = int(offsets[nxt] * 100)
+                        if ts_map is None:
+                            segment = _convert_segment(seg, seg_id, chunks[nxt], seek=seek)
+                        else:
+                            segment = _convert_segment(seg, seg_id, offset=offsets[nxt], seek=seek)
+                        if without_timestamps:  # one segment spanning the chunk, to its last sample
+                            segment.end = round(offsets[nxt] + chunks[nxt].duration, 3)
+                        yield segment if ts_map is None else _restore(segment, ts_map)
                     nxt += 1
 
         return _progress(segments(), duration, log_progress), info
