@@ -19,7 +19,9 @@ one call, and the output head batched; the probabilities match the window-by-win
 model to ~1e-5 and are turned into spans by the package's own
 ``get_speech_timestamps_from_probs``. Nothing is carried between calls, so one loaded
 model serves every thread; importing the package (which sets torch's thread count to
-1) leaves the caller's thread count as it was.
+1) leaves the caller's thread count as it was. ``SileroNet`` is the same network in eager
+PyTorch, under the TorchScript parameter names, for other Silero weights (the
+faster-whisper drop-in's bundled v6.0), run by the same batched evaluation.
 """
 
 from __future__ import annotations

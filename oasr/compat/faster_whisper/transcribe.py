@@ -26,12 +26,15 @@ How it maps:
   batch size (faster-whisper's concurrent transcriptions share one batched engine here).
 * ``transcribe``: the language is detected first (as faster-whisper does), the segments are
   decoded when the generator is iterated and each is yielded as soon as its window is decoded; ``log_progress``
-  shows a tqdm bar in audio seconds. ``vad_filter`` cuts speech with Silero VAD (the
-  ``vad`` extra), with faster-whisper's sequential defaults (2 s of silence ends speech).
-* ``BatchedInferencePipeline.transcribe``: faster-whisper's batched rule: the speech (or
-  the given ``clip_timestamps``) is packed into chunks of at most 30 s, every chunk is
-  decoded once as one window, all chunks in batches; without timestamps a chunk is one
-  segment spanning the chunk.
+  shows a tqdm bar in audio seconds. ``vad_filter`` cuts speech as faster-whisper does
+  (``vad.get_speech_timestamps``: its Silero v6.0, bundled, and its span rule), with its
+  sequential defaults (2 s of silence ends speech), and maps times back through the cut
+  silences with its ``SpeechTimestampsMap``.
+* ``BatchedInferencePipeline.transcribe``: faster-whisper's batched rule: the speech (the
+  same VAD, with faster-whisper's batched ``vad_parameters`` handling, ``neg_threshold``
+  included) or the given ``clip_timestamps`` is packed into chunks of at most 30 s, every
+  chunk is decoded once as one window, all chunks in batches; without timestamps a chunk is
+  one segment spanning the chunk.
 """
 
 from __future__ import annotations
