@@ -425,7 +425,7 @@ _PREPROCESSOR_KEYS: dict[str, Any] = {
     "n_window_size": ANY_VALUE,
     "n_window_stride": ANY_VALUE,
     "window": ("hann",),
-    "normalize": ("per_feature", None, "NA"),
+    "normalize": ("per_feature", None),
     "n_fft": ANY_VALUE,
     "preemph": ANY_VALUE,
     "features": ANY_VALUE,
@@ -435,10 +435,10 @@ _PREPROCESSOR_KEYS: dict[str, Any] = {
     "log_zero_guard_type": ("add",),
     "log_zero_guard_value": (2.0**-24,),
     "dither": ANY_VALUE,  # NeMo dithers only while training
-    # pad_to > 0 pads the features past each utterance's end; the encoder masks what lies past a
-    # row's length, so the padding changes no valid output, but oasr keeps to the releases' 0.
-    "pad_to": (0,),
-    "pad_value": ANY_VALUE,  # fills only frames past the valid length, which nothing reads
+    # pad_to / pad_value pad the features past each utterance's length; NeMo's encoder masks
+    # everything past a row's length (its subsampling too), so no valid output changes.
+    "pad_to": ANY_VALUE,
+    "pad_value": ANY_VALUE,
     "frame_splicing": (1,),
     "exact_pad": (False,),
     "mag_power": (2.0, 2),

@@ -49,7 +49,7 @@ def archives(tmp_path_factory, parakeet_registered):
         warnings.simplefilter("ignore")
         for kind in KINDS:
             path, model = nemo_reference.build(kind, root)
-            out[kind] = (path, _exact_filters(model.double().eval()))
+            out[kind] = (path, _exact_filters(model.double().eval().requires_grad_(False)))
     return out
 
 
@@ -257,6 +257,55 @@ def test_unpacked_directory_and_gzip_archive_load_the_same(archives, tmp_path):
             assert torch.equal(a, b), k
 
 
+def _repack(src: Path, dst: Path, edit) -> Path:
+    """``src`` with its model_config.yaml changed by ``edit(config)``, written as a .nemo at ``dst``."""
+    import yaml
+
+    with tarfile.open(src) as tar:
+        members = {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}
+    name = next(n for n in members if n.endswith("model_config.yaml"))
+    cfg = yaml.safe_load(members[name])
+    edit(cfg)
+    members[name] = yaml.safe_dump(cfg).encode()
+    return _archive(dst, members)
+
+
+def test_the_archives_decoding_defaults_are_nemos(archives, waveforms, tmp_path):
+    """``decoding.greedy.max_symbols`` from the archive bounds labels per frame as in NeMo (the
+    random RNN-T emits at the bound on every frame), and ``preprocessor.pad_to`` is accepted (NeMo
+    masks past each row's length, so the padding changes nothing)."""
+    path, ref10 = archives["rnnt"]
+
+    def edit(cfg):
+        cfg["decoding"]["greedy"]["max_symbols"] = 2
+        cfg["preprocessor"]["pad_to"] = 16
+
+    edited = _repack(path, tmp_path / "rnnt_max2.nemo", edit)
+    from tests.models.parakeet import nemo_reference
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ref = nemo_reference.model_class("rnnt").restore_from(str(edited), map_location="cpu")
+    ref = _exact_filters(ref.double().eval())
+    lm = load_pretrained(edited)
+    assert lm.decoding_spec.params["max_symbols_per_step"] == 2
+    model = lm.model.double()
+    changed = False
+    for wave in _inputs(waveforms):
+        feats, n = _nemo_features(ref, wave)
+        enc, enc_len = ref.encoder(audio_signal=feats.transpose(1, 2), length=n)
+        want, _ = _nemo_greedy(ref, "rnnt", enc, enc_len, "transducer")
+        assert list(model.greedy_decode(feats, n).tokens[0]) == want
+        was, _ = _nemo_greedy(ref10, "rnnt", enc, enc_len, "transducer")
+        changed |= was != want
+    assert changed, "max_symbols=2 should change the labels of this fixture"
+    engine = oasr.ASREngine(str(edited), dtype="float32")
+    wave = _inputs(waveforms, short=False)[0]
+    ((text, tokens),) = _nemo_transcribe(ref, [wave])
+    out = engine.transcribe(wave)
+    assert [t for seg in out.segments for t in seg.tokens] == tokens and out.text.strip() == text.strip()
+
+
 def test_cli_transcribe_model_nemo_prints_nemos_text(archives, manifest, tmp_path):
     path, ref = archives["ctc"]
     clip = next(row["path"] for row in manifest if row["audio"] == "speechbrain_spk1_snt1.wav")
@@ -310,6 +359,11 @@ def test_an_unimplemented_config_value_is_refused_by_key_and_value(archives, tmp
     with pytest.raises(LoadError, match=r"encoder\.self_attention_model='rel_pos_local_attn'"):
         load_pretrained(unpacked)
     cfg["encoder"]["self_attention_model"] = "rel_pos"
+    cfg["preprocessor"]["window"] = "hamming"
+    (unpacked / "model_config.yaml").write_text(yaml.safe_dump(cfg))
+    with pytest.raises(LoadError, match=r"preprocessor\.window='hamming'"):
+        load_pretrained(unpacked)
+    cfg["preprocessor"]["window"] = "hann"
     cfg["decoding"]["strategy"] = "maes"
     (unpacked / "model_config.yaml").write_text(yaml.safe_dump(cfg))
     with pytest.raises(LoadError, match=r"decoding\.strategy='maes'"):
