@@ -107,6 +107,7 @@ def _nemo_features(model, wave: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]
     return feats.transpose(1, 2)[:, : int(n[0])], n
 
 
+@torch.no_grad()
 def test_every_stage_matches_nemo_in_float64(case, waveforms):
     kind, path, ref = case
     lm = load_pretrained(path)
@@ -157,6 +158,7 @@ def _nemo_greedy(ref, kind: str, enc: torch.Tensor, enc_len: torch.Tensor, head:
     return (ctc_collapse(tokens, ref.tokenizer.vocab_size) if head == "ctc" else tokens), hyp.text
 
 
+@torch.no_grad()
 def test_greedy_tokens_and_text_equal_nemos_decoding_in_float64(case, waveforms):
     """Every input, the sub-second ones included: oasr's greedy search over its own float64
     features against NeMo's greedy decoding over NeMo's."""
@@ -183,6 +185,7 @@ def test_greedy_tokens_and_text_equal_nemos_decoding_in_float64(case, waveforms)
     assert emitted > 10, "the comparison is vacuous without labels"
 
 
+@torch.no_grad()
 def test_float32_features_match_nemos_preprocessor(archives, waveforms):
     """NeMo's preprocessor as it runs (float32) against oasr's float32 front end."""
     path, ref = archives["tdt"]
@@ -270,6 +273,7 @@ def _repack(src: Path, dst: Path, edit) -> Path:
     return _archive(dst, members)
 
 
+@torch.no_grad()
 def test_the_archives_decoding_defaults_are_nemos(archives, waveforms, tmp_path):
     """``decoding.greedy.max_symbols`` from the archive bounds labels per frame as in NeMo (the
     random RNN-T emits at the bound on every frame), and ``preprocessor.pad_to`` is accepted (NeMo
