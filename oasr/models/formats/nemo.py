@@ -192,13 +192,12 @@ def _member_name(name: str, source: Path) -> str:
 
 
 def is_nemo_checkpoint(path: Path) -> bool:
-    """Whether ``path`` is a ``.nemo`` archive or an unpacked one (cheap: names only)."""
+    """Whether ``path`` is a ``.nemo`` file or an unpacked archive (cheap: names only). A damaged
+    ``.nemo`` file is claimed too, so that reading it names what is wrong."""
     path = Path(path)
     if path.is_dir():
         return (path / NEMO_CONFIG).is_file() and (path / NEMO_WEIGHTS).is_file()
-    if not path.is_file() or path.suffix != ".nemo":
-        return False
-    return tarfile.is_tarfile(path)
+    return path.is_file() and path.suffix == ".nemo"
 
 
 def _artefact_refs(config: Any) -> set[str]:

@@ -348,6 +348,23 @@ def test_member_outside_the_archive_root_is_refused(tmp_path):
     with pytest.raises(LoadError, match="outside the archive"):
         load_pretrained(evil)
     assert not (tmp_path.parent / "escape.txt").exists()
+    linked = tmp_path / "linked.nemo"
+    with tarfile.open(linked, "w") as tar:
+        info = tarfile.TarInfo("./model_config.yaml")
+        info.type, info.linkname = tarfile.SYMTYPE, "/etc/passwd"
+        tar.addfile(info)
+    with pytest.raises(LoadError, match="is a link"):
+        load_pretrained(linked)
+
+
+def test_a_damaged_archive_is_named(tmp_path):
+    bad = tmp_path / "bad.nemo"
+    bad.write_bytes(b"not a tar at all" * 100)
+    with pytest.raises(LoadError, match=r"bad\.nemo: not a readable \.nemo archive"):
+        load_pretrained(bad)
+    half = _archive(tmp_path / "half.nemo", {"./model_config.yaml": b"target: x\n"})
+    with pytest.raises(LoadError, match="no model_weights.ckpt in the archive"):
+        load_pretrained(half)
 
 
 def test_an_unimplemented_config_value_is_refused_by_key_and_value(archives, tmp_path):
