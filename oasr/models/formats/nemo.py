@@ -495,7 +495,8 @@ NEMO_TRANSDUCER_RENAMES = (
     (re.compile(r"^decoder\.prediction\.dec_rnn\.lstm\."), "predictor.lstm."),
     (re.compile(r"^joint\.pred\."), "predictor.decoder_projector."),
     (re.compile(r"^joint\.enc\."), "joiner.encoder_proj."),
-    (re.compile(r"^joint\.joint_net\.2\."), "joiner.head."),
+    # joint_net is [activation, Dropout, Linear], without the Dropout where jointnet.dropout is 0.
+    (re.compile(r"^joint\.joint_net\.[12]\."), "joiner.head."),
 )
 # The CTC head: ``decoder.`` in a CTC model, ``ctc_decoder.`` beside a hybrid's transducer.
 NEMO_CTC_RENAMES = ((re.compile(r"^(ctc_)?decoder\.decoder_layers\.0\."), "ctc_head."),)

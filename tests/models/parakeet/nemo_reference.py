@@ -112,7 +112,7 @@ def _ctc_decoder() -> dict[str, Any]:
     }
 
 
-def _transducer(tdt: bool) -> dict[str, Any]:
+def _transducer(tdt: bool, joint_dropout: float = 0.2) -> dict[str, Any]:
     """The predictor, joint, decoding and loss sections of a release RNN-T / TDT config."""
     joint: dict[str, Any] = {
         "_target_": "nemo.collections.asr.modules.RNNTJoint",
@@ -120,7 +120,7 @@ def _transducer(tdt: bool) -> dict[str, Any]:
         "preserve_memory": False,
         "fuse_loss_wer": True,
         "fused_batch_size": 4,
-        "jointnet": {"joint_hidden": 32, "activation": "relu", "dropout": 0.2},
+        "jointnet": {"joint_hidden": 32, "activation": "relu", "dropout": joint_dropout},
     }
     decoding: dict[str, Any] = {"strategy": "greedy_batch", "greedy": {"max_symbols": 10}}
     loss: dict[str, Any] = {"loss_name": "default"}
@@ -152,8 +152,9 @@ def _transducer(tdt: bool) -> dict[str, Any]:
     }
 
 
-def model_config(kind: str, tokenizer_dir: Path) -> dict[str, Any]:
-    """The ``model`` section of a release-shaped config of ``kind`` (one of ``KINDS``), shrunk."""
+def model_config(kind: str, tokenizer_dir: Path, joint_dropout: float = 0.2) -> dict[str, Any]:
+    """The ``model`` section of a release-shaped config of ``kind`` (one of ``KINDS``), shrunk
+    (``joint_dropout`` 0: NeMo's joint network holds no Dropout module, which shifts its indices)."""
     features = 128 if kind in ("tdt", "hybrid_tdt_ctc") else 80  # parakeet-tdt-0.6b-v2 uses 128 mel bins
     cfg: dict[str, Any] = {
         "sample_rate": 16000,
@@ -172,7 +173,7 @@ def model_config(kind: str, tokenizer_dir: Path) -> dict[str, Any]:
         cfg["decoder"] = _ctc_decoder()
         cfg["decoding"] = {"strategy": "greedy_batch"}
     else:
-        cfg.update(_transducer(tdt=kind != "rnnt"))
+        cfg.update(_transducer(tdt=kind != "rnnt", joint_dropout=joint_dropout))
     if kind == "hybrid_tdt_ctc":
         cfg["aux_ctc"] = {
             "ctc_loss_weight": 0.3,
@@ -196,7 +197,7 @@ def model_class(kind: str):
     }[kind]
 
 
-def build(kind: str, directory: Path, seed: int = 0):
+def build(kind: str, directory: Path, seed: int = 0, joint_dropout: float = 0.2):
     """Build a tiny random NeMo model of ``kind``, save it to ``directory / f"{kind}.nemo"``.
 
     Batch-norm running statistics are randomised too (fresh ones are the identity), so the
@@ -210,8 +211,10 @@ def build(kind: str, directory: Path, seed: int = 0):
     from omegaconf import OmegaConf
 
     tok = train_sentencepiece(directory / f"{kind}_tokenizer")
+    directory = directory / f"joint_dropout_{joint_dropout}" if joint_dropout != 0.2 else directory
+    directory.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(seed)
-    model = model_class(kind)(cfg=OmegaConf.create(model_config(kind, tok)))
+    model = model_class(kind)(cfg=OmegaConf.create(model_config(kind, tok, joint_dropout)))
     with torch.no_grad():
         g = torch.Generator().manual_seed(seed)
         for name, p in model.named_parameters():

@@ -310,6 +310,28 @@ def test_the_archives_decoding_defaults_are_nemos(archives, waveforms, tmp_path)
     assert [t for seg in out.segments for t in seg.tokens] == tokens and out.text.strip() == text.strip()
 
 
+@torch.no_grad()
+def test_a_joint_without_dropout_loads_its_head(tmp_path, waveforms, parakeet_registered):
+    """``jointnet.dropout: 0`` leaves the Dropout out of NeMo's joint network: its output layer is
+    ``joint_net.1``, not ``joint_net.2``; the joint still equals NeMo's."""
+    _nemo()
+    from tests.models.parakeet import nemo_reference
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        path, ref = nemo_reference.build("rnnt", tmp_path, joint_dropout=0.0)
+    ref = _exact_filters(ref.double().eval())
+    assert "joint.joint_net.1.weight" in ref.state_dict()
+    model = load_pretrained(path).model.double()
+    feats, n = _nemo_features(ref, _inputs(waveforms)[0])
+    enc, _ = ref.encoder(audio_signal=feats.transpose(1, 2), length=n)
+    g, _ = ref.decoder.predict(None, state=None, add_sos=False, batch_size=1)
+    want = ref.joint.joint(enc.transpose(1, 2), g)[:, :, 0]
+    got = model.joiner(enc.transpose(1, 2), model.predictor.predict(model.predictor.init_state(1))[:, None])
+    cos, err = parity(got.log_softmax(dim=-1), want)
+    assert cos > 1 - 1e-12 and err < 1e-6, (cos, err)
+
+
 def test_cli_transcribe_model_nemo_prints_nemos_text(archives, manifest, tmp_path):
     path, ref = archives["ctc"]
     clip = next(row["path"] for row in manifest if row["audio"] == "speechbrain_spk1_snt1.wav")
