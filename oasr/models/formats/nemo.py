@@ -1,7 +1,9 @@
-"""What the NeMo-lineage families (Parakeet, Nemotron; next: ``.nemo`` checkpoints, Canary) share
-when they are read from a Hugging Face directory: the FastConformer ``encoder_config`` fields, the
-tensor renames (attention projections; the transducer's predictor and joint), the
-``ParakeetFeatureExtractor`` settings and the ``tokenizer.json`` spec.
+"""What the NeMo-lineage families (Parakeet, Nemotron; next: Canary) share: for a Hugging Face
+directory, the FastConformer ``encoder_config`` fields, the tensor renames (attention projections;
+the transducer's predictor and joint), the ``ParakeetFeatureExtractor`` settings and the
+``tokenizer.json`` spec; for NeMo's own ``.nemo`` archives (and their unpacked directories), the
+reader, the config sections checked key by key (``ConformerEncoder``,
+``AudioToMelSpectrogramPreprocessor``, the SentencePiece tokenizer) and NeMo's tensor names -> oasr's.
 
 Family-neutral on purpose: a family's converter imports this module, never another family's.
 """
