@@ -64,6 +64,15 @@ def _parakeet_transducer() -> Any:
     return ParakeetTransducerConfig(encoder=encoder, vocab_size=45, decoder_hidden_size=16, durations=(0, 1, 2))
 
 
+def _parakeet_hybrid() -> Any:
+    from oasr.models.parakeet import ParakeetEncoderConfig, ParakeetHybridConfig
+
+    encoder = ParakeetEncoderConfig(
+        hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=32, subsampling_conv_channels=8
+    )
+    return ParakeetHybridConfig(encoder=encoder, vocab_size=45, decoder_hidden_size=16, durations=(0, 1, 2))
+
+
 def _nemotron() -> Any:
     from oasr.models.nemotron import NemotronConfig, NemotronEncoderConfig
 
@@ -210,6 +219,7 @@ TINY_CONFIGS: dict[str, Callable[[], Any]] = {
     "paraformer": _paraformer,
     "parakeet": _parakeet,
     "parakeet_transducer": _parakeet_transducer,
+    "parakeet_hybrid": _parakeet_hybrid,
     "qwen3_asr": _qwen3_asr,
     "speech_llm": _speech_llm,
     "transducer": _transducer,

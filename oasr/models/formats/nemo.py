@@ -1,16 +1,25 @@
-"""What the NeMo-lineage families (Parakeet, Nemotron; next: ``.nemo`` checkpoints, Canary) share
-when they are read from a Hugging Face directory: the FastConformer ``encoder_config`` fields, the
-tensor renames (attention projections; the transducer's predictor and joint), the
-``ParakeetFeatureExtractor`` settings and the ``tokenizer.json`` spec.
+"""What the NeMo-lineage families (Parakeet, Nemotron; next: Canary) share: for a Hugging Face
+directory, the FastConformer ``encoder_config`` fields, the tensor renames (attention projections;
+the transducer's predictor and joint), the ``ParakeetFeatureExtractor`` settings and the
+``tokenizer.json`` spec; for NeMo's own ``.nemo`` archives (and their unpacked directories), the
+reader, the config sections checked key by key (``ConformerEncoder``,
+``AudioToMelSpectrogramPreprocessor``, the SentencePiece tokenizer) and NeMo's tensor names -> oasr's.
 
 Family-neutral on purpose: a family's converter imports this module, never another family's.
 """
 
 from __future__ import annotations
 
+import atexit
+import io
+import math
 import re
+import shutil
+import tarfile
+import tempfile
 from collections.abc import Mapping
-from pathlib import Path
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import torch
@@ -128,3 +137,410 @@ def tokenizer_spec(path: Path, blank_id: int, vocab_size: int) -> TokenizerSpec:
     return TokenizerSpec(
         kind="huggingface", path=str(tok), special_ids=tuple(sorted(i for i in special if 0 <= i < vocab_size))
     )
+
+
+# -- NeMo's own checkpoints: ``.nemo`` archives and their unpacked directories --------------------
+#
+# A ``.nemo`` file is a tar (optionally gzip-compressed) that ``ModelPT.save_to`` writes: the
+# resolved Hydra config ``model_config.yaml``, the ``state_dict`` as ``model_weights.ckpt`` and the
+# artefacts the config names as ``nemo:<member>`` (a SentencePiece ``tokenizer.model``, its
+# ``vocab.txt``). The archive is read in place: the config and weights straight from the tar into
+# memory; only the artefacts a tokenizer library must open by path are written, under names oasr
+# chooses, into a private temporary directory removed at exit. A member whose name leaves the
+# archive's root (absolute, ``..``) is refused: a hostile tar never reaches the file system.
+
+NEMO_CONFIG = "model_config.yaml"
+NEMO_WEIGHTS = "model_weights.ckpt"
+NEMO_REF = "nemo:"
+
+
+@dataclass
+class NemoCheckpoint:
+    """A NeMo checkpoint read into memory.
+
+    Attributes:
+        source: the ``.nemo`` file or the unpacked directory.
+        config: ``model_config.yaml`` as plain dicts and lists.
+        state_dict: ``model_weights.ckpt`` (NeMo's tensor names, host memory).
+        artefacts: ``nemo:<member>`` reference -> a readable local file.
+    """
+
+    source: Path
+    config: dict[str, Any]
+    state_dict: dict[str, torch.Tensor]
+    artefacts: dict[str, Path]
+
+    def artefact(self, ref: Any, key: str) -> Path:
+        """The local file of the config value ``ref`` at ``key`` (a ``nemo:<member>`` reference).
+
+        Raises:
+            LoadError: ``ref`` is not a reference to a member of this checkpoint.
+        """
+        if not isinstance(ref, str) or ref not in self.artefacts:
+            raise LoadError(f"{self.source}: {key}={ref!r} names no file in the checkpoint")
+        return self.artefacts[ref]
+
+
+def _member_name(name: str, source: Path) -> str:
+    """An archive member's name relative to the archive root (``./x`` -> ``x``).
+
+    Raises:
+        LoadError: the name is absolute or climbs out of the root (``..``).
+    """
+    parts = [p for p in PurePosixPath(name).parts if p != "."]
+    if name.startswith(("/", "\\")) or ".." in parts or any("\\" in p or ":" in p for p in parts):
+        raise LoadError(f"{source}: archive member {name!r} points outside the archive; refusing to read it")
+    return "/".join(parts)
+
+
+def is_nemo_checkpoint(path: Path) -> bool:
+    """Whether ``path`` is a ``.nemo`` file or an unpacked archive (cheap: names only). A damaged
+    ``.nemo`` file is claimed too, so that reading it names what is wrong."""
+    path = Path(path)
+    if path.is_dir():
+        return (path / NEMO_CONFIG).is_file() and (path / NEMO_WEIGHTS).is_file()
+    return path.is_file() and path.suffix == ".nemo"
+
+
+def _artefact_refs(config: Any) -> set[str]:
+    """Every ``nemo:<member>`` string anywhere in the config."""
+    if isinstance(config, dict):
+        return set().union(*(_artefact_refs(v) for v in config.values())) if config else set()
+    if isinstance(config, list):
+        return set().union(*(_artefact_refs(v) for v in config)) if config else set()
+    return {config} if isinstance(config, str) and config.startswith(NEMO_REF) else set()
+
+
+def _parse_config(text: bytes, where: str) -> dict[str, Any]:
+    import yaml
+
+    try:
+        config = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise LoadError(f"{where}: not readable YAML ({e})") from e
+    if not isinstance(config, dict):
+        raise LoadError(f"{where}: not a NeMo model config (a mapping)")
+    return config
+
+
+def _parse_weights(data: bytes | Path, where: str) -> dict[str, torch.Tensor]:
+    try:
+        state = torch.load(data if isinstance(data, Path) else io.BytesIO(data), map_location="cpu", weights_only=True)
+    except Exception as e:  # a truncated or foreign pickle: name the file, whatever torch raised
+        raise LoadError(f"{where}: not a readable state dict ({type(e).__name__}: {e})") from e
+    if isinstance(state, dict) and "state_dict" in state and isinstance(state["state_dict"], dict):
+        state = state["state_dict"]
+    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        raise LoadError(f"{where}: not a state dict of tensors")
+    return dict(state)
+
+
+_TEMP_DIRS: list[str] = []
+
+
+def _private_dir() -> Path:
+    """A fresh temporary directory, removed when the process exits."""
+    if not _TEMP_DIRS:
+        atexit.register(lambda: [shutil.rmtree(d, ignore_errors=True) for d in _TEMP_DIRS])
+    d = tempfile.mkdtemp(prefix="oasr-nemo-")
+    _TEMP_DIRS.append(d)
+    return Path(d)
+
+
+def read_nemo(path: Path) -> NemoCheckpoint:
+    """Read a ``.nemo`` archive (tar or tar.gz) or its unpacked directory.
+
+    Raises:
+        LoadError: not a NeMo checkpoint, a member outside the archive root, a missing config,
+            weights or artefact, or an unreadable one (each names the file).
+    """
+    path = Path(path)
+    if path.is_dir():
+        return _read_nemo_dir(path)
+    try:
+        archive = tarfile.open(path, "r:*")
+    except (tarfile.TarError, OSError) as e:
+        raise LoadError(f"{path}: not a readable .nemo archive (tar or tar.gz): {e}") from e
+    with archive:
+        members: dict[str, tarfile.TarInfo] = {}
+        for info in archive.getmembers():
+            name = _member_name(info.name, path)
+            if info.isfile() and name:
+                members[name] = info
+            elif not (info.isdir() or name == ""):
+                raise LoadError(f"{path}: archive member {info.name!r} is a link or device; refusing to read it")
+
+        def read(name: str) -> bytes:
+            if name not in members:
+                raise LoadError(f"{path}: no {name} in the archive (members: {sorted(members)})")
+            handle = archive.extractfile(members[name])
+            assert handle is not None  # a regular file always has one
+            return handle.read()
+
+        config = _parse_config(read(NEMO_CONFIG), f"{path}:{NEMO_CONFIG}")
+        state = _parse_weights(read(NEMO_WEIGHTS), f"{path}:{NEMO_WEIGHTS}")
+        artefacts: dict[str, Path] = {}
+        refs = _artefact_refs(config)
+        out = _private_dir() if refs else None
+        for ref in sorted(refs):
+            name = _member_name(ref[len(NEMO_REF) :], path)
+            if name not in members:
+                continue  # only a reference a reader uses must resolve (NemoCheckpoint.artefact says so)
+            target = out / f"{len(artefacts)}_{PurePosixPath(name).name}"
+            target.write_bytes(read(name))
+            artefacts[ref] = target
+    return NemoCheckpoint(path, config, state, artefacts)
+
+
+def _read_nemo_dir(path: Path) -> NemoCheckpoint:
+    for name in (NEMO_CONFIG, NEMO_WEIGHTS):
+        if not (path / name).is_file():
+            raise LoadError(f"{path}: no {name} (an unpacked .nemo directory holds {NEMO_CONFIG} and {NEMO_WEIGHTS})")
+    config = _parse_config((path / NEMO_CONFIG).read_bytes(), str(path / NEMO_CONFIG))
+    state = _parse_weights(path / NEMO_WEIGHTS, str(path / NEMO_WEIGHTS))
+    artefacts = {}
+    for ref in _artefact_refs(config):
+        name = _member_name(ref[len(NEMO_REF) :], path)
+        if (path / name).is_file():
+            artefacts[ref] = path / name
+    return NemoCheckpoint(path, config, state, artefacts)
+
+
+# -- NeMo config sections -> oasr's terms ----------------------------------------------------------
+#
+# Each section's keys are checked against what oasr implements: a key is either ignored at inference
+# (dropouts, augmentation, training schedules: ``ANY_VALUE``), or must hold one of the values listed (the
+# default first); a key not listed, or a value outside the list, is refused naming both.
+
+ANY_VALUE = object()
+
+
+def check_section(section: Mapping[str, Any], allowed: Mapping[str, Any], where: str) -> None:
+    """Refuse a key of ``section`` that ``allowed`` does not list, or a value it does not allow.
+
+    ``allowed`` maps a key to ``ANY_VALUE`` (any value: read elsewhere or without effect at inference)
+    or to the tuple of values oasr implements.
+
+    Raises:
+        LoadError: naming the key and its value.
+    """
+    for key, value in section.items():
+        if key not in allowed:
+            raise LoadError(f"{where}.{key}={value!r} is not implemented by oasr (known keys: {sorted(allowed)})")
+        ok = allowed[key]
+        if ok is not ANY_VALUE and value not in ok:
+            raise LoadError(f"{where}.{key}={value!r} is not implemented by oasr (supported: {list(ok)})")
+
+
+def check_target(section: Mapping[str, Any], cls: str, where: str) -> None:
+    target = section.get("_target_")
+    if target is None or str(target).rsplit(".", 1)[-1] != cls:
+        raise LoadError(f"{where}._target_={target!r} is not implemented by oasr (expected NeMo's {cls})")
+
+
+_ENCODER_KEYS: dict[str, Any] = {
+    "_target_": ANY_VALUE,
+    "feat_in": ANY_VALUE,
+    "feat_out": (-1,),
+    "n_layers": ANY_VALUE,
+    "d_model": ANY_VALUE,
+    "subsampling": ("dw_striding",),
+    "subsampling_factor": ANY_VALUE,
+    "subsampling_conv_chunking_factor": ANY_VALUE,  # splits the convolutions for memory, same output
+    "subsampling_conv_channels": ANY_VALUE,
+    "causal_downsampling": (False,),
+    "reduction": (None,),
+    "reduction_position": (None,),
+    "reduction_factor": (1,),
+    "ff_expansion_factor": ANY_VALUE,
+    "self_attention_model": ("rel_pos",),
+    "n_heads": ANY_VALUE,
+    "att_context_size": (None, [-1, -1]),
+    "att_context_probs": (None,),
+    "att_chunk_context_size": (None,),
+    "att_context_style": ("regular",),
+    "xscaling": (True, False),
+    "untie_biases": (True,),
+    "pos_emb_max_len": ANY_VALUE,  # NeMo extends its table to any length; oasr computes the positions
+    "conv_kernel_size": ANY_VALUE,
+    "conv_norm_type": ("batch_norm",),
+    "conv_context_size": (None,),
+    "conv_context_style": ("regular",),
+    "use_bias": (True, False),
+    "dropout": ANY_VALUE,
+    "dropout_pre_encoder": ANY_VALUE,
+    "dropout_emb": ANY_VALUE,
+    "dropout_att": ANY_VALUE,
+    "stochastic_depth_drop_prob": ANY_VALUE,
+    "stochastic_depth_mode": ANY_VALUE,
+    "stochastic_depth_start_layer": ANY_VALUE,
+    "global_tokens": (0,),
+    "global_tokens_spacing": ANY_VALUE,
+    "global_attn_separate": (False,),
+    "use_pytorch_sdpa": ANY_VALUE,  # the same attention, another kernel
+    "use_pytorch_sdpa_backends": ANY_VALUE,
+    "sync_max_audio_length": ANY_VALUE,
+}
+
+
+def encoder_fields_from_nemo(enc: Mapping[str, Any], feat_in: int, where: str) -> dict[str, Any]:
+    """The FastConformer encoder fields (``ENCODER_FIELDS`` names) of a NeMo ``ConformerEncoder``
+    section (``model_config.yaml``'s ``encoder``).
+
+    Raises:
+        LoadError: a key or value oasr does not implement, naming it.
+    """
+    check_target(enc, "ConformerEncoder", where)
+    check_section(enc, _ENCODER_KEYS, where)
+    if int(enc["feat_in"]) != feat_in:
+        raise LoadError(f"{where}.feat_in={enc['feat_in']} but the preprocessor makes {feat_in} features")
+    d = int(enc["d_model"])
+    factor = enc.get("ff_expansion_factor", 4)
+    if float(d * factor) != int(d * factor):
+        raise LoadError(f"{where}.ff_expansion_factor={factor} gives no whole feed-forward width for d_model={d}")
+    channels = int(enc.get("subsampling_conv_channels", -1))
+    bias = bool(enc.get("use_bias", True))
+    return {
+        "hidden_size": d,
+        "num_hidden_layers": int(enc["n_layers"]),
+        "num_attention_heads": int(enc.get("n_heads", 4)),
+        "intermediate_size": int(d * factor),
+        "hidden_act": "silu",
+        "attention_bias": bias,
+        "convolution_bias": bias,
+        "conv_kernel_size": int(enc.get("conv_kernel_size", 31)),
+        "subsampling_factor": int(enc.get("subsampling_factor", 4)),
+        "subsampling_conv_channels": d if channels == -1 else channels,
+        "num_mel_bins": feat_in,
+        "subsampling_conv_kernel_size": 3,
+        "subsampling_conv_stride": 2,
+        "scale_input": bool(enc.get("xscaling", True)),
+    }
+
+
+_PREPROCESSOR_KEYS: dict[str, Any] = {
+    "_target_": ANY_VALUE,
+    "sample_rate": ANY_VALUE,
+    "window_size": ANY_VALUE,
+    "window_stride": ANY_VALUE,
+    "n_window_size": ANY_VALUE,
+    "n_window_stride": ANY_VALUE,
+    "window": ("hann",),
+    "normalize": ("per_feature", None),
+    "n_fft": ANY_VALUE,
+    "preemph": ANY_VALUE,
+    "features": ANY_VALUE,
+    "lowfreq": (0, 0.0),
+    "highfreq": ANY_VALUE,  # None or the Nyquist frequency (checked below)
+    "log": (True,),
+    "log_zero_guard_type": ("add",),
+    "log_zero_guard_value": (2.0**-24,),
+    "dither": ANY_VALUE,  # NeMo dithers only while training
+    # pad_to / pad_value pad the features past each utterance's length; NeMo's encoder masks
+    # everything past a row's length (its subsampling too), so no valid output changes.
+    "pad_to": ANY_VALUE,
+    "pad_value": ANY_VALUE,
+    "frame_splicing": (1,),
+    "exact_pad": (False,),
+    "mag_power": (2.0, 2),
+    "rng": (None,),
+    "nb_augmentation_prob": ANY_VALUE,  # training-time augmentation
+    "nb_max_freq": ANY_VALUE,
+    "mel_norm": ("slaney",),
+    "use_torchaudio": (False,),
+    "stft_exact_pad": (False,),
+    "stft_conv": (False,),
+}
+
+
+def mel_from_nemo(pre: Mapping[str, Any], where: str) -> FeatureSpec:
+    """The ``parakeet_mel`` feature spec of a NeMo ``AudioToMelSpectrogramPreprocessor`` section.
+
+    NeMo's window and stride are in seconds (``window_size``, ``window_stride``) unless given in
+    samples (``n_window_size``, ``n_window_stride``); ``n_fft`` defaults to the next power of two
+    of the window; ``normalize: per_feature`` is the per-utterance, per-bin normalisation.
+
+    Raises:
+        LoadError: a key or value oasr does not implement, naming it.
+    """
+    check_target(pre, "AudioToMelSpectrogramPreprocessor", where)
+    check_section(pre, _PREPROCESSOR_KEYS, where)
+    sr = int(pre.get("sample_rate", 16000))
+    win = pre.get("n_window_size") or int(float(pre.get("window_size", 0.02)) * sr)
+    hop = pre.get("n_window_stride") or int(float(pre.get("window_stride", 0.01)) * sr)
+    n_fft = pre.get("n_fft") or 2 ** math.ceil(math.log2(int(win)))
+    high = pre.get("highfreq")
+    if high is not None and float(high) != sr / 2:
+        raise LoadError(f"{where}.highfreq={high!r} is not implemented by oasr (None: the Nyquist frequency)")
+    preemph = pre.get("preemph", 0.97)
+    params = {
+        "feature_size": int(pre.get("features", 64)),
+        "hop_length": int(hop),
+        "n_fft": int(n_fft),
+        "win_length": int(win),
+        "preemphasis": None if preemph is None else float(preemph),
+        "normalize": pre.get("normalize", "per_feature") == "per_feature",
+    }
+    return FeatureSpec(kind="parakeet_mel", sampling_rate=sr, params=params)
+
+
+# NeMo tensor names -> oasr's (FastConformer encoder, LSTM predictor and additive joint, CTC head).
+NEMO_ENCODER_RENAMES = (
+    (re.compile(r"^encoder\.pre_encode\.conv\."), "encoder.subsampling.layers."),
+    (re.compile(r"^encoder\.pre_encode\.out\."), "encoder.subsampling.linear."),
+    (re.compile(r"\.self_attn\.pos_bias_u$"), ".self_attn.bias_u"),
+    (re.compile(r"\.self_attn\.pos_bias_v$"), ".self_attn.bias_v"),
+    (re.compile(r"\.conv\.batch_norm\."), ".conv.norm."),
+)
+NEMO_TRANSDUCER_RENAMES = (
+    (re.compile(r"^decoder\.prediction\.embed\."), "predictor.embedding."),
+    (re.compile(r"^decoder\.prediction\.dec_rnn\.lstm\."), "predictor.lstm."),
+    (re.compile(r"^joint\.pred\."), "predictor.decoder_projector."),
+    (re.compile(r"^joint\.enc\."), "joiner.encoder_proj."),
+    # joint_net is [activation, Dropout, Linear], without the Dropout where jointnet.dropout is 0.
+    (re.compile(r"^joint\.joint_net\.[12]\."), "joiner.head."),
+)
+# The CTC head: ``decoder.`` in a CTC model, ``ctc_decoder.`` beside a hybrid's transducer.
+NEMO_CTC_RENAMES = ((re.compile(r"^(ctc_)?decoder\.decoder_layers\.0\."), "ctc_head."),)
+# Tensors NeMo saves that oasr computes (the mel filterbank and window of the preprocessor).
+NEMO_COMPUTED_PREFIXES = ("preprocessor.",)
+
+
+def ctc_head_state(state: dict[str, torch.Tensor], where: str) -> None:
+    """NeMo's CTC head, a kernel-1 Conv1d (V, D, 1), as the (V, D) projection oasr holds (in place).
+
+    Raises:
+        LoadError: the head is not a kernel-1 convolution.
+    """
+    head = state.get("ctc_head.weight")
+    if head is None:
+        raise LoadError(f"{where}: no CTC head (decoder.decoder_layers.0.weight) in the weights")
+    if head.dim() == 3:
+        if head.shape[-1] != 1:
+            raise LoadError(f"{where}: CTC head {tuple(head.shape)} is not a kernel-1 convolution")
+        state["ctc_head.weight"] = head[..., 0]
+
+
+_TOKENIZER_KEYS: dict[str, Any] = {
+    "dir": ANY_VALUE,
+    "type": ("bpe",),
+    "model_path": ANY_VALUE,
+    "vocab_path": ANY_VALUE,
+    "spe_tokenizer_vocab": ANY_VALUE,
+    "hf_kwargs": (None,),
+}
+
+
+def nemo_tokenizer_spec(ckpt: NemoCheckpoint, blank_id: int) -> TokenizerSpec:
+    """The SentencePiece tokenizer a NeMo ``tokenizer`` section (``type: bpe``) names, the blank
+    (one past its last piece) marked special.
+
+    Raises:
+        LoadError: another tokenizer type, or its model file is not in the checkpoint.
+    """
+    tok = ckpt.config.get("tokenizer")
+    if not isinstance(tok, dict):
+        raise LoadError(f"{ckpt.source}: {NEMO_CONFIG} names no tokenizer")
+    check_section(tok, _TOKENIZER_KEYS, "tokenizer")
+    model = ckpt.artefact(tok.get("model_path"), "tokenizer.model_path")
+    return TokenizerSpec(kind="sentencepiece", path=str(model), special_ids=(blank_id,))

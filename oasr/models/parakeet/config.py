@@ -135,3 +135,9 @@ class ParakeetTransducerConfig(ModelConfig):
     @property
     def is_tdt(self) -> bool:
         return bool(self.durations)
+
+
+@dataclass
+class ParakeetHybridConfig(ParakeetTransducerConfig):
+    """A NeMo hybrid: the transducer of ``ParakeetTransducerConfig`` and a CTC head on the same
+    encoder, over the same vocabulary and blank (``EncDecHybridRNNTCTCBPEModel``)."""

@@ -37,7 +37,12 @@ from oasr.models.base import BaseAsrModel, BaseEncoder, DecodeType
 from oasr.models.ctc import BlankVocabMixin, CtcMixin
 from oasr.models.nemotron.predictor import AdditiveJoint, LstmPredictor
 from oasr.models.nemotron.search import GreedyResult, greedy_search, nemo_transducer_search
-from oasr.models.parakeet.config import ParakeetConfig, ParakeetEncoderConfig, ParakeetTransducerConfig
+from oasr.models.parakeet.config import (
+    ParakeetConfig,
+    ParakeetEncoderConfig,
+    ParakeetHybridConfig,
+    ParakeetTransducerConfig,
+)
 
 
 def _valid(lengths: torch.Tensor, n: int) -> torch.Tensor:
@@ -275,3 +280,23 @@ class ParakeetTransducerModel(BlankVocabMixin, BaseAsrModel):
             max_symbols_per_step=self.config.max_symbols_per_step,
             durations=self.durations or None,
         )
+
+
+class ParakeetHybridModel(CtcMixin, ParakeetTransducerModel):
+    """NeMo's hybrid transducer + CTC (``EncDecHybridRNNTCTCBPEModel``): one encoder, both heads.
+    The transducer decodes by default (NeMo's ``cur_decoder``), ``decode_type="ctc"`` reads the CTC
+    head; both share the vocabulary and its blank (the last id)."""
+
+    architecture = "parakeet_hybrid"
+    capabilities = frozenset({DecodeType.TRANSDUCER, DecodeType.CTC})
+    default_decode_type = DecodeType.TRANSDUCER
+
+    def __init__(self, config: ParakeetHybridConfig | Mapping[str, Any]) -> None:
+        if not isinstance(config, ParakeetHybridConfig):
+            config = ParakeetHybridConfig.from_dict(config)
+        super().__init__(config)
+        self.ctc_head = CtcProjection(config.encoder.hidden_size, config.vocab_size)
+
+    @property
+    def ctc_projection(self) -> CtcProjection:
+        return self.ctc_head
