@@ -94,11 +94,13 @@ def test_english_corpus_wer_matches_faster_whisper(pair, clips):
 @pytest.mark.parametrize("patience", [1.0, 2.0])
 def test_beam_search_token_identical(pair, clips, patience):
     name, engine, fw = pair
-    chosen = [(row, a) for row, a in clips if row["language"] == "en" and row["duration_s"] <= 30][:10]
+    # Six clips per patience (the corpus test covers the rest greedily): beam search is the costliest
+    # decode of this file, run twice per clip (oasr and faster-whisper).
+    chosen = [(row, a) for row, a in clips if row["language"] == "en" and row["duration_s"] <= 30][:6]
     opts = dict(beam_size=5, patience=patience, temperature=0.0, language="en")
     outs = engine.transcribe([a for _, a in chosen], **opts)
     same = sum(_tokens(o.segments) == _tokens(_fw_run(fw, a, **opts)[0]) for (_, a), o in zip(chosen, outs))
-    assert same == len(chosen) == 10
+    assert same == len(chosen) == 6
 
 
 def test_detected_language_matches(pair, clips):
