@@ -26,8 +26,8 @@ pytest.importorskip("transformers")
 pytestmark = [pytest.mark.slow]
 
 APP = "oasr-admission"
-TIMEOUT_S = 20.0
-CLIENTS = 24
+TIMEOUT_S = 10.0
+CLIENTS = 12
 MAX_ATTEMPTS = 60
 
 
