@@ -1,8 +1,8 @@
 """The model registry: architecture names -> (model class, checkpoint converters).
 
-Built-in families come from one ``_BUILTIN_PACKAGES`` list; each family package
-calls ``register_model`` with lazy ``"module:Class"`` strings, so a family's
-modules are imported only when it is asked for. Out-of-tree architectures arrive
+Built-in families come from one ``_BUILTIN`` table of lazy ``"module:Class"``
+references, registered through the same ``register_model`` call as plugins, so a
+family's modules are imported only when it is asked for. Out-of-tree architectures arrive
 through the ``oasr.models`` entry-point group (an entry point is a callable that
 registers, or a module whose import registers); a broken plugin warns and is
 skipped rather than taking the built-ins down.
@@ -39,18 +39,62 @@ if TYPE_CHECKING:  # torch and the model contract load on first use: `oasr model
 
 ENTRY_POINT_GROUP = "oasr.models"
 
-# Each package exposes ``register()``, which calls ``register_model`` with lazy references.
-_BUILTIN_PACKAGES: tuple[str, ...] = (
-    "oasr.models.whisper",
-    "oasr.models.conformer",
-    "oasr.models.lasr",
-    "oasr.models.parakeet",
-    "oasr.models.nemotron",
-    "oasr.models.qwen3_asr",
-    "oasr.models.speech_llm",
-    "oasr.models.paraformer",
-    "oasr.models.zipformer",
-    "oasr.models.transducer",
+# The built-in families: (architecture, model class, converters), as lazy "module:Class"
+# references: a family's modules are imported only when it is asked for.
+_BUILTIN: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    (
+        "whisper",
+        "oasr.models.whisper.model:WhisperModel",
+        (
+            "oasr.models.whisper.convert:HFWhisperConverter",
+            "oasr.models.whisper.convert:CT2WhisperConverter",
+            "oasr.models.whisper.convert:OpenAIWhisperConverter",
+        ),
+    ),
+    ("conformer", "oasr.models.conformer.model:ConformerModel", ("oasr.models.conformer.convert:WenetConverter",)),
+    ("lasr", "oasr.models.lasr.model:LasrModel", ("oasr.models.lasr.convert:HFLasrConverter",)),
+    ("parakeet", "oasr.models.parakeet.model:ParakeetCtcModel", ("oasr.models.parakeet.convert:HFParakeetConverter",)),
+    # Transducer checkpoints are detected through "parakeet" (its converter routes them here).
+    (
+        "parakeet_transducer",
+        "oasr.models.parakeet.model:ParakeetTransducerModel",
+        ("oasr.models.parakeet.convert:HFParakeetTransducerConverter",),
+    ),
+    ("nemotron", "oasr.models.nemotron.model:NemotronRnntModel", ("oasr.models.nemotron.convert:HFNemotronConverter",)),
+    (
+        "qwen3_asr",
+        "oasr.models.qwen3_asr.model:Qwen3AsrModel",
+        (
+            "oasr.models.qwen3_asr.convert:HFQwen3AsrConverter",
+            "oasr.models.qwen3_asr.convert:OriginalQwen3AsrConverter",
+        ),
+    ),
+    (
+        "speech_llm",
+        "oasr.models.speech_llm.model:Qwen2AudioModel",
+        ("oasr.models.speech_llm.convert:HFQwen2AudioConverter",),
+    ),
+    (
+        "paraformer",
+        "oasr.models.paraformer.model:ParaformerModel",
+        ("oasr.models.paraformer.convert:FunasrParaformerConverter",),
+    ),
+    (
+        "zipformer",
+        "oasr.models.zipformer.model:ZipformerCtcModel",
+        (
+            "oasr.models.zipformer.convert:IcefallConverter",
+            "oasr.models.zipformer.convert:IcefallExplicitConverter",
+        ),
+    ),
+    (
+        "transducer",
+        "oasr.models.transducer.model:TransducerModel",
+        (
+            "oasr.models.transducer.convert:IcefallTransducerConverter",
+            "oasr.models.transducer.convert:IcefallHybridTransducerConverter",
+        ),
+    ),
 )
 
 
@@ -198,8 +242,8 @@ def _ensure_loaded() -> None:
         if _LOADED:
             return
         _LOADED = True
-        for pkg in _BUILTIN_PACKAGES:
-            importlib.import_module(pkg).register()
+        for name, model, converters in _BUILTIN:
+            register_model(name, model, converters, overwrite=True)
         for origin in run_entry_points(ENTRY_POINT_GROUP, "model"):
             _CURRENT_ORIGIN = origin
 
