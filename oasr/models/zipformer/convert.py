@@ -21,7 +21,6 @@ one (``oasr.models.transducer.convert``).
 
 from __future__ import annotations
 
-import json
 import pickle
 import re
 from collections.abc import Mapping
@@ -32,6 +31,7 @@ from typing import Any
 import torch
 
 from oasr.models.base import DecodeType, DecodingSpec, FeatureSpec, LoadError, TokenizerSpec
+from oasr.models.formats.text import read_mapping, read_symbol_table
 from oasr.models.registry import CheckpointBundle
 from oasr.models.zipformer.config import ZipformerConfig, ZipformerEncoderConfig
 
@@ -199,15 +199,8 @@ def read_checkpoint(path: Path) -> IcefallCheckpoint:
     path = Path(path)
     weights = weights_file(path)
     directory = _directory(weights)
-    overrides: dict[str, Any] = {}
     cfg_file = directory / "config.json"
-    if cfg_file.is_file():
-        try:
-            overrides = json.loads(cfg_file.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as e:
-            raise LoadError(f"{cfg_file} is not valid JSON: {e}") from e
-        if not isinstance(overrides, dict):
-            raise LoadError(f"{cfg_file}: expected a JSON object of config overrides")
+    overrides = read_mapping(cfg_file, "a JSON object of config overrides") if cfg_file.is_file() else {}
     return IcefallCheckpoint(directory, weights, _load_state(weights), overrides)
 
 
@@ -379,14 +372,7 @@ def tokenizer_spec(ckpt: IcefallCheckpoint, vocab: int) -> tuple[TokenizerSpec, 
     """
     tokens = ckpt.directory / "tokens.txt"
     if tokens.is_file():
-        table: dict[int, str] = {}
-        for n, line in enumerate(tokens.read_text(encoding="utf-8").splitlines(), 1):
-            if not line.strip():
-                continue
-            parts = line.split()
-            if len(parts) != 2 or not parts[1].isdigit():
-                raise LoadError(f"{tokens}:{n}: expected '<sym> <id>', got {line!r}")
-            table[int(parts[1])] = parts[0]
+        table = read_symbol_table(tokens)
         size = max(table, default=-1) + 1
         if size != vocab:
             raise LoadError(f"{tokens}: {size} tokens but the model's output has {vocab}")
