@@ -44,19 +44,14 @@ from oasr.layers.attention import attention
 from oasr.layers.paged import paged_rows, read_paged, write_paged
 from oasr.layers.relpos_xl import RelPositionMultiHeadAttentionXL, xl_relative_positions
 from oasr.models.base import (
-    BaseAsrModel,
     CacheSpec,
-    DecodeType,
     PagedCacheView,
     StreamingGeometry,
     StreamStateSpec,
     chunk_units,
 )
-from oasr.models.ctc import BlankVocabMixin
 from oasr.models.nemotron.config import NemotronConfig, NemotronEncoderConfig
-from oasr.models.nemotron.predictor import AdditiveJoint, LstmPredictor
-from oasr.models.nemotron.search import GreedyResult, greedy_search, nemo_transducer_search
-from oasr.models.parakeet.model import FastConformerEncoder
+from oasr.models.parakeet.model import FastConformerEncoder, ParakeetTransducerModel
 
 # Queries per offline attention block (rounded up to whole attention chunks).
 OFFLINE_BLOCK_FRAMES = 64
@@ -608,24 +603,22 @@ def resolve_prompt_id(table: Mapping[str, int], language: str | None, default: i
     return default if key is None else int(table[key])
 
 
-class NemotronRnntModel(BlankVocabMixin, BaseAsrModel):
-    """FastConformer + language prompt + LSTM RNN-T; blank past the tokenizer's pieces."""
+class NemotronRnntModel(ParakeetTransducerModel):
+    """Parakeet's RNN-T (``ParakeetTransducerModel``) over a cache-aware FastConformer, with a
+    language prompt projector on the encoder states; blank past the tokenizer's pieces."""
 
     architecture = "nemotron"
-    capabilities = frozenset({DecodeType.TRANSDUCER})
-    default_decode_type = DecodeType.TRANSDUCER
+    config_class = NemotronConfig
+    encoder_class = NemotronEncoder
 
     def __init__(self, config: NemotronConfig | Mapping[str, Any]) -> None:
-        if not isinstance(config, NemotronConfig):
-            config = NemotronConfig.from_dict(config)
         super().__init__(config)
-        d, dj = config.encoder.hidden_size, config.decoder_hidden_size
-        self.encoder = NemotronEncoder(config.encoder)
+        config = self.config
         self.prompt_projector = (
-            PromptProjector(d, config.prompt_intermediate_size, config.num_prompts) if config.num_prompts else None
+            PromptProjector(self.encoder.output_size, config.prompt_intermediate_size, config.num_prompts)
+            if config.num_prompts
+            else None
         )
-        self.predictor = LstmPredictor(config.vocab_size, dj, config.num_decoder_layers, config.blank_id)
-        self.joiner = AdditiveJoint(d, dj, config.vocab_size)
 
     @property
     def encoder_options(self) -> frozenset[str]:
@@ -724,24 +717,6 @@ class NemotronRnntModel(BlankVocabMixin, BaseAsrModel):
             return hidden, lens
         prompts = cache.states[self.PROMPT_STATE].index_select(0, cache.slots.to(hidden.device)).long()
         return self.prompt_projector(hidden, prompts), lens
-
-    transducer_search = nemo_transducer_search
-    """The engine's transducer search (``oasr.engine.decode.transducer``): batched greedy."""
-
-    @torch.no_grad()
-    def greedy_decode(
-        self, feats: torch.Tensor, feat_lens: torch.Tensor, prompt_ids: torch.Tensor | None = None
-    ) -> GreedyResult:
-        """Encode and run batched greedy RNN-T search (``oasr.models.nemotron.search``)."""
-        hidden, lens = self.encode_offline(feats, feat_lens, prompt_ids)
-        return greedy_search(
-            self.joiner,
-            self.predictor,
-            hidden,
-            lens,
-            blank_id=self.blank_id,
-            max_symbols_per_step=self.config.max_symbols_per_step,
-        )
 
 
 __all__ = [

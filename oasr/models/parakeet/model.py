@@ -30,11 +30,11 @@ from typing import Any
 import torch
 from torch import nn
 
-from oasr.layers import ConformerConvolution, Conv2d, CtcProjection, FeedForward, LayerNorm, Linear, Relu
+from oasr.layers import ConformerConvolution, Conv2d, FeedForward, LayerNorm, Linear, Relu
 from oasr.layers.packing import Packing
 from oasr.layers.relpos_xl import RelPositionMultiHeadAttentionXL, xl_relative_positions
 from oasr.models.base import BaseAsrModel, BaseEncoder, DecodeType
-from oasr.models.ctc import BlankVocabMixin, CtcMixin
+from oasr.models.ctc import BlankVocabMixin, EncoderCtcModel
 from oasr.models.nemotron.predictor import AdditiveJoint, LstmPredictor
 from oasr.models.nemotron.search import GreedyResult, greedy_search, nemo_transducer_search
 from oasr.models.parakeet.config import ParakeetConfig, ParakeetEncoderConfig, ParakeetTransducerConfig
@@ -154,18 +154,12 @@ class FastConformerEncoder(BaseEncoder):
 
     def __init__(self, cfg: Any) -> None:
         super().__init__()
+        self.subsampling_rate = cfg.subsampling_factor
+        self.output_size = cfg.hidden_size
         self.config = cfg
         self.subsampling = self.subsampling_class(cfg)
         self.layers = nn.ModuleList(self.block_class(cfg) for _ in range(cfg.num_hidden_layers))
         self.input_scale = math.sqrt(cfg.hidden_size) if cfg.scale_input else 1.0
-
-    @property
-    def subsampling_rate(self) -> int:
-        return self.config.subsampling_factor
-
-    @property
-    def output_size(self) -> int:
-        return self.config.hidden_size
 
     def output_lengths(self, feat_lens: torch.Tensor) -> torch.Tensor:
         """Encoder frames for ``feat_lens`` feature frames."""
@@ -219,23 +213,12 @@ class ParakeetEncoder(FastConformerEncoder):
         return x, packing.cu_seqlens
 
 
-class ParakeetCtcModel(CtcMixin, BaseAsrModel):
-    """FastConformer + CTC head; the blank is the last id."""
+class ParakeetCtcModel(EncoderCtcModel):
+    """FastConformer + CTC head (``ctc_head``); the blank is the last id."""
 
     architecture = "parakeet"
-    capabilities = frozenset({DecodeType.CTC})
-    default_decode_type = DecodeType.CTC
-
-    def __init__(self, config: ParakeetConfig | Mapping[str, Any]) -> None:
-        if not isinstance(config, ParakeetConfig):
-            config = ParakeetConfig.from_dict(config)
-        super().__init__(config)
-        self.encoder = ParakeetEncoder(config.encoder)
-        self.ctc_head = CtcProjection(config.encoder.hidden_size, config.vocab_size)
-
-    @property
-    def ctc_projection(self) -> CtcProjection:
-        return self.ctc_head
+    config_class = ParakeetConfig
+    encoder_class = ParakeetEncoder
 
 
 class ParakeetTransducerModel(BlankVocabMixin, BaseAsrModel):
@@ -243,29 +226,29 @@ class ParakeetTransducerModel(BlankVocabMixin, BaseAsrModel):
 
     architecture = "parakeet_transducer"
     capabilities = frozenset({DecodeType.TRANSDUCER})
-    default_decode_type = DecodeType.TRANSDUCER
+    config_class = ParakeetTransducerConfig
+    encoder_class: type[FastConformerEncoder] = ParakeetEncoder
 
     def __init__(self, config: ParakeetTransducerConfig | Mapping[str, Any]) -> None:
-        if not isinstance(config, ParakeetTransducerConfig):
-            config = ParakeetTransducerConfig.from_dict(config)
         super().__init__(config)
-        dj = config.decoder_hidden_size
-        self.encoder = ParakeetEncoder(config.encoder)
+        config, dj = self.config, self.config.decoder_hidden_size
+        self.encoder = self.encoder_class(config.encoder)
         self.predictor = LstmPredictor(config.vocab_size, dj, config.num_decoder_layers, int(config.blank_id))
-        self.joiner = AdditiveJoint(config.encoder.hidden_size, dj, config.vocab_size, len(config.durations))
+        self.joiner = AdditiveJoint(self.encoder.output_size, dj, config.vocab_size, len(self.durations))
 
     @property
     def durations(self) -> tuple[int, ...]:
-        """TDT duration values (empty for RNN-T)."""
-        return tuple(self.config.durations)
+        """TDT duration values (empty for RNN-T, and for a config without ``durations``)."""
+        return tuple(getattr(self.config, "durations", ()))
 
     transducer_search = nemo_transducer_search
     """The engine's transducer search (``oasr.engine.decode.transducer``): batched greedy RNN-T / TDT."""
 
     @torch.no_grad()
-    def greedy_decode(self, feats: torch.Tensor, feat_lens: torch.Tensor) -> GreedyResult:
-        """Encode and run batched greedy RNN-T / TDT search (``oasr.models.nemotron.search``)."""
-        hidden, lens = self.encode_offline(feats, feat_lens)
+    def greedy_decode(self, feats: torch.Tensor, feat_lens: torch.Tensor, *encoder_args: Any) -> GreedyResult:
+        """Encode (``encoder_args`` go on to ``encode_offline``: Nemotron's prompt ids) and run
+        batched greedy RNN-T / TDT search (``oasr.models.nemotron.search``)."""
+        hidden, lens = self.encode_offline(feats, feat_lens, *encoder_args)
         return greedy_search(
             self.joiner,
             self.predictor,
