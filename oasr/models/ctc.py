@@ -12,6 +12,7 @@ from torch import nn
 
 from oasr.layers.ctc import CtcProjection
 from oasr.models.base import BaseAsrModel, BaseEncoder, DecodeType, is_unimplemented
+from oasr.models.configs import config_int
 
 
 class BlankVocabMixin:
@@ -19,13 +20,8 @@ class BlankVocabMixin:
     ``config.vocab_size``): what the families whose output vocabulary has a blank (CTC,
     transducers, Paraformer) tell their decode strategies."""
 
-    @property
-    def blank_id(self) -> int:
-        return int(self.config.blank_id)
-
-    @property
-    def vocab_size(self) -> int:
-        return int(self.config.vocab_size)
+    blank_id = config_int("blank_id")
+    vocab_size = config_int("vocab_size")
 
 
 class CtcMixin(BlankVocabMixin):

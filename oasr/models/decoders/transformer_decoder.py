@@ -23,9 +23,10 @@ import torch
 from torch import nn
 
 from oasr.layers import Embedding, FeedForward, LayerNorm, Linear, attention
+from oasr.layers.attention import LinearQKVO
 from oasr.layers.ctc import align_out_features
 from oasr.layers.relpos import PositionalEncoding
-from oasr.models.configs import ModelConfig
+from oasr.models.configs import ModelConfig, config_int
 
 # ---------------------------------------------------------------------------
 # Config
@@ -116,29 +117,13 @@ def reverse_pad_list(hyps: Sequence[Sequence[int]]) -> list[list[int]]:
 # Modules
 
 
-class MultiHeadedAttention(nn.Module):
+class MultiHeadedAttention(LinearQKVO):
     """WeNet's multi-head attention projections over the shared attention core
     (``linear_out`` carries a bias exactly when ``linear_q`` does, as in WeNet).
 
     Shapes:
         query: (B, Tq, D), memory: (B, Tk, D) -> (B, Tq, D)
     """
-
-    def __init__(
-        self, n_head: int, d_model: int, *, query_bias: bool = True, key_bias: bool = True, value_bias: bool = True
-    ) -> None:
-        super().__init__()
-        self.n_head = n_head
-        self.d_k = d_model // n_head
-        self.linear_q = Linear(d_model, d_model, bias=query_bias)
-        self.linear_k = Linear(d_model, d_model, bias=key_bias)
-        self.linear_v = Linear(d_model, d_model, bias=value_bias)
-        self.linear_out = Linear(d_model, d_model, bias=query_bias)
-
-    def heads(self, x: torch.Tensor) -> torch.Tensor:
-        """(B, T, D) -> (B, H, T, d_k)"""
-        b, t, _ = x.shape
-        return x.view(b, t, self.n_head, self.d_k).transpose(1, 2)
 
     def forward(
         self,
@@ -310,13 +295,8 @@ class BiTransformerDecoder(nn.Module):
         self.left_decoder = TransformerDecoder(cfg, cfg.num_blocks)
         self.right_decoder = TransformerDecoder(cfg, cfg.r_num_blocks) if cfg.bidirectional else None
 
-    @property
-    def sos(self) -> int:
-        return int(self.cfg.sos)
-
-    @property
-    def eos(self) -> int:
-        return int(self.cfg.eos)
+    sos = config_int("sos", via="cfg")
+    eos = config_int("eos", via="cfg")
 
     def forward(
         self,
