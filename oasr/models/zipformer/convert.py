@@ -418,16 +418,43 @@ def encoder_state(ckpt: IcefallCheckpoint) -> dict[str, torch.Tensor]:
     }
 
 
-class IcefallConverter:
-    """An icefall Zipformer directory with a CTC head (a CTC or hybrid checkpoint)."""
+class IcefallDirectoryConverter:
+    """What every icefall converter (CTC here, transducer in ``oasr.models.transducer``)
+    declares: auto-detected, training-only tensors dropped silently, the attention decoder
+    dropped with a hint; ``bundle`` is the bundle of a checkpoint it has read."""
 
-    architecture = ARCH
+    architecture: str
     auto_detect = True
     expected_unused_prefixes: tuple[str, ...] = UNUSED_PREFIXES
     capability_drop_hints: Mapping[str, str] = {
+        "attention_decoder.": "icefall's attention decoder (rescoring) is not implemented",
+    }
+
+    def bundle(
+        self, ckpt: IcefallCheckpoint, config: Any, state: dict[str, torch.Tensor], tokenizer, decoding, source: str
+    ) -> CheckpointBundle:
+        """The bundle of ``ckpt`` read into ``config`` (its ``encoder`` gives the features)."""
+        return CheckpointBundle(
+            architecture=self.architecture,
+            config=config,
+            state_dict=state,
+            tokenizer=tokenizer,
+            features=feature_spec(config.encoder),
+            decoding=decoding,
+            source=source,
+            format="icefall",
+            metadata={"weights": str(ckpt.weights)},
+        )
+
+
+class IcefallConverter(IcefallDirectoryConverter):
+    """An icefall Zipformer directory with a CTC head (a CTC or hybrid checkpoint)."""
+
+    architecture = ARCH
+    capability_drop_hints: Mapping[str, str] = {
         "decoder.": "the transducer predictor is not used by the CTC model; load with architecture='transducer'",
         "joiner.": "the transducer joiner is not used by the CTC model; load with architecture='transducer'",
-        "attention_decoder.": "icefall's attention decoder (rescoring) is not implemented",
+        **IcefallDirectoryConverter.capability_drop_hints,
     }
 
     def can_load(self, path: Path) -> bool:
@@ -455,17 +482,7 @@ class IcefallConverter:
         state.update(
             {k: v for k, v in ckpt.state.items() if not k.startswith(("encoder_embed.", "encoder.", "ctc_output."))}
         )
-        return CheckpointBundle(
-            architecture=ARCH,
-            config=config,
-            state_dict=state,
-            tokenizer=tokenizer,
-            features=feature_spec(encoder),
-            decoding=DecodingSpec(DecodeType.CTC),
-            source=str(path),
-            format="icefall",
-            metadata={"weights": str(ckpt.weights)},
-        )
+        return self.bundle(ckpt, config, state, tokenizer, DecodingSpec(DecodeType.CTC), str(path))
 
 
 class IcefallExplicitConverter(IcefallConverter):
