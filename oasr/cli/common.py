@@ -6,9 +6,10 @@ from __future__ import annotations
 import argparse
 import math
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from oasr.serving.common import Source
+from oasr.serving.common import Source, output_names
 
 if TYPE_CHECKING:  # the engine (and torch) load when a command runs, not for `oasr --help`
     from oasr.engine.outputs import RequestOutput
@@ -95,8 +96,9 @@ DTYPE_HELP = (
 )
 
 
-def add_engine_options(parser: argparse.ArgumentParser) -> None:
-    g = parser.add_argument_group("model and engine")
+def add_model_flags(g: argparse._ArgumentGroup) -> None:
+    """Which model and where it runs (``-m/--model``, ``--device``, ``--dtype``, ``--threads``):
+    every command that loads a model, ``serve`` too."""
     g.add_argument(
         "-m",
         "--model",
@@ -106,6 +108,11 @@ def add_engine_options(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--device", default="auto", help="cpu, cuda, cuda:1, ... or auto (cuda when available; default)")
     g.add_argument("--dtype", choices=DTYPE_CHOICES, default=None, help=DTYPE_HELP)
     g.add_argument("--threads", type=nonnegative_int, default=0, metavar="N", help="CPU threads (0: torch's default)")
+
+
+def add_engine_options(parser: argparse.ArgumentParser) -> None:
+    g = parser.add_argument_group("model and engine")
+    add_model_flags(g)
     g.add_argument(
         "--batch-size",
         type=positive_int,
@@ -341,7 +348,9 @@ _OPTION_NAMES = (
 
 
 def decode_kwargs(args: argparse.Namespace) -> dict[str, Any]:
-    """The ``TranscribeOptions`` the user set (everything else keeps the engine's default)."""
+    """The ``TranscribeOptions`` the user set (everything else keeps the engine's default),
+    checked against the command's parser (``args.parser``, set by every command) before any
+    model loads: a bad combination is a usage error (``check_decode_kwargs``)."""
     kwargs = {name: getattr(args, name) for name in _OPTION_NAMES if getattr(args, name, None) is not None}
     if getattr(args, "word_timestamps", False):
         kwargs["word_timestamps"] = True
@@ -351,6 +360,9 @@ def decode_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         kwargs["condition_on_previous_text"] = False
     if getattr(args, "vad", False):
         kwargs["vad_filter"] = True
+    parser = getattr(args, "parser", None)
+    if parser is not None:
+        check_decode_kwargs(parser, kwargs)
     return kwargs
 
 
@@ -373,6 +385,50 @@ def check_decode_kwargs(parser: argparse.ArgumentParser, kwargs: dict[str, Any])
             require_silero()
         except ImportError as e:
             raise CliError(f"--vad: {e}", exit_code=2) from None
+
+
+# ---------------------------------------------------------------------------
+# Output files (-f / -o), as transcribe and stream write them
+
+
+def add_output_flags(parser: argparse.ArgumentParser, format_help: str, dir_help: str) -> None:
+    """``-f/--output-format`` (default text; ``all``: openai-whisper's set) and ``-o/--output-dir``."""
+    from oasr.formatting import FORMAT_ALIASES, FORMATS
+
+    parser.add_argument(
+        "-f", "--output-format", choices=(*FORMATS, *FORMAT_ALIASES, "all"), default="text", help=format_help
+    )
+    parser.add_argument("-o", "--output-dir", type=Path, default=None, metavar="DIR", help=dir_help)
+
+
+def checked_output_formats(args: argparse.Namespace) -> list[str]:
+    """The formats ``-f`` names; usage errors (exit 2) for ``-f all`` without ``-o`` and for an
+    ``-o`` that exists and is not a directory."""
+    from oasr.formatting import output_formats
+
+    formats = output_formats(args.output_format)
+    if len(formats) > 1 and args.output_dir is None:
+        args.parser.error("-f all writes one file per format: give --output-dir")
+    if args.output_dir is not None and args.output_dir.exists() and not args.output_dir.is_dir():
+        args.parser.error(f"--output-dir {args.output_dir} is not a directory")
+    return formats
+
+
+def output_targets(args: argparse.Namespace, formats: list[str], files: list[str]) -> list[dict[str, Path]] | None:
+    """Per input: format -> the file ``-o`` writes it to (None without ``-o``); two inputs that
+    would write one file are a usage error (exit 2)."""
+    from oasr.formatting import EXTENSIONS
+
+    if args.output_dir is None:
+        return None
+    targets = [{f: args.output_dir / f"{name}.{EXTENSIONS[f]}" for f in formats} for name in output_names(files)]
+    seen: dict[Path, str] = {}
+    for name, per_format in zip(files, targets):
+        for t in per_format.values():
+            if t in seen:
+                args.parser.error(f"{seen[t]} and {name} would both be written to {t}")
+            seen[t] = name
+    return targets
 
 
 # ---------------------------------------------------------------------------

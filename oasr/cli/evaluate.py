@@ -28,7 +28,6 @@ from oasr.cli.common import (
     CliError,
     add_decode_options,
     add_engine_options,
-    check_decode_kwargs,
     decode_kwargs,
     load_engine,
     positive_int,
@@ -121,7 +120,6 @@ def run(args: argparse.Namespace) -> int:
 
     parser: argparse.ArgumentParser = args.parser
     base_options = decode_kwargs(args)
-    check_decode_kwargs(parser, base_options)
 
     rows = read_manifest(args.manifest)
     if args.language_filter:

@@ -61,14 +61,16 @@ from oasr.cli.common import (
     CliError,
     add_decode_options,
     add_engine_options,
-    check_decode_kwargs,
+    add_output_flags,
+    checked_output_formats,
     decode_kwargs,
     load_engine,
+    output_targets,
     positive_int,
 )
 from oasr.cli.ray_flags import add_transcribe_options as add_ray_transcribe_options
 from oasr.cli.ray_flags import run_ray_transcribe
-from oasr.serving.common import AUDIO_EXTENSIONS, Source, describe_error, output_names
+from oasr.serving.common import AUDIO_EXTENSIONS, Source, describe_error
 from oasr.serving.common import problem as _problem
 
 NAME = "transcribe"
@@ -81,7 +83,6 @@ _SUBTITLE_OPTIONS = ("max_line_width", "max_line_count", "max_words_per_line", "
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from oasr.formatting import FORMAT_ALIASES, FORMATS
 
     p = subparsers.add_parser(
         NAME,
@@ -100,21 +101,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         metavar="FILE",
         help="audio files (any format FFmpeg reads), directories (audio files in them) or glob patterns; - for stdin",
     )
-    p.add_argument(
-        "-f",
-        "--output-format",
-        choices=(*FORMATS, *FORMAT_ALIASES, "all"),
-        default="text",
-        help="output format (default: text; txt is text); tsv is openai-whisper's (integer ms); all writes "
+    add_output_flags(
+        p,
+        "output format (default: text; txt is text); tsv is openai-whisper's (integer ms); all writes "
         "openai-whisper's set, txt vtt srt tsv json (needs -o)",
-    )
-    p.add_argument(
-        "-o",
-        "--output-dir",
-        type=Path,
-        default=None,
-        metavar="DIR",
-        help="write DIR/<stem>.<ext> per input (naming rules below)",
+        "write DIR/<stem>.<ext> per input (naming rules below)",
     )
     p.add_argument("-r", "--recursive", action="store_true", help="directories: search their subdirectories too")
     p.add_argument(
@@ -351,32 +342,17 @@ def run(args: argparse.Namespace) -> int:
     if args.ray:
         return run_ray_transcribe(args, _layout)
     from oasr.engine.outputs import Segment
-    from oasr.formatting import EXTENSIONS, format_output, output_formats
+    from oasr.formatting import format_output
 
     parser: argparse.ArgumentParser = args.parser
-    formats = output_formats(args.output_format)
+    formats = checked_output_formats(args)
     fmt = formats[0]
     options = decode_kwargs(args)
-    check_decode_kwargs(parser, options)
     layout = _layout(args, parser, options)
     if args.min_duration < 0:
         parser.error(f"argument --min-duration: must be >= 0, got {args.min_duration:g}")
-    if len(formats) > 1 and args.output_dir is None:
-        parser.error("-f all writes one file per format: give --output-dir")
-    if args.output_dir is not None and args.output_dir.exists() and not args.output_dir.is_dir():
-        parser.error(f"--output-dir {args.output_dir} is not a directory")
     files = expand_inputs(args.files, args.recursive, parser)
-
-    targets: list[dict[str, Path]] | None = None  # per input: format -> file
-    if args.output_dir is not None:
-        names = output_names(files)
-        targets = [{f: args.output_dir / f"{name}.{EXTENSIONS[f]}" for f in formats} for name in names]
-        seen: dict[Path, str] = {}
-        for name, per_format in zip(files, targets):
-            for t in per_format.values():
-                if t in seen:
-                    parser.error(f"{seen[t]} and {name} would both be written to {t}")
-                seen[t] = name
+    targets = output_targets(args, formats, files)
 
     sources = _sources(files)
     engine = load_engine(args)
