@@ -4,12 +4,15 @@ running a batch of files so that one bad file does not stop the others."""
 from __future__ import annotations
 
 import argparse
+import glob
 import math
+import os
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from oasr.serving.common import Source, output_names
+from oasr.serving.common import AUDIO_EXTENSIONS, Source, describe_error, output_names
 
 if TYPE_CHECKING:  # the engine (and torch) load when a command runs, not for `oasr --help`
     from oasr.engine.outputs import RequestOutput
@@ -110,7 +113,7 @@ def add_model_flags(g: argparse._ArgumentGroup) -> None:
     g.add_argument("--threads", type=nonnegative_int, default=0, metavar="N", help="CPU threads (0: torch's default)")
 
 
-def add_engine_options(parser: argparse.ArgumentParser) -> None:
+def _add_engine_options(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("model and engine")
     add_model_flags(g)
     g.add_argument(
@@ -233,7 +236,14 @@ LANGUAGE_HELP = (
 )
 
 
-def add_decode_options(parser: argparse.ArgumentParser, *, language: bool = True, task: bool = True) -> None:
+def add_transcription_options(parser: argparse.ArgumentParser, *, language: bool = True, task: bool = True) -> None:
+    """What every command that transcribes takes: the decode options, then the model and
+    engine options (``language`` / ``task``: whether it offers ``-l`` and ``--task``)."""
+    _add_decode_options(parser, language=language, task=task)
+    _add_engine_options(parser)
+
+
+def _add_decode_options(parser: argparse.ArgumentParser, *, language: bool = True, task: bool = True) -> None:
     g = parser.add_argument_group("decoding")
     if language:
         g.add_argument("-l", "--language", default=None, metavar="L", help=LANGUAGE_HELP)
@@ -388,7 +398,7 @@ def check_decode_kwargs(parser: argparse.ArgumentParser, kwargs: dict[str, Any])
 
 
 # ---------------------------------------------------------------------------
-# Output files (-f / -o), as transcribe and stream write them
+# Input files and output files (-f / -o), as transcribe and stream read and write them
 
 
 def add_output_flags(parser: argparse.ArgumentParser, format_help: str, dir_help: str) -> None:
@@ -401,34 +411,102 @@ def add_output_flags(parser: argparse.ArgumentParser, format_help: str, dir_help
     parser.add_argument("-o", "--output-dir", type=Path, default=None, metavar="DIR", help=dir_help)
 
 
-def checked_output_formats(args: argparse.Namespace) -> list[str]:
-    """The formats ``-f`` names; usage errors (exit 2) for ``-f all`` without ``-o`` and for an
-    ``-o`` that exists and is not a directory."""
-    from oasr.formatting import output_formats
+@dataclass
+class FilePlan:
+    """What a file command reads and writes: ``-f``'s formats, the input files, and per input,
+    format -> the file ``-o`` writes it to (``targets``; None without ``-o``)."""
 
+    formats: list[str]
+    files: list[str]
+    targets: list[dict[str, Path]] | None
+    output_dir: Path | None
+
+    def create_output_dir(self) -> None:
+        """Create ``-o``'s directory (and its parents) when one is given: after the usage checks
+        and the model load, so that a refused command leaves nothing behind.
+
+        Raises:
+            CliError: it cannot be created (naming it and why).
+        """
+        if self.output_dir is None:
+            return
+        try:
+            self.output_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise CliError(f"cannot create --output-dir {self.output_dir}: {describe_error(e)}") from None
+
+
+def plan_files(args: argparse.Namespace, recursive: bool) -> FilePlan:
+    """The ``FilePlan`` of ``args`` (inputs through ``expand_inputs``).
+
+    Raises:
+        SystemExit: (usage error) ``-f all`` without ``-o``, an ``-o`` that is not a directory,
+            two inputs that would write one file, or what ``expand_inputs`` refuses.
+    """
+    from oasr.formatting import EXTENSIONS, output_formats
+
+    parser: argparse.ArgumentParser = args.parser
+    out: Path | None = args.output_dir
     formats = output_formats(args.output_format)
-    if len(formats) > 1 and args.output_dir is None:
-        args.parser.error("-f all writes one file per format: give --output-dir")
-    if args.output_dir is not None and args.output_dir.exists() and not args.output_dir.is_dir():
-        args.parser.error(f"--output-dir {args.output_dir} is not a directory")
-    return formats
-
-
-def output_targets(args: argparse.Namespace, formats: list[str], files: list[str]) -> list[dict[str, Path]] | None:
-    """Per input: format -> the file ``-o`` writes it to (None without ``-o``); two inputs that
-    would write one file are a usage error (exit 2)."""
-    from oasr.formatting import EXTENSIONS
-
-    if args.output_dir is None:
-        return None
-    targets = [{f: args.output_dir / f"{name}.{EXTENSIONS[f]}" for f in formats} for name in output_names(files)]
+    if len(formats) > 1 and out is None:
+        parser.error("-f all writes one file per format: give --output-dir")
+    if out is not None and out.exists() and not out.is_dir():
+        parser.error(f"--output-dir {out} is not a directory")
+    files = expand_inputs(args.files, recursive, parser)
+    if out is None:
+        return FilePlan(formats, files, None, None)
+    targets = [{f: out / f"{name}.{EXTENSIONS[f]}" for f in formats} for name in output_names(files)]
     seen: dict[Path, str] = {}
     for name, per_format in zip(files, targets):
         for t in per_format.values():
             if t in seen:
-                args.parser.error(f"{seen[t]} and {name} would both be written to {t}")
+                parser.error(f"{seen[t]} and {name} would both be written to {t}")
             seen[t] = name
-    return targets
+    return FilePlan(formats, files, targets, out)
+
+
+_GLOB_CHARS = frozenset("*?[")
+
+
+def expand_inputs(files: list[str], recursive: bool, parser: argparse.ArgumentParser) -> list[str]:
+    """Files as given; directories -> their audio files (sorted); patterns -> their matches
+    (sorted, when no file has that literal name). A file named twice is kept once.
+
+    Raises:
+        SystemExit: (usage error) a directory without audio files, a pattern matching nothing.
+    """
+    expanded: list[str] = []
+    for item in files:
+        if item == "-":
+            expanded.append(item)
+        elif os.path.isdir(item):
+            found = _audio_in(Path(item), recursive)
+            if not found:
+                more = "" if recursive else " (--recursive searches its subdirectories)"
+                parser.error(f"directory {item} has no audio files{more}")
+            expanded.extend(found)
+        elif not os.path.exists(item) and _GLOB_CHARS & set(item):
+            matches = sorted(m for m in glob.glob(item, recursive=recursive) if os.path.isfile(m))
+            if not matches:
+                parser.error(f"no file matches {item}")
+            expanded.extend(matches)
+        else:
+            expanded.append(item)
+    seen: set[str] = set()
+    unique = []
+    for item in expanded:
+        key = item if item == "-" else os.path.normcase(os.path.abspath(item))
+        if key not in seen:
+            seen.add(key)
+            unique.append(item)
+    if unique.count("-") > 1:
+        parser.error("stdin (-) can be given only once")
+    return unique
+
+
+def _audio_in(directory: Path, recursive: bool) -> list[str]:
+    paths = directory.rglob("*") if recursive else directory.iterdir()
+    return sorted(str(p) for p in paths if p.suffix[1:].lower() in AUDIO_EXTENSIONS and p.is_file())
 
 
 # ---------------------------------------------------------------------------

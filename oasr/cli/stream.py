@@ -32,14 +32,11 @@ import sys
 import time
 
 from oasr.cli.common import (
-    CliError,
-    add_decode_options,
-    add_engine_options,
     add_output_flags,
-    checked_output_formats,
+    add_transcription_options,
     decode_kwargs,
     load_engine,
-    output_targets,
+    plan_files,
 )
 from oasr.cli.serve import add_stream_flags
 from oasr.serving.common import describe_error
@@ -77,8 +74,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         action="store_true",
         help="cut the stream into segments where an endpoint rule fires (default: one segment per file)",
     )
-    add_decode_options(p)
-    add_engine_options(p)
+    add_transcription_options(p)
     p.set_defaults(func=run, parser=p)
 
 
@@ -164,16 +160,14 @@ def stream_file(engine, samples, options: dict, piece: int, realtime: bool, on_e
 
 
 def run(args: argparse.Namespace) -> int:
-    from oasr.cli.transcribe import _isatty, expand_inputs, stdout_document
+    from oasr.cli.transcribe import _isatty, stdout_document
     from oasr.engine.outputs import Segment
     from oasr.formatting import SubtitleLayout, format_output
 
     parser: argparse.ArgumentParser = args.parser
-    formats = checked_output_formats(args)
-    fmt = formats[0]
     options = decode_kwargs(args)
-    files = expand_inputs(args.files, recursive=False, parser=parser)
-    targets = output_targets(args, formats, files)
+    plan = plan_files(args, recursive=False)
+    files, targets, fmt = plan.files, plan.targets, plan.formats[0]
 
     engine = load_engine(
         args, stream_chunk_ms=args.stream_chunk_ms, stream_left_chunks=args.stream_left_chunks, max_streams=1
@@ -183,11 +177,7 @@ def run(args: argparse.Namespace) -> int:
         engine.open_stream(sample_rate=engine.sampling_rate, **options).close()
     except (TypeError, ValueError) as e:
         parser.error(str(e))
-    if targets is not None:
-        try:
-            args.output_dir.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            raise CliError(f"cannot create --output-dir {args.output_dir}: {describe_error(e)}") from None
+    plan.create_output_dir()
 
     piece_ms = args.stream_chunk_ms or FEED_MS
     piece = max(1, int(round(engine.sampling_rate * piece_ms / 1000.0)))
