@@ -286,7 +286,8 @@ class TransformerDecoder(nn.Module):
 class BiTransformerDecoder(nn.Module):
     """WeNet's decoder pair: ``left_decoder`` (left to right) and, for U2++,
     ``right_decoder`` (right to left, ``r_num_blocks`` blocks); a plain ``transformer``
-    decoder is a pair without the right half.
+    decoder is a pair without the right half. oasr only rescores with it
+    (``score_hypotheses``); each half runs its own forward.
     """
 
     def __init__(self, cfg: TransformerDecoderConfig) -> None:
@@ -297,35 +298,6 @@ class BiTransformerDecoder(nn.Module):
 
     sos = config_int("sos", via="cfg")
     eos = config_int("eos", via="cfg")
-
-    def forward(
-        self,
-        memory: torch.Tensor,
-        memory_lens: torch.Tensor,
-        tokens: torch.Tensor,
-        token_lens: torch.Tensor,
-        r_tokens: torch.Tensor | None = None,
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Teacher-forced logits of both directions (the right one when ``r_tokens`` is given).
-
-        Shapes:
-            -> (B, L, V), (B, L, V) or None
-        """
-        left = self.left_decoder(memory, memory_lens, tokens, token_lens)
-        right = None
-        if r_tokens is not None and self.right_decoder is not None:
-            right = self.right_decoder(memory, memory_lens, r_tokens, token_lens)
-        return left, right
-
-    def forward_one_step(
-        self,
-        memory: torch.Tensor,
-        memory_lens: torch.Tensor,
-        tokens: torch.Tensor,
-        cache: list[torch.Tensor] | None = None,
-    ) -> tuple[torch.Tensor, list[torch.Tensor]]:
-        """Incremental left-to-right step (see ``TransformerDecoder.forward_one_step``)."""
-        return self.left_decoder.forward_one_step(memory, memory_lens, tokens, cache)
 
     def score_hypotheses(
         self, encoder_out: torch.Tensor, encoder_len: int, hyps: Sequence[Sequence[int]], reverse_weight: float = 0.0
