@@ -275,16 +275,18 @@ class CT2WhisperConverter:
 # openai-whisper .pt
 
 
+# openai-whisper's attention projections -> transformers' (self- and cross-attention alike).
+_OPENAI_PROJECTIONS = (("query", "q_proj"), ("key", "k_proj"), ("value", "v_proj"), ("out", "out_proj"))
 _OPENAI_RENAMES = (
-    (r"^(encoder|decoder)\.blocks\.(\d+)\.attn\.query\.", r"\1.layers.\2.self_attn.q_proj."),
-    (r"^(encoder|decoder)\.blocks\.(\d+)\.attn\.key\.", r"\1.layers.\2.self_attn.k_proj."),
-    (r"^(encoder|decoder)\.blocks\.(\d+)\.attn\.value\.", r"\1.layers.\2.self_attn.v_proj."),
-    (r"^(encoder|decoder)\.blocks\.(\d+)\.attn\.out\.", r"\1.layers.\2.self_attn.out_proj."),
+    *(
+        (rf"^(encoder|decoder)\.blocks\.(\d+)\.attn\.{theirs}\.", rf"\1.layers.\2.self_attn.{ours}.")
+        for theirs, ours in _OPENAI_PROJECTIONS
+    ),
     (r"^(encoder|decoder)\.blocks\.(\d+)\.attn_ln\.", r"\1.layers.\2.self_attn_layer_norm."),
-    (r"^decoder\.blocks\.(\d+)\.cross_attn\.query\.", r"decoder.layers.\1.encoder_attn.q_proj."),
-    (r"^decoder\.blocks\.(\d+)\.cross_attn\.key\.", r"decoder.layers.\1.encoder_attn.k_proj."),
-    (r"^decoder\.blocks\.(\d+)\.cross_attn\.value\.", r"decoder.layers.\1.encoder_attn.v_proj."),
-    (r"^decoder\.blocks\.(\d+)\.cross_attn\.out\.", r"decoder.layers.\1.encoder_attn.out_proj."),
+    *(
+        (rf"^decoder\.blocks\.(\d+)\.cross_attn\.{theirs}\.", rf"decoder.layers.\1.encoder_attn.{ours}.")
+        for theirs, ours in _OPENAI_PROJECTIONS
+    ),
     (r"^decoder\.blocks\.(\d+)\.cross_attn_ln\.", r"decoder.layers.\1.encoder_attn_layer_norm."),
     (r"^(encoder|decoder)\.blocks\.(\d+)\.mlp\.0\.", r"\1.layers.\2.fc1."),
     (r"^(encoder|decoder)\.blocks\.(\d+)\.mlp\.2\.", r"\1.layers.\2.fc2."),
