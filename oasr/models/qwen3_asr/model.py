@@ -33,9 +33,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from oasr.languages import code_of, parse_language, resolve_language
+from oasr.languages import code_of, parse_language
 from oasr.layers import Conv2d, Gelu, LayerNorm, Linear, LinearActivation, sinusoids
-from oasr.models.base import BaseAsrModel, BaseEncoder, DecodeType
+from oasr.models.base import BaseAsrModel, BaseEncoder
 from oasr.models.decoders.causal_lm import CausalLm, PromptTokenizerMixin
 from oasr.models.qwen3_asr.config import (
     ASR_TEXT_TOKEN,
@@ -260,7 +260,6 @@ class Qwen3AsrModel(PromptTokenizerMixin, BaseAsrModel):
 
     family = "Qwen3-ASR"
     architecture = "qwen3_asr"
-    capabilities = frozenset({DecodeType.LLM})
     # The release is bfloat16; in float16 its LM's activations overflow (only the tower clamps).
     safe_dtypes = (torch.bfloat16, torch.float32)
     unsafe_dtype_reason = "its checkpoint is bfloat16 and its language model's activations overflow float16's range"
@@ -272,7 +271,6 @@ class Qwen3AsrModel(PromptTokenizerMixin, BaseAsrModel):
         config = self.config
         self.encoder = Qwen3AsrAudioEncoder(config.audio)
         self.decoder = CausalLm(config.text)
-        self._tokenizer = None
         # The table's names (the prompt's spelling) by ISO code, and back (a name oasr's table
         # lacks is its own code, lower-cased).
         self._names: dict[str, str] = {code_of(n): n for n in config.languages}
@@ -308,19 +306,9 @@ class Qwen3AsrModel(PromptTokenizerMixin, BaseAsrModel):
 
     @property
     def languages(self) -> tuple[str, ...]:
-        """The ISO codes of the forced-language names (``config.languages``)."""
+        """The ISO codes of the forced-language names (``config.languages``). An unsupported
+        name is refused (``resolve_language``), where the qwenasr.cpp port detects instead."""
         return tuple(self._names)
-
-    def resolve_language(self, language: str | None) -> str | None:
-        """The ISO code of a language of the model's table: a code (2- or 3-letter), an English
-        name in any case or a locale (``de-AT`` -> ``de``); None, "", "auto" and "none" mean
-        detect (None). (transformers' processor takes codes and names; the qwenasr.cpp port
-        turns an unsupported name into detection, where oasr refuses it.)
-
-        Raises:
-            ValueError: a language outside the table, naming the supported ones.
-        """
-        return resolve_language(language, self.languages, model=self.family)
 
     def prompt_parts(
         self, n_audio: int, *, language: str | None = None, context: str | None = None
@@ -358,10 +346,7 @@ class Qwen3AsrModel(PromptTokenizerMixin, BaseAsrModel):
         Raises:
             ValueError: an unsupported language or task, or ``n_audio < 1``.
         """
-        if task != "transcribe":
-            raise ValueError(f"Qwen3-ASR serves task='transcribe' only, got task={task!r}")
-        if n_audio < 1:
-            raise ValueError(f"n_audio must be >= 1, got {n_audio}")
+        self.check_prompt_request(n_audio, task)
         # Tokenise with one placeholder (a special token, atomic under BPE), then expand it.
         ids = self.tokenizer.encode_prompt(self.prompt_parts(1, language=language, context=context))
         at = [i for i, t in enumerate(ids) if t == self.config.audio_token_id]

@@ -21,9 +21,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from oasr.languages import names_of, resolve_language
+from oasr.languages import names_of
 from oasr.layers import Linear
-from oasr.models.base import BaseAsrModel, DecodeType
+from oasr.models.base import BaseAsrModel
 from oasr.models.decoders.causal_lm import CausalLm, PromptTokenizerMixin
 from oasr.models.speech_llm.config import (
     AUDIO_BOS_TOKEN,
@@ -130,7 +130,6 @@ class Qwen2AudioModel(PromptTokenizerMixin, BaseAsrModel):
 
     family = "Qwen2-Audio"
     architecture = "speech_llm"
-    capabilities = frozenset({DecodeType.LLM})
     safe_dtypes = (torch.bfloat16, torch.float16, torch.float32)  # the release's dtype first
 
     config_class = Qwen2AudioConfig
@@ -141,7 +140,6 @@ class Qwen2AudioModel(PromptTokenizerMixin, BaseAsrModel):
         self.audio_tower = Qwen2AudioTower(config.audio)
         self.multi_modal_projector = Qwen2AudioProjector(config.audio.d_model, config.text.hidden_size)
         self.decoder = CausalLm(config.text)
-        self._tokenizer = None
 
     @property
     def encoder(self) -> Qwen2AudioTower:
@@ -175,16 +173,6 @@ class Qwen2AudioModel(PromptTokenizerMixin, BaseAsrModel):
     def languages(self) -> tuple[str, ...]:
         """The ISO codes of the model card's ASR languages (its prompt's ``<|code|>`` tags)."""
         return tuple(LANGUAGES)
-
-    def resolve_language(self, language: str | None) -> str | None:
-        """The ISO code of a language of the model's table: a code (2- or 3-letter), an English
-        name in any case or a locale (``de_CH`` -> ``de``); None, "", "auto" and "none" mean
-        detect (None).
-
-        Raises:
-            ValueError: a language outside the model's table, naming the supported ones.
-        """
-        return resolve_language(language, self.languages, model=self.family)
 
     def prompt_parts(
         self, n_audio: int, *, language: str | None = None, context: str | None = None
@@ -229,10 +217,7 @@ class Qwen2AudioModel(PromptTokenizerMixin, BaseAsrModel):
         Raises:
             ValueError: an unsupported language or task, or context with the base prompt.
         """
-        if task != "transcribe":
-            raise ValueError(f"Qwen2-Audio serves task='transcribe' only, got task={task!r}")
-        if n_audio < 1:
-            raise ValueError(f"n_audio must be >= 1, got {n_audio}")
+        self.check_prompt_request(n_audio, task)
         ids = self.tokenizer.encode_prompt(self.prompt_parts(n_audio, language=language, context=context))
         if sum(1 for i in ids if i == self.config.audio_token_id) != n_audio:
             raise ValueError(
