@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import importlib
 import importlib.metadata
-import importlib.util
 import os
+
+from oasr.lazy import lazy_exports
 
 # OpenMP worker threads wait for the next parallel region by spinning, 300,000 rounds by libgomp's
 # default, which keeps their cores busy between regions; where other processes want those cores too,
@@ -35,15 +35,7 @@ _EXPORTS: dict[str, str] = {
 }
 
 
-def __getattr__(name: str):
-    module = _EXPORTS.get(name)
-    if module is None:
-        if not name.startswith("_") and importlib.util.find_spec(f"{__name__}.{name}") is not None:
-            return importlib.import_module(f"{__name__}.{name}")  # a submodule, as eager imports left it
-        raise AttributeError(f"module 'oasr' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_exports(__name__, _EXPORTS)
 
 
 def __dir__() -> list[str]:

@@ -4,11 +4,15 @@ running a batch of files so that one bad file does not stop the others."""
 from __future__ import annotations
 
 import argparse
+import glob
 import math
+import os
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from oasr.serving.common import Source
+from oasr.serving.common import AUDIO_EXTENSIONS, Source, describe_error, output_names
 
 if TYPE_CHECKING:  # the engine (and torch) load when a command runs, not for `oasr --help`
     from oasr.engine.outputs import RequestOutput
@@ -95,8 +99,9 @@ DTYPE_HELP = (
 )
 
 
-def add_engine_options(parser: argparse.ArgumentParser) -> None:
-    g = parser.add_argument_group("model and engine")
+def add_model_flags(g: argparse._ArgumentGroup) -> None:
+    """Which model and where it runs (``-m/--model``, ``--device``, ``--dtype``, ``--threads``):
+    every command that loads a model, ``serve`` too."""
     g.add_argument(
         "-m",
         "--model",
@@ -106,6 +111,11 @@ def add_engine_options(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--device", default="auto", help="cpu, cuda, cuda:1, ... or auto (cuda when available; default)")
     g.add_argument("--dtype", choices=DTYPE_CHOICES, default=None, help=DTYPE_HELP)
     g.add_argument("--threads", type=nonnegative_int, default=0, metavar="N", help="CPU threads (0: torch's default)")
+
+
+def _add_engine_options(parser: argparse.ArgumentParser) -> None:
+    g = parser.add_argument_group("model and engine")
+    add_model_flags(g)
     g.add_argument(
         "--batch-size",
         type=positive_int,
@@ -226,7 +236,14 @@ LANGUAGE_HELP = (
 )
 
 
-def add_decode_options(parser: argparse.ArgumentParser, *, language: bool = True, task: bool = True) -> None:
+def add_transcription_options(parser: argparse.ArgumentParser, *, language: bool = True, task: bool = True) -> None:
+    """What every command that transcribes takes: the decode options, then the model and
+    engine options (``language`` / ``task``: whether it offers ``-l`` and ``--task``)."""
+    _add_decode_options(parser, language=language, task=task)
+    _add_engine_options(parser)
+
+
+def _add_decode_options(parser: argparse.ArgumentParser, *, language: bool = True, task: bool = True) -> None:
     g = parser.add_argument_group("decoding")
     if language:
         g.add_argument("-l", "--language", default=None, metavar="L", help=LANGUAGE_HELP)
@@ -341,7 +358,9 @@ _OPTION_NAMES = (
 
 
 def decode_kwargs(args: argparse.Namespace) -> dict[str, Any]:
-    """The ``TranscribeOptions`` the user set (everything else keeps the engine's default)."""
+    """The ``TranscribeOptions`` the user set (everything else keeps the engine's default),
+    checked against the command's parser (``args.parser``, set by every command) before any
+    model loads: a bad combination is a usage error (``check_decode_kwargs``)."""
     kwargs = {name: getattr(args, name) for name in _OPTION_NAMES if getattr(args, name, None) is not None}
     if getattr(args, "word_timestamps", False):
         kwargs["word_timestamps"] = True
@@ -351,6 +370,9 @@ def decode_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         kwargs["condition_on_previous_text"] = False
     if getattr(args, "vad", False):
         kwargs["vad_filter"] = True
+    parser = getattr(args, "parser", None)
+    if parser is not None:
+        check_decode_kwargs(parser, kwargs)
     return kwargs
 
 
@@ -373,6 +395,118 @@ def check_decode_kwargs(parser: argparse.ArgumentParser, kwargs: dict[str, Any])
             require_silero()
         except ImportError as e:
             raise CliError(f"--vad: {e}", exit_code=2) from None
+
+
+# ---------------------------------------------------------------------------
+# Input files and output files (-f / -o), as transcribe and stream read and write them
+
+
+def add_output_flags(parser: argparse.ArgumentParser, format_help: str, dir_help: str) -> None:
+    """``-f/--output-format`` (default text; ``all``: openai-whisper's set) and ``-o/--output-dir``."""
+    from oasr.formatting import FORMAT_ALIASES, FORMATS
+
+    parser.add_argument(
+        "-f", "--output-format", choices=(*FORMATS, *FORMAT_ALIASES, "all"), default="text", help=format_help
+    )
+    parser.add_argument("-o", "--output-dir", type=Path, default=None, metavar="DIR", help=dir_help)
+
+
+@dataclass
+class FilePlan:
+    """What a file command reads and writes: ``-f``'s formats, the input files, and per input,
+    format -> the file ``-o`` writes it to (``targets``; None without ``-o``)."""
+
+    formats: list[str]
+    files: list[str]
+    targets: list[dict[str, Path]] | None
+    output_dir: Path | None
+
+    def create_output_dir(self) -> None:
+        """Create ``-o``'s directory (and its parents) when one is given: after the usage checks
+        and the model load, so that a refused command leaves nothing behind.
+
+        Raises:
+            CliError: it cannot be created (naming it and why).
+        """
+        if self.output_dir is None:
+            return
+        try:
+            self.output_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise CliError(f"cannot create --output-dir {self.output_dir}: {describe_error(e)}") from None
+
+
+def plan_files(args: argparse.Namespace, recursive: bool) -> FilePlan:
+    """The ``FilePlan`` of ``args`` (inputs through ``expand_inputs``).
+
+    Raises:
+        SystemExit: (usage error) ``-f all`` without ``-o``, an ``-o`` that is not a directory,
+            two inputs that would write one file, or what ``expand_inputs`` refuses.
+    """
+    from oasr.formatting import EXTENSIONS, output_formats
+
+    parser: argparse.ArgumentParser = args.parser
+    out: Path | None = args.output_dir
+    formats = output_formats(args.output_format)
+    if len(formats) > 1 and out is None:
+        parser.error("-f all writes one file per format: give --output-dir")
+    if out is not None and out.exists() and not out.is_dir():
+        parser.error(f"--output-dir {out} is not a directory")
+    files = expand_inputs(args.files, recursive, parser)
+    if out is None:
+        return FilePlan(formats, files, None, None)
+    targets = [{f: out / f"{name}.{EXTENSIONS[f]}" for f in formats} for name in output_names(files)]
+    seen: dict[Path, str] = {}
+    for name, per_format in zip(files, targets):
+        for t in per_format.values():
+            if t in seen:
+                parser.error(f"{seen[t]} and {name} would both be written to {t}")
+            seen[t] = name
+    return FilePlan(formats, files, targets, out)
+
+
+_GLOB_CHARS = frozenset("*?[")
+
+
+def expand_inputs(files: list[str], recursive: bool, parser: argparse.ArgumentParser) -> list[str]:
+    """Files as given; directories -> their audio files (sorted); patterns -> their matches
+    (sorted, when no file has that literal name). A file named twice is kept once.
+
+    Raises:
+        SystemExit: (usage error) a directory without audio files, a pattern matching nothing.
+    """
+    expanded: list[str] = []
+    for item in files:
+        if item == "-":
+            expanded.append(item)
+        elif os.path.isdir(item):
+            found = _audio_in(Path(item), recursive)
+            if not found:
+                more = "" if recursive else " (--recursive searches its subdirectories)"
+                parser.error(f"directory {item} has no audio files{more}")
+            expanded.extend(found)
+        elif not os.path.exists(item) and _GLOB_CHARS & set(item):
+            matches = sorted(m for m in glob.glob(item, recursive=recursive) if os.path.isfile(m))
+            if not matches:
+                parser.error(f"no file matches {item}")
+            expanded.extend(matches)
+        else:
+            expanded.append(item)
+    seen: set[str] = set()
+    unique = []
+    for item in expanded:
+        key = item if item == "-" else os.path.normcase(os.path.abspath(item))
+        if key not in seen:
+            seen.add(key)
+            unique.append(item)
+    if unique.count("-") > 1:
+        parser.error("stdin (-) can be given only once")
+    return unique
+
+
+def _audio_in(directory: Path, recursive: bool) -> list[str]:
+    paths = directory.rglob("*") if recursive else directory.iterdir()
+    return sorted(str(p) for p in paths if p.suffix[1:].lower() in AUDIO_EXTENSIONS and p.is_file())
 
 
 # ---------------------------------------------------------------------------

@@ -26,9 +26,7 @@ from typing import Any
 from oasr.cli.common import (
     CUT_WARNING,
     CliError,
-    add_decode_options,
-    add_engine_options,
-    check_decode_kwargs,
+    add_transcription_options,
     decode_kwargs,
     load_engine,
     positive_int,
@@ -61,8 +59,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--json", type=Path, default=None, metavar="FILE", help="also write the figures as JSON")
     p.add_argument("-v", "--verbose", action="store_true", help="print each reference and hypothesis")
-    add_decode_options(p, language=False, task=False)
-    add_engine_options(p)
+    add_transcription_options(p, language=False, task=False)
     p.set_defaults(func=run, parser=p)
 
 
@@ -121,7 +118,6 @@ def run(args: argparse.Namespace) -> int:
 
     parser: argparse.ArgumentParser = args.parser
     base_options = decode_kwargs(args)
-    check_decode_kwargs(parser, base_options)
 
     rows = read_manifest(args.manifest)
     if args.language_filter:

@@ -153,7 +153,7 @@ def run_ray_transcribe(
 ) -> int:
     """``oasr transcribe --ray``: the run of ``oasr.serving.ray_batch.transcribe_dataset``.
     ``subtitle_layout`` is ``oasr transcribe``'s (passed in: this module sits below the commands)."""
-    from oasr.cli.common import check_decode_kwargs, decode_kwargs, engine_extras
+    from oasr.cli.common import decode_kwargs, engine_extras
     from oasr.formatting import output_formats
 
     parser: argparse.ArgumentParser = args.parser
@@ -162,7 +162,6 @@ def run_ray_transcribe(
     if "-" in args.files:
         parser.error("--ray reads files, directories and manifests, not stdin (-)")
     options = decode_kwargs(args)
-    check_decode_kwargs(parser, options)
     layout = subtitle_layout(args, parser, options)
     if args.min_duration < 0:
         parser.error(f"argument --min-duration: must be >= 0, got {args.min_duration:g}")

@@ -26,10 +26,9 @@ import os
 import sys
 
 from oasr.cli.common import (
-    DTYPE_CHOICES,
-    DTYPE_HELP,
     CliError,
     add_model_engine_options,
+    add_model_flags,
     add_search_flags,
     engine_extras,
     nonnegative_float,
@@ -73,12 +72,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "/health and /metrics) over one model, batching concurrent requests continuously.",
     )
     g = p.add_argument_group("model and engine")
-    g.add_argument(
-        "-m",
-        "--model",
-        default=None,
-        help="model directory, bundled name (whisper-base, tiny.en) or Hub id; default: the bundled whisper-base",
-    )
+    add_model_flags(g)
     g.add_argument(
         "--served-model-name",
         nargs="+",
@@ -87,9 +81,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         metavar="NAME",
         help="name(s) the 'model' form field must match and /v1/models lists (default: --model as given)",
     )
-    g.add_argument("--device", default="auto", help="cpu, cuda, cuda:1, ... or auto (cuda when available; default)")
-    g.add_argument("--dtype", choices=DTYPE_CHOICES, default=None, help=DTYPE_HELP)
-    g.add_argument("--threads", type=nonnegative_int, default=0, metavar="N", help="CPU threads (0: torch's default)")
     g.add_argument(
         "--max-batch-size",
         "--batch-size",

@@ -30,15 +30,13 @@ import argparse
 import shutil
 import sys
 import time
-from pathlib import Path
 
 from oasr.cli.common import (
-    CliError,
-    add_decode_options,
-    add_engine_options,
-    check_decode_kwargs,
+    add_output_flags,
+    add_transcription_options,
     decode_kwargs,
     load_engine,
+    plan_files,
 )
 from oasr.cli.serve import add_stream_flags
 from oasr.serving.common import describe_error
@@ -50,8 +48,6 @@ FEED_MS = 160.0
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from oasr.formatting import FORMAT_ALIASES, FORMATS
-
     p = subparsers.add_parser(
         NAME,
         help="decode audio files as live streams (partials and finals as they come)",
@@ -59,16 +55,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "and final segments with their times; the result of each file is written as oasr transcribe writes it.",
     )
     p.add_argument("files", nargs="+", metavar="FILE", help="audio files (any format FFmpeg reads); - for stdin")
-    p.add_argument(
-        "-f",
-        "--output-format",
-        choices=(*FORMATS, *FORMAT_ALIASES, "all"),
-        default="text",
-        help="format of each file's final result (default: text; txt is text); all writes openai-whisper's set, "
+    add_output_flags(
+        p,
+        "format of each file's final result (default: text; txt is text); all writes openai-whisper's set, "
         "txt vtt srt tsv json (needs -o)",
-    )
-    p.add_argument(
-        "-o", "--output-dir", type=Path, default=None, metavar="DIR", help="write DIR/<stem>.<ext> per input"
+        "write DIR/<stem>.<ext> per input",
     )
     p.add_argument("-q", "--quiet", action="store_true", help="no partials and no finals on stderr (errors only)")
     s = p.add_argument_group("streaming")
@@ -83,8 +74,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         action="store_true",
         help="cut the stream into segments where an endpoint rule fires (default: one segment per file)",
     )
-    add_decode_options(p)
-    add_engine_options(p)
+    add_transcription_options(p)
     p.set_defaults(func=run, parser=p)
 
 
@@ -170,23 +160,14 @@ def stream_file(engine, samples, options: dict, piece: int, realtime: bool, on_e
 
 
 def run(args: argparse.Namespace) -> int:
-    from oasr.cli.transcribe import _isatty, expand_inputs, output_names, stdout_document
+    from oasr.cli.transcribe import _isatty, stdout_document
     from oasr.engine.outputs import Segment
-    from oasr.formatting import EXTENSIONS, SubtitleLayout, format_output, output_formats
+    from oasr.formatting import SubtitleLayout, format_output
 
     parser: argparse.ArgumentParser = args.parser
-    formats = output_formats(args.output_format)
-    fmt = formats[0]
     options = decode_kwargs(args)
-    check_decode_kwargs(parser, options)
-    if len(formats) > 1 and args.output_dir is None:
-        parser.error("-f all writes one file per format: give --output-dir")
-    if args.output_dir is not None and args.output_dir.exists() and not args.output_dir.is_dir():
-        parser.error(f"--output-dir {args.output_dir} is not a directory")
-    files = expand_inputs(args.files, recursive=False, parser=parser)
-    targets = None
-    if args.output_dir is not None:
-        targets = [{f: args.output_dir / f"{name}.{EXTENSIONS[f]}" for f in formats} for name in output_names(files)]
+    plan = plan_files(args, recursive=False)
+    files, targets, fmt = plan.files, plan.targets, plan.formats[0]
 
     engine = load_engine(
         args, stream_chunk_ms=args.stream_chunk_ms, stream_left_chunks=args.stream_left_chunks, max_streams=1
@@ -196,11 +177,7 @@ def run(args: argparse.Namespace) -> int:
         engine.open_stream(sample_rate=engine.sampling_rate, **options).close()
     except (TypeError, ValueError) as e:
         parser.error(str(e))
-    if targets is not None:
-        try:
-            args.output_dir.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            raise CliError(f"cannot create --output-dir {args.output_dir}: {describe_error(e)}") from None
+    plan.create_output_dir()
 
     piece_ms = args.stream_chunk_ms or FEED_MS
     piece = max(1, int(round(engine.sampling_rate * piece_ms / 1000.0)))

@@ -51,24 +51,21 @@ every format are in the input's own timeline.
 from __future__ import annotations
 
 import argparse
-import glob
 import os
 import sys
-from pathlib import Path
 
 from oasr.cli.common import (
     CUT_WARNING,
-    CliError,
-    add_decode_options,
-    add_engine_options,
-    check_decode_kwargs,
+    add_output_flags,
+    add_transcription_options,
     decode_kwargs,
     load_engine,
+    plan_files,
     positive_int,
 )
 from oasr.cli.ray_flags import add_transcribe_options as add_ray_transcribe_options
 from oasr.cli.ray_flags import run_ray_transcribe
-from oasr.serving.common import AUDIO_EXTENSIONS, Source, describe_error, output_names
+from oasr.serving.common import Source, describe_error
 from oasr.serving.common import problem as _problem
 
 NAME = "transcribe"
@@ -76,12 +73,10 @@ NAME = "transcribe"
 MIN_DURATION_S = 0.1
 """``--min-duration``'s default: the server's (``ServerSettings.min_duration_s``)."""
 
-_GLOB_CHARS = frozenset("*?[")
 _SUBTITLE_OPTIONS = ("max_line_width", "max_line_count", "max_words_per_line", "highlight_words")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from oasr.formatting import FORMAT_ALIASES, FORMATS
 
     p = subparsers.add_parser(
         NAME,
@@ -100,21 +95,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         metavar="FILE",
         help="audio files (any format FFmpeg reads), directories (audio files in them) or glob patterns; - for stdin",
     )
-    p.add_argument(
-        "-f",
-        "--output-format",
-        choices=(*FORMATS, *FORMAT_ALIASES, "all"),
-        default="text",
-        help="output format (default: text; txt is text); tsv is openai-whisper's (integer ms); all writes "
+    add_output_flags(
+        p,
+        "output format (default: text; txt is text); tsv is openai-whisper's (integer ms); all writes "
         "openai-whisper's set, txt vtt srt tsv json (needs -o)",
-    )
-    p.add_argument(
-        "-o",
-        "--output-dir",
-        type=Path,
-        default=None,
-        metavar="DIR",
-        help="write DIR/<stem>.<ext> per input (naming rules below)",
+        "write DIR/<stem>.<ext> per input (naming rules below)",
     )
     p.add_argument("-r", "--recursive", action="store_true", help="directories: search their subdirectories too")
     p.add_argument(
@@ -155,55 +140,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     g.add_argument(
         "--highlight-words", action="store_true", help="a cue per word too, with the word underlined (<u>...</u>)"
     )
-    add_decode_options(p)
-    add_engine_options(p)
+    add_transcription_options(p)
     add_ray_transcribe_options(p)
     p.set_defaults(func=run, parser=p)
 
 
 # ---------------------------------------------------------------------------
 # Inputs and output names
-
-
-def expand_inputs(files: list[str], recursive: bool, parser: argparse.ArgumentParser) -> list[str]:
-    """Files as given; directories -> their audio files (sorted); patterns -> their matches
-    (sorted, when no file has that literal name). A file named twice is kept once.
-
-    Raises:
-        SystemExit: (usage error) a directory without audio files, a pattern matching nothing.
-    """
-    expanded: list[str] = []
-    for item in files:
-        if item == "-":
-            expanded.append(item)
-        elif os.path.isdir(item):
-            found = _audio_in(Path(item), recursive)
-            if not found:
-                more = "" if recursive else " (--recursive searches its subdirectories)"
-                parser.error(f"directory {item} has no audio files{more}")
-            expanded.extend(found)
-        elif not os.path.exists(item) and _GLOB_CHARS & set(item):
-            matches = sorted(m for m in glob.glob(item, recursive=recursive) if os.path.isfile(m))
-            if not matches:
-                parser.error(f"no file matches {item}")
-            expanded.extend(matches)
-        else:
-            expanded.append(item)
-    seen: set[str] = set()
-    unique = []
-    for item in expanded:
-        key = item if item == "-" else os.path.normcase(os.path.abspath(item))
-        if key not in seen:
-            seen.add(key)
-            unique.append(item)
-    if unique.count("-") > 1:
-        parser.error("stdin (-) can be given only once")
-    return unique
-
-
-def _audio_in(directory: Path, recursive: bool) -> list[str]:
-    paths = directory.rglob("*") if recursive else directory.iterdir()
-    return sorted(str(p) for p in paths if p.suffix[1:].lower() in AUDIO_EXTENSIONS and p.is_file())
 
 
 def _sources(files: list[str]) -> list[Source]:
@@ -351,32 +294,15 @@ def run(args: argparse.Namespace) -> int:
     if args.ray:
         return run_ray_transcribe(args, _layout)
     from oasr.engine.outputs import Segment
-    from oasr.formatting import EXTENSIONS, format_output, output_formats
+    from oasr.formatting import format_output
 
     parser: argparse.ArgumentParser = args.parser
-    formats = output_formats(args.output_format)
-    fmt = formats[0]
     options = decode_kwargs(args)
-    check_decode_kwargs(parser, options)
     layout = _layout(args, parser, options)
     if args.min_duration < 0:
         parser.error(f"argument --min-duration: must be >= 0, got {args.min_duration:g}")
-    if len(formats) > 1 and args.output_dir is None:
-        parser.error("-f all writes one file per format: give --output-dir")
-    if args.output_dir is not None and args.output_dir.exists() and not args.output_dir.is_dir():
-        parser.error(f"--output-dir {args.output_dir} is not a directory")
-    files = expand_inputs(args.files, args.recursive, parser)
-
-    targets: list[dict[str, Path]] | None = None  # per input: format -> file
-    if args.output_dir is not None:
-        names = output_names(files)
-        targets = [{f: args.output_dir / f"{name}.{EXTENSIONS[f]}" for f in formats} for name in names]
-        seen: dict[Path, str] = {}
-        for name, per_format in zip(files, targets):
-            for t in per_format.values():
-                if t in seen:
-                    parser.error(f"{seen[t]} and {name} would both be written to {t}")
-                seen[t] = name
+    plan = plan_files(args, args.recursive)
+    files, targets, fmt = plan.files, plan.targets, plan.formats[0]
 
     sources = _sources(files)
     engine = load_engine(args)
@@ -384,11 +310,7 @@ def run(args: argparse.Namespace) -> int:
         engine.make_options(**options)
     except (TypeError, ValueError) as e:
         parser.error(str(e))
-    if targets is not None:
-        try:
-            args.output_dir.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            raise CliError(f"cannot create --output-dir {args.output_dir}: {describe_error(e)}") from None
+    plan.create_output_dir()
 
     several = len(sources) > 1
     # The transcript is shown once: text to a terminal is the live segments themselves; another

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -33,10 +35,13 @@ def apply_activation(x: torch.Tensor, name: str | None) -> torch.Tensor:
 
 
 class Activation(nn.Module):
-    """A named elementwise activation as a module."""
+    """A named elementwise activation as a module; a subclass fixes the name (``fixed_name``)."""
 
-    def __init__(self, name: str) -> None:
+    fixed_name: ClassVar[str | None] = None
+
+    def __init__(self, name: str | None = None) -> None:
         super().__init__()
+        name = self.fixed_name if name is None else name
         if name not in ACTIVATIONS:
             raise ValueError(f"unknown activation {name!r}; expected one of {sorted(ACTIVATIONS)}")
         self.name = name
@@ -51,20 +56,16 @@ class Activation(nn.Module):
 class Gelu(Activation):
     """Exact (erf) GELU."""
 
-    def __init__(self) -> None:
-        super().__init__("gelu")
+    fixed_name = "gelu"
 
 
 class Relu(Activation):
-    def __init__(self) -> None:
-        super().__init__("relu")
+    fixed_name = "relu"
 
 
 class Silu(Activation):
-    def __init__(self) -> None:
-        super().__init__("silu")
+    fixed_name = "silu"
 
 
 class Tanh(Activation):
-    def __init__(self) -> None:
-        super().__init__("tanh")
+    fixed_name = "tanh"

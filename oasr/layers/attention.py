@@ -3,12 +3,16 @@
 Families own their projections (and their checkpoint names); they all meet here
 for the score / softmax / weighted-sum part, so a faster kernel lands in one place.
 Masks are given as key lengths where possible instead of materialised tensors.
+``LinearQKVO`` is the projection set WeNet's and NeMo's attentions share.
 """
 
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from torch import nn
+
+from oasr.layers.linear import Linear
 
 
 def key_padding_mask(key_lengths: torch.Tensor, n_keys: int) -> torch.Tensor:
@@ -88,3 +92,33 @@ def attention_weights(
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else scores + mask
     return scores.softmax(dim=-1)
+
+
+class LinearQKVO(nn.Module):
+    """Multi-head attention's four projections under WeNet's and NeMo's names (``linear_q``,
+    ``linear_k``, ``linear_v``, ``linear_out``; ``linear_out`` carries a bias exactly when
+    ``linear_q`` does, WeNet's rule) and the head split; a subclass adds its positions and
+    its forward (WeNet's decoder and relative-position attentions, NeMo's Transformer-XL one).
+
+    Raises:
+        ValueError: ``d_model`` is not a multiple of ``n_head``.
+    """
+
+    def __init__(
+        self, n_head: int, d_model: int, *, query_bias: bool = True, key_bias: bool = True, value_bias: bool = True
+    ) -> None:
+        super().__init__()
+        if d_model % n_head:
+            raise ValueError(f"d_model {d_model} is not a multiple of n_head {n_head}")
+        self.d_model = d_model
+        self.n_head = n_head
+        self.d_k = d_model // n_head
+        self.linear_q = Linear(d_model, d_model, bias=query_bias)
+        self.linear_k = Linear(d_model, d_model, bias=key_bias)
+        self.linear_v = Linear(d_model, d_model, bias=value_bias)
+        self.linear_out = Linear(d_model, d_model, bias=query_bias)
+
+    def heads(self, x: torch.Tensor) -> torch.Tensor:
+        """(B, T, D) -> (B, H, T, d_k)"""
+        b, t, _ = x.shape
+        return x.view(b, t, self.n_head, self.d_k).transpose(1, 2)

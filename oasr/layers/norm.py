@@ -12,7 +12,16 @@ import torch.nn.functional as F
 from torch import nn
 
 
-class LayerNorm(nn.Module):
+class _ResidualNorm(nn.Module):
+    """The fused add+norm form every norm here shares (its ``forward`` is the norm)."""
+
+    def add_forward(self, x: torch.Tensor, residual: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Return ``(norm(x + residual), x + residual)``."""
+        s = x + residual
+        return self.forward(s), s
+
+
+class LayerNorm(_ResidualNorm):
     """LayerNorm over the last dimension, optionally without bias.
 
     Shapes:
@@ -35,16 +44,11 @@ class LayerNorm(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return F.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
 
-    def add_forward(self, x: torch.Tensor, residual: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Return ``(norm(x + residual), x + residual)``."""
-        s = x + residual
-        return self.forward(s), s
-
     def extra_repr(self) -> str:
         return f"{self.normalized_shape[0]}, eps={self.eps}, bias={self.bias is not None}"
 
 
-class RMSNorm(nn.Module):
+class RMSNorm(_ResidualNorm):
     """RMSNorm over the last dimension; the statistic accumulates in float32.
 
     Shapes:
@@ -61,11 +65,6 @@ class RMSNorm(nn.Module):
         xf = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
         y = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
         return (self.weight * y.to(dtype)) if dtype != y.dtype else self.weight * y
-
-    def add_forward(self, x: torch.Tensor, residual: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Return ``(norm(x + residual), x + residual)``."""
-        s = x + residual
-        return self.forward(s), s
 
     def extra_repr(self) -> str:
         return f"{self.weight.shape[0]}, eps={self.eps}"

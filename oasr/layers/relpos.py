@@ -20,7 +20,7 @@ import math
 import torch
 from torch import nn
 
-from oasr.layers.attention import attention, key_padding_mask
+from oasr.layers.attention import LinearQKVO, attention, key_padding_mask
 from oasr.layers.linear import Linear
 from oasr.layers.packing import Packing, as_packed, as_rows
 
@@ -116,7 +116,7 @@ class RelPositionalEncoding(nn.Module):
         return x * self.xscale, self.position_encoding(offset, x.shape[1]).to(x.dtype)
 
 
-class RelPositionMultiHeadedAttention(nn.Module):
+class RelPositionMultiHeadedAttention(LinearQKVO):
     """Self-attention with WeNet's relative-position term (checkpoint names ``linear_q``,
     ``linear_k``, ``linear_v``, ``linear_out``, ``linear_pos``, ``pos_bias_u``, ``pos_bias_v``).
 
@@ -142,15 +142,7 @@ class RelPositionMultiHeadedAttention(nn.Module):
         key_bias: bool = True,
         value_bias: bool = True,
     ) -> None:
-        super().__init__()
-        if d_model % n_head:
-            raise ValueError(f"d_model {d_model} is not a multiple of n_head {n_head}")
-        self.n_head = n_head
-        self.d_k = d_model // n_head
-        self.linear_q = Linear(d_model, d_model, bias=query_bias)
-        self.linear_k = Linear(d_model, d_model, bias=key_bias)
-        self.linear_v = Linear(d_model, d_model, bias=value_bias)
-        self.linear_out = Linear(d_model, d_model, bias=query_bias)
+        super().__init__(n_head, d_model, query_bias=query_bias, key_bias=key_bias, value_bias=value_bias)
         self.linear_pos = Linear(d_model, d_model, bias=False)
         self.pos_bias_u = nn.Parameter(torch.empty(n_head, self.d_k))
         self.pos_bias_v = nn.Parameter(torch.empty(n_head, self.d_k))

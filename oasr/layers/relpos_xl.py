@@ -20,7 +20,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from oasr.layers.attention import attention
+from oasr.layers.attention import LinearQKVO, attention
 from oasr.layers.linear import Linear
 from oasr.layers.packing import Packing, as_packed, as_rows
 
@@ -65,7 +65,7 @@ def rel_shift(scores: torch.Tensor) -> torch.Tensor:
     return scores.as_strided((*lead, t, t), (*lead_strides, p - 1, 1), scores.storage_offset() + t - 1)
 
 
-class RelPositionMultiHeadAttentionXL(nn.Module):
+class RelPositionMultiHeadAttentionXL(LinearQKVO):
     """Multi-head self-attention with Transformer-XL relative positions.
 
     Args:
@@ -85,19 +85,10 @@ class RelPositionMultiHeadAttentionXL(nn.Module):
     """
 
     def __init__(self, d_model: int, n_heads: int, bias: bool = True) -> None:
-        super().__init__()
-        if d_model % n_heads:
-            raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}")
-        self.d_model = d_model
-        self.n_heads = n_heads
-        self.d_head = d_model // n_heads
-        self.linear_q = Linear(d_model, d_model, bias=bias)
-        self.linear_k = Linear(d_model, d_model, bias=bias)
-        self.linear_v = Linear(d_model, d_model, bias=bias)
-        self.linear_out = Linear(d_model, d_model, bias=bias)
+        super().__init__(n_heads, d_model, query_bias=bias, key_bias=bias, value_bias=bias)
         self.linear_pos = Linear(d_model, d_model, bias=False)
-        self.bias_u = nn.Parameter(torch.zeros(n_heads, self.d_head))
-        self.bias_v = nn.Parameter(torch.zeros(n_heads, self.d_head))
+        self.bias_u = nn.Parameter(torch.zeros(n_heads, self.d_k))
+        self.bias_v = nn.Parameter(torch.zeros(n_heads, self.d_k))
 
     def position_scores(self, q: torch.Tensor, pos_emb: torch.Tensor) -> torch.Tensor:
         """The unscaled position term ``(q_i + v) . W_pos r(i - j)``.
@@ -105,7 +96,7 @@ class RelPositionMultiHeadAttentionXL(nn.Module):
         Shapes:
             q: (B, H, T, Dh); pos_emb: (2T - 1, D) -> (B, H, T, T)
         """
-        p = self.linear_pos(pos_emb).view(-1, self.n_heads, self.d_head).permute(1, 2, 0)  # (H, Dh, 2T-1)
+        p = self.linear_pos(pos_emb).view(-1, self.n_head, self.d_k).permute(1, 2, 0)  # (H, Dh, 2T-1)
         scores = torch.matmul(q + self.bias_v[:, None, :], p)  # (B, H, T, 2T-1)
         return rel_shift(scores)
 
@@ -118,12 +109,12 @@ class RelPositionMultiHeadAttentionXL(nn.Module):
     ) -> torch.Tensor:
         q = as_rows(self.linear_q(x), packing)
         b, t, _ = q.shape
-        q = q.view(b, t, self.n_heads, self.d_head).transpose(1, 2)  # (B, H, T, Dh)
-        k = as_rows(self.linear_k(x), packing).view(b, t, self.n_heads, self.d_head).transpose(1, 2)
-        v = as_rows(self.linear_v(x), packing).view(b, t, self.n_heads, self.d_head).transpose(1, 2)
+        q = q.view(b, t, self.n_head, self.d_k).transpose(1, 2)  # (B, H, T, Dh)
+        k = as_rows(self.linear_k(x), packing).view(b, t, self.n_head, self.d_k).transpose(1, 2)
+        v = as_rows(self.linear_v(x), packing).view(b, t, self.n_head, self.d_k).transpose(1, 2)
         if packing is not None:
             key_lengths = packing.lengths
-        scale = self.d_head**-0.5
+        scale = self.d_k**-0.5
         pos_bias = self.position_scores(q, pos_emb) * scale  # (B, H, T, T) additive mask
         if key_lengths is not None:
             # A row with no valid frame would softmax over nothing (NaN); give it one key.
@@ -133,7 +124,7 @@ class RelPositionMultiHeadAttentionXL(nn.Module):
         return self.linear_out(as_packed(out, packing))
 
     def extra_repr(self) -> str:
-        return f"d_model={self.d_model}, n_heads={self.n_heads}"
+        return f"d_model={self.d_model}, n_heads={self.n_head}"
 
 
 __all__ = ["RelPositionMultiHeadAttentionXL", "rel_shift", "xl_relative_positions"]

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
+from oasr.lazy import lazy_exports
 
 # name -> defining module; imported on first access so that the registry listing needs no torch
 _EXPORTS: dict[str, str] = {
@@ -52,15 +51,7 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str):
-    module = _EXPORTS.get(name)
-    if module is None:
-        if not name.startswith("_") and importlib.util.find_spec(f"{__name__}.{name}") is not None:
-            return importlib.import_module(f"{__name__}.{name}")  # a submodule, as eager imports left it
-        raise AttributeError(f"module 'oasr.models' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_exports(__name__, _EXPORTS)
 
 
 def __dir__() -> list[str]:

@@ -22,6 +22,7 @@ import torch
 from torch import nn
 
 from oasr.layers.ctc import GEMM_ALIGNMENT, PAD_LOGIT, align_out_features, pad_output_projection  # noqa: F401
+from oasr.models.configs import ModelConfig
 from oasr.specs import DecodeType, DecodingSpec, FeatureSpec, TokenizerSpec  # noqa: F401 (the contract's names)
 
 StreamingKind = Literal["paged", "slot", "stateful", "none"]
@@ -51,6 +52,22 @@ def unimplemented(fn: _F) -> _F:
     """
     fn.__oasr_unimplemented__ = True  # type: ignore[attr-defined]
     return fn
+
+
+class Undeclared:
+    """A member each subclass declares as a plain attribute (on its class, or set in its
+    ``__init__``, which an instance attribute overrides): read undeclared, it raises
+    ``NotImplementedError`` naming the member, and ``require_capability`` counts it missing."""
+
+    __oasr_unimplemented__ = True
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, obj: Any, objtype: type | None = None) -> Any:
+        if obj is None:
+            return self
+        raise NotImplementedError(f"{type(obj).__name__} must declare {self.name}")
 
 
 def is_unimplemented(member: Any) -> bool:
@@ -287,10 +304,10 @@ def chunk_units(chunk_ms: float, unit_ms: float, who: str) -> int:
 class BaseEncoder(ComputeDtypeModule):
     """An acoustic encoder: features -> hidden states, plus streaming geometry.
 
-    Subclasses implement ``forward(feats, feat_lens) -> (hidden, hidden_lens)`` and
-    ``subsampling_rate`` / ``output_size``. Streaming encoders additionally declare
-    ``streaming_kind`` and implement the paged or stateful members. ``compute_dtype`` is
-    the dtype an encoder casts its input features to.
+    Subclasses implement ``forward(feats, feat_lens) -> (hidden, hidden_lens)`` and declare
+    ``subsampling_rate`` / ``output_size`` (and ``right_context``) as attributes. Streaming
+    encoders additionally declare ``streaming_kind`` and implement the paged or stateful
+    members. ``compute_dtype`` is the dtype an encoder casts its input features to.
     """
 
     @property
@@ -298,22 +315,12 @@ class BaseEncoder(ComputeDtypeModule):
         """What this config's weights can do when streaming; "none" for offline-only."""
         return "none"
 
-    @property
-    @unimplemented
-    def subsampling_rate(self) -> int:
-        """Feature frames per output frame."""
-        raise NotImplementedError(f"{type(self).__name__} must declare subsampling_rate")
-
-    @property
-    @unimplemented
-    def output_size(self) -> int:
-        """Width of the hidden states."""
-        raise NotImplementedError(f"{type(self).__name__} must declare output_size")
-
-    @property
-    def right_context(self) -> int:
-        """Feature frames of look-ahead the encoder needs past a chunk."""
-        return 0
+    # The geometry every encoder declares, as plain attributes (set in its ``__init__``, or on
+    # its class): feature frames per output frame, the width of the hidden states, and the
+    # feature frames of look-ahead it needs past a chunk.
+    subsampling_rate: int = Undeclared()  # type: ignore[assignment]
+    output_size: int = Undeclared()  # type: ignore[assignment]
+    right_context: int = 0
 
     @property
     @unimplemented
@@ -481,12 +488,15 @@ class BaseAsrModel(ComputeDtypeModule):
     Class attributes a family sets:
         architecture: its registry key.
         capabilities: the decode families its weights can serve.
-        default_decode_type: the one used when the engine is not told.
+        default_decode_type: the one used when the engine is not told (a class that declares
+            exactly one capability and no default gets that one).
         safe_dtypes: the compute dtypes the family is numerically safe in, in the order
             ``dtype="auto"`` prefers them on a GPU (the first one the device has; a CPU
             always gets float32). float32 (and float64) are always accepted; a half dtype
             left out is refused at load (``check_compute_dtype``).
         unsafe_dtype_reason: why the half dtypes left out of ``safe_dtypes`` are unsafe.
+        config_class: the family's config dataclass (a ``ModelConfig``): a plain mapping given
+            to the constructor is built into it (``from_dict``) before ``self.config`` is set.
     """
 
     architecture: ClassVar[str] = ""
@@ -494,11 +504,20 @@ class BaseAsrModel(ComputeDtypeModule):
     default_decode_type: ClassVar[DecodeType | None] = None
     safe_dtypes: ClassVar[tuple[torch.dtype, ...]] = (torch.float16, torch.bfloat16, torch.float32)
     unsafe_dtype_reason: ClassVar[str] = ""
+    config_class: ClassVar[type[ModelConfig] | None] = None
 
     encoder: BaseEncoder
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        caps = cls.__dict__.get("capabilities")
+        if "default_decode_type" not in cls.__dict__ and isinstance(caps, frozenset) and len(caps) == 1:
+            cls.default_decode_type = next(iter(caps))
+
     def __init__(self, config: Any) -> None:
         super().__init__()
+        if self.config_class is not None and not isinstance(config, self.config_class):
+            config = self.config_class.from_dict(config)
         self.config = config
 
     @classmethod

@@ -133,4 +133,14 @@ class ModelConfig:
         return {k: plain(v) for k, v in dataclasses.asdict(self).items()}
 
 
-__all__ = ["ModelConfig", "coerce_config"]
+def config_int(name: str, via: str = "config") -> property:
+    """A read-only property: the config field ``name`` as an int, read off the owner's config at
+    the attribute ``via`` (a model's ``blank_id``, a decoder's ``sos``)."""
+
+    def get(self: Any) -> int:
+        return int(getattr(getattr(self, via), name))
+
+    return property(get, doc=f"``{via}.{name}`` as an int.")
+
+
+__all__ = ["ModelConfig", "coerce_config", "config_int"]

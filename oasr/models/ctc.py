@@ -1,13 +1,18 @@
 """The members only CTC families have: a CTC head, greedy best paths read straight from it,
 and sequence packing. A family that decodes with CTC subclasses ``CtcMixin`` beside
-``BaseAsrModel`` and sets ``ctc_projection``; the base contract stays family-neutral."""
+``BaseAsrModel`` and sets ``ctc_projection``; the base contract stays family-neutral. A family
+that is just an encoder and a CTC head subclasses ``EncoderCtcModel`` and declares its classes."""
 
 from __future__ import annotations
+
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
 
-from oasr.models.base import is_unimplemented
+from oasr.layers.ctc import CtcProjection
+from oasr.models.base import BaseAsrModel, BaseEncoder, DecodeType, is_unimplemented
+from oasr.models.configs import config_int
 
 
 class BlankVocabMixin:
@@ -15,13 +20,8 @@ class BlankVocabMixin:
     ``config.vocab_size``): what the families whose output vocabulary has a blank (CTC,
     transducers, Paraformer) tell their decode strategies."""
 
-    @property
-    def blank_id(self) -> int:
-        return int(self.config.blank_id)
-
-    @property
-    def vocab_size(self) -> int:
-        return int(self.config.vocab_size)
+    blank_id = config_int("blank_id")
+    vocab_size = config_int("vocab_size")
 
 
 class CtcMixin(BlankVocabMixin):
@@ -108,4 +108,27 @@ class CtcMixin(BlankVocabMixin):
         return self.ctc_projection(hidden), cu
 
 
-__all__ = ["CtcMixin"]
+class EncoderCtcModel(CtcMixin, BaseAsrModel):
+    """An encoder and a CTC head over its states: a family declares ``config_class``,
+    ``encoder_class`` (built from ``config.encoder``, or the whole config with
+    ``encoder_reads_model_config``) and the head's checkpoint name (``ctc_head_name``);
+    the head maps ``encoder.output_size`` to ``config.vocab_size``.
+    """
+
+    capabilities = frozenset({DecodeType.CTC})
+    encoder_class: ClassVar[type[BaseEncoder]]
+    encoder_reads_model_config: ClassVar[bool] = False
+    ctc_head_name: ClassVar[str] = "ctc_head"
+
+    def __init__(self, config: Any) -> None:
+        super().__init__(config)
+        self.encoder = self.encoder_class(self.config if self.encoder_reads_model_config else self.config.encoder)
+        head = CtcProjection(self.encoder.output_size, self.config.vocab_size)
+        self.add_module(self.ctc_head_name, head)
+
+    @property
+    def ctc_projection(self) -> CtcProjection:  # type: ignore[override]
+        return getattr(self, self.ctc_head_name)
+
+
+__all__ = ["BlankVocabMixin", "CtcMixin", "EncoderCtcModel"]

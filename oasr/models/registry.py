@@ -1,8 +1,8 @@
 """The model registry: architecture names -> (model class, checkpoint converters).
 
-Built-in families come from one ``_BUILTIN_PACKAGES`` list; each family package
-calls ``register_model`` with lazy ``"module:Class"`` strings, so a family's
-modules are imported only when it is asked for. Out-of-tree architectures arrive
+Built-in families come from one ``_BUILTIN`` table of lazy ``"module:Class"``
+references, registered through the same ``register_model`` call as plugins, so a
+family's modules are imported only when it is asked for. Out-of-tree architectures arrive
 through the ``oasr.models`` entry-point group (an entry point is a callable that
 registers, or a module whose import registers); a broken plugin warns and is
 skipped rather than taking the built-ins down.
@@ -27,7 +27,7 @@ import importlib.metadata
 import math
 import threading
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
@@ -39,18 +39,74 @@ if TYPE_CHECKING:  # torch and the model contract load on first use: `oasr model
 
 ENTRY_POINT_GROUP = "oasr.models"
 
-# Each package exposes ``register()``, which calls ``register_model`` with lazy references.
-_BUILTIN_PACKAGES: tuple[str, ...] = (
-    "oasr.models.whisper",
-    "oasr.models.conformer",
-    "oasr.models.lasr",
-    "oasr.models.parakeet",
-    "oasr.models.nemotron",
-    "oasr.models.qwen3_asr",
-    "oasr.models.speech_llm",
-    "oasr.models.paraformer",
-    "oasr.models.zipformer",
-    "oasr.models.transducer",
+# The built-in families: (architecture, model class, converters), as lazy "module:Class"
+# references: a family's modules are imported only when it is asked for.
+_BUILTIN: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    (
+        "whisper",
+        "oasr.models.whisper.model:WhisperModel",
+        (
+            "oasr.models.whisper.convert:HFWhisperConverter",
+            "oasr.models.whisper.convert:CT2WhisperConverter",
+            "oasr.models.whisper.convert:OpenAIWhisperConverter",
+        ),
+    ),
+    ("conformer", "oasr.models.conformer.model:ConformerModel", ("oasr.models.conformer.convert:WenetConverter",)),
+    ("lasr", "oasr.models.lasr.model:LasrModel", ("oasr.models.lasr.convert:HFLasrConverter",)),
+    (
+        "parakeet",
+        "oasr.models.parakeet.model:ParakeetCtcModel",
+        ("oasr.models.parakeet.convert:HFParakeetConverter", "oasr.models.parakeet.convert_nemo:NemoParakeetConverter"),
+    ),
+    # Transducer and hybrid checkpoints are detected through "parakeet" (its converters route them here).
+    (
+        "parakeet_transducer",
+        "oasr.models.parakeet.model:ParakeetTransducerModel",
+        (
+            "oasr.models.parakeet.convert:HFParakeetTransducerConverter",
+            "oasr.models.parakeet.convert_nemo:NemoParakeetTransducerConverter",
+        ),
+    ),
+    (
+        "parakeet_hybrid",
+        "oasr.models.parakeet.model:ParakeetHybridModel",
+        ("oasr.models.parakeet.convert_nemo:NemoParakeetHybridConverter",),
+    ),
+    ("nemotron", "oasr.models.nemotron.model:NemotronRnntModel", ("oasr.models.nemotron.convert:HFNemotronConverter",)),
+    (
+        "qwen3_asr",
+        "oasr.models.qwen3_asr.model:Qwen3AsrModel",
+        (
+            "oasr.models.qwen3_asr.convert:HFQwen3AsrConverter",
+            "oasr.models.qwen3_asr.convert:OriginalQwen3AsrConverter",
+        ),
+    ),
+    (
+        "speech_llm",
+        "oasr.models.speech_llm.model:Qwen2AudioModel",
+        ("oasr.models.speech_llm.convert:HFQwen2AudioConverter",),
+    ),
+    (
+        "paraformer",
+        "oasr.models.paraformer.model:ParaformerModel",
+        ("oasr.models.paraformer.convert:FunasrParaformerConverter",),
+    ),
+    (
+        "zipformer",
+        "oasr.models.zipformer.model:ZipformerCtcModel",
+        (
+            "oasr.models.zipformer.convert:IcefallConverter",
+            "oasr.models.zipformer.convert:IcefallExplicitConverter",
+        ),
+    ),
+    (
+        "transducer",
+        "oasr.models.transducer.model:TransducerModel",
+        (
+            "oasr.models.transducer.convert:IcefallTransducerConverter",
+            "oasr.models.transducer.convert:IcefallHybridTransducerConverter",
+        ),
+    ),
 )
 
 
@@ -137,10 +193,81 @@ class ModelInfo:
         return out
 
 
-_REGISTRY: dict[str, ModelInfo] = {}
-_LOCK = threading.RLock()
-_LOADED = False
-_CURRENT_ORIGIN = "builtin"
+def run_entry_points(group: str, what: str) -> Iterator[str]:
+    """Run every entry point of ``group`` (a callable that registers is called; a module
+    registers on import), yielding its origin ("plugin:<distribution>") just before it runs and
+    "builtin" after, so the caller can record who registered what. A broken plugin warns
+    ("oasr: skipping <what> plugin ...") and is skipped, never taking the built-ins down."""
+    for ep in importlib.metadata.entry_points(group=group):
+        dist = getattr(ep, "dist", None)
+        yield f"plugin:{dist.name if dist is not None else ep.value}"
+        try:
+            obj = ep.load()
+            if callable(obj):
+                obj()
+        except Exception as exc:  # a broken plugin must not take the built-ins down
+            warnings.warn(
+                f"oasr: skipping {what} plugin {ep.name!r} ({ep.value}): {type(exc).__name__}: {exc}",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+        finally:
+            yield "builtin"
+
+
+class PluginTable:
+    """A registry's table, name -> registration, filled on first use: the built-ins
+    (``register_builtins``), then each plugin of the entry-point group ``group``
+    (``run_entry_points``); every entry records who registered it (``origins``: "builtin" or
+    "plugin:<distribution>"). The model and decode-strategy registries are two of these.
+    """
+
+    def __init__(self, group: str, what: str, register_builtins: Callable[[], None]) -> None:
+        self.group, self.what = group, what
+        self._register_builtins = register_builtins
+        self.entries: dict[str, Any] = {}
+        self.origins: dict[str, str] = {}
+        self.lock = threading.RLock()
+        self._loaded = False
+        self.current_origin = "builtin"  # who is registering now
+
+    def put(self, name: str, value: Any, *, overwrite: bool, kind: str) -> None:
+        """Register ``value`` under ``name``.
+
+        Raises:
+            ValueError: ``name`` is taken (naming who took it) and not ``overwrite``.
+        """
+        with self.lock:
+            if name in self.entries and not overwrite:
+                raise ValueError(f"{kind} {name!r} is already registered ({self.origins[name]})")
+            self.entries[name] = value
+            self.origins[name] = self.current_origin
+
+    def loaded(self) -> dict[str, Any]:
+        """The table, with the built-ins and the plugins registered on the first call."""
+        with self.lock:
+            if not self._loaded:
+                self._loaded = True
+                self._register_builtins()
+                for origin in run_entry_points(self.group, self.what):
+                    self.current_origin = origin
+        return self.entries
+
+    def reload(self) -> None:
+        """Forget every registration and discover the built-ins and plugins again."""
+        with self.lock:
+            self.entries.clear()
+            self.origins.clear()
+            self._loaded = False
+        self.loaded()
+
+
+def _register_builtin_models() -> None:
+    for name, model, converters in _BUILTIN:
+        register_model(name, model, converters, overwrite=True)
+
+
+_REGISTRY = PluginTable(ENTRY_POINT_GROUP, "model", _register_builtin_models)
 
 
 def register_model(
@@ -163,60 +290,18 @@ def register_model(
     """
     if isinstance(converters, (str, type)) or not isinstance(converters, (tuple, list)):
         converters = (converters,)
-    with _LOCK:
-        if name in _REGISTRY and not overwrite:
-            raise ValueError(f"architecture {name!r} is already registered ({_REGISTRY[name].origin})")
-        _REGISTRY[name] = ModelInfo(name, model, tuple(converters), origin=_CURRENT_ORIGIN)
-
-
-def run_entry_points(group: str, what: str) -> Iterator[str]:
-    """Run every entry point of ``group`` (a callable that registers is called; a module
-    registers on import), yielding its origin ("plugin:<distribution>") just before it runs and
-    "builtin" after, so the caller can record who registered what. A broken plugin warns
-    ("oasr: skipping <what> plugin ...") and is skipped, never taking the built-ins down.
-    Shared by the model and decode-strategy registries."""
-    for ep in importlib.metadata.entry_points(group=group):
-        dist = getattr(ep, "dist", None)
-        yield f"plugin:{dist.name if dist is not None else ep.value}"
-        try:
-            obj = ep.load()
-            if callable(obj):
-                obj()
-        except Exception as exc:  # a broken plugin must not take the built-ins down
-            warnings.warn(
-                f"oasr: skipping {what} plugin {ep.name!r} ({ep.value}): {type(exc).__name__}: {exc}",
-                RuntimeWarning,
-                stacklevel=3,
-            )
-        finally:
-            yield "builtin"
-
-
-def _ensure_loaded() -> None:
-    global _LOADED, _CURRENT_ORIGIN
-    with _LOCK:
-        if _LOADED:
-            return
-        _LOADED = True
-        for pkg in _BUILTIN_PACKAGES:
-            importlib.import_module(pkg).register()
-        for origin in run_entry_points(ENTRY_POINT_GROUP, "model"):
-            _CURRENT_ORIGIN = origin
+    info = ModelInfo(name, model, tuple(converters), origin=_REGISTRY.current_origin)
+    _REGISTRY.put(name, info, overwrite=overwrite, kind="architecture")
 
 
 def reload_registry() -> None:
     """Forget all registrations and re-discover built-ins and plugins (after installing one)."""
-    global _LOADED
-    with _LOCK:
-        _REGISTRY.clear()
-        _LOADED = False
-    _ensure_loaded()
+    _REGISTRY.reload()
 
 
 def list_models() -> list[str]:
     """Registered architecture names, built-ins first, then plugins, in registration order."""
-    _ensure_loaded()
-    return list(_REGISTRY)
+    return list(_REGISTRY.loaded())
 
 
 def get_model_info(name: str) -> ModelInfo:
@@ -225,11 +310,11 @@ def get_model_info(name: str) -> ModelInfo:
     Raises:
         KeyError: naming the known architectures.
     """
-    _ensure_loaded()
+    table = _REGISTRY.loaded()
     try:
-        return _REGISTRY[name]
+        return table[name]
     except KeyError:
-        raise KeyError(f"unknown architecture {name!r}; registered: {list(_REGISTRY)}") from None
+        raise KeyError(f"unknown architecture {name!r}; registered: {list(table)}") from None
 
 
 def detect_architecture(path: str | Path) -> tuple[str, CheckpointConverter]:
@@ -239,16 +324,16 @@ def detect_architecture(path: str | Path) -> tuple[str, CheckpointConverter]:
         ValueError: nothing recognises it, or several architectures do.
     """
     path = Path(path)
-    _ensure_loaded()
+    table = _REGISTRY.loaded()
     hits: list[tuple[str, CheckpointConverter]] = []
-    for name, info in _REGISTRY.items():
+    for name, info in table.items():
         for conv in info.converter_objects():
             if getattr(conv, "auto_detect", True) and conv.can_load(path):
                 hits.append((name, conv))
                 break
     if not hits:
         raise ValueError(
-            f"no registered architecture recognises {path} (registered: {list(_REGISTRY)}); "
+            f"no registered architecture recognises {path} (registered: {list(table)}); "
             f"name the architecture (Python: architecture=...; command line: --architecture NAME) "
             f"if it is an explicit-only format"
         )

@@ -15,12 +15,13 @@ import soundfile as sf
 import oasr
 from oasr.audio import AudioDecodeError, load_audio
 from oasr.cli import transcribe as transcribe_cmd
-from oasr.cli.common import Source
+from oasr.cli.common import Source, expand_inputs
 from oasr.cli.main import main
-from oasr.cli.transcribe import AudioProgress, expand_inputs, output_names, segment_line
+from oasr.cli.transcribe import AudioProgress, segment_line
 from oasr.engine.outputs import RequestOutput, Segment
 from oasr.metrics import normalize_text
 from oasr.models.bundled import bundled_path
+from oasr.serving.common import output_names
 
 GREEDY = ("--model", "whisper-base", "--beam-size", "1", "--language", "en", "--no-progress")
 LIVE_LINE = re.compile(r"\[(\d\d:\d\d\.\d\d\d) --> (\d\d:\d\d\.\d\d\d)\] (.+)")

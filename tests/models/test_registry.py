@@ -83,7 +83,7 @@ class ToyConverter:
 def toy_registered():
     registry.register_model("toy", ToyModel, ToyConverter, overwrite=True)
     yield
-    registry._REGISTRY.pop("toy", None)
+    registry._REGISTRY.entries.pop("toy", None)
 
 
 def _save_toy(path: Path, state: dict[str, torch.Tensor]) -> Path:

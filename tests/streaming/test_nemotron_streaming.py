@@ -46,11 +46,6 @@ CLIPS = ("speechbrain_spk1_snt1.wav", "sense_and_sensibility_01_austen_64kb-0890
 
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory):
-    from oasr.models import list_models
-    from oasr.models.nemotron import register
-
-    if "nemotron" not in list_models():
-        register()
     return save_nemotron_checkpoint(tmp_path_factory.mktemp("nemotron_streaming_tiny"))
 
 

@@ -22,20 +22,10 @@ SETTINGS = [(4, -1), (4, 2), (8, 1), (16, -1)]  # WeNet (decoding_chunk_size, nu
 FRAME_SHIFT_S = 0.01
 
 
-def _register() -> None:
-    from oasr.models.registry import list_models
-
-    if "conformer" not in list_models():
-        from oasr.models.conformer import register
-
-        register()
-
-
 @pytest.fixture(scope="module")
 def loaded():
     if not (CAUSAL / "train.yaml").is_file() or not CLIP.is_file():
         pytest.skip(f"WeNet fixture not found at {CAUSAL}")
-    _register()
     import oasr
 
     return oasr.load_pretrained(CAUSAL)
@@ -169,7 +159,6 @@ def test_one_chunk_over_the_whole_clip_is_the_full_context_forward(path, referen
     full-context one (the non-causal fixture checks the chunk-local convolution path)."""
     if not (path / "train.yaml").is_file():
         pytest.skip(f"WeNet fixture not found at {path}")
-    _register()
     import oasr
 
     model = oasr.load_pretrained(path).model

@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from functools import cached_property
 
+from oasr.models.whisper.tokenizer import special_id
+
 __all__ = ["Tokenizer"]
 
 
@@ -40,37 +42,14 @@ class Tokenizer:
             self.language = None
             self.language_code = "en"
 
-    @property
-    def transcribe(self) -> int:
-        return self._w.special.transcribe
-
-    @property
-    def translate(self) -> int:
-        return self._w.special.translate
-
-    @property
-    def sot(self) -> int:
-        return self._w.special.sot
-
-    @property
-    def sot_lm(self) -> int:
-        return self._w.special.sot_lm
-
-    @property
-    def sot_prev(self) -> int:
-        return self._w.special.sot_prev
-
-    @property
-    def eot(self) -> int:
-        return self._w.special.eot
-
-    @property
-    def no_timestamps(self) -> int:
-        return self._w.special.no_timestamps
-
-    @property
-    def timestamp_begin(self) -> int:
-        return self._w.special.timestamp_begin
+    transcribe = special_id("transcribe", via="_w.special")
+    translate = special_id("translate", via="_w.special")
+    sot = special_id("sot", via="_w.special")
+    sot_lm = special_id("sot_lm", via="_w.special")
+    sot_prev = special_id("sot_prev", via="_w.special")
+    eot = special_id("eot", via="_w.special")
+    no_timestamps = special_id("no_timestamps", via="_w.special")
+    timestamp_begin = special_id("timestamp_begin", via="_w.special")
 
     @property
     def sot_sequence(self) -> list[int]:

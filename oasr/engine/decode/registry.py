@@ -13,10 +13,9 @@ down. A plugin decode type names what a model must have to be decoded by it with
 from __future__ import annotations
 
 import importlib
-import threading
 from typing import Any
 
-from oasr.models.registry import run_entry_points
+from oasr.models.registry import PluginTable
 
 ENTRY_POINT_GROUP = "oasr.decode_strategies"
 
@@ -29,11 +28,13 @@ _BUILTIN: tuple[tuple[str, str], ...] = (
     ("paraformer", "oasr.engine.decode.paraformer:ParaformerDecodeStrategy"),
 )
 
-_TABLE: dict[str, str | type] = {}
-_ORIGIN: dict[str, str] = {}
-_LOCK = threading.RLock()
-_LOADED = False
-_CURRENT_ORIGIN = "builtin"
+
+def _register_builtin_strategies() -> None:
+    for name, ref in _BUILTIN:
+        register_decode_strategy(name, ref, overwrite=True)
+
+
+_TABLE = PluginTable(ENTRY_POINT_GROUP, "decode-strategy", _register_builtin_strategies)
 
 
 def register_decode_strategy(name: str, strategy: str | type, *, overwrite: bool = False) -> None:
@@ -47,42 +48,19 @@ def register_decode_strategy(name: str, strategy: str | type, *, overwrite: bool
     Raises:
         ValueError: ``name`` is taken (and not ``overwrite``), or ``strategy`` is malformed.
     """
-    name = str(name)
     if isinstance(strategy, str) and ":" not in strategy:
         raise ValueError(f"strategy reference {strategy!r} must be 'module:Class'")
-    with _LOCK:
-        if name in _TABLE and not overwrite:
-            raise ValueError(f"decode strategy {name!r} is already registered ({_ORIGIN[name]})")
-        _TABLE[name] = strategy
-        _ORIGIN[name] = _CURRENT_ORIGIN
-
-
-def _ensure_loaded() -> None:
-    global _LOADED, _CURRENT_ORIGIN
-    with _LOCK:
-        if _LOADED:
-            return
-        _LOADED = True
-        for name, ref in _BUILTIN:
-            register_decode_strategy(name, ref, overwrite=True)
-        for origin in run_entry_points(ENTRY_POINT_GROUP, "decode-strategy"):
-            _CURRENT_ORIGIN = origin
+    _TABLE.put(str(name), strategy, overwrite=overwrite, kind="decode strategy")
 
 
 def reload_decode_strategies() -> None:
     """Forget all registrations and discover the built-ins and plugins again (after installing one)."""
-    global _LOADED
-    with _LOCK:
-        _TABLE.clear()
-        _ORIGIN.clear()
-        _LOADED = False
-    _ensure_loaded()
+    _TABLE.reload()
 
 
 def list_decode_strategies() -> list[str]:
     """The registered decode-type names."""
-    _ensure_loaded()
-    return list(_TABLE)
+    return list(_TABLE.loaded())
 
 
 def decode_strategy_class(name: str) -> Any:
@@ -91,13 +69,13 @@ def decode_strategy_class(name: str) -> Any:
     Raises:
         KeyError: nothing is registered under ``name``.
     """
-    _ensure_loaded()
-    ref = _TABLE[str(name)]
+    table = _TABLE.loaded()
+    ref = table[str(name)]
     if isinstance(ref, str):
         module, _, attr = ref.partition(":")
         ref = getattr(importlib.import_module(module), attr)
-        with _LOCK:
-            _TABLE[str(name)] = ref
+        with _TABLE.lock:
+            table[str(name)] = ref
     return ref
 
 

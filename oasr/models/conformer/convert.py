@@ -36,6 +36,7 @@ import torch
 from oasr.models.base import DecodeType, DecodingSpec, FeatureSpec, LoadError, TokenizerSpec, pad_output_projection
 from oasr.models.conformer.config import SUBSAMPLING, ConformerEncoderConfig, ConformerModelConfig
 from oasr.models.decoders.transformer_decoder import TransformerDecoderConfig
+from oasr.models.formats.text import read_mapping, read_symbol_table
 from oasr.models.registry import CheckpointBundle
 
 ARCH = "conformer"
@@ -170,20 +171,6 @@ def _refuse(where: Path, key: str, value: Any, why: str) -> LoadError:
 # Reading the directory
 
 
-def _read_yaml(path: Path) -> dict[str, Any]:
-    try:
-        import yaml
-    except ImportError as e:  # pragma: no cover - PyYAML ships with transformers / huggingface_hub
-        raise LoadError("reading a WeNet train.yaml needs PyYAML (pip install pyyaml)") from e
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as e:
-        raise LoadError(f"{path} is not valid YAML: {e}") from e
-    if not isinstance(data, dict):
-        raise LoadError(f"{path} is not a WeNet training config (not a mapping)")
-    return data
-
-
 def _experiment_dir(path: Path) -> Path:
     return path.parent if path.is_file() else path
 
@@ -217,18 +204,6 @@ def _units_file(directory: Path, cfg: Mapping[str, Any]) -> Path:
         if c.is_file():
             return c
     raise LoadError(f"{directory}: no units table (units.txt, words.txt or tokenizer_conf.symbol_table_path)")
-
-
-def _read_units(path: Path) -> dict[int, str]:
-    units: dict[int, str] = {}
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        parts = line.split()
-        if len(parts) != 2 or not parts[1].isdigit():
-            raise LoadError(f"{path}:{n}: expected '<unit> <id>', got {line!r}")
-        units[int(parts[1])] = parts[0]
-    return units
 
 
 def _cmvn_stats(path: Path) -> tuple[torch.Tensor, torch.Tensor]:
@@ -449,7 +424,7 @@ class WenetConverter:
         if path.is_dir() and not any(directory.glob("*.pt")):
             return False
         try:
-            cfg = _read_yaml(yml)
+            cfg = read_mapping(yml, "a WeNet training config")
         except LoadError:
             return False
         return "encoder_conf" in cfg and "input_dim" in cfg and "output_dim" in cfg
@@ -460,7 +435,7 @@ class WenetConverter:
         yml = directory / "train.yaml"
         if not yml.is_file():
             raise LoadError(f"{directory}: no train.yaml (not a WeNet experiment directory)")
-        cfg = _read_yaml(yml)
+        cfg = read_mapping(yml, "a WeNet training config")
         self._check_model(yml, cfg)
         if "output_dim" not in cfg:
             raise LoadError(f"{yml}: train.yaml has no output_dim")
@@ -506,7 +481,7 @@ class WenetConverter:
             state = self._map_decoder(file, cfg, decoder, state)
 
         units_path = _units_file(directory, cfg)
-        units = _read_units(units_path)
+        units = read_symbol_table(units_path)
         if max(units, default=-1) + 1 != vocab:
             raise LoadError(f"{units_path}: {max(units, default=-1) + 1} units but output_dim is {vocab}")
         blank = int((cfg.get("ctc_conf") or {}).get("ctc_blank_id", 0))

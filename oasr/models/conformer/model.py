@@ -22,6 +22,7 @@ chunk), the paged chunk attention, the block, the encoder, then the public model
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -31,7 +32,6 @@ from torch import nn
 from oasr.layers import (
     ConformerConvolution,
     Conv2d,
-    CtcProjection,
     FeedForward,
     LayerNorm,
     Linear,
@@ -42,9 +42,9 @@ from oasr.layers.attention import attention
 from oasr.layers.packing import Packing
 from oasr.layers.paged import paged_rows, read_paged, write_paged
 from oasr.layers.relpos import RelPositionalEncoding, RelPositionMultiHeadedAttention, wenet_sinusoids_at
-from oasr.models.base import BaseAsrModel, BaseEncoder, DecodeType, PagedCacheView, StreamingKind
+from oasr.models.base import BaseEncoder, DecodeType, PagedCacheView, StreamingKind
 from oasr.models.conformer.config import ConformerEncoderConfig, ConformerModelConfig
-from oasr.models.ctc import CtcMixin
+from oasr.models.ctc import EncoderCtcModel
 from oasr.models.decoders.transformer_decoder import BiTransformerDecoder
 
 
@@ -381,24 +381,15 @@ class ConformerEncoder(BaseEncoder):
 
     def __init__(self, cfg: ConformerEncoderConfig) -> None:
         super().__init__()
+        self.subsampling_rate = cfg.subsampling_rate
+        self.right_context = cfg.right_context
+        self.output_size = cfg.output_size
         self.cfg = cfg
         if cfg.global_cmvn:
             self.global_cmvn = GlobalCMVN(cfg.input_dim)
         self.embed = Conv2dSubsampling(cfg.input_dim, cfg.output_size, cfg.input_layer)
         self.encoders = nn.ModuleList(ConformerEncoderLayer(cfg) for _ in range(cfg.num_blocks))
         self.after_norm = LayerNorm(cfg.output_size, eps=cfg.norm_eps)
-
-    @property
-    def subsampling_rate(self) -> int:
-        return self.cfg.subsampling_rate
-
-    @property
-    def right_context(self) -> int:
-        return self.cfg.right_context
-
-    @property
-    def output_size(self) -> int:
-        return self.cfg.output_size
 
     # -- streaming (paged): WeNet's forward_chunk over a paged K/V pool ----------------
 
@@ -581,7 +572,7 @@ class ConformerEncoder(BaseEncoder):
         return x
 
 
-class ConformerModel(CtcMixin, BaseAsrModel):
+class ConformerModel(EncoderCtcModel):
     """A WeNet U2 / U2++ model served through its CTC head, with attention rescoring
     when the checkpoint's decoder was built.
 
@@ -591,15 +582,14 @@ class ConformerModel(CtcMixin, BaseAsrModel):
     """
 
     architecture = "conformer"
-    default_decode_type = DecodeType.CTC
+    config_class = ConformerModelConfig
+    encoder_class = ConformerEncoder
+    ctc_head_name = "ctc"
 
-    def __init__(self, config: ConformerModelConfig | dict) -> None:
-        if not isinstance(config, ConformerModelConfig):
-            config = ConformerModelConfig.from_dict(config)
+    def __init__(self, config: ConformerModelConfig | Mapping[str, Any]) -> None:
         super().__init__(config)
-        self.encoder = ConformerEncoder(config.encoder)
-        self.ctc = CtcProjection(config.encoder.output_size, config.vocab_size)
-        self.decoder = BiTransformerDecoder(config.decoder) if config.decoder is not None else None
+        decoder = self.config.decoder
+        self.decoder = BiTransformerDecoder(decoder) if decoder is not None else None
 
     @property
     def capabilities(self) -> frozenset[DecodeType]:  # type: ignore[override]
@@ -616,10 +606,6 @@ class ConformerModel(CtcMixin, BaseAsrModel):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Encoder only (see ``ConformerEncoder.forward``). -> (B, T', D), (B,)"""
         return self.encoder(feats, feat_lens, decoding_chunk_size, num_decoding_left_chunks)
-
-    @property
-    def ctc_projection(self) -> CtcProjection:
-        return self.ctc
 
     def forward_offline(
         self,

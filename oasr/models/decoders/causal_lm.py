@@ -29,10 +29,12 @@ from typing import Any
 import torch
 from torch import nn
 
+from oasr.languages import resolve_language
 from oasr.layers import Embedding, Linear, LinearActivation, NeoxRotaryEmbedding, RMSNorm, attention
 from oasr.models.configs import ModelConfig
 from oasr.models.decoders.base import BaseDecoder
 from oasr.models.decoders.kv_pool import DecoderState, KVPool, PoolExhausted, RowGroups
+from oasr.specs import DecodeType
 
 # Hugging Face's Qwen2Config / Qwen3Config defaults: what an omitted text_config field means.
 _QWEN2_DEFAULTS: dict[str, Any] = {
@@ -505,16 +507,41 @@ class CausalLm(BaseDecoder):
 
 
 class PromptTokenizerMixin:
-    """For a speech LLM that builds its own prompts: the checkpoint's tokenizer, shared with
-    the loader (``attach_tokenizer``) or loaded from ``config.tokenizer_path`` on first use,
-    and the prompt's embeddings with the audio spliced in (``embed_prompt``, through the
-    model's ``decoder`` at its ``config.audio_token_id`` placeholders).
+    """For a speech LLM that builds its own prompts (decoded by the ``llm`` strategy): the
+    checkpoint's tokenizer, shared with the loader (``attach_tokenizer``) or loaded from
+    ``config.tokenizer_path`` on first use, the prompt's embeddings with the audio spliced in
+    (``embed_prompt``, through the model's ``decoder`` at its ``config.audio_token_id``
+    placeholders), the request's language against the model's ``languages`` and the checks
+    every prompt makes (``check_prompt_request``).
 
-    The class sets ``family`` (named in the error) and the instance ``_tokenizer = None``.
+    The class sets ``family`` (named in the errors).
     """
 
     family: str = "this model"
+    capabilities = frozenset({DecodeType.LLM})
+    default_decode_type = DecodeType.LLM
     _tokenizer = None
+
+    def resolve_language(self, language: str | None) -> str | None:
+        """The ISO code of a language of the model's table (``languages``): a code (2- or
+        3-letter), an English name in any case or a locale (``de-AT`` -> ``de``); None, "",
+        "auto" and "none" mean detect (None).
+
+        Raises:
+            ValueError: a language outside the table, naming the supported ones.
+        """
+        return resolve_language(language, self.languages, model=self.family)
+
+    def check_prompt_request(self, n_audio: int, task: str) -> None:
+        """Refuse what no speech-LLM prompt serves: a task other than transcription, or no audio.
+
+        Raises:
+            ValueError: naming the task, or the count of audio placeholders.
+        """
+        if task != "transcribe":
+            raise ValueError(f"{self.family} serves task='transcribe' only, got task={task!r}")
+        if n_audio < 1:
+            raise ValueError(f"n_audio must be >= 1, got {n_audio}")
 
     @property
     def tokenizer(self):

@@ -23,9 +23,10 @@ import torch
 from torch import nn
 
 from oasr.layers import Embedding, FeedForward, LayerNorm, Linear, attention
+from oasr.layers.attention import LinearQKVO
 from oasr.layers.ctc import align_out_features
 from oasr.layers.relpos import PositionalEncoding
-from oasr.models.configs import ModelConfig
+from oasr.models.configs import ModelConfig, config_int
 
 # ---------------------------------------------------------------------------
 # Config
@@ -116,29 +117,13 @@ def reverse_pad_list(hyps: Sequence[Sequence[int]]) -> list[list[int]]:
 # Modules
 
 
-class MultiHeadedAttention(nn.Module):
+class MultiHeadedAttention(LinearQKVO):
     """WeNet's multi-head attention projections over the shared attention core
     (``linear_out`` carries a bias exactly when ``linear_q`` does, as in WeNet).
 
     Shapes:
         query: (B, Tq, D), memory: (B, Tk, D) -> (B, Tq, D)
     """
-
-    def __init__(
-        self, n_head: int, d_model: int, *, query_bias: bool = True, key_bias: bool = True, value_bias: bool = True
-    ) -> None:
-        super().__init__()
-        self.n_head = n_head
-        self.d_k = d_model // n_head
-        self.linear_q = Linear(d_model, d_model, bias=query_bias)
-        self.linear_k = Linear(d_model, d_model, bias=key_bias)
-        self.linear_v = Linear(d_model, d_model, bias=value_bias)
-        self.linear_out = Linear(d_model, d_model, bias=query_bias)
-
-    def heads(self, x: torch.Tensor) -> torch.Tensor:
-        """(B, T, D) -> (B, H, T, d_k)"""
-        b, t, _ = x.shape
-        return x.view(b, t, self.n_head, self.d_k).transpose(1, 2)
 
     def forward(
         self,
@@ -301,7 +286,8 @@ class TransformerDecoder(nn.Module):
 class BiTransformerDecoder(nn.Module):
     """WeNet's decoder pair: ``left_decoder`` (left to right) and, for U2++,
     ``right_decoder`` (right to left, ``r_num_blocks`` blocks); a plain ``transformer``
-    decoder is a pair without the right half.
+    decoder is a pair without the right half. oasr only rescores with it
+    (``score_hypotheses``); each half runs its own forward.
     """
 
     def __init__(self, cfg: TransformerDecoderConfig) -> None:
@@ -310,42 +296,8 @@ class BiTransformerDecoder(nn.Module):
         self.left_decoder = TransformerDecoder(cfg, cfg.num_blocks)
         self.right_decoder = TransformerDecoder(cfg, cfg.r_num_blocks) if cfg.bidirectional else None
 
-    @property
-    def sos(self) -> int:
-        return int(self.cfg.sos)
-
-    @property
-    def eos(self) -> int:
-        return int(self.cfg.eos)
-
-    def forward(
-        self,
-        memory: torch.Tensor,
-        memory_lens: torch.Tensor,
-        tokens: torch.Tensor,
-        token_lens: torch.Tensor,
-        r_tokens: torch.Tensor | None = None,
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Teacher-forced logits of both directions (the right one when ``r_tokens`` is given).
-
-        Shapes:
-            -> (B, L, V), (B, L, V) or None
-        """
-        left = self.left_decoder(memory, memory_lens, tokens, token_lens)
-        right = None
-        if r_tokens is not None and self.right_decoder is not None:
-            right = self.right_decoder(memory, memory_lens, r_tokens, token_lens)
-        return left, right
-
-    def forward_one_step(
-        self,
-        memory: torch.Tensor,
-        memory_lens: torch.Tensor,
-        tokens: torch.Tensor,
-        cache: list[torch.Tensor] | None = None,
-    ) -> tuple[torch.Tensor, list[torch.Tensor]]:
-        """Incremental left-to-right step (see ``TransformerDecoder.forward_one_step``)."""
-        return self.left_decoder.forward_one_step(memory, memory_lens, tokens, cache)
+    sos = config_int("sos", via="cfg")
+    eos = config_int("eos", via="cfg")
 
     def score_hypotheses(
         self, encoder_out: torch.Tensor, encoder_len: int, hyps: Sequence[Sequence[int]], reverse_weight: float = 0.0

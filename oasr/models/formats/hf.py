@@ -20,6 +20,48 @@ def read_json(path: Path) -> dict[str, Any]:
         raise LoadError(f"{path}: cannot read JSON ({e})") from None
 
 
+def read_json_if_present(path: Path) -> dict[str, Any]:
+    """``read_json`` of an optional file (``generation_config.json``, ...): {} when it is absent."""
+    return read_json(path) if Path(path).is_file() else {}
+
+
+def feature_extractor_config(directory: Path) -> tuple[dict[str, Any], Path | None]:
+    """The feature-extractor settings of a directory and the file they came from:
+    ``preprocessor_config.json`` (hub releases), else the ``feature_extractor`` entry that
+    transformers 5 writes into ``processor_config.json``; ({}, None) when neither has them."""
+    pre_file = Path(directory) / "preprocessor_config.json"
+    if pre_file.is_file():
+        return read_json(pre_file), pre_file
+    proc_file = Path(directory) / "processor_config.json"
+    if proc_file.is_file():
+        fe = read_json(proc_file).get("feature_extractor")
+        if isinstance(fe, dict):
+            return fe, proc_file
+    return {}, None
+
+
+def bpe_tokenizer_path(directory: Path, family: str) -> Path:
+    """A byte-level BPE tokenizer's path: ``tokenizer.json``, else the directory itself when it
+    holds ``vocab.json`` + ``merges.txt``.
+
+    Raises:
+        LoadError: neither (naming the directory and the ``family``).
+    """
+    directory = Path(directory)
+    if (directory / "tokenizer.json").is_file():
+        return directory / "tokenizer.json"
+    if (directory / "vocab.json").is_file() and (directory / "merges.txt").is_file():
+        return directory
+    raise LoadError(f"{directory} has no {family} tokenizer: expected tokenizer.json or vocab.json + merges.txt")
+
+
+def token_ids(value: Any) -> list[int]:
+    """A config's token-id field (``eos_token_id``: None, one id or a list) as a list."""
+    if value is None:
+        return []
+    return [int(v) for v in value] if isinstance(value, (list, tuple)) else [int(value)]
+
+
 def model_type(directory: Path) -> str | None:
     """``config.json``'s ``model_type`` (None when there is no readable config): a cheap sniff."""
     cfg = Path(directory) / "config.json"
@@ -77,6 +119,27 @@ def llm_decoding_spec(gen: dict[str, Any]):
     if gen.get("max_new_tokens") is not None:
         params["max_new_tokens"] = int(gen["max_new_tokens"])
     return DecodingSpec(decode_type=DecodeType.LLM, params=params)
+
+
+def rename_prefixed(name: str, prefixes: tuple[tuple[str, str], ...]) -> str:
+    """``name`` with the first of ``prefixes`` (checkpoint prefix -> model prefix, longest
+    first) it starts with replaced; a name under none comes back unchanged (and is then
+    reported as dropped)."""
+    for old, new in prefixes:
+        if name.startswith(old):
+            return new + name[len(old) :]
+    return name
+
+
+def renamed_llm_state(
+    directory: Path, prefixes: tuple[tuple[str, str], ...], tie_word_embeddings: bool
+) -> dict[str, torch.Tensor]:
+    """A speech LLM's weights in the model's names (``rename_prefixed``); with tied embeddings
+    a saved LM head is dropped after checking it is the embedding (``drop_tied_lm_head``)."""
+    state = {rename_prefixed(k, prefixes): v for k, v in load_hf_weights(directory).items()}
+    if tie_word_embeddings:
+        drop_tied_lm_head(state, directory, "decoder.lm_head.weight", "decoder.embed_tokens.weight")
+    return state
 
 
 def drop_tied_lm_head(state: dict[str, torch.Tensor], path: Path, head: str, embedding: str) -> None:

@@ -1,31 +1,12 @@
-"""LASR (Google's MedASR, Hugging Face ``lasr``): conformer-CTC with rotary attention,
+"""LASR (Google"s MedASR, Hugging Face ``lasr``): conformer-CTC with rotary attention,
 decoded by the ``ctc`` strategy."""
 
 from __future__ import annotations
 
-import importlib
+from oasr.lazy import lazy_exports
 
-__all__ = ["LasrConfig", "register"]
-
-
-def register() -> None:
-    """Register the "lasr" architecture (idempotent: a second call re-registers the same references)."""
-    from oasr.models.registry import register_model
-
-    register_model(
-        "lasr",
-        "oasr.models.lasr.model:LasrModel",
-        ("oasr.models.lasr.convert:HFLasrConverter",),
-        overwrite=True,
-    )
-
+__all__ = ["LasrConfig"]
 
 # The config module loads torch (through the model contract); import it on first use so that
-# registering the family (`oasr models`) needs no torch.
-_CONFIG_NAMES = ("LasrConfig",)
-
-
-def __getattr__(name: str):
-    if name in _CONFIG_NAMES:
-        return getattr(importlib.import_module("oasr.models.lasr.config"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# listing the families (`oasr models`) needs no torch.
+__getattr__ = lazy_exports(__name__, dict.fromkeys(__all__, "oasr.models.lasr.config"))

@@ -11,7 +11,6 @@ the head is widened to its aligned width by ``LasrModel.load_weights``.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ from typing import Any
 import torch
 
 from oasr.models.base import DecodeType, DecodingSpec, FeatureSpec, LoadError, TokenizerSpec
+from oasr.models.formats.hf import feature_extractor_config, read_json
 from oasr.models.formats.hf import load_hf_weights as _load_weights
 from oasr.models.formats.hf import model_type as hf_model_type
 from oasr.models.lasr.config import LasrConfig
@@ -53,13 +53,6 @@ _ACTIVATION_ALIASES = {"swish": "silu", "gelu_new": "gelu_tanh", "gelu_pytorch_t
 _MEL_F_MIN, _MEL_F_MAX = 125.0, 7500.0
 
 
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise LoadError(f"{path} is not valid JSON: {e}") from e
-
-
 def config_from_hf(hf: Mapping[str, Any], where: str = "config.json") -> LasrConfig:
     """``LasrConfig`` from a ``lasr_ctc`` config.json dict.
 
@@ -92,13 +85,13 @@ def _special_ids(directory: Path, tokenizer_json: Path | None, lookup) -> set[in
     pad, additional specials), resolved with ``lookup(token) -> id or None``."""
     ids: set[int] = set()
     if tokenizer_json is not None:
-        for tok in _read_json(tokenizer_json).get("added_tokens", []):
+        for tok in read_json(tokenizer_json).get("added_tokens", []):
             if tok.get("special", False):
                 ids.add(int(tok["id"]))
     cfg_file = directory / "tokenizer_config.json"
     if not cfg_file.is_file():
         return ids
-    cfg = _read_json(cfg_file)
+    cfg = read_json(cfg_file)
     for k, v in (cfg.get("added_tokens_decoder") or {}).items():
         if v.get("special", False):
             ids.add(int(k))
@@ -148,11 +141,7 @@ def _tokenizer_spec(directory: Path, blank_id: int) -> TokenizerSpec:
 
 
 def _feature_spec(directory: Path, config: LasrConfig) -> FeatureSpec:
-    pre: dict[str, Any] = {}
-    if (directory / "preprocessor_config.json").is_file():
-        pre = _read_json(directory / "preprocessor_config.json")
-    elif (directory / "processor_config.json").is_file():
-        pre = dict(_read_json(directory / "processor_config.json").get("feature_extractor") or {})
+    pre, _ = feature_extractor_config(directory)
     kind = pre.get("feature_extractor_type", "LasrFeatureExtractor")
     if kind != "LasrFeatureExtractor":
         raise LoadError(f"{directory}: feature_extractor_type={kind!r} is not LASR's (LasrFeatureExtractor)")
@@ -187,7 +176,7 @@ class HFLasrConverter:
         return path.is_dir() and hf_model_type(path) == MODEL_TYPE
 
     def load(self, path: Path) -> CheckpointBundle:
-        hf = _read_json(path / "config.json")
+        hf = read_json(path / "config.json")
         if hf.get("model_type") != MODEL_TYPE:
             raise LoadError(f"{path}: model_type={hf.get('model_type')!r} is not {MODEL_TYPE!r}")
         config = config_from_hf(hf, str(path / "config.json"))

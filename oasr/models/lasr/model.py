@@ -29,7 +29,6 @@ from torch import nn
 from oasr.layers import (
     ConformerConvolution,
     Conv1d,
-    CtcProjection,
     FeedForward,
     LayerNorm,
     Linear,
@@ -38,8 +37,8 @@ from oasr.layers import (
     attention,
 )
 from oasr.layers.packing import Packing, as_packed, as_rows
-from oasr.models.base import BaseAsrModel, BaseEncoder, DecodeType
-from oasr.models.ctc import CtcMixin
+from oasr.models.base import BaseEncoder
+from oasr.models.ctc import EncoderCtcModel
 from oasr.models.lasr.config import LasrConfig
 
 
@@ -165,19 +164,13 @@ class LasrEncoder(BaseEncoder):
 
     def __init__(self, cfg: LasrConfig) -> None:
         super().__init__()
+        self.subsampling_rate = cfg.subsampling_rate
+        self.output_size = cfg.hidden_size
         self.cfg = cfg
         self.subsampler = LasrSubsampling(cfg)
         self.rotary_emb = NeoxRotaryEmbedding(cfg.head_dim, base=cfg.rope_theta)
         self.layers = nn.ModuleList(LasrBlock(cfg) for _ in range(cfg.num_hidden_layers))
         self.out_norm = LayerNorm(cfg.hidden_size, cfg.layer_norm_eps, bias=False)
-
-    @property
-    def subsampling_rate(self) -> int:
-        return self.cfg.subsampling_rate
-
-    @property
-    def output_size(self) -> int:
-        return self.cfg.hidden_size
 
     def output_lengths(self, feat_lens: torch.Tensor) -> torch.Tensor:
         """Encoder frames of each row (0 for a row shorter than ``min_input_frames``)."""
@@ -229,31 +222,11 @@ class LasrEncoder(BaseEncoder):
         return self.subsampler(feats), lens
 
 
-class LasrModel(CtcMixin, BaseAsrModel):
-    """LASR encoder + CTC head (offline-only; decoded by the ``ctc`` strategy)."""
+class LasrModel(EncoderCtcModel):
+    """LASR encoder + CTC head (``ctc_head``; offline-only, decoded by the ``ctc`` strategy):
+    (B, T, n_mels) log-mel -> (B, T', V) float32 log-probs."""
 
     architecture = "lasr"
-    capabilities = frozenset({DecodeType.CTC})
-    default_decode_type = DecodeType.CTC
-
-    def __init__(self, config: LasrConfig) -> None:
-        super().__init__(config)
-        self.encoder = LasrEncoder(config)
-        self.ctc_head = CtcProjection(config.hidden_size, config.vocab_size, bias=True)
-
-    def encode_offline(
-        self, feats: torch.Tensor, feat_lens: torch.Tensor | None = None
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """(B, T, n_mels) log-mel, (B,) lengths -> (B, T', D) states, (B,) lengths."""
-        return self.encoder(feats, feat_lens)
-
-    @property
-    def ctc_projection(self) -> CtcProjection:
-        return self.ctc_head
-
-    def forward_offline(
-        self, feats: torch.Tensor, feat_lens: torch.Tensor | None = None
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """(B, T, n_mels) log-mel, (B,) lengths -> (B, T', V) float32 log-probs, (B,) lengths."""
-        hidden, lens = self.encoder(feats, feat_lens)
-        return self.ctc_head(hidden), lens
+    config_class = LasrConfig
+    encoder_class = LasrEncoder
+    encoder_reads_model_config = True

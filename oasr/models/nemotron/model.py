@@ -38,25 +38,20 @@ import torch.nn.functional as F
 from torch import nn
 
 from oasr.languages import parse_language, resolve_language
-from oasr.layers import ConformerConvolution, Conv2d, Embedding, FeedForward, LayerNorm, Linear
+from oasr.layers import ConformerConvolution, Conv2d, Embedding, Linear
 from oasr.layers.activation import apply_activation
 from oasr.layers.attention import attention
 from oasr.layers.paged import paged_rows, read_paged, write_paged
 from oasr.layers.relpos_xl import RelPositionMultiHeadAttentionXL, xl_relative_positions
 from oasr.models.base import (
-    BaseAsrModel,
     CacheSpec,
-    DecodeType,
     PagedCacheView,
     StreamingGeometry,
     StreamStateSpec,
     chunk_units,
 )
-from oasr.models.ctc import BlankVocabMixin
 from oasr.models.nemotron.config import NemotronConfig, NemotronEncoderConfig
-from oasr.models.nemotron.predictor import AdditiveJoint, LstmPredictor
-from oasr.models.nemotron.search import GreedyResult, greedy_search, nemo_transducer_search
-from oasr.models.parakeet.model import FastConformerEncoder
+from oasr.models.parakeet.model import FastConformerBlock, FastConformerEncoder, ParakeetTransducerModel
 
 # Queries per offline attention block (rounded up to whole attention chunks).
 OFFLINE_BLOCK_FRAMES = 64
@@ -253,7 +248,7 @@ class ChunkedLimitedAttention(RelPositionMultiHeadAttentionXL):
         nq, hist, nb = self.geometry(t)
         w = hist + nq  # keys per block
         t_pad = nb * nq
-        h, dh = self.n_heads, self.d_head
+        h, dh = self.n_head, self.d_k
 
         def heads(y: torch.Tensor) -> torch.Tensor:
             return y.view(b, t, h, dh).transpose(1, 2)  # (B, H, T, Dh)
@@ -330,7 +325,7 @@ class ChunkedLimitedAttention(RelPositionMultiHeadAttentionXL):
             x: (B, T, D), k_pool / v_pool: (n_blocks, block_size, H, Dh) -> (B, T, D)
         """
         b, t, _ = x.shape
-        h, dh = self.n_heads, self.d_head
+        h, dh = self.n_head, self.d_k
         q = self.linear_q(x).view(b, t, h, dh).transpose(1, 2)  # (B, H, T, Dh)
         k_new, v_new = self.linear_k(x).view(b, t, h, dh), self.linear_v(x).view(b, t, h, dh)
         k = torch.cat([read_paged(k_pool, layout.rows, layout.found), k_new], dim=1).transpose(1, 2)  # (B, H, W, Dh)
@@ -347,46 +342,26 @@ class ChunkedLimitedAttention(RelPositionMultiHeadAttentionXL):
         return self.linear_out(out.transpose(1, 2).reshape(b, t, self.d_model))
 
 
-class NemotronBlock(nn.Module):
-    """One macaron conformer block: half-step FFs, chunked-limited attention, causal
-    convolution module with a LayerNorm, final LayerNorm.
+class NemotronBlock(FastConformerBlock):
+    """Nemotron's FastConformer block: chunked-limited attention, a causal convolution module
+    with a LayerNorm.
 
     Shapes:
         x: (B, T, D), lengths: (B,), valid: (B, T) bool -> (B, T, D)
     """
 
     def __init__(self, cfg: NemotronEncoderConfig) -> None:
-        super().__init__()
-        d, act = cfg.hidden_size, cfg.hidden_act
-        ff = dict(activation=act, bias=cfg.attention_bias, names=("linear1", "linear2"))
-        self.norm_feed_forward1 = LayerNorm(d)
-        self.feed_forward1 = FeedForward(d, cfg.intermediate_size, **ff)
-        self.norm_self_att = LayerNorm(d)
-        self.self_attn = ChunkedLimitedAttention(
+        d, k = cfg.hidden_size, cfg.conv_kernel_size
+        attn = ChunkedLimitedAttention(
             d, cfg.num_attention_heads, cfg.attention_bias, cfg.attention_chunk, cfg.left_chunks
         )
-        self.norm_conv = LayerNorm(d)
-        self.conv = ConformerConvolution(
-            d,
-            cfg.conv_kernel_size,
-            bias=cfg.convolution_bias,
-            norm="layer_norm",
-            activation=act,
-            padding=(cfg.conv_kernel_size - 1, 0),
+        conv = ConformerConvolution(
+            d, k, bias=cfg.convolution_bias, norm="layer_norm", activation=cfg.hidden_act, padding=(k - 1, 0)
         )
-        self.norm_feed_forward2 = LayerNorm(d)
-        self.feed_forward2 = FeedForward(d, cfg.intermediate_size, **ff)
-        self.norm_out = LayerNorm(d)
+        super().__init__(cfg, attn, conv)
 
     def forward(self, x: torch.Tensor, lengths: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
-        h = self.feed_forward1(self.norm_feed_forward1(x))
-        y, x = self.norm_self_att.add_forward(0.5 * h, x)
-        h = self.self_attn(y, lengths)
-        y, x = self.norm_conv.add_forward(h, x)
-        h = self.conv(y, valid)
-        y, x = self.norm_feed_forward2.add_forward(h, x)
-        h = self.feed_forward2(y)
-        return self.norm_out(x + 0.5 * h)
+        return self.macaron(x, lambda y: self.self_attn(y, lengths), lambda y: self.conv(y, valid))
 
     def forward_chunk(
         self,
@@ -405,19 +380,18 @@ class NemotronBlock(nn.Module):
             x: (B, T, D), k_pool / v_pool: (n_blocks, block_size, H, Dh), conv_tail: (B, D, kernel - 1)
             -> (B, T, D), the new conv tail
         """
-        h = self.feed_forward1(self.norm_feed_forward1(x))
-        y, x = self.norm_self_att.add_forward(0.5 * h, x)
-        h = self.self_attn.forward_chunk(y, k_pool, v_pool, layout)
-        y, x = self.norm_conv.add_forward(h, x)
-        conv = self.conv
-        g = F.glu(conv.pointwise_conv1(y.transpose(1, 2)), dim=1)  # (B, D, T)
-        joined = torch.cat([conv_tail.to(g.dtype), g], dim=2)  # (B, D, kernel - 1 + T)
-        new_tail = joined[:, :, joined.shape[2] - conv_tail.shape[2] :]
-        g = conv.norm(conv.depthwise_conv(joined).transpose(1, 2)).transpose(1, 2)
-        h = conv.pointwise_conv2(apply_activation(g, conv.activation)).transpose(1, 2)
-        y, x = self.norm_feed_forward2.add_forward(h, x)
-        h = self.feed_forward2(y)
-        return self.norm_out(x + 0.5 * h), new_tail
+        tails: list[torch.Tensor] = []
+
+        def convolve(y: torch.Tensor) -> torch.Tensor:  # the causal convolution after the carried tail
+            conv = self.conv
+            g = F.glu(conv.pointwise_conv1(y.transpose(1, 2)), dim=1)  # (B, D, T)
+            joined = torch.cat([conv_tail.to(g.dtype), g], dim=2)  # (B, D, kernel - 1 + T)
+            tails.append(joined[:, :, joined.shape[2] - conv_tail.shape[2] :])
+            g = conv.norm(conv.depthwise_conv(joined).transpose(1, 2)).transpose(1, 2)
+            return conv.pointwise_conv2(apply_activation(g, conv.activation)).transpose(1, 2)
+
+        out = self.macaron(x, lambda y: self.self_attn.forward_chunk(y, k_pool, v_pool, layout), convolve)
+        return out, tails[0]
 
 
 class NemotronEncoder(FastConformerEncoder):
@@ -433,21 +407,15 @@ class NemotronEncoder(FastConformerEncoder):
     frame; the stream's chunk grid starts ``subsampling_factor - 1`` frames before the audio
     (``streaming_head_frames``), so each window ends on the newest frame its last output
     reads: transformers' first chunk of ``1 + factor * lookahead`` frames, then
-    ``factor * (lookahead + 1)`` a chunk.
-
-    Shapes:
-        feats: (B, T, num_mel_bins), feat_lens: (B,) -> hidden (B, T', D), hidden_lens (B,)
+    ``factor * (lookahead + 1)`` a chunk. Offline, its blocks take the lengths and the valid
+    frames (their attention windows carry their own positions).
     """
 
     subsampling_class = NemotronSubsampling
     block_class = NemotronBlock
 
-    def forward(self, feats: torch.Tensor, feat_lens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        x, lengths = self.embed(feats, feat_lens)
-        valid = _valid(lengths, x.shape[1])
-        for layer in self.layers:
-            x = layer(x, lengths, valid)
-        return x, lengths
+    def block_inputs(self, x: torch.Tensor, lengths: torch.Tensor) -> tuple[Any, ...]:
+        return lengths, _valid(lengths, x.shape[1])
 
     # -- streaming contract ------------------------------------------------------------
 
@@ -608,24 +576,22 @@ def resolve_prompt_id(table: Mapping[str, int], language: str | None, default: i
     return default if key is None else int(table[key])
 
 
-class NemotronRnntModel(BlankVocabMixin, BaseAsrModel):
-    """FastConformer + language prompt + LSTM RNN-T; blank past the tokenizer's pieces."""
+class NemotronRnntModel(ParakeetTransducerModel):
+    """Parakeet's RNN-T (``ParakeetTransducerModel``) over a cache-aware FastConformer, with a
+    language prompt projector on the encoder states; blank past the tokenizer's pieces."""
 
     architecture = "nemotron"
-    capabilities = frozenset({DecodeType.TRANSDUCER})
-    default_decode_type = DecodeType.TRANSDUCER
+    config_class = NemotronConfig
+    encoder_class = NemotronEncoder
 
     def __init__(self, config: NemotronConfig | Mapping[str, Any]) -> None:
-        if not isinstance(config, NemotronConfig):
-            config = NemotronConfig.from_dict(config)
         super().__init__(config)
-        d, dj = config.encoder.hidden_size, config.decoder_hidden_size
-        self.encoder = NemotronEncoder(config.encoder)
+        config = self.config
         self.prompt_projector = (
-            PromptProjector(d, config.prompt_intermediate_size, config.num_prompts) if config.num_prompts else None
+            PromptProjector(self.encoder.output_size, config.prompt_intermediate_size, config.num_prompts)
+            if config.num_prompts
+            else None
         )
-        self.predictor = LstmPredictor(config.vocab_size, dj, config.num_decoder_layers, config.blank_id)
-        self.joiner = AdditiveJoint(d, dj, config.vocab_size)
 
     @property
     def encoder_options(self) -> frozenset[str]:
@@ -724,24 +690,6 @@ class NemotronRnntModel(BlankVocabMixin, BaseAsrModel):
             return hidden, lens
         prompts = cache.states[self.PROMPT_STATE].index_select(0, cache.slots.to(hidden.device)).long()
         return self.prompt_projector(hidden, prompts), lens
-
-    transducer_search = nemo_transducer_search
-    """The engine's transducer search (``oasr.engine.decode.transducer``): batched greedy."""
-
-    @torch.no_grad()
-    def greedy_decode(
-        self, feats: torch.Tensor, feat_lens: torch.Tensor, prompt_ids: torch.Tensor | None = None
-    ) -> GreedyResult:
-        """Encode and run batched greedy RNN-T search (``oasr.models.nemotron.search``)."""
-        hidden, lens = self.encode_offline(feats, feat_lens, prompt_ids)
-        return greedy_search(
-            self.joiner,
-            self.predictor,
-            hidden,
-            lens,
-            blank_id=self.blank_id,
-            max_symbols_per_step=self.config.max_symbols_per_step,
-        )
 
 
 __all__ = [

@@ -3,27 +3,10 @@ SANM decoder, decoded by the ``paraformer`` strategy with CIF timestamps."""
 
 from __future__ import annotations
 
-import importlib
+from oasr.lazy import lazy_exports
 
-__all__ = ["CifPredictorConfig", "ParaformerConfig", "SanmDecoderConfig", "SanmEncoderConfig", "register"]
-
-
-def register() -> None:
-    from oasr.models.registry import register_model
-
-    register_model(
-        "paraformer",
-        "oasr.models.paraformer.model:ParaformerModel",
-        ("oasr.models.paraformer.convert:FunasrParaformerConverter",),
-    )
-
+__all__ = ["CifPredictorConfig", "ParaformerConfig", "SanmDecoderConfig", "SanmEncoderConfig"]
 
 # The config module loads torch (through the model contract); import it on first use so that
-# registering the family (`oasr models`) needs no torch.
-_CONFIG_NAMES = ("CifPredictorConfig", "ParaformerConfig", "SanmDecoderConfig", "SanmEncoderConfig")
-
-
-def __getattr__(name: str):
-    if name in _CONFIG_NAMES:
-        return getattr(importlib.import_module("oasr.models.paraformer.config"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# listing the families (`oasr models`) needs no torch.
+__getattr__ = lazy_exports(__name__, dict.fromkeys(__all__, "oasr.models.paraformer.config"))

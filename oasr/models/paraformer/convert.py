@@ -25,6 +25,7 @@ from typing import Any
 import torch
 
 from oasr.models.base import DecodeType, DecodingSpec, FeatureSpec, LoadError, TokenizerSpec
+from oasr.models.formats.text import read_mapping
 from oasr.models.paraformer.config import (
     CifPredictorConfig,
     ParaformerConfig,
@@ -104,18 +105,6 @@ _UNUSED = ("decoder.embed.", "ctc.", "criterion_att.", "criterion_pre.")
 
 def _refuse(where: Path, key: str, value: Any, why: str) -> LoadError:
     return LoadError(f"{where}: {key}={value!r} is not supported: {why}")
-
-
-def _read_yaml(path: Path) -> dict[str, Any]:
-    import yaml
-
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as e:
-        raise LoadError(f"{path} is not valid YAML: {e}") from e
-    if not isinstance(data, dict):
-        raise LoadError(f"{path} is not a FunASR model config (not a mapping)")
-    return data
 
 
 def _weights_file(directory: Path) -> Path | None:
@@ -254,7 +243,7 @@ class FunasrParaformerConverter:
         if not yml.is_file() or _weights_file(directory) is None:
             return False
         try:
-            cfg = _read_yaml(yml)
+            cfg = read_mapping(yml, "a FunASR model config")
         except (LoadError, OSError):
             return False
         # Any FunASR model directory is claimed, so another model's gets a clear refusal from load().
@@ -266,7 +255,7 @@ class FunasrParaformerConverter:
         yml = directory / "config.yaml"
         if not yml.is_file():
             raise LoadError(f"{directory}: no config.yaml (not a FunASR model directory)")
-        cfg = _read_yaml(yml)
+        cfg = read_mapping(yml, "a FunASR model config")
         if cfg.get("model") not in MODELS:
             raise _refuse(yml, "model", cfg.get("model"), f"this family reads FunASR {' / '.join(MODELS)} directories")
         weights = path if path.is_file() else _weights_file(directory)

@@ -113,22 +113,17 @@ class ParaformerEncoder(BaseEncoder):
         feats: (B, T, input_size) LFR features before CMVN, lens: (B,) -> (B, T, D), lens
     """
 
+    subsampling_rate = 1  # LFR stacking happens in the front end
+
     def __init__(self, cfg: SanmEncoderConfig) -> None:
         super().__init__()
+        self.output_size = cfg.output_size
         self.cfg = cfg
         self.register_buffer("cmvn_shift", torch.zeros(cfg.input_size))
         self.register_buffer("cmvn_scale", torch.ones(cfg.input_size))
         self.encoders0 = nn.ModuleList([SanmEncoderLayer(cfg.input_size, cfg)])
         self.encoders = nn.ModuleList([SanmEncoderLayer(cfg.output_size, cfg) for _ in range(cfg.num_blocks - 1)])
         self.after_norm = LayerNorm(cfg.output_size, eps=NORM_EPS)
-
-    @property
-    def subsampling_rate(self) -> int:
-        return 1  # LFR stacking happens in the front end
-
-    @property
-    def output_size(self) -> int:
-        return self.cfg.output_size
 
     def normalize(self, feats: torch.Tensor) -> torch.Tensor:
         """``(x + shift) * scale`` with the ``am.mvn`` statistics (FunASR's ``apply_cmvn``)."""

@@ -5,6 +5,9 @@ one parallel pass. Module names follow FunASR's state dict (``encoder.*``, ``pre
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import torch
 
 from oasr.models.base import BaseAsrModel, DecodeType
@@ -24,10 +27,11 @@ class ParaformerModel(BlankVocabMixin, BaseAsrModel):
 
     architecture = "paraformer"
     capabilities = frozenset({DecodeType.PARAFORMER})
-    default_decode_type = DecodeType.PARAFORMER
+    config_class = ParaformerConfig
 
-    def __init__(self, config: ParaformerConfig) -> None:
+    def __init__(self, config: ParaformerConfig | Mapping[str, Any]) -> None:
         super().__init__(config)
+        config = self.config
         d = config.encoder.output_size
         self.encoder = ParaformerEncoder(config.encoder)
         self.predictor = CifPredictor(d, config.predictor)

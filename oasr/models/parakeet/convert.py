@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from oasr.models.base import DecodeType, DecodingSpec, FeatureSpec, LoadError
+from oasr.models.formats.hf import feature_extractor_config
 from oasr.models.formats.hf import load_hf_weights as _load_weights
 from oasr.models.formats.hf import model_type as hf_model_type
 from oasr.models.formats.hf import read_json as _read_json
@@ -69,22 +70,8 @@ def encoder_config_from_hf(enc: Mapping[str, Any], where: str) -> ParakeetEncode
         raise LoadError(f"{where}: {e}") from e
 
 
-def _feature_extractor_config(path: Path) -> tuple[dict[str, Any], Path | None]:
-    """The ParakeetFeatureExtractor settings: ``preprocessor_config.json`` (hub releases), else
-    the ``feature_extractor`` entry of ``processor_config.json`` (what transformers 5 writes)."""
-    pre_file = path / "preprocessor_config.json"
-    if pre_file.is_file():
-        return _read_json(pre_file), pre_file
-    proc_file = path / "processor_config.json"
-    if proc_file.is_file():
-        fe = _read_json(proc_file).get("feature_extractor")
-        if isinstance(fe, dict):
-            return fe, proc_file
-    return {}, None
-
-
 def _feature_spec(path: Path, num_mel_bins: int) -> FeatureSpec:
-    pre, source = _feature_extractor_config(path)
+    pre, source = feature_extractor_config(path)
     return mel_feature_spec(mel_params(pre, source or path, num_mel_bins), pre)
 
 

@@ -24,17 +24,17 @@ and additive joint (Hugging Face ``decoder.`` -> ``predictor.``, ``encoder_proje
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
 from torch import nn
 
-from oasr.layers import ConformerConvolution, Conv2d, CtcProjection, FeedForward, LayerNorm, Linear, Relu
+from oasr.layers import ConformerConvolution, Conv2d, FeedForward, LayerNorm, Linear, Relu
 from oasr.layers.packing import Packing
 from oasr.layers.relpos_xl import RelPositionMultiHeadAttentionXL, xl_relative_positions
 from oasr.models.base import BaseAsrModel, BaseEncoder, DecodeType
-from oasr.models.ctc import BlankVocabMixin, CtcMixin
+from oasr.models.ctc import BlankVocabMixin, EncoderCtcModel
 from oasr.models.nemotron.predictor import AdditiveJoint, LstmPredictor
 from oasr.models.nemotron.search import GreedyResult, greedy_search, nemo_transducer_search
 from oasr.models.parakeet.config import (
@@ -104,8 +104,43 @@ class ParakeetSubsampling(nn.Module):
         return self.linear(x), lengths
 
 
-class ParakeetBlock(nn.Module):
-    """One macaron conformer block with half-step feed-forwards and a final LayerNorm.
+class FastConformerBlock(nn.Module):
+    """The macaron conformer block of every FastConformer (Parakeet's, Nemotron's): half-step
+    feed-forwards around the self-attention and the convolution module, a final LayerNorm. A
+    subclass builds its ``self_attn`` and ``conv``; ``macaron`` runs the block around them, each
+    caller saying how they are called (closures over what they take).
+    """
+
+    def __init__(self, cfg: Any, self_attn: nn.Module, conv: nn.Module) -> None:
+        super().__init__()
+        d = cfg.hidden_size
+        ff = dict(activation=cfg.hidden_act, bias=cfg.attention_bias, names=("linear1", "linear2"))
+        self.norm_feed_forward1 = LayerNorm(d)
+        self.feed_forward1 = FeedForward(d, cfg.intermediate_size, **ff)
+        self.norm_self_att = LayerNorm(d)
+        self.self_attn = self_attn
+        self.norm_conv = LayerNorm(d)
+        self.conv = conv
+        self.norm_feed_forward2 = LayerNorm(d)
+        self.feed_forward2 = FeedForward(d, cfg.intermediate_size, **ff)
+        self.norm_out = LayerNorm(d)
+
+    def macaron(
+        self,
+        x: torch.Tensor,
+        attend: Callable[[torch.Tensor], torch.Tensor],
+        convolve: Callable[[torch.Tensor], torch.Tensor],
+    ) -> torch.Tensor:
+        """The block over ``x`` with ``attend`` / ``convolve`` standing for ``self_attn`` / ``conv``."""
+        h = self.feed_forward1(self.norm_feed_forward1(x))
+        y, x = self.norm_self_att.add_forward(0.5 * h, x)
+        y, x = self.norm_conv.add_forward(attend(y), x)
+        y, x = self.norm_feed_forward2.add_forward(convolve(y), x)
+        return self.norm_out(x + 0.5 * self.feed_forward2(y))
+
+
+class ParakeetBlock(FastConformerBlock):
+    """Parakeet's block: Transformer-XL relative-position attention, a batch-norm convolution.
 
     Shapes:
         x: (B, T, D), pos_emb: (2T - 1, D), lengths: (B,), valid: (B, T) bool -> (B, T, D);
@@ -114,20 +149,12 @@ class ParakeetBlock(nn.Module):
     """
 
     def __init__(self, cfg: ParakeetEncoderConfig) -> None:
-        super().__init__()
-        d, act = cfg.hidden_size, cfg.hidden_act
-        ff = dict(activation=act, bias=cfg.attention_bias, names=("linear1", "linear2"))
-        self.norm_feed_forward1 = LayerNorm(d)
-        self.feed_forward1 = FeedForward(d, cfg.intermediate_size, **ff)
-        self.norm_self_att = LayerNorm(d)
-        self.self_attn = RelPositionMultiHeadAttentionXL(d, cfg.num_attention_heads, bias=cfg.attention_bias)
-        self.norm_conv = LayerNorm(d)
-        self.conv = ConformerConvolution(
-            d, cfg.conv_kernel_size, bias=cfg.convolution_bias, norm="batch_norm", activation=act
+        d = cfg.hidden_size
+        attn = RelPositionMultiHeadAttentionXL(d, cfg.num_attention_heads, bias=cfg.attention_bias)
+        conv = ConformerConvolution(
+            d, cfg.conv_kernel_size, bias=cfg.convolution_bias, norm="batch_norm", activation=cfg.hidden_act
         )
-        self.norm_feed_forward2 = LayerNorm(d)
-        self.feed_forward2 = FeedForward(d, cfg.intermediate_size, **ff)
-        self.norm_out = LayerNorm(d)
+        super().__init__(cfg, attn, conv)
 
     def forward(
         self,
@@ -137,21 +164,19 @@ class ParakeetBlock(nn.Module):
         valid: torch.Tensor | None,
         packing: Packing | None = None,
     ) -> torch.Tensor:
-        h = self.feed_forward1(self.norm_feed_forward1(x))
-        y, x = self.norm_self_att.add_forward(0.5 * h, x)
-        h = self.self_attn(y, pos_emb, lengths, packing)
-        y, x = self.norm_conv.add_forward(h, x)
-        h = self.conv(y, valid, packing)
-        y, x = self.norm_feed_forward2.add_forward(h, x)
-        h = self.feed_forward2(y)
-        return self.norm_out(x + 0.5 * h)
+        return self.macaron(
+            x, lambda y: self.self_attn(y, pos_emb, lengths, packing), lambda y: self.conv(y, valid, packing)
+        )
 
 
 class FastConformerEncoder(BaseEncoder):
     """What every FastConformer encoder has (Parakeet's here, Nemotron's cache-aware one): the
     subsampling, the input scale and a stack of blocks. A subclass names its
-    ``subsampling_class`` and ``block_class`` (each built from the encoder config) and writes
-    ``forward``, which differs in what the blocks take.
+    ``subsampling_class`` and ``block_class`` (each built from the encoder config) and says
+    what its blocks take beside the hidden states (``block_inputs``).
+
+    Shapes:
+        feats: (B, T, num_mel_bins), feat_lens: (B,) -> hidden (B, T', D), hidden_lens (B,)
     """
 
     subsampling_class: type[nn.Module]
@@ -159,22 +184,27 @@ class FastConformerEncoder(BaseEncoder):
 
     def __init__(self, cfg: Any) -> None:
         super().__init__()
+        self.subsampling_rate = cfg.subsampling_factor
+        self.output_size = cfg.hidden_size
         self.config = cfg
         self.subsampling = self.subsampling_class(cfg)
         self.layers = nn.ModuleList(self.block_class(cfg) for _ in range(cfg.num_hidden_layers))
         self.input_scale = math.sqrt(cfg.hidden_size) if cfg.scale_input else 1.0
 
-    @property
-    def subsampling_rate(self) -> int:
-        return self.config.subsampling_factor
-
-    @property
-    def output_size(self) -> int:
-        return self.config.hidden_size
-
     def output_lengths(self, feat_lens: torch.Tensor) -> torch.Tensor:
         """Encoder frames for ``feat_lens`` feature frames."""
         return self.subsampling.output_lengths(feat_lens)
+
+    def block_inputs(self, x: torch.Tensor, lengths: torch.Tensor) -> tuple[Any, ...]:
+        """What each block takes after the hidden states ``x`` (B, T', D) of a padded batch."""
+        raise NotImplementedError(f"{type(self).__name__} must say what its blocks take (block_inputs)")
+
+    def forward(self, feats: torch.Tensor, feat_lens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        x, lengths = self.embed(feats, feat_lens)
+        inputs = self.block_inputs(x, lengths)
+        for layer in self.layers:
+            x = layer(x, *inputs)
+        return x, lengths
 
     def embed(self, feats: torch.Tensor, feat_lens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Subsampling and input scale of a padded batch. -> (B, T', D), (B,)"""
@@ -189,23 +219,15 @@ class FastConformerEncoder(BaseEncoder):
 
 
 class ParakeetEncoder(FastConformerEncoder):
-    """FastConformer encoder.
-
-    Shapes:
-        feats: (B, T, num_mel_bins), feat_lens: (B,) -> hidden (B, T', D), hidden_lens (B,)
-    """
+    """FastConformer encoder (full context): its blocks take Transformer-XL relative positions."""
 
     subsampling_class = ParakeetSubsampling
     block_class = ParakeetBlock
 
-    def forward(self, feats: torch.Tensor, feat_lens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        x, lengths = self.embed(feats, feat_lens)
+    def block_inputs(self, x: torch.Tensor, lengths: torch.Tensor) -> tuple[Any, ...]:
         t = x.shape[1]
         pos_emb = xl_relative_positions(t, self.config.hidden_size, device=x.device, dtype=x.dtype)  # (2T'-1, D)
-        valid = _valid(lengths, t)
-        for layer in self.layers:
-            x = layer(x, pos_emb, lengths, valid)
-        return x, lengths
+        return pos_emb, lengths, _valid(lengths, t)
 
     def forward_packed(self, feats: torch.Tensor, cu_seqlens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Encode packed rows: the subsampling runs on the rows padded (its strided
@@ -224,23 +246,12 @@ class ParakeetEncoder(FastConformerEncoder):
         return x, packing.cu_seqlens
 
 
-class ParakeetCtcModel(CtcMixin, BaseAsrModel):
-    """FastConformer + CTC head; the blank is the last id."""
+class ParakeetCtcModel(EncoderCtcModel):
+    """FastConformer + CTC head (``ctc_head``); the blank is the last id."""
 
     architecture = "parakeet"
-    capabilities = frozenset({DecodeType.CTC})
-    default_decode_type = DecodeType.CTC
-
-    def __init__(self, config: ParakeetConfig | Mapping[str, Any]) -> None:
-        if not isinstance(config, ParakeetConfig):
-            config = ParakeetConfig.from_dict(config)
-        super().__init__(config)
-        self.encoder = ParakeetEncoder(config.encoder)
-        self.ctc_head = CtcProjection(config.encoder.hidden_size, config.vocab_size)
-
-    @property
-    def ctc_projection(self) -> CtcProjection:
-        return self.ctc_head
+    config_class = ParakeetConfig
+    encoder_class = ParakeetEncoder
 
 
 class ParakeetTransducerModel(BlankVocabMixin, BaseAsrModel):
@@ -248,29 +259,29 @@ class ParakeetTransducerModel(BlankVocabMixin, BaseAsrModel):
 
     architecture = "parakeet_transducer"
     capabilities = frozenset({DecodeType.TRANSDUCER})
-    default_decode_type = DecodeType.TRANSDUCER
+    config_class = ParakeetTransducerConfig
+    encoder_class: type[FastConformerEncoder] = ParakeetEncoder
 
     def __init__(self, config: ParakeetTransducerConfig | Mapping[str, Any]) -> None:
-        if not isinstance(config, ParakeetTransducerConfig):
-            config = ParakeetTransducerConfig.from_dict(config)
         super().__init__(config)
-        dj = config.decoder_hidden_size
-        self.encoder = ParakeetEncoder(config.encoder)
+        config, dj = self.config, self.config.decoder_hidden_size
+        self.encoder = self.encoder_class(config.encoder)
         self.predictor = LstmPredictor(config.vocab_size, dj, config.num_decoder_layers, int(config.blank_id))
-        self.joiner = AdditiveJoint(config.encoder.hidden_size, dj, config.vocab_size, len(config.durations))
+        self.joiner = AdditiveJoint(self.encoder.output_size, dj, config.vocab_size, len(self.durations))
 
     @property
     def durations(self) -> tuple[int, ...]:
-        """TDT duration values (empty for RNN-T)."""
-        return tuple(self.config.durations)
+        """TDT duration values (empty for RNN-T, and for a config without ``durations``)."""
+        return tuple(getattr(self.config, "durations", ()))
 
     transducer_search = nemo_transducer_search
     """The engine's transducer search (``oasr.engine.decode.transducer``): batched greedy RNN-T / TDT."""
 
     @torch.no_grad()
-    def greedy_decode(self, feats: torch.Tensor, feat_lens: torch.Tensor) -> GreedyResult:
-        """Encode and run batched greedy RNN-T / TDT search (``oasr.models.nemotron.search``)."""
-        hidden, lens = self.encode_offline(feats, feat_lens)
+    def greedy_decode(self, feats: torch.Tensor, feat_lens: torch.Tensor, *encoder_args: Any) -> GreedyResult:
+        """Encode (``encoder_args`` go on to ``encode_offline``: Nemotron's prompt ids) and run
+        batched greedy RNN-T / TDT search (``oasr.models.nemotron.search``)."""
+        hidden, lens = self.encode_offline(feats, feat_lens, *encoder_args)
         return greedy_search(
             self.joiner,
             self.predictor,

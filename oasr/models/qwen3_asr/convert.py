@@ -25,9 +25,15 @@ from pathlib import Path
 from typing import Any
 
 from oasr.models.base import FeatureSpec, LoadError, TokenizerSpec
-from oasr.models.formats.hf import drop_tied_lm_head
+from oasr.models.formats.hf import (
+    bpe_tokenizer_path,
+    feature_extractor_config,
+    read_json,
+    read_json_if_present,
+    renamed_llm_state,
+    token_ids,
+)
 from oasr.models.formats.hf import llm_decoding_spec as _decoding_spec
-from oasr.models.formats.hf import load_hf_weights as _load_weights
 from oasr.models.qwen3_asr.config import (
     ASR_TEXT_TOKEN,
     AUDIO_END_TOKEN,
@@ -76,13 +82,6 @@ _FEATURE_DEFAULTS: dict[str, Any] = {
 _FEATURE_EXTRACTORS = ("Qwen3ASRFeatureExtractor", "WhisperFeatureExtractor")
 
 
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise LoadError(f"{path} is not valid JSON: {e}") from e
-
-
 def _config_json(path: Path) -> dict[str, Any] | None:
     cfg = path / "config.json"
     if not (path.is_dir() and cfg.is_file()):
@@ -94,21 +93,14 @@ def _config_json(path: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def _rename(name: str, prefixes: tuple[tuple[str, str], ...]) -> str:
-    for old, new in prefixes:
-        if name.startswith(old):
-            return new + name[len(old) :]
-    return name
-
-
 def _added_tokens(directory: Path) -> dict[str, tuple[int, bool]]:
     """The tokenizer's added tokens: content -> (id, special)."""
     out: dict[str, tuple[int, bool]] = {}
     if (directory / "tokenizer.json").is_file():
-        for t in _read_json(directory / "tokenizer.json").get("added_tokens") or []:
+        for t in read_json(directory / "tokenizer.json").get("added_tokens") or []:
             out[t["content"]] = (int(t["id"]), bool(t.get("special", False)))
     if (directory / "tokenizer_config.json").is_file():
-        for i, t in (_read_json(directory / "tokenizer_config.json").get("added_tokens_decoder") or {}).items():
+        for i, t in (read_json(directory / "tokenizer_config.json").get("added_tokens_decoder") or {}).items():
             out.setdefault(t["content"], (int(i), bool(t.get("special", False))))
     return out
 
@@ -119,12 +111,7 @@ def _tokenizer(directory: Path) -> tuple[TokenizerSpec, dict[str, int]]:
     Raises:
         LoadError: no tokenizer, or one without the Qwen3-ASR chat tokens.
     """
-    if (directory / "tokenizer.json").is_file():
-        path = directory / "tokenizer.json"
-    elif (directory / "vocab.json").is_file() and (directory / "merges.txt").is_file():
-        path = directory
-    else:
-        raise LoadError(f"{directory} has no Qwen3-ASR tokenizer: expected tokenizer.json or vocab.json + merges.txt")
+    path = bpe_tokenizer_path(directory, "Qwen3-ASR")
     added = _added_tokens(directory)
     names = (IM_START_TOKEN, IM_END_TOKEN, ENDOFTEXT_TOKEN, AUDIO_START_TOKEN, AUDIO_END_TOKEN, AUDIO_PAD_TOKEN)
     missing = [n for n in (*names, ASR_TEXT_TOKEN) if n not in added]
@@ -144,11 +131,7 @@ def _feature_spec(directory: Path, n_mels: int) -> FeatureSpec:
     no truncation; the clamp to ``max - 8`` over the clip), except that a clip shorter
     than ``min_length`` samples is first zero-padded to it (the padding counts as audio).
     """
-    pre: Mapping[str, Any] = {}
-    if (directory / "preprocessor_config.json").is_file():
-        pre = _read_json(directory / "preprocessor_config.json")
-    elif (directory / "processor_config.json").is_file():
-        pre = _read_json(directory / "processor_config.json").get("feature_extractor") or {}
+    pre, _ = feature_extractor_config(directory)
     kind = pre.get("feature_extractor_type", _FEATURE_EXTRACTORS[0])
     if kind not in _FEATURE_EXTRACTORS:
         raise LoadError(f"{directory}: feature extractor {kind!r} is not supported (expected {_FEATURE_EXTRACTORS})")
@@ -171,12 +154,6 @@ def _feature_spec(directory: Path, n_mels: int) -> FeatureSpec:
     )
 
 
-def _as_ids(value: Any) -> list[int]:
-    if value is None:
-        return []
-    return [int(v) for v in value] if isinstance(value, (list, tuple)) else [int(value)]
-
-
 class _Qwen3AsrConverter:
     """Shared reading of both layouts; subclasses say which one and how keys are named."""
 
@@ -195,7 +172,7 @@ class _Qwen3AsrConverter:
         return isinstance(data.get("thinker_config"), dict) == self.original_layout
 
     def load(self, path: Path) -> CheckpointBundle:
-        hf = _read_json(path / "config.json")
+        hf = read_json(path / "config.json")
         thinker = hf.get("thinker_config") if self.original_layout else None
         if isinstance(thinker, dict) and "forced_aligner" in str(thinker.get("model_type", "")):
             raise LoadError(
@@ -203,8 +180,8 @@ class _Qwen3AsrConverter:
                 f"transcription model"
             )
         tspec, ids = _tokenizer(path)
-        gen = _read_json(path / "generation_config.json") if (path / "generation_config.json").is_file() else {}
-        stops = _as_ids(gen.get("eos_token_id")) or _as_ids((thinker or hf).get("eos_token_id"))
+        gen = read_json_if_present(path / "generation_config.json")
+        stops = token_ids(gen.get("eos_token_id")) or token_ids((thinker or hf).get("eos_token_id"))
         stops += [ids[ENDOFTEXT_TOKEN], ids[IM_END_TOKEN]]
         config = Qwen3AsrConfig.from_hf(
             hf,
@@ -221,13 +198,10 @@ class _Qwen3AsrConverter:
                 f"{path}: config audio_token_id={config.audio_token_id} but the tokenizer gives "
                 f"{AUDIO_PAD_TOKEN} the id {ids[AUDIO_PAD_TOKEN]}"
             )
-        state = {_rename(k, self.prefixes): v for k, v in _load_weights(path).items()}
-        if config.text.tie_word_embeddings:
-            drop_tied_lm_head(state, path, "decoder.lm_head.weight", "decoder.embed_tokens.weight")
         return CheckpointBundle(
             architecture=ARCH,
             config=config,
-            state_dict=state,
+            state_dict=renamed_llm_state(path, self.prefixes, config.text.tie_word_embeddings),
             tokenizer=tspec,
             features=_feature_spec(path, config.audio.num_mel_bins),
             decoding=_decoding_spec(gen),

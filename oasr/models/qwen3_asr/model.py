@@ -26,14 +26,16 @@ public model (the speech-LLM surface the ``llm`` strategy consumes).
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
 
-from oasr.languages import code_of, parse_language, resolve_language
-from oasr.layers import Conv2d, Gelu, LayerNorm, Linear, LinearActivation, attention, sinusoids
-from oasr.models.base import BaseAsrModel, BaseEncoder, DecodeType
+from oasr.languages import code_of, parse_language
+from oasr.layers import Conv2d, Gelu, LayerNorm, Linear, LinearActivation, sinusoids
+from oasr.models.base import BaseAsrModel, BaseEncoder
 from oasr.models.decoders.causal_lm import CausalLm, PromptTokenizerMixin
 from oasr.models.qwen3_asr.config import (
     ASR_TEXT_TOKEN,
@@ -45,61 +47,12 @@ from oasr.models.qwen3_asr.config import (
     Qwen3AsrAudioConfig,
     Qwen3AsrConfig,
 )
+from oasr.models.whisper.model import WhisperEncoderLayer
 from oasr.tokenizers import Control
 
 # Stem chunks per convolution call: bounds the (chunks, channels, 64, 50) activation of
 # the first convolution on long audio.
 _STEM_CHUNKS_PER_CALL = 128
-_FP16_CLAMP = torch.finfo(torch.float16).max - 1000
-
-
-class Qwen3AsrAudioAttention(nn.Module):
-    """Bidirectional multi-head self-attention with biased projections (no positions).
-
-    Shapes:
-        x: (N, W, D), key_lengths: (N,) or None -> (N, W, D)
-    """
-
-    def __init__(self, d_model: int, n_head: int) -> None:
-        super().__init__()
-        self.n_head = n_head
-        self.head_dim = d_model // n_head
-        self.q_proj = Linear(d_model, d_model)
-        self.k_proj = Linear(d_model, d_model)
-        self.v_proj = Linear(d_model, d_model)
-        self.out_proj = Linear(d_model, d_model)
-
-    def forward(self, x: torch.Tensor, key_lengths: torch.Tensor | None = None) -> torch.Tensor:
-        n, w, d = x.shape
-
-        def heads(t: torch.Tensor) -> torch.Tensor:
-            return t.view(n, w, self.n_head, self.head_dim).transpose(1, 2)  # (N, H, W, Dh)
-
-        q, k, v = heads(self.q_proj(x)), heads(self.k_proj(x)), heads(self.v_proj(x))
-        out = attention(q, k, v, key_lengths=key_lengths)  # (N, H, W, Dh)
-        return self.out_proj(out.transpose(1, 2).reshape(n, w, d))
-
-
-class Qwen3AsrAudioLayer(nn.Module):
-    """Pre-norm encoder layer: attention and a GELU MLP, each with a residual."""
-
-    def __init__(self, cfg: Qwen3AsrAudioConfig) -> None:
-        super().__init__()
-        d = cfg.d_model
-        self.self_attn = Qwen3AsrAudioAttention(d, cfg.encoder_attention_heads)
-        self.self_attn_layer_norm = LayerNorm(d, cfg.layer_norm_eps)
-        self.fc1 = LinearActivation(d, cfg.encoder_ffn_dim, "gelu")
-        self.fc2 = Linear(cfg.encoder_ffn_dim, d)
-        self.final_layer_norm = LayerNorm(d, cfg.layer_norm_eps)
-
-    def forward(self, x: torch.Tensor, key_lengths: torch.Tensor | None = None) -> torch.Tensor:
-        a = self.self_attn(self.self_attn_layer_norm(x), key_lengths)
-        h, x = self.final_layer_norm.add_forward(a, x)
-        x = x + self.fc2(self.fc1(h))
-        if x.dtype == torch.float16:
-            # The residual stream of a half-precision tower can overflow; both references clamp it.
-            x = x.clamp(-_FP16_CLAMP, _FP16_CLAMP)
-        return x
 
 
 def post_cnn_lengths(lengths: torch.Tensor) -> torch.Tensor:
@@ -177,8 +130,11 @@ class Qwen3AsrAudioEncoder(BaseEncoder):
         -> states (B, N_max, output_dim) (or d_model before the head), n_tokens (B,)
     """
 
+    subsampling_rate = 8
+
     def __init__(self, cfg: Qwen3AsrAudioConfig) -> None:
         super().__init__()
+        self.output_size = cfg.output_dim
         self.cfg = cfg
         c, d = cfg.downsample_hidden_size, cfg.d_model
         self.conv2d1 = Conv2d(1, c, 3, stride=2, padding=1)
@@ -186,18 +142,15 @@ class Qwen3AsrAudioEncoder(BaseEncoder):
         self.conv2d3 = Conv2d(c, c, 3, stride=2, padding=1)
         self.gelu = Gelu()
         self.conv_out = Linear(c * cfg.freq_bins, d, bias=False)
-        self.layers = nn.ModuleList(Qwen3AsrAudioLayer(cfg) for _ in range(cfg.encoder_layers))
+        self.layers = nn.ModuleList(
+            WhisperEncoderLayer(
+                d, cfg.encoder_attention_heads, cfg.encoder_ffn_dim, cfg.layer_norm_eps, key_bias=True, fp16_clamp=True
+            )
+            for _ in range(cfg.encoder_layers)
+        )
         self.ln_post = LayerNorm(d, cfg.layer_norm_eps)
         self.proj1 = LinearActivation(d, d, "gelu")
         self.proj2 = Linear(d, cfg.output_dim)
-
-    @property
-    def subsampling_rate(self) -> int:
-        return 8
-
-    @property
-    def output_size(self) -> int:
-        return self.cfg.output_dim
 
     # -- stem ---------------------------------------------------------------------------
 
@@ -307,17 +260,17 @@ class Qwen3AsrModel(PromptTokenizerMixin, BaseAsrModel):
 
     family = "Qwen3-ASR"
     architecture = "qwen3_asr"
-    capabilities = frozenset({DecodeType.LLM})
-    default_decode_type = DecodeType.LLM
     # The release is bfloat16; in float16 its LM's activations overflow (only the tower clamps).
     safe_dtypes = (torch.bfloat16, torch.float32)
     unsafe_dtype_reason = "its checkpoint is bfloat16 and its language model's activations overflow float16's range"
 
-    def __init__(self, config: Qwen3AsrConfig) -> None:
+    config_class = Qwen3AsrConfig
+
+    def __init__(self, config: Qwen3AsrConfig | Mapping[str, Any]) -> None:
         super().__init__(config)
+        config = self.config
         self.encoder = Qwen3AsrAudioEncoder(config.audio)
         self.decoder = CausalLm(config.text)
-        self._tokenizer = None
         # The table's names (the prompt's spelling) by ISO code, and back (a name oasr's table
         # lacks is its own code, lower-cased).
         self._names: dict[str, str] = {code_of(n): n for n in config.languages}
@@ -353,19 +306,9 @@ class Qwen3AsrModel(PromptTokenizerMixin, BaseAsrModel):
 
     @property
     def languages(self) -> tuple[str, ...]:
-        """The ISO codes of the forced-language names (``config.languages``)."""
+        """The ISO codes of the forced-language names (``config.languages``). An unsupported
+        name is refused (``resolve_language``), where the qwenasr.cpp port detects instead."""
         return tuple(self._names)
-
-    def resolve_language(self, language: str | None) -> str | None:
-        """The ISO code of a language of the model's table: a code (2- or 3-letter), an English
-        name in any case or a locale (``de-AT`` -> ``de``); None, "", "auto" and "none" mean
-        detect (None). (transformers' processor takes codes and names; the qwenasr.cpp port
-        turns an unsupported name into detection, where oasr refuses it.)
-
-        Raises:
-            ValueError: a language outside the table, naming the supported ones.
-        """
-        return resolve_language(language, self.languages, model=self.family)
 
     def prompt_parts(
         self, n_audio: int, *, language: str | None = None, context: str | None = None
@@ -403,10 +346,7 @@ class Qwen3AsrModel(PromptTokenizerMixin, BaseAsrModel):
         Raises:
             ValueError: an unsupported language or task, or ``n_audio < 1``.
         """
-        if task != "transcribe":
-            raise ValueError(f"Qwen3-ASR serves task='transcribe' only, got task={task!r}")
-        if n_audio < 1:
-            raise ValueError(f"n_audio must be >= 1, got {n_audio}")
+        self.check_prompt_request(n_audio, task)
         # Tokenise with one placeholder (a special token, atomic under BPE), then expand it.
         ids = self.tokenizer.encode_prompt(self.prompt_parts(1, language=language, context=context))
         at = [i for i, t in enumerate(ids) if t == self.config.audio_token_id]

@@ -17,15 +17,20 @@ below the prefix); the audio side keeps its names.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 from oasr.models.base import FeatureSpec, LoadError, TokenizerSpec
-from oasr.models.formats.hf import drop_tied_lm_head
+from oasr.models.formats.hf import (
+    bpe_tokenizer_path,
+    feature_extractor_config,
+    read_json,
+    read_json_if_present,
+    rename_prefixed,
+    renamed_llm_state,
+    token_ids,
+)
 from oasr.models.formats.hf import llm_decoding_spec as _decoding_spec
-from oasr.models.formats.hf import load_hf_weights as _load_weights
 from oasr.models.formats.hf import model_type as hf_model_type
 from oasr.models.registry import CheckpointBundle
 from oasr.models.speech_llm.config import (
@@ -63,29 +68,14 @@ def rename_key(name: str) -> str:
 
     Names outside the layouts come back unchanged (and are reported as dropped).
     """
-    for src, dst in _PREFIXES:
-        if name.startswith(src):
-            return dst + name[len(src) :]
-    return name
-
-
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
-        raise LoadError(f"{path} is not valid JSON: {e}") from e
+    return rename_prefixed(name, _PREFIXES)
 
 
 def _tokenizer(directory: Path) -> tuple[TokenizerSpec, dict[str, int | None]]:
     """The tokenizer spec and the ids it gives the family's special tokens."""
     from oasr.tokenizers import load_tokenizer
 
-    if (directory / "tokenizer.json").is_file():
-        path = directory / "tokenizer.json"
-    elif (directory / "vocab.json").is_file() and (directory / "merges.txt").is_file():
-        path = directory
-    else:
-        raise LoadError(f"{directory} has no Qwen2-Audio tokenizer: expected tokenizer.json or vocab.json + merges.txt")
+    path = bpe_tokenizer_path(directory, "Qwen2-Audio")
     tok = load_tokenizer(TokenizerSpec(kind="huggingface", path=str(path)))
     ids = {t: tok.token_to_id(t) for t in _SPECIAL_TOKENS}
     if ids[AUDIO_BOS_TOKEN] is None or ids[AUDIO_EOS_TOKEN] is None:
@@ -101,7 +91,7 @@ def _chat_templates(directory: Path) -> list[str]:
         out.append((directory / "chat_template.jinja").read_text(encoding="utf-8"))
     for name in ("chat_template.json", "processor_config.json", "tokenizer_config.json"):
         if (directory / name).is_file():
-            value = _read_json(directory / name).get("chat_template")
+            value = read_json(directory / name).get("chat_template")
             if isinstance(value, str):
                 out.append(value)
             elif isinstance(value, list):  # named templates: [{"name": ..., "template": ...}]
@@ -112,11 +102,7 @@ def _chat_templates(directory: Path) -> list[str]:
 def _feature_spec(directory: Path, n_mels: int) -> FeatureSpec:
     """WhisperFeatureExtractor settings (``preprocessor_config.json``, or the
     ``feature_extractor`` entry transformers 5.x writes into ``processor_config.json``)."""
-    pre: Mapping[str, Any] = {}
-    if (directory / "preprocessor_config.json").is_file():
-        pre = _read_json(directory / "preprocessor_config.json")
-    elif (directory / "processor_config.json").is_file():
-        pre = _read_json(directory / "processor_config.json").get("feature_extractor") or {}
+    pre, _ = feature_extractor_config(directory)
     kind = pre.get("feature_extractor_type", "WhisperFeatureExtractor")
     if kind != "WhisperFeatureExtractor":
         raise LoadError(f"{directory}: feature extractor {kind!r} is not supported (Qwen2-Audio uses Whisper's)")
@@ -140,14 +126,6 @@ def _feature_spec(directory: Path, n_mels: int) -> FeatureSpec:
     )
 
 
-def _as_ids(value: Any) -> list[int]:
-    if value is None:
-        return []
-    if isinstance(value, (list, tuple)):
-        return [int(v) for v in value]
-    return [int(value)]
-
-
 class HFQwen2AudioConverter:
     """A transformers ``Qwen2AudioForConditionalGeneration`` directory (config.json
     ``model_type: qwen2_audio``; safetensors, sharded or .bin; tokenizer; optional
@@ -162,11 +140,11 @@ class HFQwen2AudioConverter:
         return path.is_dir() and hf_model_type(path) == "qwen2_audio"
 
     def load(self, path: Path) -> CheckpointBundle:
-        hf = _read_json(path / "config.json")
+        hf = read_json(path / "config.json")
         tspec, special = _tokenizer(path)
-        gen = _read_json(path / "generation_config.json") if (path / "generation_config.json").is_file() else {}
-        text_eos = _as_ids((hf.get("text_config") or {}).get("eos_token_id"))
-        stops = _as_ids(gen.get("eos_token_id")) or text_eos
+        gen = read_json_if_present(path / "generation_config.json")
+        text_eos = token_ids((hf.get("text_config") or {}).get("eos_token_id"))
+        stops = token_ids(gen.get("eos_token_id")) or text_eos
         stops += [i for i in (special[ENDOFTEXT_TOKEN], special[IM_END_TOKEN]) if i is not None]
         chat = any(AUDIO_BOS_TOKEN in t for t in _chat_templates(path))
         try:
@@ -184,9 +162,7 @@ class HFQwen2AudioConverter:
                 f"{path}: config audio_token_index={config.audio_token_id} but the tokenizer gives "
                 f"{AUDIO_TOKEN} the id {special[AUDIO_TOKEN]}"
             )
-        state = {rename_key(k): v for k, v in _load_weights(path).items()}
-        if config.text.tie_word_embeddings:
-            drop_tied_lm_head(state, path, "decoder.lm_head.weight", "decoder.embed_tokens.weight")
+        state = renamed_llm_state(path, _PREFIXES, config.text.tie_word_embeddings)
         return CheckpointBundle(
             architecture=ARCH,
             config=config,

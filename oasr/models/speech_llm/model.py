@@ -15,13 +15,15 @@ decode strategy drives (``encode_offline``, ``prompt_ids``, ``embed_prompt``,
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
+from typing import Any
 
 import torch
 from torch import nn
 
-from oasr.languages import names_of, resolve_language
-from oasr.layers import Conv1d, Embedding, Gelu, LayerNorm, Linear, LinearActivation
-from oasr.models.base import BaseAsrModel, BaseEncoder, DecodeType
+from oasr.languages import names_of
+from oasr.layers import Linear
+from oasr.models.base import BaseAsrModel
 from oasr.models.decoders.causal_lm import CausalLm, PromptTokenizerMixin
 from oasr.models.speech_llm.config import (
     AUDIO_BOS_TOKEN,
@@ -32,7 +34,7 @@ from oasr.models.speech_llm.config import (
     Qwen2AudioConfig,
     Qwen2AudioEncoderConfig,
 )
-from oasr.models.whisper.model import WhisperAttention
+from oasr.models.whisper.model import WhisperStyleEncoder
 from oasr.tokenizers import Control
 
 
@@ -50,26 +52,7 @@ def pool_output_lengths(conv_lens: torch.Tensor) -> torch.Tensor:
     return (conv_lens - 2) // 2 + 1
 
 
-class Qwen2AudioEncoderLayer(nn.Module):
-    """Pre-norm Whisper encoder layer whose self-attention masks padded keys."""
-
-    def __init__(self, cfg: Qwen2AudioEncoderConfig) -> None:
-        super().__init__()
-        d = cfg.d_model
-        self.self_attn = WhisperAttention(d, cfg.encoder_attention_heads)
-        self.self_attn_layer_norm = LayerNorm(d, cfg.layer_norm_eps)
-        self.fc1 = LinearActivation(d, cfg.encoder_ffn_dim, "gelu")
-        self.fc2 = Linear(cfg.encoder_ffn_dim, d)
-        self.final_layer_norm = LayerNorm(d, cfg.layer_norm_eps)
-
-    def forward(self, x: torch.Tensor, key_lengths: torch.Tensor) -> torch.Tensor:
-        """(B, T, D), valid keys (B,) -> (B, T, D)"""
-        a = self.self_attn(self.self_attn_layer_norm(x), key_lengths=key_lengths)
-        h, x = self.final_layer_norm.add_forward(a, x)
-        return x + self.fc2(self.fc1(h))
-
-
-class Qwen2AudioTower(BaseEncoder):
+class Qwen2AudioTower(WhisperStyleEncoder):
     """Two convolutions (the second strides by 2), learned positions, pre-norm layers
     under a key-padding mask, a stride-2 average pool, then the LayerNorm.
 
@@ -82,24 +65,12 @@ class Qwen2AudioTower(BaseEncoder):
         -> states (B, max_source_positions // 2, d_model), lens (B,)
     """
 
+    subsampling_rate = 4
+
     def __init__(self, cfg: Qwen2AudioEncoderConfig) -> None:
-        super().__init__()
-        d = cfg.d_model
+        d, heads, ffn, eps = cfg.d_model, cfg.encoder_attention_heads, cfg.encoder_ffn_dim, cfg.layer_norm_eps
+        super().__init__(cfg.num_mel_bins, d, cfg.max_source_positions, cfg.encoder_layers, heads, ffn, eps)
         self.cfg = cfg
-        self.conv1 = Conv1d(cfg.num_mel_bins, d, 3, padding=1)
-        self.conv2 = Conv1d(d, d, 3, stride=2, padding=1)
-        self.gelu = Gelu()
-        self.embed_positions = Embedding(cfg.max_source_positions, d)
-        self.layers = nn.ModuleList(Qwen2AudioEncoderLayer(cfg) for _ in range(cfg.encoder_layers))
-        self.layer_norm = LayerNorm(d, cfg.layer_norm_eps)
-
-    @property
-    def subsampling_rate(self) -> int:
-        return 4
-
-    @property
-    def output_size(self) -> int:
-        return self.cfg.d_model
 
     def output_lengths(self, feat_lens: torch.Tensor) -> torch.Tensor:
         """Valid states per row for ``feat_lens`` valid mel frames (the two-stage formula)."""
@@ -116,9 +87,7 @@ class Qwen2AudioTower(BaseEncoder):
             feat_lens = torch.full((b,), t, dtype=torch.long, device=feats.device)
         feat_lens = feat_lens.to(device=feats.device, dtype=torch.long).clamp(1, t)
         conv_lens = conv_output_lengths(feat_lens)
-        x = self.gelu(self.conv1(feats))
-        x = self.gelu(self.conv2(x))
-        x = x.transpose(1, 2) + self.embed_positions.weight  # (B, T', D)
+        x = self.embed(feats)  # (B, T', D)
         for layer in self.layers:
             x = layer(x, conv_lens)
         n = x.shape[1] // 2
@@ -161,16 +130,16 @@ class Qwen2AudioModel(PromptTokenizerMixin, BaseAsrModel):
 
     family = "Qwen2-Audio"
     architecture = "speech_llm"
-    capabilities = frozenset({DecodeType.LLM})
-    default_decode_type = DecodeType.LLM
     safe_dtypes = (torch.bfloat16, torch.float16, torch.float32)  # the release's dtype first
 
-    def __init__(self, config: Qwen2AudioConfig) -> None:
+    config_class = Qwen2AudioConfig
+
+    def __init__(self, config: Qwen2AudioConfig | Mapping[str, Any]) -> None:
         super().__init__(config)
+        config = self.config
         self.audio_tower = Qwen2AudioTower(config.audio)
         self.multi_modal_projector = Qwen2AudioProjector(config.audio.d_model, config.text.hidden_size)
         self.decoder = CausalLm(config.text)
-        self._tokenizer = None
 
     @property
     def encoder(self) -> Qwen2AudioTower:
@@ -204,16 +173,6 @@ class Qwen2AudioModel(PromptTokenizerMixin, BaseAsrModel):
     def languages(self) -> tuple[str, ...]:
         """The ISO codes of the model card's ASR languages (its prompt's ``<|code|>`` tags)."""
         return tuple(LANGUAGES)
-
-    def resolve_language(self, language: str | None) -> str | None:
-        """The ISO code of a language of the model's table: a code (2- or 3-letter), an English
-        name in any case or a locale (``de_CH`` -> ``de``); None, "", "auto" and "none" mean
-        detect (None).
-
-        Raises:
-            ValueError: a language outside the model's table, naming the supported ones.
-        """
-        return resolve_language(language, self.languages, model=self.family)
 
     def prompt_parts(
         self, n_audio: int, *, language: str | None = None, context: str | None = None
@@ -258,10 +217,7 @@ class Qwen2AudioModel(PromptTokenizerMixin, BaseAsrModel):
         Raises:
             ValueError: an unsupported language or task, or context with the base prompt.
         """
-        if task != "transcribe":
-            raise ValueError(f"Qwen2-Audio serves task='transcribe' only, got task={task!r}")
-        if n_audio < 1:
-            raise ValueError(f"n_audio must be >= 1, got {n_audio}")
+        self.check_prompt_request(n_audio, task)
         ids = self.tokenizer.encode_prompt(self.prompt_parts(n_audio, language=language, context=context))
         if sum(1 for i in ids if i == self.config.audio_token_id) != n_audio:
             raise ValueError(

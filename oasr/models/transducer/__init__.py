@@ -3,30 +3,10 @@
 
 from __future__ import annotations
 
-import importlib
+from oasr.lazy import lazy_exports
 
-__all__ = ["TransducerConfig", "register"]
-
-
-def register() -> None:
-    from oasr.models.registry import register_model
-
-    register_model(
-        "transducer",
-        "oasr.models.transducer.model:TransducerModel",
-        (
-            "oasr.models.transducer.convert:IcefallTransducerConverter",
-            "oasr.models.transducer.convert:IcefallHybridTransducerConverter",
-        ),
-    )
-
+__all__ = ["TransducerConfig"]
 
 # The config module loads torch (through the model contract); import it on first use so that
-# registering the family (`oasr models`) needs no torch.
-_CONFIG_NAMES = ("TransducerConfig",)
-
-
-def __getattr__(name: str):
-    if name in _CONFIG_NAMES:
-        return getattr(importlib.import_module("oasr.models.transducer.config"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# listing the families (`oasr models`) needs no torch.
+__getattr__ = lazy_exports(__name__, dict.fromkeys(__all__, "oasr.models.transducer.config"))

@@ -12,7 +12,6 @@ The predictor's config comes from its shapes: ``decoder.embedding.weight`` (V, d
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from pathlib import Path
 
 import torch
@@ -21,11 +20,10 @@ from oasr.models.base import DecodeType, DecodingSpec, LoadError
 from oasr.models.registry import CheckpointBundle
 from oasr.models.transducer.config import TransducerConfig
 from oasr.models.zipformer.convert import (
-    UNUSED_PREFIXES,
     IcefallCheckpoint,
+    IcefallDirectoryConverter,
     encoder_config,
     encoder_state,
-    feature_spec,
     looks_like_icefall,
     read_checkpoint,
     sniff_kind,
@@ -36,82 +34,67 @@ from oasr.models.zipformer.convert import (
 ARCH = "transducer"
 
 
-def transducer_bundle(ckpt: IcefallCheckpoint, source: str) -> CheckpointBundle:
-    """Read a checkpoint with ``decoder.*`` / ``joiner.*`` into a ``TransducerModel`` bundle.
-
-    Raises:
-        LoadError: no predictor / joiner, or shapes that do not fit together.
-    """
-    if not ckpt.has_transducer:
-        raise LoadError(
-            f"{ckpt.weights}: no decoder.embedding.weight / joiner.output_linear.weight: not a transducer "
-            f"checkpoint (a CTC-only one loads as architecture='zipformer')"
-        )
-    s = ckpt.state
-    vocab, decoder_dim = s["decoder.embedding.weight"].shape
-    conv = s.get("decoder.conv.weight")
-    context = 1 if conv is None else int(conv.shape[-1])
-    joiner_dim, enc_dim = s["joiner.encoder_proj.weight"].shape
-    encoder = encoder_config(ckpt)
-    if enc_dim != encoder.output_dim or s["joiner.output_linear.weight"].shape[0] != vocab:
-        raise LoadError(
-            f"{ckpt.weights}: the joiner ({tuple(s['joiner.encoder_proj.weight'].shape)}, output "
-            f"{s['joiner.output_linear.weight'].shape[0]}) does not fit the encoder width {encoder.output_dim} "
-            f"and vocabulary {vocab}"
-        )
-    if conv is not None and tuple(conv.shape[:2]) != (decoder_dim, 4):
-        raise LoadError(f"{ckpt.weights}: decoder.conv.weight {tuple(conv.shape)} is not a groups-of-4 convolution")
-    tokenizer, blank = tokenizer_spec(ckpt, vocab_size(ckpt))
-    try:
-        config = TransducerConfig(
-            encoder=encoder,
-            vocab_size=int(vocab),
-            blank_id=blank,
-            decoder_dim=int(decoder_dim),
-            context_size=context,
-            joiner_dim=int(joiner_dim),
-            use_ctc=ckpt.has_ctc,
-        )
-    except ValueError as e:
-        raise LoadError(f"{ckpt.directory}: {e}") from e
-    state: dict[str, torch.Tensor] = encoder_state(ckpt)
-    for key, tensor in s.items():
-        if key.startswith("decoder."):
-            state["predictor." + key[len("decoder.") :]] = tensor
-        elif key.startswith("joiner."):
-            state[key] = tensor
-        elif key.startswith("ctc_output.1."):
-            state["ctc_output." + key[len("ctc_output.1.") :]] = tensor
-        elif not key.startswith(("encoder_embed.", "encoder.")):
-            state[key] = tensor
-    return CheckpointBundle(
-        architecture=ARCH,
-        config=config,
-        state_dict=state,
-        tokenizer=tokenizer,
-        features=feature_spec(encoder),
-        decoding=DecodingSpec(DecodeType.TRANSDUCER, params={"context_size": context}),
-        source=source,
-        format="icefall",
-        metadata={"weights": str(ckpt.weights)},
-    )
-
-
-class IcefallTransducerConverter:
+class IcefallTransducerConverter(IcefallDirectoryConverter):
     """A transducer-only icefall directory (auto-detected)."""
 
     architecture = ARCH
-    auto_detect = True
-    expected_unused_prefixes: tuple[str, ...] = UNUSED_PREFIXES
-    capability_drop_hints: Mapping[str, str] = {
-        "attention_decoder.": "icefall's attention decoder (rescoring) is not implemented",
-    }
 
     def can_load(self, path: Path) -> bool:
         return looks_like_icefall(Path(path)) and sniff_kind(Path(path)) == "transducer"
 
     def load(self, path: Path) -> CheckpointBundle:
-        return transducer_bundle(read_checkpoint(Path(path)), str(path))
+        return self.read(read_checkpoint(Path(path)), str(path))
+
+    def read(self, ckpt: IcefallCheckpoint, source: str) -> CheckpointBundle:
+        """Read a checkpoint with ``decoder.*`` / ``joiner.*`` into a ``TransducerModel`` bundle.
+
+        Raises:
+            LoadError: no predictor / joiner, or shapes that do not fit together.
+        """
+        if not ckpt.has_transducer:
+            raise LoadError(
+                f"{ckpt.weights}: no decoder.embedding.weight / joiner.output_linear.weight: not a transducer "
+                f"checkpoint (a CTC-only one loads as architecture='zipformer')"
+            )
+        s = ckpt.state
+        vocab, decoder_dim = s["decoder.embedding.weight"].shape
+        conv = s.get("decoder.conv.weight")
+        context = 1 if conv is None else int(conv.shape[-1])
+        joiner_dim, enc_dim = s["joiner.encoder_proj.weight"].shape
+        encoder = encoder_config(ckpt)
+        if enc_dim != encoder.output_dim or s["joiner.output_linear.weight"].shape[0] != vocab:
+            raise LoadError(
+                f"{ckpt.weights}: the joiner ({tuple(s['joiner.encoder_proj.weight'].shape)}, output "
+                f"{s['joiner.output_linear.weight'].shape[0]}) does not fit the encoder width {encoder.output_dim} "
+                f"and vocabulary {vocab}"
+            )
+        if conv is not None and tuple(conv.shape[:2]) != (decoder_dim, 4):
+            raise LoadError(f"{ckpt.weights}: decoder.conv.weight {tuple(conv.shape)} is not a groups-of-4 convolution")
+        tokenizer, blank = tokenizer_spec(ckpt, vocab_size(ckpt))
+        try:
+            config = TransducerConfig(
+                encoder=encoder,
+                vocab_size=int(vocab),
+                blank_id=blank,
+                decoder_dim=int(decoder_dim),
+                context_size=context,
+                joiner_dim=int(joiner_dim),
+                use_ctc=ckpt.has_ctc,
+            )
+        except ValueError as e:
+            raise LoadError(f"{ckpt.directory}: {e}") from e
+        state: dict[str, torch.Tensor] = encoder_state(ckpt)
+        for key, tensor in s.items():
+            if key.startswith("decoder."):
+                state["predictor." + key[len("decoder.") :]] = tensor
+            elif key.startswith("joiner."):
+                state[key] = tensor
+            elif key.startswith("ctc_output.1."):
+                state["ctc_output." + key[len("ctc_output.1.") :]] = tensor
+            elif not key.startswith(("encoder_embed.", "encoder.")):
+                state[key] = tensor
+        decoding = DecodingSpec(DecodeType.TRANSDUCER, params={"context_size": context})
+        return self.bundle(ckpt, config, state, tokenizer, decoding, source)
 
 
 class IcefallHybridTransducerConverter(IcefallTransducerConverter):

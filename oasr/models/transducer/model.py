@@ -109,11 +109,11 @@ class TransducerModel(CtcMixin, BaseAsrModel):
 
     architecture = "transducer"
     default_decode_type = DecodeType.TRANSDUCER
+    config_class = TransducerConfig
 
     def __init__(self, config: TransducerConfig | Mapping[str, Any]) -> None:
-        if not isinstance(config, TransducerConfig):
-            config = TransducerConfig.from_dict(config)
         super().__init__(config)
+        config = self.config
         self.encoder = ZipformerEncoder(config.encoder)
         self.predictor = StatelessPredictor(config.vocab_size, config.decoder_dim, config.context_size, config.blank_id)
         self.joiner = IcefallJoiner(config.encoder.output_dim, config.decoder_dim, config.joiner_dim, config.vocab_size)

@@ -2,31 +2,10 @@
 
 from __future__ import annotations
 
-import importlib
+from oasr.lazy import lazy_exports
 
-__all__ = ["WHISPER_SIZES", "WhisperConfig", "register"]
-
-
-def register() -> None:
-    from oasr.models.registry import register_model
-
-    register_model(
-        "whisper",
-        "oasr.models.whisper.model:WhisperModel",
-        (
-            "oasr.models.whisper.convert:HFWhisperConverter",
-            "oasr.models.whisper.convert:CT2WhisperConverter",
-            "oasr.models.whisper.convert:OpenAIWhisperConverter",
-        ),
-    )
-
+__all__ = ["WHISPER_SIZES", "WhisperConfig"]
 
 # The config module loads torch (through the model contract); import it on first use so that
-# registering the family (`oasr models`) needs no torch.
-_CONFIG_NAMES = ("WHISPER_SIZES", "WhisperConfig")
-
-
-def __getattr__(name: str):
-    if name in _CONFIG_NAMES:
-        return getattr(importlib.import_module("oasr.models.whisper.config"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# listing the families (`oasr models`) needs no torch.
+__getattr__ = lazy_exports(__name__, dict.fromkeys(__all__, "oasr.models.whisper.config"))

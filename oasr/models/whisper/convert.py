@@ -10,7 +10,6 @@ must be zero.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -20,19 +19,13 @@ import torch
 
 from oasr.models.base import DecodeType, DecodingSpec, FeatureSpec, LoadError, TokenizerSpec
 from oasr.models.formats.ctranslate2 import find_model_parts, read_ct2_model
+from oasr.models.formats.hf import bpe_tokenizer_path, read_json, read_json_if_present
 from oasr.models.formats.hf import load_hf_weights as _load_hf_weights
 from oasr.models.formats.hf import model_type as hf_model_type
 from oasr.models.registry import CheckpointBundle
 from oasr.models.whisper.config import WhisperConfig
 
 ARCH = "whisper"
-
-
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
-        raise LoadError(f"{path} is not valid JSON: {e}") from e
 
 
 def _feature_spec(n_mels: int, pre: Mapping[str, Any] | None = None) -> FeatureSpec:
@@ -50,14 +43,7 @@ def _feature_spec(n_mels: int, pre: Mapping[str, Any] | None = None) -> FeatureS
 
 
 def _tokenizer_spec(directory: Path) -> TokenizerSpec:
-    if (directory / "tokenizer.json").is_file():
-        return TokenizerSpec(kind="huggingface", path=str(directory / "tokenizer.json"))
-    if (directory / "vocab.json").is_file() and (directory / "merges.txt").is_file():
-        return TokenizerSpec(kind="huggingface", path=str(directory))
-    raise LoadError(
-        f"{directory} has no Whisper vocabulary: expected tokenizer.json (or vocab.json + merges.txt) "
-        f"beside the weights"
-    )
+    return TokenizerSpec(kind="huggingface", path=str(bpe_tokenizer_path(directory, "Whisper")))
 
 
 def _decoding_spec(params: dict[str, Any]) -> DecodingSpec:
@@ -69,13 +55,12 @@ def _directory_bundle(
     path: Path, config: WhisperConfig, state: dict[str, torch.Tensor], params: dict[str, Any], fmt: str, **metadata: Any
 ) -> CheckpointBundle:
     """A bundle for a checkpoint directory: its tokenizer and (optional) preprocessor config beside the weights."""
-    pre_file = path / "preprocessor_config.json"
     return CheckpointBundle(
         architecture=ARCH,
         config=config,
         state_dict=state,
         tokenizer=_tokenizer_spec(path),
-        features=_feature_spec(config.n_mels, _read_json(pre_file) if pre_file.is_file() else None),
+        features=_feature_spec(config.n_mels, read_json_if_present(path / "preprocessor_config.json")),
         decoding=_decoding_spec(params),
         source=str(path),
         format=fmt,
@@ -105,7 +90,7 @@ class HFWhisperConverter:
         return path.is_dir() and hf_model_type(path) == "whisper"
 
     def load(self, path: Path) -> CheckpointBundle:
-        hf = _read_json(path / "config.json")
+        hf = read_json(path / "config.json")
         act = hf.get("activation_function", "gelu")
         if act != "gelu":
             raise LoadError(f"{path}: activation_function={act!r} is not supported (Whisper uses 'gelu')")
@@ -134,7 +119,7 @@ class HFWhisperConverter:
         emb = state.get("decoder.embed_tokens.weight")
         if proj is not None and emb is not None and not torch.equal(proj, emb):
             raise LoadError(f"{path}: proj_out.weight differs from the token embedding; oasr ties them as Whisper does")
-        gen = _read_json(path / "generation_config.json") if (path / "generation_config.json").is_file() else {}
+        gen = read_json_if_present(path / "generation_config.json")
         params = {
             "suppress_tokens": list(gen.get("suppress_tokens", hf.get("suppress_tokens")) or []),
             "begin_suppress_tokens": list(gen.get("begin_suppress_tokens", hf.get("begin_suppress_tokens")) or []),
@@ -276,7 +261,7 @@ class CT2WhisperConverter:
         leftover = sorted(set(m.variables) - used)
         if leftover:
             raise LoadError(f"{path}: CTranslate2 variables this converter does not map: {leftover[:10]}")
-        cfg = _read_json(path / "config.json") if (path / "config.json").is_file() else {}
+        cfg = read_json_if_present(path / "config.json")
         params = {
             "suppress_tokens": list(cfg.get("suppress_ids") or []),
             "begin_suppress_tokens": list(cfg.get("suppress_ids_begin") or []),
@@ -290,16 +275,18 @@ class CT2WhisperConverter:
 # openai-whisper .pt
 
 
+# openai-whisper's attention projections -> transformers' (self- and cross-attention alike).
+_OPENAI_PROJECTIONS = (("query", "q_proj"), ("key", "k_proj"), ("value", "v_proj"), ("out", "out_proj"))
 _OPENAI_RENAMES = (
-    (r"^(encoder|decoder)\.blocks\.(\d+)\.attn\.query\.", r"\1.layers.\2.self_attn.q_proj."),
-    (r"^(encoder|decoder)\.blocks\.(\d+)\.attn\.key\.", r"\1.layers.\2.self_attn.k_proj."),
-    (r"^(encoder|decoder)\.blocks\.(\d+)\.attn\.value\.", r"\1.layers.\2.self_attn.v_proj."),
-    (r"^(encoder|decoder)\.blocks\.(\d+)\.attn\.out\.", r"\1.layers.\2.self_attn.out_proj."),
+    *(
+        (rf"^(encoder|decoder)\.blocks\.(\d+)\.attn\.{theirs}\.", rf"\1.layers.\2.self_attn.{ours}.")
+        for theirs, ours in _OPENAI_PROJECTIONS
+    ),
     (r"^(encoder|decoder)\.blocks\.(\d+)\.attn_ln\.", r"\1.layers.\2.self_attn_layer_norm."),
-    (r"^decoder\.blocks\.(\d+)\.cross_attn\.query\.", r"decoder.layers.\1.encoder_attn.q_proj."),
-    (r"^decoder\.blocks\.(\d+)\.cross_attn\.key\.", r"decoder.layers.\1.encoder_attn.k_proj."),
-    (r"^decoder\.blocks\.(\d+)\.cross_attn\.value\.", r"decoder.layers.\1.encoder_attn.v_proj."),
-    (r"^decoder\.blocks\.(\d+)\.cross_attn\.out\.", r"decoder.layers.\1.encoder_attn.out_proj."),
+    *(
+        (rf"^decoder\.blocks\.(\d+)\.cross_attn\.{theirs}\.", rf"decoder.layers.\1.encoder_attn.{ours}.")
+        for theirs, ours in _OPENAI_PROJECTIONS
+    ),
     (r"^decoder\.blocks\.(\d+)\.cross_attn_ln\.", r"decoder.layers.\1.encoder_attn_layer_norm."),
     (r"^(encoder|decoder)\.blocks\.(\d+)\.mlp\.0\.", r"\1.layers.\2.fc1."),
     (r"^(encoder|decoder)\.blocks\.(\d+)\.mlp\.2\.", r"\1.layers.\2.fc2."),

@@ -13,7 +13,8 @@ cross-attention for word timing call with their own attention), then the public 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import torch
 from torch import nn
@@ -33,16 +34,20 @@ from oasr.models.base import BaseAsrModel, BaseEncoder, DecodeType
 from oasr.models.decoders import BaseDecoder, DecoderState, KVPool, PoolExhausted, RowGroups
 from oasr.models.whisper.config import WhisperConfig
 
+# The largest magnitude a float16 residual stream is clamped to (Qwen3-ASR's tower; both its
+# references clamp it, as its activations can overflow half precision).
+FP16_CLAMP = torch.finfo(torch.float16).max - 1000
+
 
 class WhisperAttention(nn.Module):
-    """Multi-head attention projections (the key projection has no bias)."""
+    """Multi-head attention projections (the key projection has no bias unless ``key_bias``)."""
 
-    def __init__(self, d_model: int, n_head: int) -> None:
+    def __init__(self, d_model: int, n_head: int, key_bias: bool = False) -> None:
         super().__init__()
         self.n_head = n_head
         self.head_dim = d_model // n_head
         self.q_proj = Linear(d_model, d_model)
-        self.k_proj = Linear(d_model, d_model, bias=False)
+        self.k_proj = Linear(d_model, d_model, bias=key_bias)
         self.v_proj = Linear(d_model, d_model)
         self.out_proj = Linear(d_model, d_model)
 
@@ -65,46 +70,74 @@ class WhisperAttention(nn.Module):
 
 
 class WhisperEncoderLayer(nn.Module):
-    def __init__(self, cfg: WhisperConfig) -> None:
+    """Whisper's pre-norm encoder layer: self-attention (over each row's valid keys, when
+    given) and a GELU MLP, each with a residual. The speech-LLM audio towers are built of it
+    (Qwen3-ASR's with biased keys and its residual stream clamped in float16).
+
+    Shapes:
+        x: (B, T, D), key_lengths: (B,) or None -> (B, T, D)
+    """
+
+    def __init__(
+        self, d_model: int, n_head: int, ffn_dim: int, eps: float, *, key_bias: bool = False, fp16_clamp: bool = False
+    ) -> None:
         super().__init__()
-        d = cfg.n_audio_state
-        self.self_attn = WhisperAttention(d, cfg.n_audio_head)
-        self.self_attn_layer_norm = LayerNorm(d, cfg.layer_norm_eps)
-        self.fc1 = LinearActivation(d, cfg.encoder_ffn_dim, "gelu")
-        self.fc2 = Linear(cfg.encoder_ffn_dim, d)
-        self.final_layer_norm = LayerNorm(d, cfg.layer_norm_eps)
+        self.self_attn = WhisperAttention(d_model, n_head, key_bias)
+        self.self_attn_layer_norm = LayerNorm(d_model, eps)
+        self.fc1 = LinearActivation(d_model, ffn_dim, "gelu")
+        self.fc2 = Linear(ffn_dim, d_model)
+        self.final_layer_norm = LayerNorm(d_model, eps)
+        self.fp16_clamp = fp16_clamp
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        a = self.self_attn(self.self_attn_layer_norm(x))
+    def forward(self, x: torch.Tensor, key_lengths: torch.Tensor | None = None) -> torch.Tensor:
+        a = self.self_attn(self.self_attn_layer_norm(x), key_lengths=key_lengths)
         h, x = self.final_layer_norm.add_forward(a, x)
-        return x + self.fc2(self.fc1(h))
+        x = x + self.fc2(self.fc1(h))
+        if self.fp16_clamp and x.dtype == torch.float16:
+            x = x.clamp(-FP16_CLAMP, FP16_CLAMP)
+        return x
 
 
-class WhisperEncoder(BaseEncoder):
-    """Two convolutions (the second strides by 2), learned positions, pre-norm layers.
+class WhisperStyleEncoder(BaseEncoder):
+    """Whisper's encoder body, which the Qwen2-Audio tower shares: two GELU convolutions
+    (the second strides by 2), learned positions, pre-norm layers, a final LayerNorm.
+
+    Shapes (``embed``):
+        feats: (B, n_mels, 2 * n_positions) -> (B, n_positions, d_model)
+    """
+
+    def __init__(
+        self, n_mels: int, d_model: int, n_positions: int, n_layers: int, n_head: int, ffn_dim: int, eps: float
+    ) -> None:
+        super().__init__()
+        self.output_size = d_model
+        self.conv1 = Conv1d(n_mels, d_model, 3, padding=1)
+        self.conv2 = Conv1d(d_model, d_model, 3, stride=2, padding=1)
+        self.gelu = Gelu()
+        self.embed_positions = Embedding(n_positions, d_model)
+        self.layers = nn.ModuleList(WhisperEncoderLayer(d_model, n_head, ffn_dim, eps) for _ in range(n_layers))
+        self.layer_norm = LayerNorm(d_model, eps)
+
+    def embed(self, feats: torch.Tensor) -> torch.Tensor:
+        """The convolutions and the learned positions: (B, n_mels, T) -> (B, T // 2, D)."""
+        x = self.gelu(self.conv1(feats))
+        x = self.gelu(self.conv2(x))
+        return x.transpose(1, 2) + self.embed_positions.weight  # (B, T', D)
+
+
+class WhisperEncoder(WhisperStyleEncoder):
+    """Whisper's encoder over one 30-s window.
 
     Shapes:
         feats: (B, n_mels, 2 * n_audio_ctx) -> (B, n_audio_ctx, n_audio_state)
     """
 
+    subsampling_rate = 2
+
     def __init__(self, cfg: WhisperConfig) -> None:
-        super().__init__()
-        d = cfg.n_audio_state
+        d, heads, ffn, eps = cfg.n_audio_state, cfg.n_audio_head, cfg.encoder_ffn_dim, cfg.layer_norm_eps
+        super().__init__(cfg.n_mels, d, cfg.n_audio_ctx, cfg.n_audio_layer, heads, ffn, eps)
         self.cfg = cfg
-        self.conv1 = Conv1d(cfg.n_mels, d, 3, padding=1)
-        self.conv2 = Conv1d(d, d, 3, stride=2, padding=1)
-        self.gelu = Gelu()
-        self.embed_positions = Embedding(cfg.n_audio_ctx, d)
-        self.layers = nn.ModuleList(WhisperEncoderLayer(cfg) for _ in range(cfg.n_audio_layer))
-        self.layer_norm = LayerNorm(d, cfg.layer_norm_eps)
-
-    @property
-    def subsampling_rate(self) -> int:
-        return 2
-
-    @property
-    def output_size(self) -> int:
-        return self.cfg.n_audio_state
 
     def forward(self, feats: torch.Tensor, feat_lens: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         expected = 2 * self.cfg.n_audio_ctx
@@ -113,9 +146,7 @@ class WhisperEncoder(BaseEncoder):
                 f"Whisper expects features of shape (B, {self.cfg.n_mels}, {expected}) "
                 f"(a 30-s window, padded); got {tuple(feats.shape)}"
             )
-        x = self.gelu(self.conv1(feats))
-        x = self.gelu(self.conv2(x))
-        x = x.transpose(1, 2) + self.embed_positions.weight  # (B, T, D)
+        x = self.embed(feats)
         for layer in self.layers:
             x = layer(x)
         x = self.layer_norm(x)
@@ -393,12 +424,12 @@ class WhisperModel(BaseAsrModel):
 
     architecture = "whisper"
     capabilities = frozenset({DecodeType.AED})
-    default_decode_type = DecodeType.AED
+    config_class = WhisperConfig
 
-    def __init__(self, config: WhisperConfig) -> None:
+    def __init__(self, config: WhisperConfig | Mapping[str, Any]) -> None:
         super().__init__(config)
-        self.encoder = WhisperEncoder(config)
-        self.decoder = WhisperDecoder(config)
+        self.encoder = WhisperEncoder(self.config)
+        self.decoder = WhisperDecoder(self.config)
 
     def encode_offline(
         self, feats: torch.Tensor, feat_lens: torch.Tensor | None = None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import operator
 import string
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -10,6 +11,12 @@ from functools import cached_property
 from oasr.languages import LANGUAGES, normalize_language  # noqa: F401 (re-exported)
 from oasr.languages import UNSPACED_LANGUAGES as _UNSPACED_LANGUAGES
 from oasr.tokenizers import Tokenizer
+
+
+def special_id(name: str, via: str = "special") -> property:
+    """A read-only property: the id of Whisper's special token ``name``, read off the owner's
+    ``WhisperSpecialTokens`` at the dotted path ``via``."""
+    return property(operator.attrgetter(f"{via}.{name}"), doc=f"The id of Whisper's ``{name}`` token.")
 
 
 @dataclass(frozen=True)
@@ -89,13 +96,8 @@ class WhisperTokenizer:
 
     # -- ids ---------------------------------------------------------------------
 
-    @property
-    def eot(self) -> int:
-        return self.special.eot
-
-    @property
-    def timestamp_begin(self) -> int:
-        return self.special.timestamp_begin
+    eot = special_id("eot")
+    timestamp_begin = special_id("timestamp_begin")
 
     @cached_property
     def language_to_id(self) -> dict[str, int]:

@@ -2,30 +2,10 @@
 
 from __future__ import annotations
 
-import importlib
+from oasr.lazy import lazy_exports
 
-__all__ = ["ZipformerConfig", "ZipformerEncoderConfig", "register"]
-
-
-def register() -> None:
-    from oasr.models.registry import register_model
-
-    register_model(
-        "zipformer",
-        "oasr.models.zipformer.model:ZipformerCtcModel",
-        (
-            "oasr.models.zipformer.convert:IcefallConverter",
-            "oasr.models.zipformer.convert:IcefallExplicitConverter",
-        ),
-    )
-
+__all__ = ["ZipformerConfig", "ZipformerEncoderConfig"]
 
 # The config module loads torch (through the model contract); import it on first use so that
-# registering the family (`oasr models`) needs no torch.
-_CONFIG_NAMES = ("ZipformerConfig", "ZipformerEncoderConfig")
-
-
-def __getattr__(name: str):
-    if name in _CONFIG_NAMES:
-        return getattr(importlib.import_module("oasr.models.zipformer.config"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# listing the families (`oasr models`) needs no torch.
+__getattr__ = lazy_exports(__name__, dict.fromkeys(__all__, "oasr.models.zipformer.config"))

@@ -21,7 +21,6 @@ one (``oasr.models.transducer.convert``).
 
 from __future__ import annotations
 
-import json
 import pickle
 import re
 from collections.abc import Mapping
@@ -32,6 +31,7 @@ from typing import Any
 import torch
 
 from oasr.models.base import DecodeType, DecodingSpec, FeatureSpec, LoadError, TokenizerSpec
+from oasr.models.formats.text import read_mapping, read_symbol_table
 from oasr.models.registry import CheckpointBundle
 from oasr.models.zipformer.config import ZipformerConfig, ZipformerEncoderConfig
 
@@ -199,15 +199,8 @@ def read_checkpoint(path: Path) -> IcefallCheckpoint:
     path = Path(path)
     weights = weights_file(path)
     directory = _directory(weights)
-    overrides: dict[str, Any] = {}
     cfg_file = directory / "config.json"
-    if cfg_file.is_file():
-        try:
-            overrides = json.loads(cfg_file.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as e:
-            raise LoadError(f"{cfg_file} is not valid JSON: {e}") from e
-        if not isinstance(overrides, dict):
-            raise LoadError(f"{cfg_file}: expected a JSON object of config overrides")
+    overrides = read_mapping(cfg_file, "a JSON object of config overrides") if cfg_file.is_file() else {}
     return IcefallCheckpoint(directory, weights, _load_state(weights), overrides)
 
 
@@ -379,14 +372,7 @@ def tokenizer_spec(ckpt: IcefallCheckpoint, vocab: int) -> tuple[TokenizerSpec, 
     """
     tokens = ckpt.directory / "tokens.txt"
     if tokens.is_file():
-        table: dict[int, str] = {}
-        for n, line in enumerate(tokens.read_text(encoding="utf-8").splitlines(), 1):
-            if not line.strip():
-                continue
-            parts = line.split()
-            if len(parts) != 2 or not parts[1].isdigit():
-                raise LoadError(f"{tokens}:{n}: expected '<sym> <id>', got {line!r}")
-            table[int(parts[1])] = parts[0]
+        table = read_symbol_table(tokens)
         size = max(table, default=-1) + 1
         if size != vocab:
             raise LoadError(f"{tokens}: {size} tokens but the model's output has {vocab}")
@@ -432,16 +418,43 @@ def encoder_state(ckpt: IcefallCheckpoint) -> dict[str, torch.Tensor]:
     }
 
 
-class IcefallConverter:
-    """An icefall Zipformer directory with a CTC head (a CTC or hybrid checkpoint)."""
+class IcefallDirectoryConverter:
+    """What every icefall converter (CTC here, transducer in ``oasr.models.transducer``)
+    declares: auto-detected, training-only tensors dropped silently, the attention decoder
+    dropped with a hint; ``bundle`` is the bundle of a checkpoint it has read."""
 
-    architecture = ARCH
+    architecture: str
     auto_detect = True
     expected_unused_prefixes: tuple[str, ...] = UNUSED_PREFIXES
     capability_drop_hints: Mapping[str, str] = {
+        "attention_decoder.": "icefall's attention decoder (rescoring) is not implemented",
+    }
+
+    def bundle(
+        self, ckpt: IcefallCheckpoint, config: Any, state: dict[str, torch.Tensor], tokenizer, decoding, source: str
+    ) -> CheckpointBundle:
+        """The bundle of ``ckpt`` read into ``config`` (its ``encoder`` gives the features)."""
+        return CheckpointBundle(
+            architecture=self.architecture,
+            config=config,
+            state_dict=state,
+            tokenizer=tokenizer,
+            features=feature_spec(config.encoder),
+            decoding=decoding,
+            source=source,
+            format="icefall",
+            metadata={"weights": str(ckpt.weights)},
+        )
+
+
+class IcefallConverter(IcefallDirectoryConverter):
+    """An icefall Zipformer directory with a CTC head (a CTC or hybrid checkpoint)."""
+
+    architecture = ARCH
+    capability_drop_hints: Mapping[str, str] = {
         "decoder.": "the transducer predictor is not used by the CTC model; load with architecture='transducer'",
         "joiner.": "the transducer joiner is not used by the CTC model; load with architecture='transducer'",
-        "attention_decoder.": "icefall's attention decoder (rescoring) is not implemented",
+        **IcefallDirectoryConverter.capability_drop_hints,
     }
 
     def can_load(self, path: Path) -> bool:
@@ -469,17 +482,7 @@ class IcefallConverter:
         state.update(
             {k: v for k, v in ckpt.state.items() if not k.startswith(("encoder_embed.", "encoder.", "ctc_output."))}
         )
-        return CheckpointBundle(
-            architecture=ARCH,
-            config=config,
-            state_dict=state,
-            tokenizer=tokenizer,
-            features=feature_spec(encoder),
-            decoding=DecodingSpec(DecodeType.CTC),
-            source=str(path),
-            format="icefall",
-            metadata={"weights": str(ckpt.weights)},
-        )
+        return self.bundle(ckpt, config, state, tokenizer, DecodingSpec(DecodeType.CTC), str(path))
 
 
 class IcefallExplicitConverter(IcefallConverter):

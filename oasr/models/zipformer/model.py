@@ -43,26 +43,23 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from oasr.layers import Conv1d, Conv2d, CtcProjection, Linear, Tanh
+from oasr.layers import Conv1d, Conv2d, Linear, Tanh
 from oasr.layers.zipformer import BiasNorm, Bypass, ChunkCausalDepthwiseConv1d, SimpleDownsample, swoosh_l, swoosh_r
 from oasr.models.base import (
-    BaseAsrModel,
     BaseEncoder,
-    DecodeType,
     StreamingGeometry,
     StreamingNotSupported,
     StreamingStates,
     StreamStateSpec,
     chunk_units,
 )
-from oasr.models.ctc import CtcMixin
+from oasr.models.ctc import EncoderCtcModel
 from oasr.models.zipformer.config import ZipformerConfig, ZipformerEncoderConfig
 
 MASK_SCORE = -1000.0  # icefall fills masked attention scores with -1000, not -inf
@@ -580,19 +577,13 @@ class ZipformerEncoder(BaseEncoder):
 
     def __init__(self, cfg: ZipformerEncoderConfig) -> None:
         super().__init__()
+        self.subsampling_rate = 2 * cfg.output_downsampling_factor
+        self.output_size = cfg.output_dim
         self.config = cfg
         self.encoder_embed = Conv2dSubsampling(cfg.num_mel_bins, cfg.embed_channels, cfg.encoder_dim[0])
         self.encoder = nn.Module()
         self.encoder.encoders = nn.ModuleList(ZipformerStack(cfg, i) for i in range(cfg.num_stacks))
         self.encoder.downsample_output = SimpleDownsample(cfg.output_downsampling_factor)
-
-    @property
-    def subsampling_rate(self) -> int:
-        return 2 * self.config.output_downsampling_factor
-
-    @property
-    def output_size(self) -> int:
-        return self.config.output_dim
 
     def output_lengths(self, feat_lens: torch.Tensor) -> torch.Tensor:
         """Encoder frames for ``feat_lens`` feature frames."""
@@ -841,20 +832,10 @@ def _convert_num_channels(x: torch.Tensor, dim: int) -> torch.Tensor:
     return F.pad(x, (0, dim - x.shape[-1]))
 
 
-class ZipformerCtcModel(CtcMixin, BaseAsrModel):
+class ZipformerCtcModel(EncoderCtcModel):
     """Zipformer2 encoder + icefall's CTC head (``ctc_output``); the blank is id 0."""
 
     architecture = "zipformer"
-    capabilities = frozenset({DecodeType.CTC})
-    default_decode_type = DecodeType.CTC
-
-    def __init__(self, config: ZipformerConfig | Mapping[str, Any]) -> None:
-        if not isinstance(config, ZipformerConfig):
-            config = ZipformerConfig.from_dict(config)
-        super().__init__(config)
-        self.encoder = ZipformerEncoder(config.encoder)
-        self.ctc_output = CtcProjection(config.encoder.output_dim, config.vocab_size)
-
-    @property
-    def ctc_projection(self) -> CtcProjection:
-        return self.ctc_output
+    config_class = ZipformerConfig
+    encoder_class = ZipformerEncoder
+    ctc_head_name = "ctc_output"

@@ -16,17 +16,6 @@ WENET_DIR = FIXTURES_DIR / "wenet-u2pp-tiny"
 CLIP = "sense_and_sensibility_01_austen_64kb-0870.wav"
 
 
-@pytest.fixture(scope="session", autouse=True)
-def _conformer_registered():
-    """The family is registered (a no-op once it is among the registry's built-ins)."""
-    from oasr.models.registry import list_models
-
-    if "conformer" not in list_models():
-        from oasr.models.conformer import register
-
-        register()
-
-
 @pytest.fixture(scope="session")
 def wenet_dir() -> Path:
     if not (WENET_DIR / "train.yaml").is_file():

@@ -32,13 +32,6 @@ def _one_thread():
     torch.set_num_threads(before)
 
 
-@pytest.fixture(scope="package", autouse=True)
-def _registered():
-    import oasr.models.lasr
-
-    oasr.models.lasr.register()  # until "oasr.models.lasr" is a built-in package; a second call is harmless
-
-
 @pytest.fixture(scope="package", params=sorted(VARIANTS))
 def hf_dir(request, tmp_path_factory) -> Path:
     pytest.importorskip("transformers")

@@ -27,12 +27,11 @@ def _edit_config(path: Path, edit) -> None:
     (path / "config.json").write_text(json.dumps(cfg))
 
 
-def test_register_twice_is_harmless():
-    import oasr.models.lasr
-    from oasr.models.registry import get_model_info
+def test_registered_as_a_builtin_across_reloads():
+    from oasr.models.registry import get_model_info, reload_registry
 
-    oasr.models.lasr.register()
-    oasr.models.lasr.register()
+    reload_registry()
+    reload_registry()
     info = get_model_info("lasr")
     assert info.model_class().architecture == "lasr"
     assert [type(c) for c in info.converter_objects()] == [HFLasrConverter]

@@ -151,17 +151,7 @@ def generated_labels(sequences: torch.Tensor, durations: torch.Tensor, enc_lens,
 
 
 @pytest.fixture(scope="session")
-def nemotron_registered() -> None:
-    """Register the family when the registry's built-in list does not have it yet."""
-    from oasr.models import list_models
-    from oasr.models.nemotron import register
-
-    if "nemotron" not in list_models():
-        register()
-
-
-@pytest.fixture(scope="session")
-def nemotron_reference(tmp_path_factory, nemotron_registered) -> Reference:
+def nemotron_reference(tmp_path_factory) -> Reference:
     return save_nemotron_checkpoint(tmp_path_factory.mktemp("nemotron_tiny"))
 
 

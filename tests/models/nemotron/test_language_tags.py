@@ -24,7 +24,7 @@ CLIPS = ("speechbrain_spk1_snt1.wav", "sense_and_sensibility_01_austen_64kb-0890
 
 
 @pytest.fixture(scope="module")
-def tagged(tmp_path_factory, nemotron_registered):
+def tagged(tmp_path_factory):
     # Seed and bias chosen so that the tag is a few of the labels, not none or all of them.
     return save_nemotron_checkpoint(tmp_path_factory.mktemp("nemotron_tagged"), seed=5, tags=(TAG,), tag_bias=12.0)
 

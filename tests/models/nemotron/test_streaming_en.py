@@ -14,7 +14,7 @@ LOOKAHEAD = 3
 
 
 @pytest.fixture(scope="module")
-def reference(tmp_path_factory, nemotron_registered):
+def reference(tmp_path_factory):
     from transformers import (
         NemotronAsrStreamingConfig,
         NemotronAsrStreamingFeatureExtractor,

@@ -129,17 +129,7 @@ def save_ctc_checkpoint(path: Path, seed: int = 0, **encoder_overrides) -> Refer
 
 
 @pytest.fixture(scope="session")
-def parakeet_registered() -> None:
-    """Register the family when the registry's built-in list does not have it yet."""
-    from oasr.models import list_models
-    from oasr.models.parakeet import register
-
-    if "parakeet" not in list_models():
-        register()
-
-
-@pytest.fixture(scope="session")
-def reference(tmp_path_factory, parakeet_registered) -> Reference:
+def reference(tmp_path_factory) -> Reference:
     return save_ctc_checkpoint(tmp_path_factory.mktemp("parakeet_ctc_tiny"))
 
 

@@ -54,7 +54,7 @@ def test_preprocessor_config_json_is_read_first(reference, tmp_path):
 
 
 @pytest.mark.parametrize("kind", ["rnnt", "tdt"])
-def test_transducer_directories_load_as_parakeet_transducer(kind, tmp_path, parakeet_registered):
+def test_transducer_directories_load_as_parakeet_transducer(kind, tmp_path):
     from safetensors.torch import load_file, save_file
     from transformers import ParakeetForRNNT, ParakeetForTDT, ParakeetRNNTConfig, ParakeetTDTConfig
 

@@ -80,7 +80,7 @@ def _save(path, kind: str, seed: int = 0):
 
 
 @pytest.fixture(scope="module", params=["rnnt", "tdt"])
-def case(request, tmp_path_factory, parakeet_registered, waveforms):
+def case(request, tmp_path_factory, waveforms):
     path = tmp_path_factory.mktemp(f"parakeet_{request.param}_tiny")
     model, tokenizer, fe = _save(path, request.param)
     loaded = oasr.load_pretrained(path)

@@ -28,7 +28,7 @@ CLIP = "sense_and_sensibility_01_austen_64kb-0890.wav"  # 5.3 s
 
 
 @pytest.fixture(scope="module", params=["rnnt", "tdt"])
-def checkpoint(request, tmp_path_factory, parakeet_registered):
+def checkpoint(request, tmp_path_factory):
     path = tmp_path_factory.mktemp(f"parakeet_{request.param}_surfaces")
     _save(path, request.param)
     return request.param, path

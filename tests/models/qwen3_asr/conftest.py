@@ -196,19 +196,6 @@ def save_original_layout(ref: Reference, path: Path) -> None:
         (path / name).write_bytes((ref.path / name).read_bytes())
 
 
-def _register() -> None:
-    """Register the family (idempotent), whether or not the built-in list has it yet."""
-    from oasr.models.qwen3_asr import register
-
-    register()
-
-
-@pytest.fixture(autouse=True)
-def qwen3_asr_registered() -> None:
-    # Per test: another test module may have reloaded the registry in between.
-    _register()
-
-
 @pytest.fixture(scope="session")
 def reference(tmp_path_factory) -> Reference:
     return save_checkpoint(tmp_path_factory.mktemp("qwen3_asr_tiny"))
@@ -226,7 +213,6 @@ def loaded(reference):
     """oasr's load of the reference directory, in float64."""
     from oasr.models import load_pretrained
 
-    _register()
     out = load_pretrained(reference.path)
     out.model.double()
     return out
@@ -237,7 +223,6 @@ def engine(reference):
     """An ``oasr.ASREngine`` of the reference directory, with the family's defaults."""
     import oasr
 
-    _register()
     return oasr.ASREngine(str(reference.path))
 
 

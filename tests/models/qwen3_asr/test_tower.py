@@ -8,6 +8,7 @@ import pytest
 import torch
 
 import oasr.models.qwen3_asr.model as qmodel
+import oasr.models.whisper.model as wmodel  # the tower's layers are Whisper's (WhisperEncoderLayer)
 from oasr.models.qwen3_asr import Qwen3AsrAudioConfig
 from oasr.models.qwen3_asr.model import Qwen3AsrAudioEncoder, WindowLayout
 from tests.models.qwen3_asr.conftest import TINY_AUDIO, hf_features, parity, randomize_
@@ -66,13 +67,13 @@ def test_a_single_window_is_one_dense_block(reference, long_and_short, monkeypat
     short = long_and_short[1:]
     x, mask = hf_features(reference.feature_extractor, short)
     calls = []
-    real = qmodel.attention
+    real = wmodel.attention
 
     def spy(q, k, v, **kw):
         calls.append((tuple(q.shape), kw.get("key_lengths"), kw.get("mask")))
         return real(q, k, v, **kw)
 
-    monkeypatch.setattr(qmodel, "attention", spy)
+    monkeypatch.setattr(wmodel, "attention", spy)
     with torch.no_grad():
         states, n = ours(x.double(), mask.sum(1), project=False)
         ref = hf(input_features=x.double(), input_features_mask=mask).last_hidden_state

@@ -33,15 +33,6 @@ def _one_thread():
         Path(os.environ["OASR_PARITY_FIGURES"]).write_text(json.dumps(ref.FIGURES, indent=1), encoding="utf-8")
 
 
-@pytest.fixture(scope="session", autouse=True)
-def _registered():
-    """Registered here until the architecture is in the registry's built-in list
-    (``register`` overwrites, so it is harmless once it is)."""
-    from oasr.models.speech_llm import register
-
-    register()
-
-
 @pytest.fixture(scope="session")
 def tok():
     pytest.importorskip("tokenizers")

@@ -350,11 +350,7 @@ def ctc_prefix_beam_search(
         log_probs: (T, V) log-probabilities of one utterance (valid frames only).
 
     Args:
-        beam_size: prefixes kept, and symbols expanded, per frame.
-        blank_id: the model's blank.
-        skip_ids: ids never emitted (see the module docstring).
-        lm: word-level n-gram fusion (``LmFusion``), or None.
-        hotwords: a hotword ``ContextGraph``, or None.
+        beam_size, blank_id, skip_ids, lm, hotwords: as ``CtcPrefixBeam`` takes them.
 
     Returns:
         up to ``beam_size`` hypotheses, best first; ``score`` = CTC log-probability
