@@ -31,10 +31,11 @@ import torch
 from torch import nn
 
 from oasr.layers import ConformerConvolution, Conv2d, FeedForward, LayerNorm, Linear, Relu
+from oasr.layers.ctc import CtcProjection
 from oasr.layers.packing import Packing
 from oasr.layers.relpos_xl import RelPositionMultiHeadAttentionXL, xl_relative_positions
 from oasr.models.base import BaseAsrModel, BaseEncoder, DecodeType
-from oasr.models.ctc import BlankVocabMixin, EncoderCtcModel
+from oasr.models.ctc import BlankVocabMixin, CtcMixin, EncoderCtcModel
 from oasr.models.nemotron.predictor import AdditiveJoint, LstmPredictor
 from oasr.models.nemotron.search import GreedyResult, greedy_search, nemo_transducer_search
 from oasr.models.parakeet.config import (
@@ -302,11 +303,11 @@ class ParakeetHybridModel(CtcMixin, ParakeetTransducerModel):
     capabilities = frozenset({DecodeType.TRANSDUCER, DecodeType.CTC})
     default_decode_type = DecodeType.TRANSDUCER
 
+    config_class = ParakeetHybridConfig
+
     def __init__(self, config: ParakeetHybridConfig | Mapping[str, Any]) -> None:
-        if not isinstance(config, ParakeetHybridConfig):
-            config = ParakeetHybridConfig.from_dict(config)
         super().__init__(config)
-        self.ctc_head = CtcProjection(config.encoder.hidden_size, config.vocab_size)
+        self.ctc_head = CtcProjection(self.encoder.output_size, self.config.vocab_size)
 
     @property
     def ctc_projection(self) -> CtcProjection:

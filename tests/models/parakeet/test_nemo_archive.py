@@ -38,7 +38,7 @@ def _nemo():
 
 
 @pytest.fixture(scope="module")
-def archives(tmp_path_factory, parakeet_registered):
+def archives(tmp_path_factory):
     """kind -> (.nemo path, NeMo model in float64, eval). Built once for the module."""
     _nemo()
     from tests.models.parakeet import nemo_reference
@@ -311,7 +311,7 @@ def test_the_archives_decoding_defaults_are_nemos(archives, waveforms, tmp_path)
 
 
 @torch.no_grad()
-def test_a_joint_without_dropout_loads_its_head(tmp_path, waveforms, parakeet_registered):
+def test_a_joint_without_dropout_loads_its_head(tmp_path, waveforms):
     """``jointnet.dropout: 0`` leaves the Dropout out of NeMo's joint network: its output layer is
     ``joint_net.1``, not ``joint_net.2``; the joint still equals NeMo's."""
     _nemo()
