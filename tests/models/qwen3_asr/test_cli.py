@@ -60,13 +60,18 @@ def test_cli_max_new_tokens_cut_is_reported(engine, reference, clip_path, capsys
 
 
 def test_cli_without_seed_samples_afresh(reference, clip_path, capsys):
-    """At temperature 1 the tiny random LM is far from deterministic: 40 sampled tokens of two runs
-    without --seed differ (the chance of a tie is negligible); --seed replays."""
+    """At temperature 1 the tiny random LM is far from deterministic: three runs without --seed
+    (up to 40 sampled tokens each; a draw may sample the end token early, so lengths are not
+    asserted) do not all agree; --seed replays."""
     argv = ["transcribe", clip_path, "--model", reference.path, "--no-progress", "--language", "en"]
     sampled = [*argv, "--temperature", "1.0", "--max-new-tokens", "40"]
-    first, second = (_cli_verbose(capsys, *sampled)[0]["segments"][0]["tokens"] for _ in range(2))
-    assert len(first) == len(second) == 40 and first != second
-    seeded = [_cli_verbose(capsys, *sampled, "--seed", "5")[0]["segments"][0]["tokens"] for _ in range(2)]
+
+    def tokens(*args: str) -> tuple[int, ...]:
+        doc = _cli_verbose(capsys, *args)[0]
+        return tuple(t for s in doc["segments"] for t in s["tokens"])
+
+    assert len({tokens(*sampled) for _ in range(3)}) > 1, "unseeded runs replayed the same sample"
+    seeded = [tokens(*sampled, "--seed", "5") for _ in range(2)]
     assert seeded[0] == seeded[1]
 
 
