@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from oasr.models.base import FeatureSpec, LoadError, TokenizerSpec
+from oasr.models.base import DecodeType, DecodingSpec, FeatureSpec, LoadError, TokenizerSpec
 from oasr.models.formats.hf import read_json
 
 # encoder_config keys that become the FastConformer encoder config's fields (same names).
@@ -506,19 +506,30 @@ NEMO_CTC_RENAMES = ((re.compile(r"^(ctc_)?decoder\.decoder_layers\.0\."), "ctc_h
 NEMO_COMPUTED_PREFIXES = ("preprocessor.",)
 
 
-def ctc_head_state(state: dict[str, torch.Tensor], where: str) -> None:
-    """NeMo's CTC head, a kernel-1 Conv1d (V, D, 1), as the (V, D) projection oasr holds (in place).
+def ctc_head_state(state: dict[str, torch.Tensor], where: str, vocab_size: int | None = None) -> None:
+    """The CTC head (renamed ``ctc_head.weight``), a kernel-1 Conv1d (V, D, 1) in NeMo's and
+    Hugging Face's Parakeet checkpoints, as the (V, D) projection oasr holds (in place).
 
     Raises:
-        LoadError: the head is not a kernel-1 convolution.
+        LoadError: no head, a head that is not a kernel-1 convolution, or one with other than
+            ``vocab_size`` outputs.
     """
     head = state.get("ctc_head.weight")
     if head is None:
-        raise LoadError(f"{where}: no CTC head (decoder.decoder_layers.0.weight) in the weights")
+        raise LoadError(f"{where}: no CTC head in the weights")
     if head.dim() == 3:
         if head.shape[-1] != 1:
             raise LoadError(f"{where}: CTC head {tuple(head.shape)} is not a kernel-1 convolution")
-        state["ctc_head.weight"] = head[..., 0]
+        state["ctc_head.weight"] = head = head[..., 0]
+    if vocab_size is not None and head.shape[0] != vocab_size:
+        raise LoadError(f"{where}: the CTC head has {head.shape[0]} outputs but vocab_size={vocab_size}")
+
+
+def transducer_decoding(config: Any, durations: tuple[int, ...]) -> DecodingSpec:
+    """The transducer decoding a NeMo-lineage checkpoint declares: its blank, symbols per frame
+    and TDT durations."""
+    params = {"blank_id": config.blank_id, "max_symbols_per_step": config.max_symbols_per_step}
+    return DecodingSpec(DecodeType.TRANSDUCER, params={**params, "durations": durations})
 
 
 _TOKENIZER_KEYS: dict[str, Any] = {

@@ -29,10 +29,12 @@ from oasr.models.formats.hf import read_json as _read_json
 from oasr.models.formats.nemo import (
     ATTENTION_RENAMES,
     ENCODER_FIELDS,
+    ctc_head_state,
     mel_feature_spec,
     mel_params,
     rename,
     tokenizer_spec,
+    transducer_decoding,
     transducer_fields,
     transducer_state,
 )
@@ -132,17 +134,7 @@ class HFParakeetConverter:
             raise LoadError(f"{path / 'config.json'}: {e}") from e
 
         state = rename(_load_weights(path), ATTENTION_RENAMES)
-        head = state.get("ctc_head.weight")
-        if head is None:
-            raise LoadError(f"{path}: no ctc_head.weight in the checkpoint")
-        if head.dim() == 3:
-            if head.shape[-1] != 1:
-                raise LoadError(f"{path}: ctc_head.weight {tuple(head.shape)} is not a kernel-1 convolution")
-            state["ctc_head.weight"] = head[..., 0]
-        if state["ctc_head.weight"].shape[0] != vocab_size:
-            raise LoadError(
-                f"{path}: ctc_head has {state['ctc_head.weight'].shape[0]} outputs but vocab_size={vocab_size}"
-            )
+        ctc_head_state(state, str(path), vocab_size)
         # The parakeet-ctc releases (0.6b, 1.1b) are English-only.
         decoding = DecodingSpec(DecodeType.CTC, params={"languages": ("en",)})
         return _bundle(path, ARCH, config, state, vocab_size, decoding)
@@ -168,14 +160,7 @@ class HFParakeetConverter:
                 f"{path}: joint.head has {head.shape[0]} outputs but vocab_size={vocab_size} + "
                 f"{len(durations)} durations = {vocab_size + len(durations)}"
             )
-        decoding = DecodingSpec(
-            DecodeType.TRANSDUCER,
-            params={
-                "blank_id": config.blank_id,
-                "max_symbols_per_step": config.max_symbols_per_step,
-                "durations": durations,
-            },
-        )
+        decoding = transducer_decoding(config, durations)
         return _bundle(path, TRANSDUCER_ARCH, config, state, vocab_size, decoding)
 
 

@@ -35,6 +35,7 @@ from oasr.models.formats.nemo import (
     nemo_tokenizer_spec,
     read_nemo,
     rename,
+    transducer_decoding,
 )
 from oasr.models.parakeet.config import (
     ParakeetConfig,
@@ -182,14 +183,7 @@ class NemoParakeetConverter:
                 config = ParakeetHybridConfig(encoder=encoder, **fields, durations=durations)
             else:
                 config = ParakeetTransducerConfig(encoder=encoder, **fields, durations=durations)
-            decoding = DecodingSpec(
-                DecodeType.TRANSDUCER,
-                params={
-                    "blank_id": config.blank_id,
-                    "max_symbols_per_step": config.max_symbols_per_step,
-                    "durations": durations,
-                },
-            )
+            decoding = transducer_decoding(config, durations)
         state = rename(state, (*NEMO_TRANSDUCER_RENAMES, *NEMO_CTC_RENAMES))
         if arch in (CTC_ARCH, HYBRID_ARCH):
             ctc_head_state(state, str(where))
