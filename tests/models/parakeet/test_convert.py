@@ -122,7 +122,7 @@ def test_unsupported_settings_are_refused(reference, tmp_path):
     def vocab(c):
         c["vocab_size"] += 1
 
-    with pytest.raises(LoadError, match="ctc_head has"):
+    with pytest.raises(LoadError, match="CTC head has"):
         HFParakeetConverter().load(_edited_config(reference, tmp_path / "c", vocab))
 
 
