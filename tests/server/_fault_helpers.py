@@ -233,3 +233,12 @@ def failed_start(args: list[str], timeout_s: float = 90, env: dict[str, str] | N
         timeout=timeout_s,
     )
     return proc.returncode, proc.stdout + proc.stderr, time.monotonic() - t0
+
+
+def solo_texts(model_dir, names) -> dict[str, str]:
+    """Each named clip of data/audio decoded alone by an in-process engine on ``model_dir``."""
+    import oasr
+    from tests.conftest import AUDIO_DIR
+
+    engine = oasr.ASREngine(str(model_dir))
+    return {name: engine.transcribe(str(AUDIO_DIR / name)).text for name in names}

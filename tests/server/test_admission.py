@@ -19,7 +19,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from ._fault_helpers import ONE_PASS_CLIPS, data_clips, fault_model_dir, start_server
+from ._fault_helpers import ONE_PASS_CLIPS, data_clips, fault_model_dir, solo_texts, start_server
 from .conftest import metric
 
 pytest.importorskip("transformers")
@@ -59,15 +59,6 @@ def _post(server, name: str, data: bytes, model_dir: Path) -> httpx.Response:
         data={"model": str(model_dir), "response_format": "verbose_json"},
         timeout=300,
     )
-
-
-def _solo_texts(model_dir: Path, names) -> dict[str, str]:
-    """Each named clip of data/audio decoded alone by an in-process engine on ``model_dir``."""
-    import oasr
-    from tests.conftest import AUDIO_DIR
-
-    engine = oasr.ASREngine(str(model_dir))
-    return {name: engine.transcribe(str(AUDIO_DIR / name)).text for name in names}
 
 
 def test_a_burst_gets_200s_and_early_429s_and_the_retries_get_their_solo_text(server, model_dir, clips):
@@ -119,7 +110,7 @@ def test_a_burst_gets_200s_and_early_429s_and_the_retries_get_their_solo_text(se
     # Each text is the clip's text decoded alone (by the engine in this process: the same model and
     # defaults without the server's slowed steps, which would make seven solo decodes the bulk of
     # this test's time).
-    solo = _solo_texts(model_dir, set(jobs))
+    solo = solo_texts(model_dir, set(jobs))
     texts = [(name, r.json()["text"]) for name, r in admitted]
     texts += [(jobs[i], r.json()["text"]) for i, (_, r) in zip(again, final)]
     assert len(texts) == CLIENTS
