@@ -103,12 +103,13 @@ def test_the_pool_holds_what_the_rows_use(tokenizer):
 
 
 def test_requests_without_a_seed_are_independent_draws(loaded, clips):
-    """At temperature 2 the tiny LM's next-token distribution is flat enough that 40 tokens of
-    two independent draws are equal with negligible probability; the same seed replays."""
+    """At temperature 2 the tiny LM's next-token distribution is flat enough that three independent
+    draws of up to 40 tokens all agree with negligible probability (a draw may sample the end token
+    early, so lengths are not asserted); the same seed replays."""
     engine = ASREngine(loaded)
     opts = dict(language="en", temperature=2.0, max_new_tokens=40)
-    a, b = (_tokens(engine.transcribe(clips[3], **opts)) for _ in range(2))
-    assert len(a) == len(b) == 40 and a != b
+    draws = {tuple(_tokens(engine.transcribe(clips[3], **opts))) for _ in range(3)}
+    assert len(draws) > 1, "unseeded requests replayed the same sample"
     c, d = (_tokens(engine.transcribe(clips[3], seed=11, **opts)) for _ in range(2))
     assert c == d and len(c) == 40
 
