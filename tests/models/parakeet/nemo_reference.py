@@ -16,14 +16,7 @@ from typing import Any
 
 import torch
 
-# What the tiny tokenizer is trained on.
-SENTENCES = (
-    "and so my fellow americans ask not what your country can do for you",
-    "ask what you can do for your country",
-    "mister john dashwood had then leisure to consider how much there might be in his power",
-    "the quick brown fox jumps over the lazy dog",
-    "she sells sea shells by the sea shore",
-)
+from tests.models.parakeet.conftest import SENTENCES  # what the tiny tokenizer is trained on
 
 KINDS = ("ctc", "rnnt", "tdt", "hybrid_tdt_ctc")
 
