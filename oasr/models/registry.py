@@ -82,6 +82,11 @@ _BUILTIN: tuple[tuple[str, str, tuple[str, ...]], ...] = (
         ),
     ),
     (
+        "canary_qwen",
+        "oasr.models.canary_qwen.model:CanaryQwenModel",
+        ("oasr.models.canary_qwen.convert:SalmConverter",),
+    ),
+    (
         "speech_llm",
         "oasr.models.speech_llm.model:Qwen2AudioModel",
         ("oasr.models.speech_llm.convert:HFQwen2AudioConverter",),

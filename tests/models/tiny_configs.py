@@ -174,6 +174,33 @@ def _qwen3_asr() -> Any:
     )
 
 
+def _canary_qwen() -> Any:
+    from oasr.models.canary_qwen import CanaryQwenConfig, ModalityAdapterConfig
+    from oasr.models.decoders.causal_lm import CausalLmConfig
+    from oasr.models.parakeet.config import ParakeetEncoderConfig
+
+    encoder = ParakeetEncoderConfig(
+        hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=32, subsampling_conv_channels=4
+    )
+    adapter = ModalityAdapterConfig(
+        hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32, num_mel_bins=16
+    )
+    text = CausalLmConfig(
+        vocab_size=64,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        tie_word_embeddings=True,
+        attention_bias=False,
+        qk_norm=True,
+        max_position_embeddings=1024,
+    )
+    return CanaryQwenConfig(encoder=encoder, adapter=adapter, text=text, audio_token_id=63, eos_token_ids=(62,))
+
+
 def _paraformer() -> Any:
     from oasr.models.paraformer import CifPredictorConfig, ParaformerConfig, SanmDecoderConfig, SanmEncoderConfig
 
@@ -213,6 +240,7 @@ def _transducer() -> Any:
 
 
 TINY_CONFIGS: dict[str, Callable[[], Any]] = {
+    "canary_qwen": _canary_qwen,
     "conformer": _conformer,
     "lasr": _lasr,
     "nemotron": _nemotron,

@@ -1,5 +1,5 @@
 """The ``llm`` decode strategy: speech-LLMs (an audio tower feeding a causal LM that
-writes the transcript), shared by Qwen3-ASR and Qwen2-Audio, with continuous batching.
+writes the transcript), shared by Qwen3-ASR, Qwen2-Audio and Canary-Qwen, with continuous batching.
 
 A step does, across every admitted request:
 
