@@ -136,19 +136,11 @@ def _speech_llm() -> Any:
     )
 
 
-def _qwen3_asr() -> Any:
+def _qwen3_text() -> Any:
+    """The tiny Qwen3 LM of the speech LLMs built on one (64 ids, width 16, GQA, tied)."""
     from oasr.models.decoders.causal_lm import CausalLmConfig
-    from oasr.models.qwen3_asr import Qwen3AsrAudioConfig, Qwen3AsrConfig
 
-    audio = Qwen3AsrAudioConfig(
-        d_model=16,
-        encoder_layers=2,
-        encoder_attention_heads=2,
-        encoder_ffn_dim=32,
-        downsample_hidden_size=8,
-        output_dim=16,
-    )
-    text = CausalLmConfig(
+    return CausalLmConfig(
         vocab_size=64,
         hidden_size=16,
         intermediate_size=32,
@@ -161,6 +153,20 @@ def _qwen3_asr() -> Any:
         qk_norm=True,
         max_position_embeddings=1024,
     )
+
+
+def _qwen3_asr() -> Any:
+    from oasr.models.qwen3_asr import Qwen3AsrAudioConfig, Qwen3AsrConfig
+
+    audio = Qwen3AsrAudioConfig(
+        d_model=16,
+        encoder_layers=2,
+        encoder_attention_heads=2,
+        encoder_ffn_dim=32,
+        downsample_hidden_size=8,
+        output_dim=16,
+    )
+    text = _qwen3_text()
     return Qwen3AsrConfig(
         audio=audio,
         text=text,
@@ -176,7 +182,6 @@ def _qwen3_asr() -> Any:
 
 def _canary_qwen() -> Any:
     from oasr.models.canary_qwen import CanaryQwenConfig, ModalityAdapterConfig
-    from oasr.models.decoders.causal_lm import CausalLmConfig
     from oasr.models.parakeet.config import ParakeetEncoderConfig
 
     encoder = ParakeetEncoderConfig(
@@ -185,19 +190,7 @@ def _canary_qwen() -> Any:
     adapter = ModalityAdapterConfig(
         hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32, num_mel_bins=16
     )
-    text = CausalLmConfig(
-        vocab_size=64,
-        hidden_size=16,
-        intermediate_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=8,
-        tie_word_embeddings=True,
-        attention_bias=False,
-        qk_norm=True,
-        max_position_embeddings=1024,
-    )
+    text = _qwen3_text()
     return CanaryQwenConfig(encoder=encoder, adapter=adapter, text=text, audio_token_id=63, eos_token_ids=(62,))
 
 

@@ -29,17 +29,11 @@ from typing import Any
 
 import torch
 
-from tests.models.parakeet.nemo_reference import _encoder, _preprocessor
+from tests.models.parakeet.conftest import randomize_
+from tests.models.parakeet.nemo_reference import _encoder, _preprocessor, _spec_augment
 
 AUDIO_TAG = "<|audioplaceholder|>"
-SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
 PROMPT = f"Transcribe the following: {AUDIO_TAG}"  # the model card's prompt
-SENTENCES = (
-    "Transcribe the following: and so my fellow americans ask not what your country can do for you",
-    "user\nassistant\nsystem\n",
-    "mister john dashwood had then leisure to consider how much there might be in his power",
-    "the quick brown fox jumps over the lazy dog. The child almost hurt the small dog.",
-)
 FEATURES = 128  # canary-1b-flash's mel bins
 LLM_WIDTH = 32
 TINY_LLM = dict(
@@ -56,22 +50,15 @@ TINY_LLM = dict(
 LORA = dict(task_type="CAUSAL_LM", r=4, lora_alpha=8, lora_dropout=0.01, target_modules=["q_proj", "v_proj"])
 
 
-def train_tokenizer(vocab_size: int = 300):
-    """A byte-level BPE with Qwen's chat tokens, as a transformers fast tokenizer whose
-    eos is ``<|im_end|>`` and pad ``<|endoftext|>`` (Qwen3's ``tokenizer_config.json``)."""
-    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
+def train_tokenizer():
+    """Qwen3-ASR's tiny byte-level BPE (Qwen's chat tokens among its special tokens) as a
+    transformers fast tokenizer whose eos is ``<|im_end|>`` and pad ``<|endoftext|>``
+    (Qwen3's ``tokenizer_config.json``)."""
     from transformers import PreTrainedTokenizerFast
 
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size,
-        special_tokens=[AddedToken(t, special=True, normalized=False) for t in SPECIAL_TOKENS],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-    )
-    tok.train_from_iterator(SENTENCES, trainer)
-    return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>")
+    from tests.models.qwen3_asr.conftest import train_tokenizer as train_qwen_bpe
+
+    return PreTrainedTokenizerFast(tokenizer_object=train_qwen_bpe(), eos_token="<|im_end|>", pad_token="<|endoftext|>")
 
 
 def _adapter() -> dict[str, Any]:
@@ -98,36 +85,10 @@ def salm_config(llm_dir: Path) -> dict[str, Any]:
             "preprocessor": _preprocessor(FEATURES),
             "encoder": _encoder(FEATURES),
             "modality_adapter": _adapter(),
-            "spec_augment": {
-                "_target_": "nemo.collections.asr.modules.SpectrogramAugmentation",
-                "freq_masks": 2,
-                "time_masks": 10,
-                "freq_width": 27,
-                "time_width": 0.05,
-            },
+            "spec_augment": _spec_augment(),
         },
         "optimizer": {"_target_": "torch.optim.AdamW", "lr": 5e-4},
     }
-
-
-def _randomize_(model: torch.nn.Module, seed: int) -> None:
-    """Every weight non-trivial (LoRA's B starts at zero, norms at identity), activations O(1)."""
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            noise = torch.randn(p.shape, generator=g, dtype=p.dtype)
-            if "norm" in name and name.endswith("weight"):
-                p.copy_(1.0 + 0.1 * noise)
-            elif "embed_tokens" in name:
-                p.copy_(noise)
-            elif p.dim() > 1:
-                p.copy_(noise * p[0].numel() ** -0.5)
-            else:
-                p.copy_(0.1 * noise)
-        for module in model.modules():
-            if isinstance(module, torch.nn.BatchNorm1d):
-                module.running_mean.copy_(torch.randn(module.running_mean.shape, generator=g) * 0.1)
-                module.running_var.copy_(torch.rand(module.running_var.shape, generator=g) + 0.5)
 
 
 def build(directory: Path, seed: int = 0):
@@ -142,22 +103,35 @@ def build(directory: Path, seed: int = 0):
     llm_dir = directory / "qwen3_tiny"
     tokenizer = train_tokenizer()
     tokenizer.save_pretrained(llm_dir)
-    ids = {t: tokenizer.convert_tokens_to_ids(t) for t in SPECIAL_TOKENS}
     torch.manual_seed(seed)
     config = Qwen3Config(
         **TINY_LLM,
         vocab_size=len(tokenizer) + 1,  # room for the audio locator tag SALM adds
         bos_token_id=None,
-        eos_token_id=ids["<|im_end|>"],
-        pad_token_id=ids["<|endoftext|>"],
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
     )
     Qwen3ForCausalLM(config).save_pretrained(llm_dir)
 
     model = SALM(salm_config(llm_dir))
-    _randomize_(model, seed)
+    randomize_(model, seed)  # LoRA's B too (PEFT starts it at zero): the merge is exercised
     out = directory / "canary_qwen"
     model.save_pretrained(out)
     model.tokenizer.tokenizer.save_pretrained(out)
     (out / "llm_backbone").mkdir()
     (out / "llm_backbone" / "config.json").write_text(json.dumps(config.to_dict(), indent=2))
     return out, model.eval()
+
+
+def salm_greedy(model, wave, max_new_tokens: int) -> list[int]:
+    """``SALM.generate``'s greedy tokens for one clip (float32 samples) with the model card's
+    prompt, before the first eos."""
+    audio = torch.from_numpy(wave)[None]
+    with torch.no_grad():
+        row = model.generate(
+            prompts=[[{"role": "user", "content": PROMPT}]],
+            audios=audio,
+            audio_lens=torch.tensor([audio.shape[1]]),
+            max_new_tokens=max_new_tokens,
+        )[0].tolist()
+    return row[: row.index(model.text_eos_id)] if model.text_eos_id in row else row

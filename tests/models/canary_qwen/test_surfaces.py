@@ -7,11 +7,10 @@ A ``context`` (OpenAI's ``prompt``) is refused: the model's prompt has no system
 from __future__ import annotations
 
 import pytest
-import torch
 
 from oasr.audio import load_audio
 from oasr.engine.decode.llm import default_token_budget
-from tests.models.canary_qwen.reference import PROMPT
+from tests.models.canary_qwen.reference import salm_greedy
 
 pytest.importorskip("fastapi")
 pytest.importorskip("httpx")
@@ -27,16 +26,8 @@ def engine(salm):
 
 
 def _salm_text(ref, wave) -> str:
-    audio = torch.from_numpy(wave)[None]
-    with torch.no_grad():
-        row = ref.generate(
-            prompts=[[{"role": "user", "content": PROMPT}]],
-            audios=audio,
-            audio_lens=torch.tensor([audio.shape[1]]),
-            max_new_tokens=default_token_budget(len(wave) / 16000),
-        )[0].tolist()
-    stop = next((k for k, t in enumerate(row) if t == ref.text_eos_id), len(row))
-    return ref.tokenizer.ids_to_text(row[:stop]).strip()
+    tokens = salm_greedy(ref, wave, default_token_budget(len(wave) / 16000))
+    return ref.tokenizer.ids_to_text(tokens).strip()
 
 
 def test_python_cli_and_http_decode_alike_and_as_salm(salm, engine, audio_dir, capsys):

@@ -67,6 +67,17 @@ def _preprocessor(features: int) -> dict[str, Any]:
     }
 
 
+def _spec_augment() -> dict[str, Any]:
+    """The release configs' SpecAugment section (training only)."""
+    return {
+        "_target_": "nemo.collections.asr.modules.SpectrogramAugmentation",
+        "freq_masks": 2,
+        "time_masks": 10,
+        "freq_width": 27,
+        "time_width": 0.05,
+    }
+
+
 def _encoder(features: int) -> dict[str, Any]:
     return {
         "_target_": "nemo.collections.asr.modules.ConformerEncoder",
@@ -153,13 +164,7 @@ def model_config(kind: str, tokenizer_dir: Path, joint_dropout: float = 0.2) -> 
         "sample_rate": 16000,
         "tokenizer": {"dir": str(tokenizer_dir), "type": "bpe"},
         "preprocessor": _preprocessor(features),
-        "spec_augment": {
-            "_target_": "nemo.collections.asr.modules.SpectrogramAugmentation",
-            "freq_masks": 2,
-            "time_masks": 10,
-            "freq_width": 27,
-            "time_width": 0.05,
-        },
+        "spec_augment": _spec_augment(),
         "encoder": _encoder(features),
     }
     if kind == "ctc":
