@@ -65,3 +65,14 @@ def test_http_prompt_is_a_400(salm, audio_dir):
         served.shutdown()
     assert r.status_code == 400, r.text
     assert "no system turn" in r.text
+
+
+def test_language_is_english_only(engine, audio_dir):
+    """The release transcribes English; its prompt names no language, so a forced ``en`` decodes
+    as none does, and another language is refused naming the one it has."""
+    clip = str(audio_dir / CLIP)
+    plain = engine.transcribe(clip, max_new_tokens=4)
+    assert plain.language == "en"
+    assert engine.transcribe(clip, language="English", max_new_tokens=4).text == plain.text
+    with pytest.raises(ValueError, match="en"):
+        engine.transcribe(clip, language="de")
