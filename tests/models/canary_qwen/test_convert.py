@@ -81,3 +81,18 @@ def test_llm_config_nowhere_is_a_clear_error(salm, tmp_path):
     shutil.rmtree(path / "llm_backbone")
     with pytest.raises(LoadError, match="llm_backbone/config.json"):
         SalmConverter().load(path)
+
+
+def test_llm_and_tokenizer_from_a_local_pretrained_llm(salm, tmp_path):
+    """Without the files beside the checkpoint, ``pretrained_llm`` (a local directory) gives the
+    LLM's config and tokenizer; the tokenizer lacks the audio tag, which takes the next id as
+    SALM's ``add_special_tokens`` gives it."""
+    llm_dir = salm.path.parent / "qwen3_tiny"
+    path = _copy_with(salm.path, tmp_path / "ckpt", lambda c: c.update(pretrained_llm=str(llm_dir)))
+    shutil.rmtree(path / "llm_backbone")
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        (path / name).unlink()
+    bundle = SalmConverter().load(path)
+    assert bundle.tokenizer.path == str(llm_dir / "tokenizer.json")
+    assert bundle.config.audio_token_id == salm.model.audio_locator_tag_id
+    assert bundle.config.eos_token_ids == (salm.model.text_eos_id,)
