@@ -11,6 +11,7 @@ Imported only by tests that skip where ``nemo`` is absent.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,14 +25,15 @@ TDT_DURATIONS = [0, 1, 2, 3, 4]
 BLANK_BIAS = 1.0  # the transducers' blank logit bias (see ``build``)
 
 
-def train_sentencepiece(directory: Path, vocab_size: int = 40) -> Path:
+def train_sentencepiece(directory: Path, vocab_size: int = 40, sentences: Sequence[str] = SENTENCES) -> Path:
     """A BPE SentencePiece model (``tokenizer.model``, ``tokenizer.vocab``, ``vocab.txt``) in
-    ``directory``, as NeMo's ``process_asr_text_tokenizer.py`` writes one for ``type: bpe``."""
+    ``directory``, trained on ``sentences``, as NeMo's ``process_asr_text_tokenizer.py`` writes one
+    for ``type: bpe``."""
     import sentencepiece as spm
 
     directory.mkdir(parents=True, exist_ok=True)
     text = directory / "text.txt"
-    text.write_text("\n".join(SENTENCES) + "\n")
+    text.write_text("\n".join(sentences) + "\n")
     spm.SentencePieceTrainer.train(
         input=str(text),
         model_prefix=str(directory / "tokenizer"),

@@ -1,0 +1,280 @@
+"""Tiny NeMo-saved Canary checkpoints (``EncDecMultiTaskModel``), built by NeMo's own classes
+(``nemo-toolkit``): the release configs (``canary-1b`` with ``prompt_format: canary``, and
+``canary-1b-flash`` / ``canary-180m-flash`` with ``prompt_format: canary2``: a FastConformer encoder
+with ``dw_striding`` 8x subsampling and ``rel_pos`` attention, a projection when the encoder is narrower
+than the decoder, NeMo's pre-LN transformer decoder with fixed sine positions, a tied
+``TokenClassifier`` log-softmax head, the 16 kHz ``AudioToMelSpectrogramPreprocessor`` with 128 mel
+bins, and the aggregate ``CanaryTokenizer``: a special-token SentencePiece ``spl_tokens`` built by
+``CanaryTokenizer.build_special_tokenizer`` plus one SentencePiece BPE model per language) shrunk to
+two encoder and two decoder layers of small width, random weights, written by ``model.save_to`` so
+that the archive is laid out as NeMo lays it out.
+
+Imported only by tests that skip where ``nemo`` is absent.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from tests.models.parakeet.conftest import SENTENCES
+from tests.models.parakeet.nemo_reference import train_sentencepiece
+
+FORMATS = ("canary", "canary2")
+LANGUAGES = ("en", "de")
+GERMAN = (
+    "und so meine lieben mitbuerger fragt nicht was euer land fuer euch tun kann",
+    "der schnelle braune fuchs springt ueber den faulen hund",
+    "sie verkauft muscheln am ufer des meeres",
+    "herr john dashwood hatte dann musse zu bedenken wie viel in seiner macht stehen mochte",
+)
+N_TIMESTAMPS = 40  # canary2's frame tokens <|0|> ... (the releases carry hundreds)
+ENC_WIDTH = 32  # the encoder is narrower than the decoder, as in canary-180m-flash (512 vs 1024)
+DEC_WIDTH = 48
+MAX_SEQUENCE_LENGTH = 64  # decoder positions (512 / 1024 in the releases)
+
+
+def special_tokens(prompt_format: str) -> list[str]:
+    """The prompt tokens of ``spl_tokens`` besides NeMo's ``DEFAULT_TOKENS``."""
+    tokens = ["<|transcribe|>", "<|translate|>", *LANGUAGES]
+    if prompt_format == "canary2":
+        tokens += [
+            "<|startofcontext|>",
+            "<|emo:undefined|>",
+            "<|emo:neutral|>",
+            "<|emo:angry|>",
+            "<|emo:happy|>",
+            "<|emo:sad|>",
+            "<|itn|>",
+            "<|noitn|>",
+            "<|timestamp|>",
+            "<|notimestamp|>",
+            "<|diarize|>",
+            "<|nodiarize|>",
+            "<|spkchange|>",
+            *[f"<|{i}|>" for i in range(N_TIMESTAMPS)],
+        ]
+    return tokens
+
+
+def build_tokenizers(directory: Path, prompt_format: str) -> dict[str, Path]:
+    """``spl_tokens`` and one BPE model per language under ``directory``; lang -> its directory."""
+    from nemo.collections.common.tokenizers.canary_tokenizer import CanaryTokenizer
+
+    dirs = {"spl_tokens": directory / "spl_tokens"}
+    CanaryTokenizer.build_special_tokenizer(special_tokens(prompt_format), dirs["spl_tokens"])
+    dirs["en"] = train_sentencepiece(directory / "en", vocab_size=40, sentences=SENTENCES)
+    dirs["de"] = train_sentencepiece(directory / "de", vocab_size=36, sentences=GERMAN)
+    return dirs
+
+
+def _preprocessor() -> dict[str, Any]:
+    return {
+        "_target_": "nemo.collections.asr.modules.AudioToMelSpectrogramPreprocessor",
+        "sample_rate": 16000,
+        "normalize": "per_feature",
+        "window_size": 0.025,
+        "window_stride": 0.01,
+        "window": "hann",
+        "features": 128,
+        "n_fft": 512,
+        "log": True,
+        "frame_splicing": 1,
+        "dither": 1e-05,
+        "pad_to": 0,
+        "pad_value": 0.0,
+    }
+
+
+def _encoder() -> dict[str, Any]:
+    return {
+        "_target_": "nemo.collections.asr.modules.ConformerEncoder",
+        "feat_in": 128,
+        "feat_out": -1,
+        "n_layers": 2,
+        "d_model": ENC_WIDTH,
+        "subsampling": "dw_striding",
+        "subsampling_factor": 8,
+        "subsampling_conv_channels": 8,
+        "causal_downsampling": False,
+        "reduction": None,
+        "reduction_position": None,
+        "reduction_factor": 1,
+        "ff_expansion_factor": 4,
+        "self_attention_model": "rel_pos",
+        "n_heads": 4,
+        "att_context_size": [-1, -1],
+        "xscaling": True,
+        "untie_biases": True,
+        "pos_emb_max_len": 5000,
+        "conv_kernel_size": 9,
+        "conv_norm_type": "batch_norm",
+        "conv_context_size": None,
+        "dropout": 0.1,
+        "dropout_pre_encoder": 0.1,
+        "dropout_emb": 0.0,
+        "dropout_att": 0.1,
+    }
+
+
+def model_config(prompt_format: str, tokenizer_dirs: dict[str, Path]) -> dict[str, Any]:
+    """The ``model`` section of a release-shaped Canary config, shrunk."""
+    langs = {lang: {"dir": str(d), "type": "bpe"} for lang, d in tokenizer_dirs.items()}
+    cfg: dict[str, Any] = {
+        "sample_rate": 16000,
+        "prompt_format": prompt_format,
+        "model_defaults": {"asr_enc_hidden": ENC_WIDTH, "lm_enc_hidden": DEC_WIDTH, "lm_dec_hidden": DEC_WIDTH},
+        "tokenizer": {
+            "dir": None,
+            "type": "agg",
+            "langs": langs,
+            "custom_tokenizer": {"_target_": "nemo.collections.common.tokenizers.canary_tokenizer.CanaryTokenizer"},
+        },
+        "preprocessor": _preprocessor(),
+        "spec_augment": {
+            "_target_": "nemo.collections.asr.modules.SpectrogramAugmentation",
+            "freq_masks": 2,
+            "time_masks": 10,
+            "freq_width": 27,
+            "time_width": 0.05,
+        },
+        "encoder": _encoder(),
+        "transf_encoder": {
+            "_target_": "nemo.collections.asr.modules.transformer.transformer_encoders.TransformerEncoder",
+            "num_layers": 0,
+            "hidden_size": DEC_WIDTH,
+            "inner_size": 4 * DEC_WIDTH,
+            "num_attention_heads": 4,
+            "ffn_dropout": 0.1,
+            "attn_score_dropout": 0.1,
+            "attn_layer_dropout": 0.1,
+            "mask_future": False,
+            "pre_ln": True,
+            "pre_ln_final_layer_norm": True,
+        },
+        "transf_decoder": {
+            "_target_": "nemo.collections.asr.modules.transformer.get_nemo_transformer",
+            "model_name": None,
+            "pretrained": False,
+            "encoder": None,
+            "pre_ln_final_layer_norm": True,
+            "config_dict": {
+                "max_sequence_length": MAX_SEQUENCE_LENGTH,
+                "num_token_types": 0,
+                "embedding_dropout": 0.1,
+                "learn_positional_encodings": False,
+                "hidden_size": DEC_WIDTH,
+                "inner_size": 4 * DEC_WIDTH,
+                "num_layers": 2,
+                "num_attention_heads": 4,
+                "ffn_dropout": 0.1,
+                "attn_score_dropout": 0.1,
+                "attn_layer_dropout": 0.1,
+                "hidden_act": "relu",
+                "pre_ln": True,
+                "vocab_size": None,
+            },
+        },
+        "head": {
+            "_target_": "nemo.collections.asr.parts.submodules.token_classifier.TokenClassifier",
+            "num_layers": 1,
+            "activation": "relu",
+            "log_softmax": True,
+            "hidden_size": DEC_WIDTH,
+            "num_classes": None,
+            "dropout": 0.0,
+            "use_transformer_init": True,
+        },
+        "decoding": {
+            "strategy": "beam",
+            "return_best_hypothesis": True,
+            "beam": {"beam_size": 1, "len_pen": 0.0, "max_generation_delta": 50},
+        },
+        "loss": {
+            "_target_": "nemo.collections.common.losses.smoothed_cross_entropy.SmoothedCrossEntropyLoss",
+            "label_smoothing": 0.0,
+            "pad_id": None,
+        },
+    }
+    if prompt_format == "canary2":
+        cfg["prompt_defaults"] = [
+            {
+                "role": "user",
+                "slots": {
+                    "decodercontext": "",
+                    "source_lang": "<|en|>",
+                    "target_lang": "<|en|>",
+                    "emotion": "<|emo:undefined|>",
+                    "pnc": "<|pnc|>",
+                    "itn": "<|noitn|>",
+                    "diarize": "<|nodiarize|>",
+                    "timestamp": "<|notimestamp|>",
+                },
+            }
+        ]
+    else:
+        cfg["prompt_defaults"] = [
+            {
+                "role": "user",
+                "slots": {"source_lang": "en", "target_lang": "en", "task": "asr", "pnc": "yes"},
+            }
+        ]
+    return cfg
+
+
+EOS_BIAS = {"canary": 4.0, "canary2": 0.8}  # the head's end-of-text bias (see ``build``): found by trial
+FINAL_NORM_SCALE = 3.0  # of the decoder's final LayerNorm weights: sharper random logits
+
+
+def build(prompt_format: str, directory: Path, seed: int = 0):
+    """Build a tiny random NeMo Canary model with ``prompt_format``; save it to
+    ``directory / f"{prompt_format}.nemo"``.
+
+    As in a trained release, the head never prefers a prompt-only special token or a padding
+    id past the tokenizer's vocabulary (their output biases are low), and end-of-text gets a
+    bias that ends most random transcripts within the decoder's positions.
+
+    Returns:
+        (path of the .nemo archive, the NeMo model in eval mode)
+    """
+    from nemo.collections.asr.models import EncDecMultiTaskModel
+    from omegaconf import OmegaConf
+
+    tok_dirs = build_tokenizers(directory / f"{prompt_format}_tokenizers", prompt_format)
+    torch.manual_seed(seed)
+    model = EncDecMultiTaskModel(cfg=OmegaConf.create(model_config(prompt_format, tok_dirs)))
+    with torch.no_grad():
+        g = torch.Generator().manual_seed(seed)
+        for name, p in model.named_parameters():
+            noise = torch.randn(p.shape, generator=g)
+            if p.dim() > 1:
+                p.copy_(noise * p[0].numel() ** -0.5)
+            elif "norm" in name and name.endswith("weight"):
+                p.copy_(1.0 + 0.1 * noise)
+            else:
+                p.copy_(0.1 * noise)
+        for module in model.modules():
+            if isinstance(module, torch.nn.BatchNorm1d):
+                module.running_mean.copy_(torch.randn(module.running_mean.shape, generator=g) * 0.1)
+                module.running_var.copy_(torch.rand(module.running_var.shape, generator=g) + 0.5)
+        # Random-sign scales on the decoder's embedding and final norms: with NeMo's tied head, unit
+        # scales make every random decoder repeat its input token for ever.
+        decoder = model.transf_decoder
+        width = decoder._embedding.layer_norm.weight.shape[0]
+        decoder._embedding.layer_norm.weight.copy_(torch.randn(width, generator=g))
+        decoder._decoder.final_layer_norm.weight.copy_(FINAL_NORM_SCALE * torch.randn(width, generator=g))
+        tok = model.tokenizer
+        bias = model.log_softmax.mlp.layer0.bias
+        text_ids = [i for i in range(tok.vocab_size) if tok.langs_by_token_id[i] != "spl_tokens"]
+        low = torch.full_like(bias, -20.0)
+        low[text_ids] = bias[text_ids]
+        low[tok.eos_id] = EOS_BIAS[prompt_format]
+        for lang in LANGUAGES:  # <unk> of each language
+            low[tok.token_id_offset[lang]] = -20.0
+        bias.copy_(low)
+    path = directory / f"{prompt_format}.nemo"
+    model.save_to(str(path))
+    model.eval()
+    return path, model
