@@ -391,11 +391,44 @@ class CanaryModel(BaseAsrModel):
             max_generation_delta=int(d.get("max_generation_delta", -1)),
         )
 
-    def prompt(self, prompt: CanaryPrompt) -> list[int]:
-        """The decoder prompt of a request (see ``prompt_ids``)."""
+    @property
+    def default_language(self) -> str | None:
+        """The spoken language a request that names none is taken in: the archive's
+        ``prompt_defaults`` source language, else the tokenizer's first (None: no tokenizer)."""
+        lang = str(self.config.prompt_defaults.get("source_lang", "")).removeprefix("<|").removesuffix("|>")
+        languages = self.languages or ()
+        if lang in languages:
+            return lang
+        return languages[0] if languages else None
+
+    def prompt(
+        self,
+        source_language: str,
+        target_language: str,
+        *,
+        punctuation: bool | None = None,
+        itn: bool | None = None,
+        timestamps: bool | None = None,
+        context: str = "",
+    ) -> list[int]:
+        """The decoder prompt of a request (``prompt_ids``); ``punctuation`` None: the archive's
+        ``prompt_defaults``, else on (NeMo's default).
+
+        Raises:
+            ValueError: a language or flag the model's prompt tokens cannot express, or a
+                canary-format model asked for canary2's ``itn`` / ``context``.
+        """
         if self.tokenizer is None:
             raise ValueError("this Canary model has no tokenizer")
-        return prompt_ids(self.tokenizer, self.config.prompt_format, prompt, self.config.prompt_defaults)
+        defaults = self.config.prompt_defaults
+        if self.config.prompt_format == "canary" and (itn or timestamps or context):
+            raise ValueError("itn, timestamps and context are prompts of canary2 models; this one's format is canary")
+        if punctuation is None:
+            punctuation = str(defaults.get("pnc", "yes")) in ("<|pnc|>", "pnc", *_TRUE)
+        prompt = CanaryPrompt(
+            source_language, target_language, punctuation=punctuation, itn=itn, timestamps=timestamps, context=context
+        )
+        return prompt_ids(self.tokenizer, self.config.prompt_format, prompt, defaults)
 
 
 __all__ = [

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import shutil
 import tarfile
-import warnings
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -17,34 +15,11 @@ import torch
 
 from oasr.audio import load_audio
 from oasr.models.base import LoadError
-from oasr.models.canary.model import CanaryPrompt
 from oasr.models.canary.search import SearchParams
 from oasr.models.loaders import load_pretrained
+from tests.models.canary.conftest import DATA
 
-DATA = Path(__file__).resolve().parents[3] / "data" / "audio"
 CLIPS = ("jfk.wav", "speechbrain_spk1_snt1.wav", "bambatse_15_haggard_0247.wav")
-
-
-def _nemo():
-    return pytest.importorskip(
-        "nemo.collections.asr", reason="nemo-toolkit is not installed (the reference of the Canary parity tests)"
-    )
-
-
-@pytest.fixture(scope="module")
-def canary(tmp_path_factory):
-    """format -> (.nemo path, NeMo model in float64, oasr LoadedModel in float64)."""
-    _nemo()
-    from tests.models.canary import nemo_reference
-
-    root = tmp_path_factory.mktemp("canary")
-    out = {}
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        for fmt in nemo_reference.FORMATS:
-            path, model = nemo_reference.build(fmt, root)
-            out[fmt] = (path, model.double().eval().requires_grad_(False), load_pretrained(path, dtype=torch.float64))
-    return out
 
 
 def _encoded(ref, clips=CLIPS):
@@ -76,7 +51,7 @@ def test_load_is_strict_and_stages_match_nemo(canary, fmt):
         assert torch.equal(mine_len, enc_len)
         for i, n in enumerate(enc_len.tolist()):
             torch.testing.assert_close(mine[i, :n], enc[i, :n], atol=1e-6, rtol=0)
-        prompt = model.prompt(CanaryPrompt("en", "en"))
+        prompt = model.prompt("en", "en")
         ids = torch.tensor([prompt + [20, 30, 25]] * len(CLIPS))
         h = ref.transf_decoder(
             input_ids=ids, decoder_mask=torch.ones_like(ids).double(), encoder_embeddings=enc, encoder_mask=enc_mask
@@ -92,7 +67,7 @@ def test_prompts_equal_nemos_formatter(canary):
         task = "asr" if src == tgt else "ast"
         slots = {"source_lang": src, "target_lang": tgt, "task": task, "pnc": "yes" if pnc else "no"}
         want = ref1.prompt.encode_dialog([{"role": "user", "slots": slots}])["context_ids"].tolist()
-        assert loaded1.model.prompt(CanaryPrompt(src, tgt, punctuation=pnc)) == want
+        assert loaded1.model.prompt(src, tgt, punctuation=pnc) == want
     _, ref2, loaded2 = canary["canary2"]
     for src, tgt, flags in (("en", "en", (True, False, False)), ("de", "en", (False, True, True))):
         pnc, itn, ts = flags
@@ -107,7 +82,7 @@ def test_prompts_equal_nemos_formatter(canary):
             "diarize": "no",
         }
         want = ref2.prompt.encode_dialog([{"role": "user", "slots": slots}])["context_ids"].tolist()
-        got = loaded2.model.prompt(CanaryPrompt(src, tgt, punctuation=pnc, itn=itn, timestamps=ts, diarize=False))
+        got = loaded2.model.prompt(src, tgt, punctuation=pnc, itn=itn, timestamps=ts)
         assert got == want
 
 
@@ -128,7 +103,7 @@ def test_greedy_and_beam_tokens_equal_nemos(canary, fmt):
     with torch.no_grad():
         _, enc_len, enc, enc_mask = ref.forward(processed_signal=feats, processed_signal_length=flen)
         mine, mine_len = model.encode_offline(feats.transpose(1, 2), flen)
-    prompt = model.prompt(CanaryPrompt("en", "en"))
+    prompt = model.prompt("en", "en")
     # Greedy, batched (NeMo's batch caps nothing with max_generation_delta -1).
     want = _nemo_tokens(
         ref, enc, enc_mask, prompt, {"strategy": "greedy_batch", "greedy": {"max_generation_delta": -1}}
