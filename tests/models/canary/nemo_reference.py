@@ -20,7 +20,13 @@ from typing import Any
 import torch
 
 from tests.models.parakeet.conftest import SENTENCES
-from tests.models.parakeet.nemo_reference import train_sentencepiece
+from tests.models.parakeet.nemo_reference import (
+    SPEC_AUGMENT,
+    encoder_config,
+    preprocessor_config,
+    randomize,
+    train_sentencepiece,
+)
 
 FORMATS = ("canary", "canary2")
 LANGUAGES = ("en", "de")
@@ -70,52 +76,14 @@ def build_tokenizers(directory: Path, prompt_format: str) -> dict[str, Path]:
     return dirs
 
 
-def _preprocessor() -> dict[str, Any]:
-    return {
-        "_target_": "nemo.collections.asr.modules.AudioToMelSpectrogramPreprocessor",
-        "sample_rate": 16000,
-        "normalize": "per_feature",
-        "window_size": 0.025,
-        "window_stride": 0.01,
-        "window": "hann",
-        "features": 128,
-        "n_fft": 512,
-        "log": True,
-        "frame_splicing": 1,
-        "dither": 1e-05,
-        "pad_to": 0,
-        "pad_value": 0.0,
-    }
-
-
 def _encoder() -> dict[str, Any]:
+    """Parakeet's release-shaped FastConformer section at Canary's tiny width."""
     return {
-        "_target_": "nemo.collections.asr.modules.ConformerEncoder",
-        "feat_in": 128,
-        "feat_out": -1,
-        "n_layers": 2,
+        **encoder_config(128),
         "d_model": ENC_WIDTH,
-        "subsampling": "dw_striding",
-        "subsampling_factor": 8,
-        "subsampling_conv_channels": 8,
-        "causal_downsampling": False,
         "reduction": None,
         "reduction_position": None,
         "reduction_factor": 1,
-        "ff_expansion_factor": 4,
-        "self_attention_model": "rel_pos",
-        "n_heads": 4,
-        "att_context_size": [-1, -1],
-        "xscaling": True,
-        "untie_biases": True,
-        "pos_emb_max_len": 5000,
-        "conv_kernel_size": 9,
-        "conv_norm_type": "batch_norm",
-        "conv_context_size": None,
-        "dropout": 0.1,
-        "dropout_pre_encoder": 0.1,
-        "dropout_emb": 0.0,
-        "dropout_att": 0.1,
     }
 
 
@@ -132,14 +100,8 @@ def model_config(prompt_format: str, tokenizer_dirs: dict[str, Path]) -> dict[st
             "langs": langs,
             "custom_tokenizer": {"_target_": "nemo.collections.common.tokenizers.canary_tokenizer.CanaryTokenizer"},
         },
-        "preprocessor": _preprocessor(),
-        "spec_augment": {
-            "_target_": "nemo.collections.asr.modules.SpectrogramAugmentation",
-            "freq_masks": 2,
-            "time_masks": 10,
-            "freq_width": 27,
-            "time_width": 0.05,
-        },
+        "preprocessor": preprocessor_config(128),
+        "spec_augment": dict(SPEC_AUGMENT),
         "encoder": _encoder(),
         "transf_encoder": {
             "_target_": "nemo.collections.asr.modules.transformer.transformer_encoders.TransformerEncoder",
@@ -247,18 +209,7 @@ def build(prompt_format: str, directory: Path, seed: int = 0):
     model = EncDecMultiTaskModel(cfg=OmegaConf.create(model_config(prompt_format, tok_dirs)))
     with torch.no_grad():
         g = torch.Generator().manual_seed(seed)
-        for name, p in model.named_parameters():
-            noise = torch.randn(p.shape, generator=g)
-            if p.dim() > 1:
-                p.copy_(noise * p[0].numel() ** -0.5)
-            elif "norm" in name and name.endswith("weight"):
-                p.copy_(1.0 + 0.1 * noise)
-            else:
-                p.copy_(0.1 * noise)
-        for module in model.modules():
-            if isinstance(module, torch.nn.BatchNorm1d):
-                module.running_mean.copy_(torch.randn(module.running_mean.shape, generator=g) * 0.1)
-                module.running_var.copy_(torch.rand(module.running_var.shape, generator=g) + 0.5)
+        randomize(model, g)
         # Random-sign scales on the decoder's embedding and final norms: with NeMo's tied head, unit
         # scales make every random decoder repeat its input token for ever.
         decoder = model.transf_decoder
