@@ -13,7 +13,11 @@ Life of a request:
 3. ``step``: a batch of windows of any requests is encoded in one call and searched together by
    the model's own search (``model.multitask_search``: NeMo's greedy, or its beam search with the
    length penalty), each window with its request's prompt.
-4. A window's transcript is one segment over the window; the request's text joins them.
+4. A window's transcript is one segment over the window; the request's text joins them. With
+   ``word_timestamps`` (a model that writes frame tokens: canary2) the prompt asks for them
+   (``<|timestamp|>``) and the words between ``<|a|> .. <|b|>`` pairs are timed as NeMo's
+   ``transcribe(timestamps=True)`` times them (``model.timestamp_words``); each word's probability
+   is the mean of its tokens' (teacher-forced, ``model.token_logprobs``).
 
 Defaults are the archive's ``decoding`` section (``model.search_params``): its strategy, beam
 size, length penalty and ``max_generation_delta``; ``beam_size`` / ``length_penalty`` override
@@ -23,13 +27,14 @@ them per request (``beam_size=1``: NeMo's greedy).
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 
 from oasr.audio.frontends import pad_features
 from oasr.engine.config import EngineConfig, StrategyOptions, TranscribeOptions, whole_input
 from oasr.engine.decode.base import DecodeStrategy, StepEvent
 from oasr.engine.decode.windowed import WindowedRequest, WindowedStrategy
-from oasr.engine.outputs import compression_ratio
+from oasr.engine.outputs import Word, compression_ratio
 from oasr.languages import LanguageError, resolve_language
 from oasr.models.base import DecodeType
 from oasr.models.loaders import LoadedModel
@@ -86,9 +91,18 @@ class MultitaskDecodeStrategy(WindowedStrategy):
         self._prompt(options)  # refuses what the prompt cannot express
         return options
 
+    @property
+    def word_timing_modes(self) -> tuple[str, ...]:
+        return ("frame_tokens",) if getattr(self.model, "supports_timestamps", False) else ()
+
     def _prompt(self, opts: TranscribeOptions) -> list[int]:
         return self.model.prompt(
-            opts.language, opts.target_language, punctuation=opts.punctuation, itn=opts.itn, context=opts.context or ""
+            opts.language,
+            opts.target_language,
+            punctuation=opts.punctuation,
+            itn=opts.itn,
+            timestamps=True if opts.word_timestamps else None,
+            context=opts.context or "",
         )
 
     def _run_batch(self, batch: list[tuple[WindowedRequest, int]], events: list[StepEvent]) -> None:
@@ -109,11 +123,13 @@ class MultitaskDecodeStrategy(WindowedStrategy):
             for req, _ in batch:
                 self._fail(req, e, events)
             return
-        for (req, index), ids in zip(batch, rows):
+        for j, ((req, index), ids) in enumerate(zip(batch, rows)):
             if req.done:
                 continue
             win = req.windows[index]
-            text = self.tokenizer.decode(ids)
+            text, words = self.tokenizer.decode(ids), None
+            if req.opts.word_timestamps:
+                text, words = self._words(ids, win.start_s, hidden[j], int(hidden_lens[j]), prompts[j], text)
             req.results[index] = (
                 [
                     dict(
@@ -123,12 +139,32 @@ class MultitaskDecodeStrategy(WindowedStrategy):
                         text=text,
                         tokens=list(ids),
                         compression_ratio=compression_ratio(text),
+                        words=words,
                     )
                 ]
                 if text
                 else []
             )
             self._touched[req.rid] = req
+
+    def _words(self, ids, start_s, memory, memory_len, prompt, text) -> tuple[str, list[Word]]:
+        """The words between the window's frame-token pairs (``model.timestamp_words``), their times on
+        the input's timeline and the mean probability of their tokens; with any, the text is the
+        words joined by spaces (NeMo's ``timestamps=True`` text)."""
+        found = self.model.timestamp_words(ids)
+        if not found:
+            return text, []
+        logps = self.model.token_logprobs(memory, memory_len, prompt, list(ids))
+        words = [
+            Word(
+                start=round(start_s + a, 3),
+                end=round(start_s + b, 3),
+                word=(" " if k else "") + w,
+                probability=float(sum(math.exp(x) for x in logps[lo:hi]) / max(hi - lo, 1)),
+            )
+            for k, (w, a, b, lo, hi) in enumerate(found)
+        ]
+        return " ".join(w for w, *_ in found), words
 
     def _segment_text(self, req: WindowedRequest, seg: dict) -> dict:
         return {**seg, "text": " " + seg["text"]} if req.segments else seg

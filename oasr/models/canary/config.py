@@ -58,6 +58,8 @@ class CanaryConfig(ModelConfig):
         prompt_defaults: the archive's ``prompt_defaults`` user slots (slot -> value).
         decoding: NeMo's ``decoding`` defaults read by the search (``strategy``, ``beam_size``,
             ``length_penalty``, ``max_generation_delta``).
+        window_stride: the front end's hop in seconds (``preprocessor.window_stride``): a frame
+            token ``<|N|>`` is at N * window_stride * the encoder's subsampling.
     """
 
     encoder: ParakeetEncoderConfig
@@ -66,6 +68,7 @@ class CanaryConfig(ModelConfig):
     tokenizers: tuple[tuple[str, str], ...] = ()
     prompt_defaults: dict[str, str] = field(default_factory=dict)
     decoding: dict[str, float | int | str] = field(default_factory=dict)
+    window_stride: float = 0.01
 
     def __post_init__(self) -> None:
         if self.prompt_format not in PROMPT_FORMATS:

@@ -274,6 +274,9 @@ class NemoCanaryConverter:
             tokenizers=tokenizers,
             prompt_defaults=_prompt_defaults(cfg),
             decoding=decoding,
+            window_stride=float(
+                cfg["preprocessor"].get("window_stride", features.params["hop_length"] / features.sampling_rate)
+            ),
         )
         state = rename(rename(ckpt.state_dict, NEMO_ENCODER_RENAMES), _RENAMES)
         languages = [name for name, _ in tokenizers if name != "spl_tokens"]

@@ -34,6 +34,7 @@ SPECIAL_PART = "spl_tokens"
 BOS, EOS, PAD = "<|startoftranscript|>", "<|endoftext|>", "<pad>"
 BOCTX = "<|startofcontext|>"
 _SPECIAL_RE = re.compile(r"^<\|.+\|>$")
+_FRAME_RE = re.compile(r"^<\|(\d+)\|>$")
 
 
 class CanaryTokenizer:
@@ -106,6 +107,17 @@ class CanaryTokenizer:
         ids past the vocabulary are not text)."""
         text = "".join(self.pieces[i] for i in ids if 0 <= i < len(self.pieces) and i not in self._special_ids)
         return text.replace("▁", " ").strip()
+
+    def frame_of(self, token_id: int) -> int | None:
+        """N for a frame token ``<|N|>`` (canary2's timestamps), else None."""
+        if token_id not in self._special_ids:
+            return None
+        m = _FRAME_RE.match(self.pieces[token_id])
+        return int(m.group(1)) if m else None
+
+    def piece_text(self, ids: Sequence[int]) -> str:
+        """NeMo's ``ids_to_text``: every piece (prompt tokens included), ``▁`` as spaces."""
+        return "".join(self.pieces[i] for i in ids if 0 <= i < len(self.pieces)).replace("▁", " ")
 
     def decode_bytes(self, ids: Sequence[int]) -> bytes:
         return (
@@ -390,6 +402,57 @@ class CanaryModel(BaseAsrModel):
             length_penalty=float(d.get("length_penalty", 0.0)) if length_penalty is None else length_penalty,
             max_generation_delta=int(d.get("max_generation_delta", -1)),
         )
+
+    @property
+    def supports_timestamps(self) -> bool:
+        """Whether the model writes frame tokens when prompted (canary2 with ``<|timestamp|>``)."""
+        tok = self.tokenizer
+        return self.config.prompt_format == "canary2" and tok is not None and "<|timestamp|>" in tok.special
+
+    def timestamp_words(self, ids: Sequence[int]) -> list[tuple[str, float, float, int, int]]:
+        """Words between frame-token pairs, as NeMo's ``process_aed_timestamp_outputs`` reads them:
+        each ``<|a|> text <|b|>`` (pairs taken left to right, not overlapping) with text is a word
+        from a * stride to b * stride seconds (stride: the front end's hop times the encoder's
+        subsampling).
+
+        Returns:
+            (word, start_s, end_s, first token index, end token index) per word, times within the clip.
+        """
+        tok = self.tokenizer
+        stride = self.config.window_stride * self.encoder.subsampling_rate
+        frames = [tok.frame_of(t) for t in ids]
+        words = []
+        i = 0
+        while i < len(ids):
+            if frames[i] is None:
+                i += 1
+                continue
+            j = next((k for k in range(i + 1, len(ids)) if frames[k] is not None), None)
+            if j is None:
+                break
+            word = tok.piece_text(ids[i + 1 : j]).strip()
+            if word:
+                words.append((word, frames[i] * stride, frames[j] * stride, i + 1, j))
+            i = j + 1
+        return words
+
+    @torch.inference_mode()
+    def token_logprobs(self, memory: torch.Tensor, memory_len: int, prompt: list[int], ids: list[int]) -> list[float]:
+        """Each of ``ids``' log-probability after ``prompt`` and the ids before it (teacher-forced).
+
+        Shapes:
+            memory: (T', D) one clip's projected encoder output
+        """
+        if not ids:
+            return []
+        dec = self.decoder
+        cache = dec.new_cache(memory[None, :memory_len], torch.tensor([memory_len], device=memory.device))
+        out = []
+        logp = dec(torch.tensor([prompt], device=memory.device), cache)
+        for t in ids:
+            out.append(float(logp[0, t]))
+            logp = dec(torch.tensor([[t]], device=memory.device), cache)
+        return out
 
     @property
     def default_language(self) -> str | None:

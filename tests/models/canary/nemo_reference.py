@@ -196,7 +196,8 @@ def build(prompt_format: str, directory: Path, seed: int = 0):
 
     As in a trained release, the head never prefers a prompt-only special token or a padding
     id past the tokenizer's vocabulary (their output biases are low), and end-of-text gets a
-    bias that ends most random transcripts within the decoder's positions.
+    bias that ends most random transcripts within the decoder's positions; canary2's frame
+    tokens keep biases near 0, so that a timestamps prompt gets words between them.
 
     Returns:
         (path of the .nemo archive, the NeMo model in eval mode)
@@ -224,6 +225,9 @@ def build(prompt_format: str, directory: Path, seed: int = 0):
         low[tok.eos_id] = EOS_BIAS[prompt_format]
         for lang in LANGUAGES:  # <unk> of each language
             low[tok.token_id_offset[lang]] = -20.0
+        if prompt_format == "canary2":  # canary2 writes frame tokens <|N|> around words when asked
+            frames = [tok.special_tokens[f"<|{i}|>"] for i in range(N_TIMESTAMPS)]
+            low[frames] = 0.5 * torch.randn(len(frames), generator=g, dtype=low.dtype)
         bias.copy_(low)
     path = directory / f"{prompt_format}.nemo"
     model.save_to(str(path))

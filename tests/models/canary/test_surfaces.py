@@ -98,3 +98,23 @@ def test_cli_and_http_equal_the_engine(canary_float32, engine, capsys):
             assert r.status_code == 400 and "target_language" in r.text
     finally:
         server_engine.shutdown()
+
+
+def test_canary2_word_timestamps_equal_nemo_transcribe(canary_float32):
+    import oasr
+
+    path, ref, archive = canary_float32["canary2"]
+    ref.change_decoding_strategy(OmegaConf.create(archive))
+    hyps = ref.transcribe(
+        [str(DATA / c) for c in CLIPS], batch_size=1, timestamps=True, return_hypotheses=True, verbose=False
+    )
+    engine = oasr.ASREngine(str(path))
+    for clip, hyp in zip(CLIPS, hyps):
+        out = engine.transcribe(str(DATA / clip), word_timestamps=True)
+        assert _tokens(out) == hyp.y_sequence.tolist()
+        assert out.text == hyp.text
+        words = [(w.word.strip(), w.start, w.end) for s in out.segments for w in s.words or []]
+        assert words == [(w["word"], round(w["start"], 3), round(w["end"], 3)) for w in hyp.timestamp["word"]]
+        assert words and all(0.0 < w.probability <= 1.0 for s in out.segments for w in s.words)
+    with pytest.raises(ValueError, match="word_timestamps"):  # canary (v1) writes no frame tokens
+        oasr.ASREngine(str(canary_float32["canary"][0])).transcribe(str(DATA / CLIPS[0]), word_timestamps=True)
