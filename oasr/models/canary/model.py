@@ -93,8 +93,6 @@ class CanaryTokenizer:
         sp, offset = self.parts[language]
         return [offset + i for i in sp.encode(text)]
 
-    encode_text_in = text_to_ids
-
     def token_id(self, token: str) -> int:
         """The id of a prompt token ``<|...|>``."""
         try:
@@ -118,13 +116,6 @@ class CanaryTokenizer:
     def piece_text(self, ids: Sequence[int]) -> str:
         """NeMo's ``ids_to_text``: every piece (prompt tokens included), ``▁`` as spaces."""
         return "".join(self.pieces[i] for i in ids if 0 <= i < len(self.pieces)).replace("▁", " ")
-
-    def decode_bytes(self, ids: Sequence[int]) -> bytes:
-        return (
-            "".join(self.pieces[i] for i in ids if 0 <= i < len(self.pieces) and i not in self._special_ids)
-            .replace("▁", " ")
-            .encode()
-        )
 
 
 # ---------------------------------------------------------------------------

@@ -119,7 +119,7 @@ def _beam(model, memory, memory_lens, prompts, params) -> list[list[int]]:
     limits = _limits(p, memory_lens.tolist(), dec.cfg.max_sequence_length, params.max_generation_delta)
     dev = memory.device
     cache = dec.new_cache(memory, memory_lens)
-    logp = dec(prompts, cache)  # (B, V)
+    logp = dec(prompts, cache).float()  # (B, V); scores in float32 at least (NEG_INF * a log-prob)
     scores, first = torch.topk(logp, k, dim=-1)  # (B, k)
     scores, first = scores.reshape(-1, 1), first.reshape(-1, 1)  # (B*k, 1), element-major
     rows = torch.arange(b, device=dev).repeat_interleave(k)
@@ -132,7 +132,7 @@ def _beam(model, memory, memory_lens, prompts, params) -> list[list[int]]:
     while not bool(done.all()):
         steps += 1
         pad_mask = pad_profile.repeat(1, k)  # (B*k, k)
-        logp = dec(prefixes[:, -1:], cache)  # (B*k, V)
+        logp = dec(prefixes[:, -1:], cache).float()  # (B*k, V)
         scores_i, tokens_i = torch.topk(logp, k, dim=-1)
         tokens_i = pad * pad_mask + tokens_i * (1 - pad_mask)
         pad_mask = pad_mask.to(scores.dtype)
@@ -163,7 +163,7 @@ def _beam(model, memory, memory_lens, prompts, params) -> list[list[int]]:
     out = []
     for e in range(b):
         seq = prefixes[e * k + int(choice[e])].tolist()[p:]
-        out.append(_strip([t for t in seq], tok))
+        out.append(_strip(seq, tok))
     return out
 
 
