@@ -42,6 +42,9 @@ def test_engine_defaults_and_beam_equal_nemo_transcribe(canary_float32, engine):
     want = _nemo(ref, beam, source_lang="en", target_lang="en", pnc="yes")
     got = [_tokens(engine.transcribe(str(DATA / c), beam_size=2, length_penalty=1.0)) for c in CLIPS]
     assert got == want
+    # Batched (one padded encode, one search over the rows): each clip as alone.
+    batched = engine.transcribe([str(DATA / c) for c in CLIPS], beam_size=2, length_penalty=1.0)
+    assert [_tokens(o) for o in batched] == want
 
 
 def test_translation_and_punctuation_build_nemos_prompt(canary_float32, engine):
