@@ -18,6 +18,7 @@ class DecodeType(str, enum.Enum):
     AED = "aed"
     PARAFORMER = "paraformer"
     LLM = "llm"
+    MULTITASK = "multitask"  # a prompted encoder-decoder (NeMo's Canary): one pass per clip
 
     def __str__(self) -> str:
         return self.value

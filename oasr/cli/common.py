@@ -308,7 +308,29 @@ def _add_decode_options(parser: argparse.ArgumentParser, *, language: bool = Tru
         help="attention rescoring: weight of the right-to-left decoder (default: the checkpoint's, else 0)",
     )
     g.add_argument(
-        "--context", default=None, metavar="TEXT", help="speech-LLM: text for the prompt's system turn (biasing)"
+        "--context",
+        default=None,
+        metavar="TEXT",
+        help="speech-LLM: text for the prompt's system turn (biasing); Canary 2: the decoder context",
+    )
+    g.add_argument(
+        "--target-language",
+        default=None,
+        metavar="LANG",
+        help="Canary: the output's language (another than --language translates; --task translate: English "
+        "unless given)",
+    )
+    g.add_argument(
+        "--punctuation",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="Canary: punctuation and capitalisation (default: the checkpoint's prompt defaults, else on)",
+    )
+    g.add_argument(
+        "--itn",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="Canary 2: inverse text normalisation (default: the checkpoint's prompt defaults, else off)",
     )
     g.add_argument(
         "--seed",
@@ -354,6 +376,9 @@ _OPTION_NAMES = (
     "seed",
     "top_k",
     "top_p",
+    "target_language",
+    "punctuation",
+    "itn",
 )
 
 

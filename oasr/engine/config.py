@@ -248,7 +248,15 @@ class TranscribeOptions(CommonOptions):
         top_p: speech-LLM sampling: keep the smallest set of tokens whose probability
             reaches top_p, in (0, 1] (1.0 = off).
         context: speech-LLM decoding: text placed in the system turn of the prompt to bias
-            the transcript (names, terms, the topic).
+            the transcript (names, terms, the topic); Canary 2: the decoder context (text in
+            the target language before the prompt).
+        target_language: Canary: the language of the output (one of the model's); a target other
+            than ``language`` is speech translation (AST). Unset with ``task="translate"``:
+            English, as OpenAI's translations; else the spoken language.
+        punctuation: Canary: punctuation and capitalisation (``<|pnc|>`` / ``<|nopnc|>``; unset:
+            the archive's ``prompt_defaults``, else on, as NeMo's default).
+        itn: Canary 2: inverse text normalisation (``<|itn|>`` / ``<|noitn|>``; unset: the
+            archive's ``prompt_defaults``, else off).
     """
 
     beam_size: int = UNSET
@@ -285,6 +293,9 @@ class TranscribeOptions(CommonOptions):
     top_k: int | None = UNSET
     top_p: float | None = UNSET
     context: str | None = UNSET
+    target_language: str | None = UNSET
+    punctuation: bool | None = UNSET
+    itn: bool | None = UNSET
 
     @property
     def temperatures(self) -> tuple[float, ...]:

@@ -71,6 +71,11 @@ CAPABILITIES: dict[DecodeType, Capability] = {
         "and continuous batching; the model supplies its vocabulary's prompts and specials, "
         "its word-timing heads and its window geometry, so the engine imports no family",
     ),
+    DecodeType.MULTITASK: Capability(
+        requires=("encode_offline", "prompt", "default_language", "multitask_search", "search_params"),
+        why="a prompted encoder-decoder (NeMo's Canary) encodes each clip, builds its task prompt from the "
+        "request's languages and flags, and runs the model's own search (greedy or beam) to end-of-text",
+    ),
     DecodeType.PARAFORMER: Capability(
         requires=("encode_offline", "predictor", "decoder"),
         why="non-autoregressive decoding fires CIF token embeddings from the encoder and "

@@ -72,6 +72,7 @@ _BUILTIN: tuple[tuple[str, str, tuple[str, ...]], ...] = (
         "oasr.models.parakeet.model:ParakeetHybridModel",
         ("oasr.models.parakeet.convert_nemo:NemoParakeetHybridConverter",),
     ),
+    ("canary", "oasr.models.canary.model:CanaryModel", ("oasr.models.canary.convert:NemoCanaryConverter",)),
     ("nemotron", "oasr.models.nemotron.model:NemotronRnntModel", ("oasr.models.nemotron.convert:HFNemotronConverter",)),
     (
         "qwen3_asr",

@@ -25,7 +25,8 @@ Form-field policy (one rule for both audio routes):
   ``max_new_tokens`` (an integer >= 1: the request's token budget, ``TranscribeOptions.
   max_new_tokens``; a result it cuts has ``finish_reason="length"`` in ``verbose_json``),
   ``repetition_penalty`` (> 0) and ``seed`` (a 64-bit integer; left out, every request samples
-  with a fresh seed). Left out, ``oasr serve``'s flag of the same name applies, else the
+  with a fresh seed), ``target_language`` (Canary: the language of the output; on
+  ``/v1/audio/translations`` English when left out). Left out, ``oasr serve``'s flag of the same name applies, else the
   model's default; a model that does not take one answers 400 naming it.
 * Empty ``language`` / ``prompt`` / ``chunking_strategy`` values mean "not given" (for
   ``language``: the server's default); ``language=auto`` / ``none`` means "detect it", even
@@ -84,6 +85,7 @@ class TranslationRequest(BaseModel):
     max_new_tokens: int | None = Field(default=None, ge=1)
     repetition_penalty: float | None = Field(default=None, gt=0.0)
     seed: int | None = Field(default=None, ge=-(2**63), le=2**63 - 1)
+    target_language: str | None = None
 
     @property
     def granularities(self) -> tuple[str, ...]:

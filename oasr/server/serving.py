@@ -103,7 +103,7 @@ from oasr.server.settings import TIMEOUT_BASE_S, TIMEOUT_PER_AUDIO_S, ServerSett
 
 log = logging.getLogger("oasr.server")
 
-EXTENSION_FIELDS = ("max_new_tokens", "repetition_penalty", "seed")
+EXTENSION_FIELDS = ("max_new_tokens", "repetition_penalty", "seed", "target_language")
 """Form fields beyond OpenAI's that set the ``TranscribeOptions`` field of the same name."""
 CLIENT_GONE = "oasr.client_gone"  # scope key set when the client disconnected mid-request
 _TEXT_MEDIA = {"text": "text/plain", "srt": "text/plain", "vtt": "text/vtt"}

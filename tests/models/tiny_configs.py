@@ -73,6 +73,19 @@ def _parakeet_hybrid() -> Any:
     return ParakeetHybridConfig(encoder=encoder, vocab_size=45, decoder_hidden_size=16, durations=(0, 1, 2))
 
 
+def _canary() -> Any:
+    from oasr.models.canary import CanaryConfig, CanaryDecoderConfig
+    from oasr.models.parakeet import ParakeetEncoderConfig
+
+    encoder = ParakeetEncoderConfig(
+        hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=32, subsampling_conv_channels=8
+    )
+    decoder = CanaryDecoderConfig(
+        vocab_size=48, hidden_size=24, inner_size=48, num_layers=2, num_attention_heads=2, encoder_hidden=16
+    )
+    return CanaryConfig(encoder=encoder, decoder=decoder)
+
+
 def _nemotron() -> Any:
     from oasr.models.nemotron import NemotronConfig, NemotronEncoderConfig
 
@@ -233,6 +246,7 @@ def _transducer() -> Any:
 
 
 TINY_CONFIGS: dict[str, Callable[[], Any]] = {
+    "canary": _canary,
     "canary_qwen": _canary_qwen,
     "conformer": _conformer,
     "lasr": _lasr,

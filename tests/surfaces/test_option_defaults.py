@@ -13,7 +13,7 @@ import pytest
 from oasr.engine.config import COMMON_FIELDS, UNSET, CommonOptions, TranscribeOptions
 from oasr.engine.decode.registry import decode_strategy_class, strategies_taking
 
-BUILTIN = ("aed", "llm", "ctc", "ctc_aed_rescoring", "transducer", "paraformer")
+BUILTIN = ("aed", "llm", "ctc", "ctc_aed_rescoring", "transducer", "paraformer", "multitask")
 # CLI flags that carry a TranscribeOptions field under another name.
 FLAG_FIELDS = {"vad": "vad_filter"}
 

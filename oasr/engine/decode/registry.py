@@ -26,6 +26,7 @@ _BUILTIN: tuple[tuple[str, str], ...] = (
     ("ctc_aed_rescoring", "oasr.engine.decode.ctc:CtcRescoringStrategy"),
     ("transducer", "oasr.engine.decode.transducer:TransducerDecodeStrategy"),
     ("paraformer", "oasr.engine.decode.paraformer:ParaformerDecodeStrategy"),
+    ("multitask", "oasr.engine.decode.multitask:MultitaskDecodeStrategy"),
 )
 
 

@@ -258,7 +258,7 @@ class WindowedStrategy(RequestTable[WindowedRequest]):
                     language=language,
                     language_probability=1.0 if language is not None else None,
                     duration=req.request.duration,
-                    task="transcribe",
+                    task=req.opts.task,
                 )
                 self._complete(req, output, events)
 

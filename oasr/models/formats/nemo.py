@@ -202,6 +202,40 @@ def is_nemo_checkpoint(path: Path) -> bool:
     return path.is_file() and path.suffix == ".nemo"
 
 
+def nemo_target(path: Path) -> str | None:
+    """The NeMo model class a checkpoint's ``model_config.yaml`` names (its ``target``, last
+    component), or None where it names none or cannot be read (the reader then says why).
+    Remembered per file (path, size, mtime): every NeMo family's converter asks it."""
+    path = Path(path)
+    if not is_nemo_checkpoint(path):
+        return None
+    stat = (path / NEMO_CONFIG if path.is_dir() else path).stat()
+    key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns)
+    if key not in _TARGETS:
+        _TARGETS[key] = _read_target(path)
+    return _TARGETS[key]
+
+
+_TARGETS: dict[tuple[str, int, int], str | None] = {}
+
+
+def _read_target(path: Path) -> str | None:
+    try:
+        if path.is_dir():
+            text = (path / NEMO_CONFIG).read_bytes()
+        else:
+            with tarfile.open(path, "r:*") as archive:
+                member = next((m for m in archive if m.isfile() and _member_name(m.name, path) == NEMO_CONFIG), None)
+                handle = archive.extractfile(member) if member is not None else None
+                if handle is None:
+                    return None
+                text = handle.read()
+        target = _parse_config(text, NEMO_CONFIG).get("target")
+    except (LoadError, OSError, tarfile.TarError):
+        return None
+    return None if target is None else str(target).rsplit(".", 1)[-1]
+
+
 def _artefact_refs(config: Any) -> set[str]:
     """Every ``nemo:<member>`` string anywhere in the config."""
     if isinstance(config, dict):

@@ -32,6 +32,7 @@ from oasr.models.formats.nemo import (
     encoder_fields_from_nemo,
     is_nemo_checkpoint,
     mel_from_nemo,
+    nemo_target,
     nemo_tokenizer_spec,
     read_nemo,
     rename,
@@ -150,7 +151,8 @@ class NemoParakeetConverter:
     capability_drop_hints: Mapping[str, str] = {}
 
     def can_load(self, path: Path) -> bool:
-        return is_nemo_checkpoint(Path(path))
+        # Canary's EncDecMultiTaskModel is the canary family's (oasr.models.canary.convert).
+        return is_nemo_checkpoint(Path(path)) and nemo_target(Path(path)) != "EncDecMultiTaskModel"
 
     def load(self, path: Path) -> CheckpointBundle:
         ckpt = read_nemo(Path(path))

@@ -30,7 +30,7 @@ from typing import Any
 import torch
 
 from tests.models.parakeet.conftest import randomize_
-from tests.models.parakeet.nemo_reference import _encoder, _preprocessor, _spec_augment
+from tests.models.parakeet.nemo_reference import SPEC_AUGMENT, encoder_config, preprocessor_config
 
 AUDIO_TAG = "<|audioplaceholder|>"
 PROMPT = f"Transcribe the following: {AUDIO_TAG}"  # the model card's prompt
@@ -63,7 +63,7 @@ def train_tokenizer():
 
 def _adapter() -> dict[str, Any]:
     """The release's modality adapter: a 2-layer ConformerEncoder without subsampling."""
-    enc = _encoder(LLM_WIDTH)
+    enc = encoder_config(LLM_WIDTH)
     enc.update(feat_in=32, d_model=32, subsampling_factor=1, n_layers=2)
     return enc
 
@@ -82,10 +82,10 @@ def salm_config(llm_dir: Path) -> dict[str, Any]:
         "perception": {
             "target": "nemo.collections.speechlm2.modules.perception.AudioPerceptionModule",
             "output_dim": LLM_WIDTH,
-            "preprocessor": _preprocessor(FEATURES),
-            "encoder": _encoder(FEATURES),
+            "preprocessor": preprocessor_config(FEATURES),
+            "encoder": encoder_config(FEATURES),
             "modality_adapter": _adapter(),
-            "spec_augment": _spec_augment(),
+            "spec_augment": dict(SPEC_AUGMENT),
         },
         "optimizer": {"_target_": "torch.optim.AdamW", "lr": 5e-4},
     }

@@ -11,6 +11,7 @@ Imported only by tests that skip where ``nemo`` is absent.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,14 +25,15 @@ TDT_DURATIONS = [0, 1, 2, 3, 4]
 BLANK_BIAS = 1.0  # the transducers' blank logit bias (see ``build``)
 
 
-def train_sentencepiece(directory: Path, vocab_size: int = 40) -> Path:
+def train_sentencepiece(directory: Path, vocab_size: int = 40, sentences: Sequence[str] = SENTENCES) -> Path:
     """A BPE SentencePiece model (``tokenizer.model``, ``tokenizer.vocab``, ``vocab.txt``) in
-    ``directory``, as NeMo's ``process_asr_text_tokenizer.py`` writes one for ``type: bpe``."""
+    ``directory``, trained on ``sentences``, as NeMo's ``process_asr_text_tokenizer.py`` writes one
+    for ``type: bpe``."""
     import sentencepiece as spm
 
     directory.mkdir(parents=True, exist_ok=True)
     text = directory / "text.txt"
-    text.write_text("\n".join(SENTENCES) + "\n")
+    text.write_text("\n".join(sentences) + "\n")
     spm.SentencePieceTrainer.train(
         input=str(text),
         model_prefix=str(directory / "tokenizer"),
@@ -49,7 +51,7 @@ def train_sentencepiece(directory: Path, vocab_size: int = 40) -> Path:
     return directory
 
 
-def _preprocessor(features: int) -> dict[str, Any]:
+def preprocessor_config(features: int) -> dict[str, Any]:
     return {
         "_target_": "nemo.collections.asr.modules.AudioToMelSpectrogramPreprocessor",
         "sample_rate": 16000,
@@ -67,18 +69,7 @@ def _preprocessor(features: int) -> dict[str, Any]:
     }
 
 
-def _spec_augment() -> dict[str, Any]:
-    """The release configs' SpecAugment section (training only)."""
-    return {
-        "_target_": "nemo.collections.asr.modules.SpectrogramAugmentation",
-        "freq_masks": 2,
-        "time_masks": 10,
-        "freq_width": 27,
-        "time_width": 0.05,
-    }
-
-
-def _encoder(features: int) -> dict[str, Any]:
+def encoder_config(features: int) -> dict[str, Any]:
     return {
         "_target_": "nemo.collections.asr.modules.ConformerEncoder",
         "feat_in": features,
@@ -156,6 +147,15 @@ def _transducer(tdt: bool, joint_dropout: float = 0.2) -> dict[str, Any]:
     }
 
 
+SPEC_AUGMENT: dict[str, Any] = {  # the releases' training-time augmentation (no tensors, no effect at inference)
+    "_target_": "nemo.collections.asr.modules.SpectrogramAugmentation",
+    "freq_masks": 2,
+    "time_masks": 10,
+    "freq_width": 27,
+    "time_width": 0.05,
+}
+
+
 def model_config(kind: str, tokenizer_dir: Path, joint_dropout: float = 0.2) -> dict[str, Any]:
     """The ``model`` section of a release-shaped config of ``kind`` (one of ``KINDS``), shrunk
     (``joint_dropout`` 0: NeMo's joint network holds no Dropout module, which shifts its indices)."""
@@ -163,9 +163,9 @@ def model_config(kind: str, tokenizer_dir: Path, joint_dropout: float = 0.2) -> 
     cfg: dict[str, Any] = {
         "sample_rate": 16000,
         "tokenizer": {"dir": str(tokenizer_dir), "type": "bpe"},
-        "preprocessor": _preprocessor(features),
-        "spec_augment": _spec_augment(),
-        "encoder": _encoder(features),
+        "preprocessor": preprocessor_config(features),
+        "spec_augment": dict(SPEC_AUGMENT),
+        "encoder": encoder_config(features),
     }
     if kind == "ctc":
         cfg["decoder"] = _ctc_decoder()
@@ -195,6 +195,24 @@ def model_class(kind: str):
     }[kind]
 
 
+def randomize(model: torch.nn.Module, g: torch.Generator) -> None:
+    """Random weights drawn from ``g`` (in place, under no_grad): unit-variance activations, norm
+    scales near 1, and random batch-norm running statistics (fresh ones are the identity), so the
+    checkpoint exercises every tensor."""
+    for name, p in model.named_parameters():
+        noise = torch.randn(p.shape, generator=g)
+        if p.dim() > 1:  # unit-variance activations: a well-conditioned net
+            p.copy_(noise * p[0].numel() ** -0.5)
+        elif "norm" in name and name.endswith("weight"):  # LayerNorm / BatchNorm scales near 1
+            p.copy_(1.0 + 0.1 * noise)
+        else:
+            p.copy_(0.1 * noise)
+    for module in model.modules():
+        if isinstance(module, torch.nn.BatchNorm1d):
+            module.running_mean.copy_(torch.randn(module.running_mean.shape, generator=g) * 0.1)
+            module.running_var.copy_(torch.rand(module.running_var.shape, generator=g) + 0.5)
+
+
 def build(kind: str, directory: Path, seed: int = 0, joint_dropout: float = 0.2):
     """Build a tiny random NeMo model of ``kind``, save it to ``directory / f"{kind}.nemo"``.
 
@@ -215,18 +233,7 @@ def build(kind: str, directory: Path, seed: int = 0, joint_dropout: float = 0.2)
     model = model_class(kind)(cfg=OmegaConf.create(model_config(kind, tok, joint_dropout)))
     with torch.no_grad():
         g = torch.Generator().manual_seed(seed)
-        for name, p in model.named_parameters():
-            noise = torch.randn(p.shape, generator=g)
-            if p.dim() > 1:  # unit-variance activations: a well-conditioned net
-                p.copy_(noise * p[0].numel() ** -0.5)
-            elif "norm" in name and name.endswith("weight"):  # LayerNorm / BatchNorm scales near 1
-                p.copy_(1.0 + 0.1 * noise)
-            else:
-                p.copy_(0.1 * noise)
-        for module in model.modules():
-            if isinstance(module, torch.nn.BatchNorm1d):
-                module.running_mean.copy_(torch.randn(module.running_mean.shape, generator=g) * 0.1)
-                module.running_var.copy_(torch.rand(module.running_var.shape, generator=g) + 0.5)
+        randomize(model, g)
         blank = model.tokenizer.vocab_size
         if hasattr(model, "joint"):
             model.decoder.prediction.embed.weight[blank].zero_()
