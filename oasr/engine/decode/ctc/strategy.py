@@ -17,7 +17,17 @@ Life of a request:
    Each row is then searched on the CPU: greedy for ``beam_size == 1``, else prefix
    beam search with the engine's n-gram LM (``EngineConfig.lm_path``) and the
    request's hotwords fused; hotwords need ``beam_size > 1``, and an LM applies
-   to beam search only.
+   to beam search only. A NeMo checkpoint (its ``DecodingSpec.params["ctc_decoding"]``,
+   read from the archive's ``decoding`` by ``oasr.models.parakeet.convert_nemo``) is
+   searched as NeMo searches it instead (``oasr.engine.decode.ctc.batched_beam``):
+   ``beam_size`` > 1 is NeMo's ``beam_batch`` search (its ``beam_beta`` and
+   ``beam_threshold`` from the archive), and ``beam_size`` unset is the archive's (its
+   ``beam.beam_size`` under ``strategy: beam_batch``, else 1); hotwords build NeMo's
+   boosting tree (``oasr.engine.decode.boosting``, its shape from the archive's
+   ``boosting_tree``), fused with weight ``hotword_weight`` (NeMo's
+   ``boosting_tree_alpha``; unset: the archive's when it sets one above 0) into the
+   beam search, or into NeMo's ``greedy_batch`` decoding when ``beam_size`` is 1. An
+   n-gram LM (``lm_path``) is refused there.
 3. Results: every window yields segments, split at pauses of more than
    ``SEGMENT_GAP_S`` between words; ``segment`` events go out in time order as soon
    as all earlier windows are done, then ``finished`` with the ``RequestOutput``.
@@ -60,7 +70,9 @@ import torch
 from oasr.audio.frontends import pad_features
 from oasr.engine.config import EngineConfig, StrategyOptions, TranscribeOptions
 from oasr.engine.decode.base import Request, StepEvent
-from oasr.engine.decode.ctc.lm import ContextGraph, LmFusion, NgramLanguageModel
+from oasr.engine.decode.boosting import BoostingConfig, BoostingTree
+from oasr.engine.decode.ctc.batched_beam import BeamSettings, ctc_batched_beam_search, ctc_greedy_fused_search
+from oasr.engine.decode.ctc.lm import ContextGraph, LmFusion, NgramLanguageModel, parse_hotwords
 from oasr.engine.decode.ctc.rescoring import attention_rescoring
 from oasr.engine.decode.ctc.search import (
     CtcHypothesis,
@@ -81,7 +93,7 @@ PACK_MIN_PADDING = 0.1  # with sequence packing, batches padded by less than thi
 @dataclass
 class _Req(WindowedRequest):
     beam: int = 1
-    hotwords: ContextGraph | None = None
+    hotwords: ContextGraph | BoostingTree | None = None
 
     @property
     def greedy(self) -> bool:
@@ -139,6 +151,13 @@ class CtcDecodeStrategy(WindowedStrategy):
         self.frame_s = self.subsampling * float(self.frontend.frame_shift_s)
         self.params = dict(loaded.decoding_spec.params) if loaded.decoding_spec is not None else {}
         self.pieces = TokenPieces(self.tokenizer, self.skip_ids | {self.blank_id})
+        self.nemo = self.params.get("ctc_decoding") if self.decode_type is DecodeType.CTC else None
+        """NeMo's decoding of a NeMo checkpoint (see the module docstring), or None."""
+        if self.nemo is not None and config.lm_path:
+            raise ValueError(
+                "lm_path: this NeMo checkpoint is searched as NeMo's beam_batch, whose n-gram fusion (a "
+                "token-level NGPU-LM) oasr does not implement"
+            )
         self.lm = (
             LmFusion(NgramLanguageModel(config.lm_path), self.pieces, config.lm_alpha, config.lm_beta)
             if config.lm_path
@@ -165,17 +184,47 @@ class CtcDecodeStrategy(WindowedStrategy):
         return ("ctc",)
 
     def validate(self, options: TranscribeOptions) -> TranscribeOptions:
+        given = options.given()
         options = super().validate(options)
+        if self.nemo is not None:
+            return self._validate_nemo(options, given)
         if options.hotwords:
             if options.beam_size < 2:
                 raise ValueError("hotwords need beam_size > 1 (greedy CTC decoding cannot boost phrases)")
             ContextGraph.from_text(options.hotwords, self.tokenizer, options.hotword_weight)
         return options
 
+    def _validate_nemo(self, options: TranscribeOptions, given: dict) -> TranscribeOptions:
+        """The archive's defaults where the request left ``beam_size`` / ``hotword_weight`` unset;
+        hotwords checked by building their boosting tree."""
+        fill = {}
+        if "beam_size" not in given:
+            fill["beam_size"] = int(self.nemo["beam_size"])
+        search = self.nemo["beam" if fill.get("beam_size", options.beam_size) > 1 else "greedy"]
+        if "hotword_weight" not in given and search["boosting_alpha"] > 0:
+            fill["hotword_weight"] = float(search["boosting_alpha"])
+        options = options.replace(**fill) if fill else options
+        if options.hotwords:
+            self._boosting_tree(options)
+        return options
+
+    def _boosting_tree(self, opts: TranscribeOptions) -> BoostingTree:
+        """NeMo's boosting tree of a request's hotwords (the shape of its search's ``boosting_tree``)."""
+        search = self.nemo["beam" if opts.beam_size > 1 else "greedy"]
+        config = BoostingConfig(**search["boosting"])
+        return BoostingTree.from_phrases(
+            parse_hotwords(opts.hotwords), self.tokenizer.encode_text, self.blank_id, config
+        )
+
     def _new_entry(self, request: Request) -> _Req:
         opts = request.options
         windows = list(request.features.windows)
-        hotwords = ContextGraph.from_text(opts.hotwords, self.tokenizer, opts.hotword_weight) if opts.hotwords else None
+        if not opts.hotwords:
+            hotwords = None
+        elif self.nemo is not None:
+            hotwords = self._boosting_tree(opts)
+        else:
+            hotwords = ContextGraph.from_text(opts.hotwords, self.tokenizer, opts.hotword_weight)
         return _Req(request, opts, windows, [None] * len(windows), beam=opts.beam_size, hotwords=hotwords)
 
     def _language(self, req: _Req) -> str | None:
@@ -190,11 +239,25 @@ class CtcDecodeStrategy(WindowedStrategy):
 
     def _search(self, req: _Req, log_probs: torch.Tensor, row: int, extra: object) -> CtcHypothesis:
         """The hypothesis of one row (``log_probs``: (T', V) on the CPU, valid frames)."""
+        if self.nemo is not None:
+            return self._nemo_search(req, log_probs)
         if req.greedy:
             return ctc_greedy_search(log_probs, self.blank_id, self.skip_ids)
         return ctc_prefix_beam_search(
             log_probs, req.beam, self.blank_id, self.skip_ids, lm=self.lm, hotwords=req.hotwords
         )[0]
+
+    def _nemo_search(self, req: _Req, log_probs: torch.Tensor) -> CtcHypothesis:
+        """NeMo's ``beam_batch`` search (``beam_size`` > 1) or ``greedy_batch`` with the boosting
+        tree of the request's hotwords, over one row (``log_probs``: (T', V), valid frames)."""
+        rows, lens = log_probs[None], torch.tensor([log_probs.shape[0]])
+        alpha = float(req.opts.hotword_weight)
+        if req.beam > 1:
+            beam = self.nemo["beam"]
+            settings = BeamSettings(req.beam, float(beam["beam_beta"]), float(beam["beam_threshold"]))
+            nbest = ctc_batched_beam_search(rows, lens, self.blank_id, settings, req.hotwords, alpha, self.skip_ids)  # type: ignore[arg-type]
+            return nbest[0][0]
+        return ctc_greedy_fused_search(rows, lens, self.blank_id, req.hotwords, alpha, self.skip_ids)[0]  # type: ignore[arg-type]
 
     def _run_batch(self, batch: list[tuple[_Req, int]], events: list[StepEvent]) -> None:
         rows = [r.windows[i].feats for r, i in batch]
