@@ -231,3 +231,36 @@ def test_a_ctc_decoding_oasr_does_not_implement_is_refused_by_key_and_value(fixt
     assert load_pretrained(unpacked).decoding_spec.params["ctc_decoding"]["beam_size"] == 2
     with pytest.raises(ValueError, match="lm_path: .*NGPU-LM"):
         oasr.ASREngine(str(unpacked), lm_path=str(tmp_path / "lm.arpa"))
+
+
+def test_the_archives_beam_batch_is_the_default_through_cli_and_http(fixtures, waveforms, audio_dir, tmp_path, capsys):
+    """No surface has decoding defaults of its own: ``oasr transcribe`` and the server decode a
+    ``beam_batch`` archive with its beam, as ``ASREngine`` does (held to NeMo above)."""
+    import json
+
+    pytest.importorskip("fastapi")
+    from starlette.testclient import TestClient
+
+    from oasr.cli.main import main
+    from oasr.server.app import create_app
+    from oasr.server.settings import ServerSettings
+
+    path, _ = fixtures["ctc"]
+    beam = {"beam_size": 3, "beam_beta": 0.5, "beam_threshold": 15.0}
+    edited = _with_decoding(path, tmp_path / "ctc_beam.nemo", "ctc", {"strategy": "beam_batch", "beam": beam})
+    clip = audio_dir / "sense_and_sensibility_01_austen_64kb-0890.wav"
+    engine = oasr.ASREngine(str(edited), dtype="float32")
+    want = [t for s in engine.transcribe(str(clip)).segments for t in s.tokens]
+    greedy = [t for s in engine.transcribe(str(clip), beam_size=1).segments for t in s.tokens]
+    assert want != greedy, "the archive's beam should decode this clip otherwise than greedy"
+    capsys.readouterr()
+    assert main(["transcribe", str(clip), "--model", str(edited), "-f", "verbose_json", "--no-progress"]) == 0
+    assert [t for s in json.loads(capsys.readouterr().out)["segments"] for t in s["tokens"]] == want
+    with TestClient(create_app(ServerSettings(model=str(edited)))) as http:
+        r = http.post(
+            "/v1/audio/transcriptions",
+            files={"file": (clip.name, clip.read_bytes())},
+            data={"model": str(edited), "response_format": "verbose_json"},
+        )
+    assert r.status_code == 200, r.text
+    assert [t for s in r.json()["segments"] for t in s["tokens"]] == want
