@@ -239,32 +239,19 @@ class CtcDecodeStrategy(WindowedStrategy):
 
     def _search(self, req: _Req, log_probs: torch.Tensor, row: int, extra: object) -> CtcHypothesis:
         """The hypothesis of one row (``log_probs``: (T', V) on the CPU, valid frames)."""
-        if self.nemo is not None:
-            return self._nemo_search(req, log_probs)
         if req.greedy:
             return ctc_greedy_search(log_probs, self.blank_id, self.skip_ids)
         return ctc_prefix_beam_search(
             log_probs, req.beam, self.blank_id, self.skip_ids, lm=self.lm, hotwords=req.hotwords
         )[0]
 
-    def _nemo_search(self, req: _Req, log_probs: torch.Tensor) -> CtcHypothesis:
-        """NeMo's ``beam_batch`` search (``beam_size`` > 1) or ``greedy_batch`` with the boosting
-        tree of the request's hotwords, over one row (``log_probs``: (T', V), valid frames)."""
-        rows, lens = log_probs[None], torch.tensor([log_probs.shape[0]])
-        alpha = float(req.opts.hotword_weight)
-        if req.beam > 1:
-            beam = self.nemo["beam"]
-            settings = BeamSettings(req.beam, float(beam["beam_beta"]), float(beam["beam_threshold"]))
-            nbest = ctc_batched_beam_search(rows, lens, self.blank_id, settings, req.hotwords, alpha, self.skip_ids)  # type: ignore[arg-type]
-            return nbest[0][0]
-        return ctc_greedy_fused_search(rows, lens, self.blank_id, req.hotwords, alpha, self.skip_ids)[0]  # type: ignore[arg-type]
-
     def _run_batch(self, batch: list[tuple[_Req, int]], events: list[StepEvent]) -> None:
         rows = [r.windows[i].feats for r, i in batch]
+        reqs = [r for r, _ in batch]
         greedy = self.best_path_only and all(r.greedy for r, _ in batch)
         frames = [f.shape[0] for f in rows]
         if self.packing and len(rows) * max(frames) > (1 + PACK_MIN_PADDING) * sum(frames):
-            decode_row = self._packed_rows(rows, frames, greedy)
+            decode_row = self._packed_rows(rows, frames, greedy, reqs)
         else:
             feats, lens = pad_features(rows)
             min_frames = 4 * self.subsampling  # room for the subsampling convolutions; rows keep their lengths
@@ -272,7 +259,7 @@ class CtcDecodeStrategy(WindowedStrategy):
                 feats = torch.nn.functional.pad(feats, (0, 0, 0, min_frames - feats.shape[1]))
             feats = feats.to(device=self.device, dtype=self.dtype)
             lens = lens.to(self.device)
-            decode_row = self._best_path_rows(feats, lens) if greedy else self._searched_rows(feats, lens)
+            decode_row = self._best_path_rows(feats, lens) if greedy else self._searched_rows(feats, lens, reqs)
         for row, (req, index) in enumerate(batch):
             if req.done:
                 continue
@@ -284,12 +271,12 @@ class CtcDecodeStrategy(WindowedStrategy):
                 continue
             self._touched[req.rid] = req
 
-    def _searched_rows(self, feats: torch.Tensor, lens: torch.Tensor) -> _RowDecoder:
+    def _searched_rows(self, feats: torch.Tensor, lens: torch.Tensor, reqs: list[_Req]) -> _RowDecoder:
         """Run a padded batch; rows are searched over their (T', V) log-probs."""
         log_probs, out_lens, extra = self._forward(feats, lens)
         log_probs = log_probs.detach().to(device="cpu", dtype=torch.float32)
         n_out = [min(int(x), log_probs.shape[1]) for x in out_lens.tolist()]
-        return self._search_rows([log_probs[row, :n] for row, n in enumerate(n_out)], extra)
+        return self._search_rows([log_probs[row, :n] for row, n in enumerate(n_out)], extra, reqs)
 
     def _best_path_rows(self, feats: torch.Tensor, lens: torch.Tensor) -> _RowDecoder:
         """Run a padded batch of greedy rows: only each frame's best symbol and its
@@ -301,7 +288,7 @@ class CtcDecodeStrategy(WindowedStrategy):
         rows = list(enumerate(n_out))
         return self._collapse_rows([top[row, :n] for row, n in rows], [ids[row, :n] for row, n in rows])
 
-    def _packed_rows(self, rows: list[torch.Tensor], frames: list[int], greedy: bool) -> _RowDecoder:
+    def _packed_rows(self, rows: list[torch.Tensor], frames: list[int], greedy: bool, reqs: list[_Req]) -> _RowDecoder:
         """Run the batch's windows (``frames`` long each) packed end to end
         (``encode_offline_packed``), then the CTC head on the packed frames: the best path
         for greedy rows, else log-probs."""
@@ -316,14 +303,56 @@ class CtcDecodeStrategy(WindowedStrategy):
             top, ids = top.detach().to(device="cpu", dtype=torch.float32), ids.detach().cpu()
             return self._collapse_rows(list(top.split(n_out)), list(ids.split(n_out)))
         log_probs = head(hidden).detach().to(device="cpu", dtype=torch.float32)
-        return self._search_rows(list(log_probs.split(n_out)), None)
+        return self._search_rows(list(log_probs.split(n_out)), None, reqs)
 
-    def _search_rows(self, log_probs: list[torch.Tensor], extra: object) -> _RowDecoder:
-        """Rows searched over their (T', V) log-probs (on the CPU, valid frames)."""
+    def _search_rows(self, log_probs: list[torch.Tensor], extra: object, reqs: list[_Req]) -> _RowDecoder:
+        """Rows searched over their (T', V) log-probs (on the CPU, valid frames); a NeMo
+        checkpoint's rows as NeMo searches them (``_nemo_rows``)."""
+        if self.nemo is not None:
+            return self._nemo_rows(log_probs, reqs)
 
         def decode_row(row: int, req: _Req) -> tuple[CtcHypothesis, list[float], int]:
             lp = log_probs[row]
             hyp = self._search(req, lp, row, extra)
+            return hyp, lp[list(hyp.frames), list(hyp.tokens)].exp().tolist(), lp.shape[0]
+
+        return decode_row
+
+    def _nemo_rows(self, log_probs: list[torch.Tensor], reqs: list[_Req]) -> _RowDecoder:
+        """NeMo's ``beam_batch`` search (``beam_size`` > 1) or ``greedy_batch`` with the boosting
+        tree of the request's hotwords, batched over the rows that share their settings (a
+        request's rows share its tree); a search that fails fails its rows alone."""
+        groups: dict[tuple, list[int]] = {}
+        for row, req in enumerate(reqs):
+            if not req.done:
+                groups.setdefault((req.beam, float(req.opts.hotword_weight), id(req.hotwords)), []).append(row)
+        found: dict[int, CtcHypothesis | Exception] = {}
+        beam = self.nemo["beam"]
+        for (size, alpha, _), rows in groups.items():
+            tree = reqs[rows[0]].hotwords
+            lens = torch.tensor([log_probs[r].shape[0] for r in rows])
+            padded = torch.nn.utils.rnn.pad_sequence([log_probs[r] for r in rows], batch_first=True)  # (B, T', V)
+            try:
+                if size == 1 and tree is None:  # a greedy row in a batch with beams: plain best path
+                    hyps = [ctc_greedy_search(log_probs[r], self.blank_id, self.skip_ids) for r in rows]
+                elif size > 1:
+                    settings = BeamSettings(size, float(beam["beam_beta"]), float(beam["beam_threshold"]))
+                    hyps = [
+                        nbest[0]
+                        for nbest in ctc_batched_beam_search(
+                            padded, lens, self.blank_id, settings, tree, alpha, self.skip_ids
+                        )  # type: ignore[arg-type]
+                    ]
+                else:
+                    hyps = ctc_greedy_fused_search(padded, lens, self.blank_id, tree, alpha, self.skip_ids)  # type: ignore[arg-type]
+            except Exception as e:  # noqa: BLE001 - reported on each of the group's rows
+                hyps = [e] * len(rows)
+            found.update(zip(rows, hyps))
+
+        def decode_row(row: int, req: _Req) -> tuple[CtcHypothesis, list[float], int]:
+            hyp, lp = found[row], log_probs[row]
+            if isinstance(hyp, Exception):
+                raise hyp
             return hyp, lp[list(hyp.frames), list(hyp.tokens)].exp().tolist(), lp.shape[0]
 
         return decode_row
