@@ -3,6 +3,12 @@ directory, of ``EncDecCTCModelBPE`` (CTC), ``EncDecRNNTBPEModel`` (RNN-T, or TDT
 ``decoding.model_type`` / ``loss.loss_name`` is ``tdt``) or ``EncDecHybridRNNTCTCBPEModel`` (a
 transducer and an auxiliary CTC head on one encoder).
 
+A CTC ``decoding`` (the CTC model's, the hybrid's ``aux_ctc.decoding``) is read whole by
+``_ctc_decoding``: ``greedy`` / ``greedy_batch`` / ``beam_batch`` with its ``beam`` knobs and the
+boosting trees' shapes become the CTC strategy's defaults (``DecodingSpec.params["ctc_decoding"]``);
+NeMo's external decoders (``beam``, ``pyctcdecode``, ``flashlight``, ``wfst``) and n-gram LMs are
+refused.
+
 ``model_config.yaml`` picks everything (``oasr.models.formats.nemo`` reads the archive and maps the
 sections): the architecture (``parakeet`` / ``parakeet_transducer`` / ``parakeet_hybrid``), the
 FastConformer encoder, the mel front end (``preprocessor``), the SentencePiece tokenizer
@@ -10,11 +16,6 @@ FastConformer encoder, the mel front end (``preprocessor``), the SentencePiece t
 (``greedy.max_symbols``, the TDT ``durations``). A key or value oasr does not implement is refused
 naming both. Of ``decoding`` only what changes greedy tokens is read (``strategy``, ``model_type``,
 ``durations``, ``greedy.max_symbols``); its alignment, timestamp and confidence switches are not.
-A CTC ``decoding`` (the CTC model's, the hybrid's ``aux_ctc.decoding``) is read whole by
-``_ctc_decoding``: ``greedy`` / ``greedy_batch`` / ``beam_batch`` with its ``beam`` knobs and the
-boosting trees' shapes become the CTC strategy's defaults (``DecodingSpec.params["ctc_decoding"]``);
-NeMo's external decoders (``beam``, ``pyctcdecode``, ``flashlight``, ``wfst``) and n-gram LMs are
-refused.
 """
 
 from __future__ import annotations
@@ -137,6 +138,13 @@ def _greedy_strategy(decoding: Mapping[str, Any], where: str) -> None:
     strategy = decoding.get("strategy", "greedy_batch")
     if strategy not in _GREEDY_STRATEGIES:
         raise LoadError(f"{where}.strategy={strategy!r} is not implemented by oasr (supported: greedy, greedy_batch)")
+
+
+def _ctc_vocab(decoder: Mapping[str, Any], where: str) -> int:
+    """CTC outputs of a ``ConvASRDecoder`` section: its classes and the blank after them."""
+    check_target(decoder, "ConvASRDecoder", where)
+    check_section(decoder, _CTC_DECODER_KEYS, where)
+    return int(decoder["num_classes"]) + 1
 
 
 _CTC_STRATEGIES = ("greedy", "greedy_batch", "beam_batch")
@@ -275,13 +283,6 @@ def _ctc_decoding(decoding: Mapping[str, Any], where: str, merged: bool) -> dict
     }
 
 
-def _ctc_vocab(decoder: Mapping[str, Any], where: str) -> int:
-    """CTC outputs of a ``ConvASRDecoder`` section: its classes and the blank after them."""
-    check_target(decoder, "ConvASRDecoder", where)
-    check_section(decoder, _CTC_DECODER_KEYS, where)
-    return int(decoder["num_classes"]) + 1
-
-
 class NemoParakeetConverter:
     """A ``.nemo`` archive or unpacked directory of a NeMo Parakeet (FastConformer) model: CTC ->
     ``parakeet``, RNN-T / TDT -> ``parakeet_transducer``, hybrid -> ``parakeet_hybrid``."""
@@ -326,11 +327,11 @@ class NemoParakeetConverter:
             else:
                 config = ParakeetTransducerConfig(encoder=encoder, **fields, durations=durations)
             decoding = transducer_decoding(config, durations)
-            if arch == HYBRID_ARCH:  # the CTC head's own decoding, for decode_type="ctc"
-                decoding = DecodingSpec(decoding.decode_type, params={**decoding.params, "ctc_decoding": ctc_decoding})
         state = rename(state, (*NEMO_TRANSDUCER_RENAMES, *NEMO_CTC_RENAMES))
         if arch in (CTC_ARCH, HYBRID_ARCH):
             ctc_head_state(state, str(where))
+        if arch == HYBRID_ARCH:  # the CTC head's own decoding, for decode_type="ctc"
+            decoding = DecodingSpec(decoding.decode_type, params={**decoding.params, "ctc_decoding": ctc_decoding})
         return CheckpointBundle(
             architecture=arch,
             config=config,
