@@ -151,8 +151,9 @@ class BoostingTree:
         self._build(_trie([[int(t) for t in p] for p in phrases], scores, config))
 
     def _build(self, root: _Node) -> None:
-        """Flatten the trie into arrays: the root's arcs dense over the vocabulary, the other
-        nodes' arcs contiguous (``arc_start`` / ``arc_end``); weights in float32."""
+        """Flatten the trie into arrays: the root's arcs dense over the vocabulary (``root_weight``
+        / ``root_to``), the other nodes' arcs contiguous (``arc_start`` / ``arc_end``); weights
+        in float32."""
         nodes, index = [root], {id(root): ROOT}
         queue = deque([root])
         while queue:  # breadth first: a node's fail target is numbered before it is needed
@@ -163,16 +164,14 @@ class BoostingTree:
                 nodes.append(child)
                 queue.append(child)
         n, uniform = len(nodes), self.config.uniform_weights
+        root_to = [ROOT] * self.vocab_size  # a token that starts no phrase loops at the root
+        root_weight = [self.config.unk_score] * self.vocab_size
+        for token, child in root.next.items():
+            root_to[token], root_weight[token] = index[id(child)], child.token_score
         arc_label, arc_to, arc_weight = [], [], []
         start, end = np.zeros(n, np.int64), np.zeros(n, np.int64)
         backoff_to, backoff_w = np.zeros(n, np.int64), np.zeros(n, np.float32)
         final = np.zeros(n, np.float32)
-        for token in range(self.vocab_size):  # the root: every token, a phrase's first or a loop
-            child = root.next.get(token)
-            arc_label.append(token)
-            arc_to.append(index[id(child)] if child is not None else ROOT)
-            arc_weight.append(child.token_score if child is not None else self.config.unk_score)
-        end[ROOT] = self.vocab_size
         for i, node in enumerate(nodes[1:], start=1):
             start[i] = len(arc_label)
             for token in sorted(node.next):
@@ -188,6 +187,8 @@ class BoostingTree:
             final[i] = self.config.final_eos_score if node.is_end else 0.0
         self.num_states = n
         self.max_depth = max(node.depth for node in nodes)
+        self.root_to = torch.tensor(root_to, dtype=torch.long)
+        self.root_weight = torch.tensor(np.asarray(root_weight, dtype=np.float32))
         self.arc_label = torch.tensor(arc_label, dtype=torch.long)
         self.arc_to = torch.tensor(arc_to, dtype=torch.long)
         self.arc_weight = torch.tensor(np.asarray(arc_weight, dtype=np.float32))
@@ -196,19 +197,36 @@ class BoostingTree:
         self.final_weight = torch.from_numpy(final)
         self.max_fanout = int((self.arc_end - self.arc_start).max())
 
+    _TENSORS = (
+        "root_to",
+        "root_weight",
+        "arc_label",
+        "arc_to",
+        "arc_weight",
+        "arc_start",
+        "arc_end",
+        "backoff_to",
+        "backoff_w",
+        "final_weight",
+    )
+
     def to(self, device: torch.device | str) -> BoostingTree:
         """Move the tree's tensors to ``device`` (in place); returns self."""
-        for name in ("arc_label", "arc_to", "arc_weight", "arc_start", "arc_end", "backoff_to", "backoff_w"):
+        for name in self._TENSORS:
             setattr(self, name, getattr(self, name).to(device))
-        self.final_weight = self.final_weight.to(device)
         return self
 
     def initial(self, n: int, device: torch.device | str | None = None) -> torch.Tensor:
         """(n,) root states."""
-        return torch.full((n,), ROOT, dtype=torch.long, device=device or self.arc_label.device)
+        return torch.full((n,), ROOT, dtype=torch.long, device=device or self.root_to.device)
 
     def advance(self, states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Every token's score and next state from each of ``states``.
+
+        The fall-back chain of each state is walked first (the costs summed in float32, in
+        order); the root's dense row, plus the whole chain's cost, answers every token; then
+        the chain's own arcs overwrite it, nearest the root first, so the first node on the
+        chain with an arc for a token decides it.
 
         Shapes:
             states: (N,) node ids.
@@ -216,34 +234,31 @@ class BoostingTree:
         Returns:
             scores (N, V) float32 and next states (N, V) long.
         """
-        if self.arc_label.device != states.device:
+        if self.root_to.device != states.device:
             self.to(states.device)
-        n, vocab, device = states.shape[0], self.vocab_size, states.device
-        scores = torch.zeros((n, vocab), dtype=torch.float32, device=device)
-        nxt = torch.full((n, vocab), -1, dtype=torch.long, device=device)
-        given_back = torch.zeros(n, dtype=torch.float32, device=device)  # fall backs' costs so far
-        cur = states.to(torch.long).clone()
-        pending = torch.ones(n, dtype=torch.bool, device=device)  # the root not yet reached
-        offsets = torch.arange(self.max_fanout, device=device)
-        rows = torch.arange(n, device=device)[:, None].expand(n, self.max_fanout)
-        for _ in range(self.max_depth + 1):
-            arcs = self.arc_start[cur][:, None] + offsets  # (N, F)
-            valid = (arcs < self.arc_end[cur][:, None]) & pending[:, None]
-            arcs = torch.where(valid, arcs, 0)
-            label = torch.where(valid, self.arc_label[arcs], vocab)  # invalid arcs land in a spare column
-            found_w = torch.zeros((n, vocab + 1), dtype=torch.float32, device=device)
-            found_to = torch.full((n, vocab + 1), -1, dtype=torch.long, device=device)
-            found_w[rows, label] = self.arc_weight[arcs]
-            found_to[rows, label] = self.arc_to[arcs]
-            known = nxt >= 0
-            scores = torch.where(known, scores, given_back[:, None] + found_w[:, :vocab])
-            nxt = torch.where(known, nxt, found_to[:, :vocab])
-            pending &= cur != ROOT
-            if not bool(pending.any()):
+        n, vocab = states.shape[0], self.vocab_size
+        cur = states.to(torch.long)
+        cost = torch.zeros(n, dtype=torch.float32, device=states.device)  # fall backs' costs so far
+        chain = []  # (node, cost to reach it, below the root) per step down the chain
+        for _ in range(self.max_depth):
+            below = cur != ROOT
+            if not bool(below.any()):
                 break
-            given_back = torch.where(pending, given_back + self.backoff_w[cur], given_back)
-            cur = torch.where(pending, self.backoff_to[cur], cur)
-        return scores, nxt
+            chain.append((cur, cost, below))
+            cost = torch.where(below, cost + self.backoff_w[cur], cost)
+            cur = torch.where(below, self.backoff_to[cur], cur)
+        spare = torch.zeros((n, 1), dtype=torch.float32, device=states.device)  # where absent arcs land
+        scores = torch.cat([cost[:, None] + self.root_weight, spare], dim=1)  # (N, V + 1)
+        nxt = torch.cat([self.root_to.expand(n, vocab), spare.long()], dim=1)
+        offsets = torch.arange(self.max_fanout, device=states.device)
+        for node, node_cost, below in reversed(chain):
+            arcs = self.arc_start[node][:, None] + offsets  # (N, F)
+            valid = (arcs < self.arc_end[node][:, None]) & below[:, None]
+            arcs = torch.where(valid, arcs, 0)
+            label = torch.where(valid, self.arc_label[arcs], vocab)
+            scores.scatter_(1, label, node_cost[:, None] + self.arc_weight[arcs])
+            nxt.scatter_(1, label, self.arc_to[arcs])
+        return scores[:, :vocab], nxt[:, :vocab]
 
     def final(self, states: torch.Tensor) -> torch.Tensor:
         """(N,) final weights of ``states`` (``final_eos_score`` where a phrase ends)."""
