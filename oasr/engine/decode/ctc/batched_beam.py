@@ -119,9 +119,9 @@ def ctc_batched_beam_search(
         skip_ids: ids dropped from the transcripts (special tokens); the search is unchanged.
 
     Returns:
-        per row, its surviving hypotheses best first (``score``: the beam score, fusion
-        included; each token at the frame of its highest posterior in its run on the
-        hypothesis' alignment).
+        per row, its surviving hypotheses best first (``score``: the beam score, bonuses and
+        fusion included; ``ctc_score``: the log-probability of the hypothesis' alignment; each
+        token at the frame of its highest posterior in its run on that alignment).
     """
     log_probs, lengths = _rows(log_probs, lengths)
     batch, n_frames, vocab = log_probs.shape
@@ -215,7 +215,7 @@ def _nbest(
                 continue
             n = next((i for i, u in enumerate(align_l[b][k]) if u < 0), len(align_l[b][k]))
             h = collapse_best_path(align_l[b][k][:n], frame_l[b][k][:n], blank_id, skip)
-            hyps.append(CtcHypothesis(h.tokens, h.frames, ranked[b][k]))
+            hyps.append(CtcHypothesis(h.tokens, h.frames, ranked[b][k], h.score))
         out.append(hyps)
     return out
 
@@ -240,7 +240,8 @@ def ctc_greedy_fused_search(
 
     Returns:
         per row, the collapsed hypothesis (``score``: the sum of the chosen labels' fused
-        log-probabilities over its frames).
+        log-probabilities over its frames, ``ctc_score`` without the fusion scores; each token
+        at the frame of its highest posterior in its run).
     """
     log_probs, lengths = _rows(log_probs, lengths)
     batch, n_frames, vocab = log_probs.shape
@@ -266,11 +267,11 @@ def ctc_greedy_fused_search(
         chosen_lp[:, t] = torch.where(stay, best_lp, fused_lp)
         last = label
     skip = frozenset(int(i) for i in skip_ids)
+    raw = log_probs.gather(2, chosen[:, :, None])[:, :, 0].float()  # (B, T): the labels' own log-probs
     out = []
     for b, n in enumerate(lengths.tolist()):
-        probs = chosen_lp[b, :n].float().tolist()
-        h = collapse_best_path(chosen[b, :n].tolist(), probs, blank_id, skip)
-        out.append(h)
+        h = collapse_best_path(chosen[b, :n].tolist(), raw[b, :n].tolist(), blank_id, skip)
+        out.append(CtcHypothesis(h.tokens, h.frames, float(chosen_lp[b, :n].float().sum()), h.score))
     return out
 
 
