@@ -24,16 +24,11 @@ from oasr.engine.decode.ctc.batched_beam import BeamSettings, ctc_batched_beam_s
 from oasr.models.base import LoadError
 from oasr.models.loaders import load_pretrained
 from tests.models.parakeet.conftest import ctc_collapse
+from tests.models.parakeet.test_nemo_archive import _nemo, _repack
 
 KINDS = ("ctc", "hybrid_tdt_ctc")
 PHRASES = ["country", "sea shells", "the lazy dog"]
 ALPHA = 3.0  # boosting_tree_alpha: strong enough to move the random fixtures' greedy and beam tokens
-
-
-def _nemo():
-    return pytest.importorskip(
-        "nemo.collections.asr", reason="nemo-toolkit is not installed (the reference of the NeMo CTC beam tests)"
-    )
 
 
 @pytest.fixture(scope="module")
@@ -147,7 +142,6 @@ def test_boosted_beam_and_greedy_equal_nemos_boosting_tree(fixtures, waveforms, 
 
 def _with_decoding(src, dst, kind: str, decoding: dict):
     """The archive ``src`` with its CTC ``decoding`` section replaced, written at ``dst``."""
-    from tests.models.parakeet.test_nemo_archive import _repack
 
     def edit(cfg):
         (cfg["aux_ctc"] if kind == "hybrid_tdt_ctc" else cfg)["decoding"] = decoding
