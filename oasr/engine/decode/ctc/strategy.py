@@ -108,7 +108,8 @@ _RowDecoder = Callable[[int, _Req], tuple[CtcHypothesis, list[float], int]]
 @dataclass(frozen=True)
 class CtcOptions(StrategyOptions):
     """The options the ``ctc`` strategy reads: greedy by default, as WeNet's ``ctc_greedy_search``
-    and transformers' CTC pipelines decode."""
+    and transformers' CTC pipelines decode; a NeMo checkpoint's unset ``beam_size`` /
+    ``hotword_weight`` are its archive's (``CtcDecodeStrategy._validate_nemo``)."""
 
     beam_size: int = 1
     hotword_weight: float = 1.5
