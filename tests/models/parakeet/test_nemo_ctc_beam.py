@@ -220,9 +220,12 @@ def test_a_ctc_decoding_oasr_does_not_implement_is_refused_by_key_and_value(fixt
         config.write_text(yaml.safe_dump(cfg))
         with pytest.raises(LoadError, match=message):
             load_pretrained(unpacked)
-    cfg["decoding"] = {"strategy": "beam_batch", "beam": {"beam_size": 2}}
+    cfg["decoding"] = {"strategy": "beam_batch", "beam": {"beam_size": 2, "boosting_tree_alpha": 2.5}}
     config.write_text(yaml.safe_dump(cfg))
-    assert load_pretrained(unpacked).decoding_spec.params["ctc_decoding"]["beam_size"] == 2
+    engine = oasr.ASREngine(str(unpacked))
+    implied = engine.make_options(hotwords="country")
+    assert (implied.beam_size, implied.hotword_weight) == (2, 2.5)  # the archive's beam and boosting_tree_alpha
+    assert engine.make_options(hotwords="country", hotword_weight=1.0, beam_size=1).hotword_weight == 1.0
     with pytest.raises(ValueError, match="lm_path: .*NGPU-LM"):
         oasr.ASREngine(str(unpacked), lm_path=str(tmp_path / "lm.arpa"))
 

@@ -201,6 +201,11 @@ class CtcDecodeStrategy(WindowedStrategy):
         fill = {}
         if "beam_size" not in given:
             fill["beam_size"] = int(self.nemo["beam_size"])
+            if fill["beam_size"] > self.options_class.max_beam_size:
+                raise ValueError(
+                    f"beam_size={fill['beam_size']} (the checkpoint's decoding.beam.beam_size): the "
+                    f"{str(self.decode_type)!r} decoding takes beams of at most {self.options_class.max_beam_size}"
+                )
         search = self.nemo["beam" if fill.get("beam_size", options.beam_size) > 1 else "greedy"]
         if "hotword_weight" not in given and search["boosting_alpha"] > 0:
             fill["hotword_weight"] = float(search["boosting_alpha"])
