@@ -312,7 +312,7 @@ class NemoParakeetConverter:
             vocab = _ctc_vocab(_section(cfg, "decoder", where), "decoder")
             ctc_decoding = _ctc_decoding(cfg.get("decoding") or {}, "decoding", merged=False)
             config: Any = ParakeetConfig(encoder=encoder, vocab_size=vocab, blank_id=vocab - 1)
-            decoding = DecodingSpec(DecodeType.CTC, params={"ctc_decoding": ctc_decoding})
+            decoding = DecodingSpec(DecodeType.CTC, params={})
         else:
             fields, durations = self._transducer(cfg, encoder, where)
             if arch == HYBRID_ARCH:
@@ -330,7 +330,7 @@ class NemoParakeetConverter:
         state = rename(state, (*NEMO_TRANSDUCER_RENAMES, *NEMO_CTC_RENAMES))
         if arch in (CTC_ARCH, HYBRID_ARCH):
             ctc_head_state(state, str(where))
-        if arch == HYBRID_ARCH:  # the CTC head's own decoding, for decode_type="ctc"
+            # the CTC head's own decoding (the hybrid's serves decode_type="ctc")
             decoding = DecodingSpec(decoding.decode_type, params={**decoding.params, "ctc_decoding": ctc_decoding})
         return CheckpointBundle(
             architecture=arch,

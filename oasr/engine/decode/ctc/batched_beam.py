@@ -34,7 +34,7 @@ from typing import Protocol
 
 import torch
 
-from oasr.engine.decode.ctc.search import CtcHypothesis, collapse_best_path
+from oasr.engine.decode.ctc.search import CtcHypothesis
 
 NEG_INF = float("-inf")
 _HASH_MUL = 0x5851F42D4C957F2D  # a 64-bit LCG multiplier (Knuth's MMIX), wrapped to int64 below
@@ -121,7 +121,7 @@ def ctc_batched_beam_search(
     Returns:
         per row, its surviving hypotheses best first (``score``: the beam score, bonuses and
         fusion included; ``ctc_score``: the log-probability of the hypothesis' alignment; each
-        token at the frame of its highest posterior in its run on that alignment).
+        token at the first frame of its run on that alignment, as NeMo times its hypotheses).
     """
     log_probs, lengths = _rows(log_probs, lengths)
     batch, n_frames, vocab = log_probs.shape
@@ -214,8 +214,8 @@ def _nbest(
             if ranked[b][k] == NEG_INF:
                 continue
             n = next((i for i, u in enumerate(align_l[b][k]) if u < 0), len(align_l[b][k]))
-            h = collapse_best_path(align_l[b][k][:n], frame_l[b][k][:n], blank_id, skip)
-            hyps.append(CtcHypothesis(h.tokens, h.frames, ranked[b][k], h.score))
+            tokens, frames = _collapse(align_l[b][k][:n], blank_id, skip)
+            hyps.append(CtcHypothesis(tokens, frames, ranked[b][k], _path_score(frame_l[b][k][:n])))
         out.append(hyps)
     return out
 
@@ -241,7 +241,7 @@ def ctc_greedy_fused_search(
     Returns:
         per row, the collapsed hypothesis (``score``: the sum of the chosen labels' fused
         log-probabilities over its frames, ``ctc_score`` without the fusion scores; each token
-        at the frame of its highest posterior in its run).
+        at the first frame of its run).
     """
     log_probs, lengths = _rows(log_probs, lengths)
     batch, n_frames, vocab = log_probs.shape
@@ -270,9 +270,29 @@ def ctc_greedy_fused_search(
     raw = log_probs.gather(2, chosen[:, :, None])[:, :, 0].float()  # (B, T): the labels' own log-probs
     out = []
     for b, n in enumerate(lengths.tolist()):
-        h = collapse_best_path(chosen[b, :n].tolist(), raw[b, :n].tolist(), blank_id, skip)
-        out.append(CtcHypothesis(h.tokens, h.frames, float(chosen_lp[b, :n].float().sum()), h.score))
+        tokens, frames = _collapse(chosen[b, :n].tolist(), blank_id, skip)
+        score = _path_score(chosen_lp[b, :n].float().tolist())
+        out.append(CtcHypothesis(tokens, frames, score, _path_score(raw[b, :n].tolist())))
     return out
+
+
+def _collapse(labels: list[int], blank_id: int, skip: frozenset[int]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """A frame-wise alignment's tokens (runs merged, blank and ``skip`` dropped) and the first
+    frame of each token's run."""
+    tokens, frames, prev = [], [], None
+    for t, u in enumerate(labels):
+        if u != prev and u != blank_id and u not in skip:
+            tokens.append(u)
+            frames.append(t)
+        prev = u
+    return tuple(tokens), tuple(frames)
+
+
+def _path_score(values: list[float]) -> float:
+    total = 0.0
+    for v in values:  # sequential, as ``collapse_best_path`` sums a best path
+        total += v
+    return total
 
 
 __all__ = ["BeamSettings", "FusionModel", "ctc_batched_beam_search", "ctc_greedy_fused_search"]

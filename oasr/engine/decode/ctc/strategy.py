@@ -93,12 +93,13 @@ PACK_MIN_PADDING = 0.1  # with sequence packing, batches padded by less than thi
 @dataclass
 class _Req(WindowedRequest):
     beam: int = 1
-    hotwords: ContextGraph | BoostingTree | None = None
+    boost: BoostingTree | None = None  # a NeMo checkpoint's hotwords (NeMo's boosting tree)
+    hotwords: ContextGraph | None = None
 
     @property
     def greedy(self) -> bool:
         """Best-path decoding: one beam and no hotwords to boost."""
-        return self.beam == 1 and self.hotwords is None
+        return self.beam == 1 and self.hotwords is None and self.boost is None
 
 
 _RowDecoder = Callable[[int, _Req], tuple[CtcHypothesis, list[float], int]]
@@ -225,13 +226,12 @@ class CtcDecodeStrategy(WindowedStrategy):
     def _new_entry(self, request: Request) -> _Req:
         opts = request.options
         windows = list(request.features.windows)
-        if not opts.hotwords:
-            hotwords = None
-        elif self.nemo is not None:
-            hotwords = self._boosting_tree(opts)
-        else:
+        boost = self._boosting_tree(opts) if opts.hotwords and self.nemo is not None else None
+        if opts.hotwords and boost is None:
             hotwords = ContextGraph.from_text(opts.hotwords, self.tokenizer, opts.hotword_weight)
-        return _Req(request, opts, windows, [None] * len(windows), beam=opts.beam_size, hotwords=hotwords)
+        else:
+            hotwords = None
+        return _Req(request, opts, windows, [None] * len(windows), beam=opts.beam_size, boost=boost, hotwords=hotwords)
 
     def _language(self, req: _Req) -> str | None:
         return req.opts.language or (self.languages[0] if len(self.languages) == 1 else None)
@@ -282,7 +282,8 @@ class CtcDecodeStrategy(WindowedStrategy):
         log_probs, out_lens, extra = self._forward(feats, lens)
         log_probs = log_probs.detach().to(device="cpu", dtype=torch.float32)
         n_out = [min(int(x), log_probs.shape[1]) for x in out_lens.tolist()]
-        return self._search_rows([log_probs[row, :n] for row, n in enumerate(n_out)], extra, reqs)
+        rows = [log_probs[row, :n] for row, n in enumerate(n_out)]
+        return self._nemo_rows(rows, reqs) if self.nemo is not None else self._search_rows(rows, extra)
 
     def _best_path_rows(self, feats: torch.Tensor, lens: torch.Tensor) -> _RowDecoder:
         """Run a padded batch of greedy rows: only each frame's best symbol and its
@@ -309,13 +310,11 @@ class CtcDecodeStrategy(WindowedStrategy):
             top, ids = top.detach().to(device="cpu", dtype=torch.float32), ids.detach().cpu()
             return self._collapse_rows(list(top.split(n_out)), list(ids.split(n_out)))
         log_probs = head(hidden).detach().to(device="cpu", dtype=torch.float32)
-        return self._search_rows(list(log_probs.split(n_out)), None, reqs)
+        rows = list(log_probs.split(n_out))
+        return self._nemo_rows(rows, reqs) if self.nemo is not None else self._search_rows(rows, None)
 
-    def _search_rows(self, log_probs: list[torch.Tensor], extra: object, reqs: list[_Req]) -> _RowDecoder:
-        """Rows searched over their (T', V) log-probs (on the CPU, valid frames); a NeMo
-        checkpoint's rows as NeMo searches them (``_nemo_rows``)."""
-        if self.nemo is not None:
-            return self._nemo_rows(log_probs, reqs)
+    def _search_rows(self, log_probs: list[torch.Tensor], extra: object) -> _RowDecoder:
+        """Rows searched over their (T', V) log-probs (on the CPU, valid frames)."""
 
         def decode_row(row: int, req: _Req) -> tuple[CtcHypothesis, list[float], int]:
             lp = log_probs[row]
@@ -331,11 +330,11 @@ class CtcDecodeStrategy(WindowedStrategy):
         groups: dict[tuple, list[int]] = {}
         for row, req in enumerate(reqs):
             if not req.done:
-                groups.setdefault((req.beam, float(req.opts.hotword_weight), id(req.hotwords)), []).append(row)
+                groups.setdefault((req.beam, float(req.opts.hotword_weight), id(req.boost)), []).append(row)
         found: dict[int, CtcHypothesis | Exception] = {}
         beam = self.nemo["beam"]
         for (size, alpha, _), rows in groups.items():
-            tree = reqs[rows[0]].hotwords
+            tree = reqs[rows[0]].boost
             lens = torch.tensor([log_probs[r].shape[0] for r in rows])
             padded = torch.nn.utils.rnn.pad_sequence([log_probs[r] for r in rows], batch_first=True)  # (B, T', V)
             try:
@@ -347,10 +346,10 @@ class CtcDecodeStrategy(WindowedStrategy):
                         nbest[0]
                         for nbest in ctc_batched_beam_search(
                             padded, lens, self.blank_id, settings, tree, alpha, self.skip_ids
-                        )  # type: ignore[arg-type]
+                        )
                     ]
                 else:
-                    hyps = ctc_greedy_fused_search(padded, lens, self.blank_id, tree, alpha, self.skip_ids)  # type: ignore[arg-type]
+                    hyps = ctc_greedy_fused_search(padded, lens, self.blank_id, tree, alpha, self.skip_ids)
             except Exception as e:  # noqa: BLE001 - reported on each of the group's rows
                 hyps = [e] * len(rows)
             found.update(zip(rows, hyps))
