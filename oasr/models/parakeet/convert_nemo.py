@@ -20,7 +20,6 @@ naming both. Of ``decoding`` only what changes greedy tokens is read (``strategy
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -214,7 +213,7 @@ def _number(section: Mapping[str, Any], key: str, default: float, where: str, mi
     value = section.get(key, default)
     if value is None:
         value = default
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not abs(value) < float("inf"):
         raise LoadError(f"{where}.{key}={value!r} is not implemented by oasr (a finite number)")
     if minimum is not None and value < minimum:
         raise LoadError(f"{where}.{key}={value!r} is not implemented by oasr (at least {minimum})")
@@ -283,6 +282,18 @@ def _ctc_decoding(decoding: Mapping[str, Any], where: str, merged: bool) -> dict
     }
 
 
+def _with_ctc_decoding(spec: DecodingSpec, cfg: Mapping[str, Any]) -> DecodingSpec:
+    """``spec`` with the CTC head's decoding (``params["ctc_decoding"]``, see ``_ctc_decoding``):
+    a CTC model's ``decoding``, or a hybrid's ``aux_ctc.decoding`` (for ``decode_type="ctc"``)."""
+    if spec.decode_type is DecodeType.CTC:
+        ctc = _ctc_decoding(cfg.get("decoding") or {}, "decoding", merged=False)
+    elif isinstance(cfg.get("aux_ctc"), Mapping):
+        ctc = _ctc_decoding(cfg["aux_ctc"].get("decoding") or {}, "aux_ctc.decoding", merged=True)
+    else:
+        return spec
+    return DecodingSpec(spec.decode_type, params={**spec.params, "ctc_decoding": ctc})
+
+
 class NemoParakeetConverter:
     """A ``.nemo`` archive or unpacked directory of a NeMo Parakeet (FastConformer) model: CTC ->
     ``parakeet``, RNN-T / TDT -> ``parakeet_transducer``, hybrid -> ``parakeet_hybrid``."""
@@ -310,7 +321,6 @@ class NemoParakeetConverter:
         state = rename(ckpt.state_dict, NEMO_ENCODER_RENAMES)
         if arch == CTC_ARCH:
             vocab = _ctc_vocab(_section(cfg, "decoder", where), "decoder")
-            ctc_decoding = _ctc_decoding(cfg.get("decoding") or {}, "decoding", merged=False)
             config: Any = ParakeetConfig(encoder=encoder, vocab_size=vocab, blank_id=vocab - 1)
             decoding = DecodingSpec(DecodeType.CTC, params={})
         else:
@@ -318,7 +328,6 @@ class NemoParakeetConverter:
             if arch == HYBRID_ARCH:
                 aux = _section(cfg, "aux_ctc", where)
                 ctc_vocab = _ctc_vocab(_section(aux, "decoder", where), "aux_ctc.decoder")
-                ctc_decoding = _ctc_decoding(aux.get("decoding") or {}, "aux_ctc.decoding", merged=True)
                 if ctc_vocab != fields["vocab_size"]:
                     raise LoadError(
                         f"{where}: aux_ctc.decoder has {ctc_vocab} outputs, the transducer {fields['vocab_size']}"
@@ -330,15 +339,13 @@ class NemoParakeetConverter:
         state = rename(state, (*NEMO_TRANSDUCER_RENAMES, *NEMO_CTC_RENAMES))
         if arch in (CTC_ARCH, HYBRID_ARCH):
             ctc_head_state(state, str(where))
-            # the CTC head's own decoding (the hybrid's serves decode_type="ctc")
-            decoding = DecodingSpec(decoding.decode_type, params={**decoding.params, "ctc_decoding": ctc_decoding})
         return CheckpointBundle(
             architecture=arch,
             config=config,
             state_dict=state,
             tokenizer=nemo_tokenizer_spec(ckpt, int(config.blank_id)),
             features=features,
-            decoding=decoding,
+            decoding=_with_ctc_decoding(decoding, cfg),
             source=str(where),
             format="nemo",
         )
