@@ -245,6 +245,11 @@ class CtcDecodeStrategy(WindowedStrategy):
 
     def _search(self, req: _Req, log_probs: torch.Tensor, row: int, extra: object) -> CtcHypothesis:
         """The hypothesis of one row (``log_probs``: (T', V) on the CPU, valid frames)."""
+        if self.nemo is not None:  # searched already, with the batch's other rows (``_nemo_rows``)
+            hyp = extra[row]  # type: ignore[index]
+            if isinstance(hyp, Exception):
+                raise hyp
+            return hyp
         if req.greedy:
             return ctc_greedy_search(log_probs, self.blank_id, self.skip_ids)
         return ctc_prefix_beam_search(
@@ -353,14 +358,7 @@ class CtcDecodeStrategy(WindowedStrategy):
             except Exception as e:  # noqa: BLE001 - reported on each of the group's rows
                 hyps = [e] * len(rows)
             found.update(zip(rows, hyps))
-
-        def decode_row(row: int, req: _Req) -> tuple[CtcHypothesis, list[float], int]:
-            hyp, lp = found[row], log_probs[row]
-            if isinstance(hyp, Exception):
-                raise hyp
-            return hyp, lp[list(hyp.frames), list(hyp.tokens)].exp().tolist(), lp.shape[0]
-
-        return decode_row
+        return self._search_rows(log_probs, found)  # ``_search`` hands each row its hypothesis
 
     def _collapse_rows(self, top: list[torch.Tensor], ids: list[torch.Tensor]) -> _RowDecoder:
         """Greedy rows collapsed from each frame's best symbol and its log-probability (CPU)."""
