@@ -10,7 +10,10 @@ family and the Parakeet RNN-T / TDT checkpoints. Every row of the batch moves at
   ``max_symbols_per_step`` zero-duration labels on one frame, by one);
 * the predictor advances only the rows that emitted a label; rows that emitted blank (or
   have finished) keep their state;
-* the loop ends when every row has passed its last frame.
+* the loop ends when every row has passed its last frame;
+* with a phrase-boosting tree (``boosting``), a label is chosen as NeMo's ``greedy_batch``
+  chooses it with a boosting tree: blank or not is the joint's call, which label the tree's
+  scores help decide.
 
 This is NeMo's (and transformers' ``generate``'s) greedy decode, batched.
 """
