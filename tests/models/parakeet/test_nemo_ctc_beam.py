@@ -178,17 +178,20 @@ def test_the_archives_beam_batch_is_the_engines_default_and_equals_nemo(fixtures
     assert got == want and sum(map(len, want)) > 5
     greedy = [[t for s in o.segments for t in s.tokens] for o in engine.transcribe(waves, beam_size=1)]
     assert greedy != got, "the archive's beam should decode these inputs otherwise than greedy"
-    # the same search with hotwords, as NeMo's boosting tree of the same phrases
+    # hotwords, as NeMo's boosting tree of the same phrases boosts its beam_batch and greedy_batch
     from omegaconf import OmegaConf
 
-    cfg = {"strategy": "beam_batch", "beam": {**beam, "boosting_tree_alpha": ALPHA}}
-    cfg["beam"]["boosting_tree"] = {"key_phrases_list": PHRASES, "use_triton": False}
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        ref.change_decoding_strategy(OmegaConf.create(cfg), **({"decoder_type": "ctc"} if kind != "ctc" else {}))
-    want = _transcribe_nemo(ref, "ctc", waves)
-    outs = engine.transcribe(waves, hotwords=", ".join(PHRASES), hotword_weight=ALPHA)
-    assert [[t for s in o.segments for t in s.tokens] for o in outs] == want
+    boost = {"boosting_tree": {"key_phrases_list": PHRASES, "use_triton": False}, "boosting_tree_alpha": ALPHA}
+    for strategy, size in (("beam_batch", 3), ("greedy_batch", 1)):
+        cfg = {"strategy": strategy, "beam": {**beam, **boost}, "greedy": boost}
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            ref.change_decoding_strategy(OmegaConf.create(cfg), **({"decoder_type": "ctc"} if kind != "ctc" else {}))
+        want = _transcribe_nemo(ref, "ctc", waves)
+        if size == 1:  # a greedy hypothesis carries the frame-wise labels
+            want = [ctc_collapse(w, engine.model.blank_id) for w in want]
+        outs = engine.transcribe(waves, hotwords=", ".join(PHRASES), hotword_weight=ALPHA, beam_size=size)
+        assert [[t for s in o.segments for t in s.tokens] for o in outs] == want, strategy
 
 
 def test_a_ctc_decoding_oasr_does_not_implement_is_refused_by_key_and_value(fixtures, tmp_path):
