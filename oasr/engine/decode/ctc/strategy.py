@@ -335,27 +335,27 @@ class CtcDecodeStrategy(WindowedStrategy):
         groups: dict[tuple, list[int]] = {}
         for row, req in enumerate(reqs):
             if not req.done:
-                groups.setdefault((req.beam, float(req.opts.hotword_weight), id(req.boost)), []).append(row)
+                alpha = float(req.opts.hotword_weight) if req.boost is not None else 0.0
+                groups.setdefault((req.beam, alpha, id(req.boost)), []).append(row)
         found: dict[int, CtcHypothesis | Exception] = {}
         beam = self.nemo["beam"]
         for (size, alpha, _), rows in groups.items():
             tree = reqs[rows[0]].boost
             lens = torch.tensor([log_probs[r].shape[0] for r in rows])
-            padded = torch.nn.utils.rnn.pad_sequence([log_probs[r] for r in rows], batch_first=True)  # (B, T', V)
             try:
                 if size == 1 and tree is None:  # a greedy row in a batch with beams: plain best path
                     hyps = [ctc_greedy_search(log_probs[r], self.blank_id, self.skip_ids) for r in rows]
-                elif size > 1:
-                    settings = BeamSettings(size, float(beam["beam_beta"]), float(beam["beam_threshold"]))
-                    hyps = [
-                        nbest[0]
-                        for nbest in ctc_batched_beam_search(
+                else:
+                    padded = torch.nn.utils.rnn.pad_sequence([log_probs[r] for r in rows], batch_first=True)
+                    if size > 1:
+                        settings = BeamSettings(size, float(beam["beam_beta"]), float(beam["beam_threshold"]))
+                        nbest = ctc_batched_beam_search(
                             padded, lens, self.blank_id, settings, tree, alpha, self.skip_ids
                         )
-                    ]
-                else:
-                    hyps = ctc_greedy_fused_search(padded, lens, self.blank_id, tree, alpha, self.skip_ids)
-            except Exception as e:  # noqa: BLE001 - reported on each of the group's rows
+                        hyps = [row_nbest[0] for row_nbest in nbest]
+                    else:
+                        hyps = ctc_greedy_fused_search(padded, lens, self.blank_id, tree, alpha, self.skip_ids)
+            except Exception as e:  # a failed search fails its rows alone
                 hyps = [e] * len(rows)
             found.update(zip(rows, hyps))
         return self._search_rows(log_probs, found)  # ``_search`` hands each row its hypothesis
