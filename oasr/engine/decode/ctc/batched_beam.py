@@ -130,6 +130,7 @@ def ctc_batched_beam_search(
     symbols = torch.arange(vocab, device=device)
     is_blank = symbols == blank_id
     rows = torch.arange(batch, device=device)[:, None]
+    keep = torch.arange(beam, device=device)  # a row past its length: each hypothesis its own parent
     scores = torch.full((batch, beam), NEG_INF, dtype=dtype, device=device)
     scores[:, 0] = 0.0
     last = torch.full((batch, beam), -1, dtype=torch.long, device=device)  # label of the last frame
@@ -158,7 +159,6 @@ def ctc_batched_beam_search(
         new_digest = torch.where(new_token, src_digest * _HASH_MUL + 1 + label, src_digest)
         new_n = n_tokens.gather(1, src) + new_token
         new_scores = _merge(top, new_digest, label, new_n)
-        keep = torch.arange(beam, device=device)
         # rows past their length keep their hypotheses as they are
         scores = torch.where(active, new_scores, scores)
         last = torch.where(active, label, last)
