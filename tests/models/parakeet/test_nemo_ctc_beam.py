@@ -31,16 +31,21 @@ PHRASES = ["country", "sea shells", "the lazy dog"]
 ALPHA = 3.0  # boosting_tree_alpha: strong enough to move the random fixtures' greedy and beam tokens
 
 
-@pytest.fixture(scope="module")
-def fixtures(tmp_path_factory):
-    """kind -> (.nemo path, NeMo model in float32, eval), built once for the module."""
+def build_fixtures(tmp_path_factory, kinds) -> dict:
+    """kind -> (.nemo path, NeMo model in float32, eval) of each of ``kinds`` (``nemo_reference``)."""
     _nemo()
     from tests.models.parakeet import nemo_reference
 
-    root = tmp_path_factory.mktemp("nemo_ctc_beam")
+    root = tmp_path_factory.mktemp("nemo_fixtures")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return {kind: nemo_reference.build(kind, root) for kind in KINDS}
+        return {kind: nemo_reference.build(kind, root) for kind in kinds}
+
+
+@pytest.fixture(scope="module")
+def fixtures(tmp_path_factory):
+    """The CTC and hybrid fixtures, built once for the module."""
+    return build_fixtures(tmp_path_factory, KINDS)
 
 
 def _inputs(waveforms) -> list[np.ndarray]:

@@ -16,22 +16,15 @@ import torch
 from oasr.engine.decode.boosting import BoostingTree
 from oasr.models.loaders import load_pretrained
 from oasr.models.nemotron.search import greedy_search
-from tests.models.parakeet.test_nemo_archive import _nemo
-from tests.models.parakeet.test_nemo_ctc_beam import ALPHA, PHRASES, _inputs
+from tests.models.parakeet.test_nemo_ctc_beam import ALPHA, PHRASES, _inputs, build_fixtures
 
 KINDS = ("rnnt", "tdt")
 
 
 @pytest.fixture(scope="module")
 def fixtures(tmp_path_factory):
-    """kind -> (.nemo path, NeMo model in float32, eval), built once for the module."""
-    _nemo()
-    from tests.models.parakeet import nemo_reference
-
-    root = tmp_path_factory.mktemp("nemo_transducer_boosting")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return {kind: nemo_reference.build(kind, root) for kind in KINDS}
+    """The RNN-T and TDT fixtures, built once for the module."""
+    return build_fixtures(tmp_path_factory, KINDS)
 
 
 @torch.no_grad()
