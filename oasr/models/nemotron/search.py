@@ -10,7 +10,10 @@ family and the Parakeet RNN-T / TDT checkpoints. Every row of the batch moves at
   ``max_symbols_per_step`` zero-duration labels on one frame, by one);
 * the predictor advances only the rows that emitted a label; rows that emitted blank (or
   have finished) keep their state;
-* the loop ends when every row has passed its last frame.
+* the loop ends when every row has passed its last frame;
+* with a phrase-boosting tree (``boosting``), a label is chosen as NeMo's ``greedy_batch``
+  chooses it with a boosting tree: blank or not is the joint's call, which label the tree's
+  scores help decide.
 
 This is NeMo's (and transformers' ``generate``'s) greedy decode, batched.
 """
@@ -80,6 +83,8 @@ def greedy_search(
     max_symbols_per_step: int,
     durations: Sequence[int] | None = None,
     blank_penalty: float = 0.0,
+    boosting=None,
+    boosting_alpha: float = 0.0,
 ) -> GreedyResult:
     """Greedy RNN-T (``durations`` None) or TDT search over a padded batch.
 
@@ -92,6 +97,13 @@ def greedy_search(
         max_symbols_per_step: labels a row may emit on one frame before it is moved on (>= 1).
         durations: the TDT duration values, in the order of the joint's duration logits.
         blank_penalty: subtracted from the blank logit before the argmax (0: NeMo's search).
+        boosting: a phrase-boosting tree (``oasr.engine.decode.boosting.BoostingTree``) fused as
+            NeMo's ``greedy_batch`` fuses it: where the best symbol is a label, the label is the
+            best non-blank one after adding ``boosting_alpha x`` the tree's scores to the joint's
+            log-softmax (over labels and durations, as NeMo's joint returns it on a CPU); blank
+            stays blank, and an emitted label moves the tree's state. The blank must be the last
+            label.
+        boosting_alpha: the tree's weight.
 
     Returns:
         GreedyResult (with ``durations`` for TDT).
@@ -115,6 +127,10 @@ def greedy_search(
     t = torch.zeros(b, dtype=torch.long, device=device)
     symbols = torch.zeros(b, dtype=torch.long, device=device)
     steps = []
+    if boosting is not None:
+        if blank_id != vocab - 1:
+            raise ValueError(f"phrase boosting needs the blank last, got blank {blank_id} of {vocab} labels")
+        boost_state = boosting.initial(b, device)
     while True:
         active = t < lens
         if not bool(active.any()):
@@ -124,6 +140,10 @@ def greedy_search(
         if blank_penalty:
             logits[:, blank_id] -= blank_penalty
         tokens = logits[:, :vocab].argmax(dim=-1)
+        if boosting is not None:
+            tree_scores, tree_next = boosting.advance(boost_state)
+            fused = logits.log_softmax(dim=-1)[:, : vocab - 1] + tree_scores.to(logits.dtype) * boosting_alpha
+            tokens = torch.where(tokens == blank_id, tokens, fused.argmax(dim=-1))
         blank = tokens == blank_id
         frame_durations = None if dur_values is None else dur_values[logits[:, vocab:].argmax(dim=-1)]
         advance, symbols = greedy_advance(blank, symbols, max_symbols_per_step, frame_durations)
@@ -133,6 +153,8 @@ def greedy_search(
         t = t + torch.where(active, advance, torch.zeros_like(advance))
         if bool(emit.any()):
             state = predictor.advance(state, tokens, emit)
+            if boosting is not None:
+                boost_state = torch.where(emit, tree_next[rows, tokens.clamp(max=vocab - 2)], boost_state)
     return _collect(steps, b, dur_values is not None)
 
 
