@@ -1,0 +1,230 @@
+"""Beam searches over NeMo's LSTM transducer (RNN-T and TDT), token for token NeMo's.
+
+Pure functions of (joint, predictor, encoder frames, lengths), as the greedy search in
+``search.py``; used by the Parakeet RNN-T / TDT / hybrid checkpoints (and any model built on
+``LstmPredictor`` + ``AdditiveJoint``). Each follows the NeMo 3.0 decoding of the same name:
+
+* ``malsd_search`` (NeMo's ``malsd_batch``: modified alignment-length synchronous decoding,
+  batched). Every row keeps ``k`` hypotheses, all rows and hypotheses stepping together (one
+  joint call per step over the (B * k) grid). At each step every live hypothesis proposes its
+  ``k`` best extensions at its current frame (RNN-T: a label, or blank to move one frame on; TDT:
+  a (label, duration) pair by the sum of the two log-probabilities, a blank of duration 0 moved
+  one frame); a hypothesis past its last frame keeps its place with its score; one that has
+  emitted ``max_symbols`` labels on its frame is forced to blank. The ``k`` best of the ``k * k``
+  candidates survive; survivors with the same labels (and, for TDT, the same frame) are merged
+  by log-add into the best of them. The search ends when every hypothesis of every row has
+  passed its last frame; the answer is the best by score, or by score / (labels + 1) with
+  ``score_norm``.
+
+Tokens are reported with the encoder frame at which each was emitted, and the hypothesis's
+(unnormalised) log-probability as its score.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from oasr.models.nemotron.predictor import AdditiveJoint, LstmPredictor, LstmState
+
+# NeMo recombines hypotheses by a rolling hash of their labels (a 64-bit LCG step per label).
+_HASH_MUL = 6364136223846793005
+_NO_LABEL = -1  # the label of a finished hypothesis's step (it keeps its place unchanged)
+
+
+@dataclass
+class BeamResult:
+    """Per row, the best hypothesis of a beam search.
+
+    Attributes:
+        tokens: its labels (blank never appears).
+        frames: the encoder frame each label was emitted at.
+        scores: its total log-probability (not length-normalised).
+        token_logprobs: None (a beam search scores hypotheses, not tokens).
+    """
+
+    tokens: list[list[int]]
+    frames: list[list[int]]
+    scores: list[float]
+    token_logprobs: None = None
+
+
+def _select(state: LstmState, index: torch.Tensor) -> LstmState:
+    """Rows ``index`` of a predictor state (repeats allowed)."""
+    return LstmState(state.h[:, index], state.c[:, index], state.pred[index])
+
+
+def _label_hash(prev: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    return prev * _HASH_MUL + 1 + labels  # int64 arithmetic wraps, as NeMo's does
+
+
+def _backtrack(
+    parents: list[torch.Tensor], labels: list[torch.Tensor], frames: list[torch.Tensor], best: torch.Tensor, blank: int
+) -> tuple[list[list[int]], list[list[int]]]:
+    """Follow each row's best slot back through the steps: (labels, frames) per row."""
+    b = best.shape[0]
+    if not parents:
+        return [[] for _ in range(b)], [[] for _ in range(b)]
+    par, lab, fr = (torch.stack(x).cpu() for x in (parents, labels, frames))  # (S, B, k)
+    rows = torch.arange(b)
+    slot = best.cpu()
+    out_lab, out_fr = [], []
+    for s in range(par.shape[0] - 1, -1, -1):
+        out_lab.append(lab[s, rows, slot])
+        out_fr.append(fr[s, rows, slot])
+        slot = par[s, rows, slot]
+    seq = torch.stack(out_lab[::-1], dim=1)  # (B, S)
+    when = torch.stack(out_fr[::-1], dim=1)
+    keep = (seq >= 0) & (seq != blank)
+    return [seq[i][keep[i]].tolist() for i in range(b)], [when[i][keep[i]].tolist() for i in range(b)]
+
+
+@torch.no_grad()
+def malsd_search(
+    joint: AdditiveJoint,
+    predictor: LstmPredictor,
+    enc: torch.Tensor,
+    enc_lens: torch.Tensor,
+    *,
+    blank_id: int,
+    beam_size: int,
+    durations: Sequence[int] | None = None,
+    max_symbols: int | None = 10,
+    score_norm: bool = True,
+    blank_penalty: float = 0.0,
+) -> BeamResult:
+    """NeMo's ``malsd_batch`` beam search (see the module notes) over a padded batch.
+
+    Args:
+        joint, predictor: the transducer's label side.
+        enc: encoder output, before the joint's encoder projection.
+        enc_lens: valid frames per row.
+        blank_id: the blank label (the last of the vocabulary).
+        beam_size: hypotheses kept per row (>= 1).
+        durations: TDT duration values, in the order of the joint's duration logits (None: RNN-T).
+        max_symbols: labels a hypothesis may emit on one frame before it is forced to blank
+            (NeMo's ``decoding.beam.max_symbols``; None: no bound).
+        score_norm: pick the answer by score per label (NeMo's ``score_norm``).
+        blank_penalty: subtracted from the blank logit before the log-softmax (0: NeMo's search).
+
+    Shapes:
+        enc: (B, T, D), enc_lens: (B,)
+    """
+    if beam_size < 1:
+        raise ValueError(f"beam_size must be >= 1, got {beam_size}")
+    if max_symbols is not None and max_symbols < 1:
+        raise ValueError(f"max_symbols must be >= 1 or None, got {max_symbols}")
+    b, t_max, _ = enc.shape
+    k, device = beam_size, enc.device
+    if b == 0:
+        return BeamResult([], [], [])
+    enc_proj = joint.project_encoder(enc)  # (B, T, J)
+    dtype = enc_proj.dtype
+    vocab = joint.vocab_size
+    dur = None
+    if durations is not None:
+        dur = torch.as_tensor(list(durations), device=device, dtype=torch.long)
+        if dur.numel() != joint.num_durations:
+            raise ValueError(f"{dur.numel()} durations given for a joint with {joint.num_durations}")
+    n_dur = 0 if dur is None else dur.numel()
+    inactive = torch.tensor(float("-inf"), dtype=dtype, device=device)
+
+    row_of = torch.arange(b, device=device)[:, None].expand(b, k).reshape(-1)  # (B * k,)
+    lens = enc_lens.to(device=device, dtype=torch.long)
+    last_t = (lens - 1)[:, None].expand(b, k)  # (B, k)
+    scores = torch.full((b, k), float("-inf"), dtype=dtype, device=device)
+    scores[:, 0] = 0.0
+    time = torch.zeros((b, k), dtype=torch.long, device=device)
+    on_frame = torch.zeros_like(time)  # labels emitted on the current frame
+    n_labels = torch.zeros_like(time)
+    last_label = torch.full_like(time, _NO_LABEL)
+    seq_hash = torch.zeros_like(time)
+    state = predictor.init_state(b * k, device)
+    parents, labels_at, frames_at = [], [], []
+    active = time <= last_t
+    while bool(active.any()):
+        frame = enc_proj[row_of, time.clamp(min=0).minimum(last_t.clamp(min=0)).reshape(-1)]  # (B * k, J)
+        logits = joint.join(frame, predictor.predict(state))  # (B * k, V [+ D])
+        if blank_penalty:
+            logits[:, blank_id] -= blank_penalty
+        logp = logits[:, :vocab].log_softmax(dim=-1).view(b, k, vocab)
+        if dur is None:
+            top_lp, top_label = logp.topk(k, dim=-1)  # (B, k, k), best first
+            top_dur = None
+            forced_lp = logp[..., blank_id]
+        else:
+            dur_lp = logits[:, vocab:].log_softmax(dim=-1).view(b, k, n_dur)
+            pair = (logp[..., :, None] + dur_lp[..., None, :]).view(b, k, vocab * n_dur)
+            top_lp, top_pair = pair.topk(k, dim=-1)
+            top_label = top_pair // n_dur
+            top_dur = dur[top_pair % n_dur]
+            top_dur = torch.where((top_label == blank_id) & (top_dur == 0), 1, top_dur)
+            forced_lp = logp[..., blank_id] + dur_lp.max(dim=-1).values
+        cand = scores[..., None] + top_lp  # (B, k, k)
+        # A finished hypothesis keeps its place (first candidate, its own score, no label).
+        cand = torch.where(active[..., None], cand, inactive)
+        cand[..., 0] = torch.where(active, cand[..., 0], scores)
+        top_label = torch.where(active[..., None], top_label, _NO_LABEL)
+        if max_symbols is not None:  # too many labels on this frame: blank only
+            forced = (on_frame >= max_symbols) & active
+            cand = torch.where(forced[..., None], inactive, cand)
+            cand[..., 0] = torch.where(forced, scores + forced_lp, cand[..., 0])
+            top_label = torch.where(forced[..., None], blank_id, top_label)
+            if top_dur is not None:
+                top_dur = torch.where(forced[..., None] & (top_dur == 0), 1, top_dur)
+        new_scores, pick = cand.view(b, k * k).topk(k, dim=-1)  # (B, k)
+        parent = pick // k
+        label = top_label.view(b, k * k).gather(1, pick)
+        emitted = label >= 0
+        is_label = emitted & (label != blank_id)
+        if top_dur is None:
+            step = (label == blank_id).long()
+            on_frame = torch.where(label == blank_id, 0, on_frame.gather(1, parent) + is_label)
+        else:
+            step = torch.where(emitted, top_dur.view(b, k * k).gather(1, pick), 0)
+            on_frame = torch.where(emitted & (step > 0), 0, on_frame.gather(1, parent) + is_label)
+        parents.append(parent)
+        labels_at.append(label)
+        frames_at.append(time.gather(1, parent))
+        time = time.gather(1, parent) + step
+        n_labels = n_labels.gather(1, parent) + is_label
+        prev_hash = seq_hash.gather(1, parent)
+        seq_hash = torch.where(is_label, _label_hash(prev_hash, label), prev_hash)
+        last_label = torch.where(is_label, label, last_label.gather(1, parent))
+        scores = _recombine(new_scores, seq_hash, last_label, n_labels, time if dur is not None else None)
+        flat_parent = (parent + torch.arange(b, device=device)[:, None] * k).reshape(-1)
+        state = predictor.advance(_select(state, flat_parent), label.clamp(min=0).reshape(-1), is_label.reshape(-1))
+        active = time <= last_t
+    rank = scores / (n_labels.to(dtype) + 1) if score_norm else scores
+    best = torch.sort(rank, dim=-1, descending=True).indices[:, 0]
+    tokens, frames = _backtrack(parents, labels_at, frames_at, best, blank_id)
+    return BeamResult(tokens, frames, scores.gather(1, best[:, None])[:, 0].tolist())
+
+
+def _recombine(
+    scores: torch.Tensor,
+    seq_hash: torch.Tensor,
+    last_label: torch.Tensor,
+    n_labels: torch.Tensor,
+    time: torch.Tensor | None,
+) -> torch.Tensor:
+    """Merge the hypotheses of a row with the same labels (and frame, where given): the best of
+    each group takes the log-add of the group's scores, the others drop out (-inf)."""
+    k = scores.shape[1]
+    if k == 1:
+        return scores
+    same = (
+        (seq_hash[:, :, None] == seq_hash[:, None, :])
+        & (last_label[:, :, None] == last_label[:, None, :])
+        & (n_labels[:, :, None] == n_labels[:, None, :])
+    )  # (B, k, k)
+    if time is not None:
+        same &= time[:, :, None] == time[:, None, :]
+    group = torch.where(same, scores[:, None, :].expand_as(same), float("-inf"))
+    keeper = group.argmax(dim=-1) == torch.arange(k, device=scores.device)[None, :]
+    return torch.where(keeper, torch.logsumexp(group, dim=-1), float("-inf"))
+
+
+__all__ = ["BeamResult", "malsd_search"]
