@@ -16,6 +16,15 @@ Pure functions of (joint, predictor, encoder frames, lengths), as the greedy sea
   passed its last frame; the answer is the best by score, or by score / (labels + 1) with
   ``score_norm``.
 
+* ``default_beam_search`` (NeMo's ``beam``, its ``search_type="default"``: ESPnet's transducer
+  beam search, one row at a time). RNN-T: at each frame the best open hypothesis is expanded
+  by blank (kept for the next frame) and by its ``k`` best labels (open again on this frame),
+  until ``k`` kept hypotheses beat every open one. TDT: hypotheses wait for the frame their
+  durations reach; the best is expanded by its ``k`` best (label, duration) pairs (duration 0
+  stays on the frame) and by blank with each of its ``k`` best non-zero durations, kept
+  hypotheses with the same labels and frame merged by log-add. The answer is the best by score,
+  or by score per label (the start symbol counted) with ``score_norm``.
+
 Tokens are reported with the encoder frame at which each was emitted, and the hypothesis's
 (unnormalised) log-probability as its score.
 """
@@ -227,4 +236,159 @@ def _recombine(
     return torch.where(keeper, torch.logsumexp(group, dim=-1), float("-inf"))
 
 
-__all__ = ["BeamResult", "malsd_search"]
+@dataclass
+class _Hyp:
+    score: float
+    labels: tuple[int, ...]  # after the start symbol
+    frames: tuple[int, ...]
+    frame: int = 0  # TDT: the frame this hypothesis waits for
+
+
+class _Predictions:
+    """The predictor's output after each label sequence, computed once (NeMo's score cache)."""
+
+    def __init__(self, predictor: LstmPredictor, device) -> None:
+        self.predictor = predictor
+        self.states: dict[tuple[int, ...], LstmState] = {(): predictor.init_state(1, device)}
+
+    def __call__(self, labels: tuple[int, ...]) -> torch.Tensor:
+        if labels not in self.states:
+            self(labels[:-1])
+            prev = self.states[labels[:-1]]
+            token = torch.tensor([labels[-1]], device=prev.pred.device)
+            self.states[labels] = self.predictor.advance(prev, token, torch.ones_like(token, dtype=torch.bool))
+        return self.states[labels].pred  # (1, J)
+
+
+def _pop_best(hyps: list[_Hyp]) -> _Hyp:
+    best = max(hyps, key=lambda h: h.score)
+    hyps.remove(best)
+    return best
+
+
+def _merge_float32(a: float, b: float) -> float:
+    """NeMo's TDT merge: the log-add of two scores made float32 tensors (torch's default dtype)."""
+    return float(torch.logaddexp(torch.tensor(a, dtype=torch.float32), torch.tensor(b, dtype=torch.float32)))
+
+
+@torch.no_grad()
+def default_beam_search(
+    joint: AdditiveJoint,
+    predictor: LstmPredictor,
+    enc: torch.Tensor,
+    enc_lens: torch.Tensor,
+    *,
+    blank_id: int,
+    beam_size: int,
+    durations: Sequence[int] | None = None,
+    score_norm: bool = True,
+    blank_penalty: float = 0.0,
+) -> BeamResult:
+    """NeMo's default transducer beam search (see the module notes), row by row.
+
+    Args:
+        beam_size: hypotheses kept (> 1; NeMo runs its greedy search for 1).
+        durations: TDT duration values (None: RNN-T).
+        score_norm: pick the answer by score per label.
+        blank_penalty: subtracted from the blank logit (0: NeMo's search).
+
+    Shapes:
+        enc: (B, T, D), enc_lens: (B,)
+    """
+    if beam_size < 2:
+        raise ValueError(f"beam_size must be >= 2 for NeMo's beam search, got {beam_size}")
+    enc_proj = joint.project_encoder(enc)  # (B, T, J)
+    out = BeamResult([], [], [])
+    for row, n in enumerate(enc_lens.tolist()):
+        run = _tdt_row if durations else _rnnt_row
+        hyps = run(joint, predictor, enc_proj[row, : int(n)], blank_id, beam_size, durations, blank_penalty)
+        best = sorted(hyps, key=lambda h: h.score / (len(h.labels) + 1) if score_norm else h.score, reverse=True)[0]
+        out.tokens.append(list(best.labels))
+        out.frames.append(list(best.frames))
+        out.scores.append(best.score)
+    return out
+
+
+def _joint_logits(joint, frame: torch.Tensor, pred: torch.Tensor, blank: int, penalty: float) -> torch.Tensor:
+    logits = joint.join(frame[None], pred)[0]  # (V [+ D],)
+    if penalty:
+        logits[blank] -= penalty
+    return logits
+
+
+def _rnnt_row(joint, predictor, enc_proj, blank, beam, _durations, penalty) -> list[_Hyp]:
+    vocab = joint.vocab_size
+    beam = min(beam, vocab - 1)  # NeMo bounds the beam by its vocabulary (blank not counted) ...
+    beam_k = min(beam, vocab - 2)  # ... and the labels tried by one less
+    labels_only = torch.tensor([i for i in range(vocab) if i != blank], device=enc_proj.device)
+    predict = _Predictions(predictor, enc_proj.device)
+    kept = [_Hyp(0.0, (), ())]
+    for t in range(enc_proj.shape[0]):
+        hyps, kept = kept, []
+        while True:
+            best = _pop_best(hyps)
+            logp = _joint_logits(joint, enc_proj[t], predict(best.labels), blank, penalty).log_softmax(dim=-1)
+            top_lp, top_at = logp[labels_only].topk(beam_k)
+            for lp, label in zip([*top_lp.tolist(), float(logp[blank])], [*labels_only[top_at].tolist(), blank]):
+                if label == blank:
+                    kept.append(_Hyp(best.score + lp, best.labels, best.frames))
+                else:
+                    hyps.append(_Hyp(best.score + lp, (*best.labels, label), (*best.frames, t)))
+            ceiling = max(h.score for h in hyps)
+            better = sorted((h for h in kept if h.score > ceiling), key=lambda h: h.score)
+            if len(better) >= beam:
+                kept = better
+                break
+    return kept
+
+
+def _tdt_row(joint, predictor, enc_proj, blank, beam, durations, penalty) -> list[_Hyp]:
+    vocab = joint.vocab_size
+    beam = min(beam, vocab - 1)
+    beam_k = min(beam, vocab - 2)
+    dur_k = min(beam, len(durations))
+    zero = durations.index(0) if 0 in durations else None
+    shortest = min((d, i) for i, d in enumerate(durations) if d != 0)[1]
+    predict = _Predictions(predictor, enc_proj.device)
+    kept = [_Hyp(0.0, (), (), 0)]
+    for t in range(enc_proj.shape[0]):
+        hyps = [h for h in kept if h.frame == t]
+        kept = [h for h in kept if h.frame > t]
+        while hyps:
+            best = _pop_best(hyps)
+            logits = _joint_logits(joint, enc_proj[t], predict(best.labels), blank, penalty)
+            logp, dur_lp = logits[:vocab].log_softmax(dim=-1), logits[vocab:].log_softmax(dim=-1)
+            tok_lp, tok_at = logp[:-1].topk(beam_k)
+            d_lp, d_at = dur_lp.topk(dur_k)
+            pair_lp, pair_at = (d_lp[:, None] + tok_lp[None, :]).reshape(-1).topk(beam_k)  # duration-major pairs
+            for lp, at in zip(pair_lp.tolist(), pair_at.tolist()):
+                label, d = int(tok_at[at % beam_k]), durations[int(d_at[at // beam_k])]
+                new = _Hyp(best.score + lp, (*best.labels, label), (*best.frames, t), best.frame + d)
+                (hyps if d == 0 else kept).append(new)
+            for i in d_at.tolist():
+                if i == zero:
+                    if len(d_at) > 1:
+                        continue
+                    i = shortest
+                score = best.score + float(logp[blank]) + float(dur_lp[i])
+                kept.append(_Hyp(score, best.labels, best.frames, best.frame + durations[i]))
+            merged: dict[tuple, _Hyp] = {}
+            for h in sorted(kept, key=lambda h: h.score, reverse=True):
+                key = (h.labels, h.frame)
+                if key in merged:
+                    merged[key].score = _merge_float32(merged[key].score, h.score)
+                else:
+                    merged[key] = h
+            kept = list(merged.values())
+            if hyps:
+                ceiling = max(h.score for h in hyps)
+                better = sorted((h for h in kept if h.score > ceiling), key=lambda h: h.score)
+                if len(better) >= beam:
+                    kept = better
+                    break
+            else:
+                kept = sorted(kept, key=lambda h: h.score, reverse=True)[:beam]
+    return kept
+
+
+__all__ = ["BeamResult", "default_beam_search", "malsd_search"]

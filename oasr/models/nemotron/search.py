@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from oasr.models.decoders.base import greedy_advance
-from oasr.models.nemotron.beam import BeamResult, malsd_search
+from oasr.models.nemotron.beam import BeamResult, default_beam_search, malsd_search
 from oasr.models.nemotron.predictor import AdditiveJoint, LstmPredictor
 
 
@@ -138,9 +138,9 @@ def greedy_search(
     return _collect(steps, b, dur_values is not None)
 
 
-NEMO_SEARCHES = ("greedy", "malsd")
-"""The searches ``nemo_transducer_search`` runs: NeMo's greedy and ``malsd_batch`` (the beam
-search NeMo recommends; ``beam.py``)."""
+NEMO_SEARCHES = ("greedy", "malsd", "beam")
+"""The searches ``nemo_transducer_search`` runs: NeMo's greedy, ``malsd_batch`` (the beam search
+NeMo recommends) and its default ``beam`` (``beam.py``)."""
 
 
 def nemo_transducer_search(
@@ -159,8 +159,9 @@ def nemo_transducer_search(
     has ``durations``).
 
     Args:
-        search: one of ``NEMO_SEARCHES``: "greedy" (batched, ``beam_size`` 1) or "malsd"
-            (NeMo's ``malsd_batch`` with beam ``beam_size``).
+        search: one of ``NEMO_SEARCHES``: "greedy" (batched, ``beam_size`` 1), "malsd" (NeMo's
+            ``malsd_batch`` with beam ``beam_size``) or "beam" (NeMo's default beam search, row by
+            row, ``beam_size`` > 1).
         max_sym_per_frame: labels per frame (None: the checkpoint's: ``decoding.greedy.max_symbols``
             for greedy, ``decoding.beam.max_symbols`` for malsd).
         params: the checkpoint's beam settings (NeMo's ``decoding.beam``: ``score_norm``,
@@ -183,6 +184,18 @@ def nemo_transducer_search(
             beam_size=beam_size,
             durations=durations,
             max_symbols=max_sym_per_frame or params.get("max_symbols", 10),
+            score_norm=bool(params.get("score_norm", True)),
+            blank_penalty=blank_penalty,
+        )
+    if search == "beam":
+        return default_beam_search(
+            model.joiner,
+            model.predictor,
+            enc,
+            enc_lens,
+            blank_id=model.blank_id,
+            beam_size=beam_size,
+            durations=durations,
             score_norm=bool(params.get("score_norm", True)),
             blank_penalty=blank_penalty,
         )

@@ -11,7 +11,7 @@ FastConformer encoder, the mel front end (``preprocessor``), the SentencePiece t
 naming both. Of ``decoding`` what changes tokens is read: ``model_type``, ``durations``,
 ``greedy.max_symbols``, and ``strategy`` with its ``beam`` section, which become the transducer's
 default search (``transducer_search_defaults``: greedy / greedy_batch -> "greedy", malsd_batch ->
-"malsd" with ``beam.beam_size``, ``score_norm``, ``max_symbols``; LM fusion and phrase boosting
+"malsd", beam -> "beam", with ``beam.beam_size``, ``score_norm``, ``max_symbols``; LM fusion and phrase boosting
 are refused); its alignment, timestamp and confidence switches are not.
 """
 
@@ -108,7 +108,7 @@ _JOINT_KEYS = {
 }
 _GREEDY_STRATEGIES = ("greedy", "greedy_batch")
 # NeMo's transducer ``decoding.strategy`` -> the oasr search that equals it (``NEMO_SEARCHES``).
-_TRANSDUCER_STRATEGIES = {"greedy": "greedy", "greedy_batch": "greedy", "malsd_batch": "malsd"}
+_TRANSDUCER_STRATEGIES = {"greedy": "greedy", "greedy_batch": "greedy", "malsd_batch": "malsd", "beam": "beam"}
 # ``decoding.beam``: what the searches read, the switches without effect on the best hypothesis's
 # tokens, and NeMo's LM fusion / boosting, accepted only switched off.
 _BEAM_KEYS = {

@@ -274,3 +274,18 @@ def test_a_decoding_oasr_lacks_is_refused_by_key_and_value(transducers, tmp_path
     edited = _repack(transducers["rnnt"][0], tmp_path / "edited.nemo", lambda cfg: cfg["decoding"].update(decoding))
     with pytest.raises(LoadError, match=message):
         load_pretrained(edited)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_default_beam_tokens_equal_nemos_beam(transducers, kind):
+    _, ref, model = transducers[kind]
+    emitted = 0
+    for enc, lens in (_encoder_batch(ref, 0), _random_batch(1)):
+        for beam in (2, 4):
+            want = nemo_search(ref, kind, "beam", enc, lens, beam_size=beam)
+            assert oasr_search(model, "beam", enc, lens, beam) == want, (kind, beam)
+            emitted += sum(map(len, want))
+    enc, lens = _encoder_batch(ref, 4)
+    want = nemo_search(ref, kind, "beam", enc, lens, beam_size=3, score_norm=False)
+    assert oasr_search(model, "beam", enc, lens, 3, score_norm=False) == want, kind
+    assert emitted > 10, "the comparison is vacuous without labels"
