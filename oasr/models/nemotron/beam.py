@@ -1,7 +1,7 @@
 """Beam searches over NeMo's LSTM transducer (RNN-T and TDT), token for token NeMo's.
 
 Pure functions of (joint, predictor, encoder frames, lengths), as the greedy search in
-``search.py``; used by the Parakeet RNN-T / TDT / hybrid checkpoints (and any model built on
+``search.py`` (whose ``nemo_transducer_search`` dispatches to them by name); used by the Parakeet RNN-T / TDT / hybrid checkpoints (and any model built on
 ``LstmPredictor`` + ``AdditiveJoint``). Each follows the NeMo 3.0 decoding of the same name:
 
 * ``malsd_search`` (NeMo's ``malsd_batch``: modified alignment-length synchronous decoding,
@@ -25,6 +25,14 @@ Pure functions of (joint, predictor, encoder frames, lengths), as the greedy sea
   hypotheses with the same labels and frame merged by log-add. The answer is the best by score,
   or by score per label (the start symbol counted) with ``score_norm``.
 
+* ``maes_search`` (NeMo's ``maes``: modified adaptive expansion search, one row at a time). At
+  each frame the hypotheses first absorb the paths through their prefixes (at most
+  ``prefix_alpha`` labels shorter); then up to ``num_steps`` expansion steps: each open
+  hypothesis proposes its ``beam + expansion_beta`` best symbols (TDT: (label, duration) pairs),
+  those within ``expansion_gamma`` of its best are kept, blanks (TDT: and labels that move on)
+  set aside, new label sequences expanded again; after the last step each gets its blank, and
+  the ``beam`` best of everything set aside survive (TDT: merged by labels and frame).
+
 Tokens are reported with the encoder frame at which each was emitted, and the hypothesis's
 (unnormalised) log-probability as its score.
 """
@@ -34,6 +42,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from oasr.models.nemotron.predictor import AdditiveJoint, LstmPredictor, LstmState
@@ -252,12 +261,23 @@ class _Predictions:
         self.states: dict[tuple[int, ...], LstmState] = {(): predictor.init_state(1, device)}
 
     def __call__(self, labels: tuple[int, ...]) -> torch.Tensor:
-        if labels not in self.states:
-            self(labels[:-1])
-            prev = self.states[labels[:-1]]
-            token = torch.tensor([labels[-1]], device=prev.pred.device)
-            self.states[labels] = self.predictor.advance(prev, token, torch.ones_like(token, dtype=torch.bool))
-        return self.states[labels].pred  # (1, J)
+        """The output (1, J) after ``labels``."""
+        return self.many([labels])
+
+    def many(self, sequences: list[tuple[int, ...]]) -> torch.Tensor:
+        """The outputs (N, J) after each of ``sequences``; the new ones in one batched step."""
+        new = [q for q in dict.fromkeys(sequences) if q not in self.states]
+        if new:
+            parents = [q[:-1] for q in new]
+            if any(q not in self.states for q in parents):
+                self.many([q for q in parents if q not in self.states])
+            prev = [self.states[q] for q in parents]
+            state = LstmState(*(torch.cat(x, dim=d) for x, d in zip(zip(*prev), (1, 1, 0))))
+            tokens = torch.tensor([q[-1] for q in new], device=state.pred.device)
+            state = self.predictor.advance(state, tokens, torch.ones_like(tokens, dtype=torch.bool))
+            for i, q in enumerate(new):
+                self.states[q] = _select(state, torch.tensor([i], device=tokens.device))
+        return torch.cat([self.states[q].pred for q in sequences])
 
 
 def _pop_best(hyps: list[_Hyp]) -> _Hyp:
@@ -266,9 +286,28 @@ def _pop_best(hyps: list[_Hyp]) -> _Hyp:
     return best
 
 
-def _merge_float32(a: float, b: float) -> float:
-    """NeMo's TDT merge: the log-add of two scores made float32 tensors (torch's default dtype)."""
-    return float(torch.logaddexp(torch.tensor(a, dtype=torch.float32), torch.tensor(b, dtype=torch.float32)))
+def _merge(hyps: list[_Hyp]) -> list[_Hyp]:
+    """NeMo's TDT merge: hypotheses with the same labels and frame, best first, each group's best
+    taking the log-add of the group's scores, computed on float32 tensors (torch's default dtype,
+    as NeMo makes them)."""
+    merged: dict[tuple, _Hyp] = {}
+    for h in sorted(hyps, key=lambda h: h.score, reverse=True):
+        key = (h.labels, h.frame)
+        if key in merged:
+            a, b = torch.tensor(merged[key].score, dtype=torch.float32), torch.tensor(h.score, dtype=torch.float32)
+            merged[key].score = float(torch.logaddexp(a, b))
+        else:
+            merged[key] = h
+    return list(merged.values())
+
+
+def _best_first(hyps: list[_Hyp], n: int) -> list[_Hyp]:
+    return sorted(hyps, key=lambda h: h.score, reverse=True)[:n]
+
+
+def _pick(hyps: list[_Hyp], score_norm: bool) -> _Hyp:
+    """The answer: the best by score, or by score per label with the start symbol (NeMo's sort_nbest)."""
+    return sorted(hyps, key=lambda h: h.score / (len(h.labels) + 1) if score_norm else h.score, reverse=True)[0]
 
 
 @torch.no_grad()
@@ -302,7 +341,7 @@ def default_beam_search(
     for row, n in enumerate(enc_lens.tolist()):
         run = _tdt_row if durations else _rnnt_row
         hyps = run(joint, predictor, enc_proj[row, : int(n)], blank_id, beam_size, durations, blank_penalty)
-        best = sorted(hyps, key=lambda h: h.score / (len(h.labels) + 1) if score_norm else h.score, reverse=True)[0]
+        best = _pick(hyps, score_norm)
         out.tokens.append(list(best.labels))
         out.frames.append(list(best.frames))
         out.scores.append(best.score)
@@ -372,14 +411,7 @@ def _tdt_row(joint, predictor, enc_proj, blank, beam, durations, penalty) -> lis
                     i = shortest
                 score = best.score + float(logp[blank]) + float(dur_lp[i])
                 kept.append(_Hyp(score, best.labels, best.frames, best.frame + durations[i]))
-            merged: dict[tuple, _Hyp] = {}
-            for h in sorted(kept, key=lambda h: h.score, reverse=True):
-                key = (h.labels, h.frame)
-                if key in merged:
-                    merged[key].score = _merge_float32(merged[key].score, h.score)
-                else:
-                    merged[key] = h
-            kept = list(merged.values())
+            kept = _merge(kept)
             if hyps:
                 ceiling = max(h.score for h in hyps)
                 better = sorted((h for h in kept if h.score > ceiling), key=lambda h: h.score)
@@ -387,8 +419,182 @@ def _tdt_row(joint, predictor, enc_proj, blank, beam, durations, penalty) -> lis
                     kept = better
                     break
             else:
-                kept = sorted(kept, key=lambda h: h.score, reverse=True)[:beam]
+                kept = _best_first(kept, beam)
     return kept
 
 
-__all__ = ["BeamResult", "default_beam_search", "malsd_search"]
+@torch.no_grad()
+def maes_search(
+    joint: AdditiveJoint,
+    predictor: LstmPredictor,
+    enc: torch.Tensor,
+    enc_lens: torch.Tensor,
+    *,
+    blank_id: int,
+    beam_size: int,
+    durations: Sequence[int] | None = None,
+    num_steps: int = 2,
+    prefix_alpha: int = 1,
+    expansion_gamma: float = 2.3,
+    expansion_beta: int = 2,
+    score_norm: bool = True,
+    blank_penalty: float = 0.0,
+) -> BeamResult:
+    """NeMo's ``maes`` (modified adaptive expansion search, see the module notes), row by row.
+
+    Args:
+        beam_size: hypotheses kept (> 1; NeMo runs its greedy search for 1 on RNN-T).
+        durations: TDT duration values (None: RNN-T).
+        num_steps: expansion steps per frame (NeMo's ``maes_num_steps``, >= 2 for RNN-T, >= 1 TDT).
+        prefix_alpha: the longest label difference of a prefix merged in (``maes_prefix_alpha``).
+        expansion_gamma: expansions within this log-probability of the best (``maes_expansion_gamma``).
+        expansion_beta: candidates beyond the beam (``maes_expansion_beta``).
+        score_norm: pick the answer by score per label.
+        blank_penalty: subtracted from the blank logit (0: NeMo's search).
+
+    Shapes:
+        enc: (B, T, D), enc_lens: (B,)
+    """
+    vocab = joint.vocab_size
+    if beam_size < 2:
+        raise ValueError(f"beam_size must be >= 2 for NeMo's maes, got {beam_size}")
+    if num_steps < (1 if durations else 2) or prefix_alpha < 0 or expansion_beta < 0:
+        raise ValueError(
+            f"maes: num_steps={num_steps} (>= {1 if durations else 2}), prefix_alpha={prefix_alpha} (>= 0), "
+            f"expansion_beta={expansion_beta} (>= 0)"
+        )
+    if vocab - 1 < beam_size + expansion_beta:
+        raise ValueError(
+            f"maes: beam_size ({beam_size}) + expansion_beta ({expansion_beta}) exceeds the {vocab - 1} labels"
+        )
+    enc_proj = joint.project_encoder(enc)  # (B, T, J)
+    settings = (blank_id, beam_size, num_steps, prefix_alpha, expansion_gamma, expansion_beta, blank_penalty)
+    out = BeamResult([], [], [])
+    for row, n in enumerate(enc_lens.tolist()):
+        search = _MaesRow(joint, predictor, enc_proj[row, : int(n)], durations, *settings)
+        best = _pick(search.run(), score_norm)
+        out.tokens.append(list(best.labels))
+        out.frames.append(list(best.frames))
+        out.scores.append(best.score)
+    return out
+
+
+class _MaesRow:
+    """NeMo's maes over one row's projected encoder frames (T, J)."""
+
+    def __init__(self, joint, predictor, enc_proj, durations, blank, beam, steps, alpha, gamma, beta, penalty):
+        self.joint, self.enc_proj, self.durations = joint, enc_proj, durations
+        self.blank, self.steps, self.alpha, self.gamma, self.penalty = blank, steps, alpha, gamma, penalty
+        self.vocab = joint.vocab_size
+        self.beam = min(beam, self.vocab - 1)
+        self.candidates = beam + beta
+        self.predict = _Predictions(predictor, enc_proj.device)
+        if durations:
+            self.zero = durations.index(0) if 0 in durations else None
+            self.shortest = min((d, i) for i, d in enumerate(durations) if d != 0)[1]
+
+    def log_probs(self, t: int, hyps: list[_Hyp]) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Label (H, V) and, for TDT, duration (H, D) log-probabilities of ``hyps`` at frame ``t``."""
+        preds = self.predict.many([h.labels for h in hyps])  # (H, J)
+        logits = self.joint.join(self.enc_proj[t][None].expand_as(preds), preds)
+        if self.penalty:
+            logits[:, self.blank] -= self.penalty
+        if not self.durations:
+            return logits.log_softmax(dim=-1), None
+        return logits[:, : self.vocab].log_softmax(dim=-1), logits[:, self.vocab :].log_softmax(dim=-1)
+
+    def prefix_search(self, t: int, hyps: list[_Hyp]) -> list[_Hyp]:
+        """Add to each hypothesis the paths through a shorter one that is its prefix (in place)."""
+        for j, longer in enumerate(hyps[:-1]):
+            for shorter in hyps[j + 1 :]:
+                n, m = len(longer.labels), len(shorter.labels)
+                if not (m < n and longer.labels[:m] == shorter.labels and n - m <= self.alpha):
+                    continue
+                score = shorter.score
+                for k in range(m, n):
+                    lp, dur_lp = self.log_probs(t, [_Hyp(0.0, longer.labels[:k], ())])
+                    step = lp[0, longer.labels[k]]
+                    score += float(step if dur_lp is None else step + dur_lp[0, self.zero])
+                longer.score = float(np.logaddexp(longer.score, score))
+        return hyps
+
+    def run(self) -> list[_Hyp]:
+        return self._tdt() if self.durations else self._rnnt()
+
+    def _rnnt(self) -> list[_Hyp]:
+        kept = [_Hyp(0.0, (), ())]
+        for t in range(self.enc_proj.shape[0]):
+            hyps = self.prefix_search(t, sorted(kept, key=lambda h: len(h.labels), reverse=True))
+            seen = {h.labels for h in hyps}
+            blanks: list[_Hyp] = []
+            for n in range(self.steps):
+                lp, _ = self.log_probs(t, hyps)
+                top_lp, top_at = lp.topk(self.candidates, dim=-1)
+                grown: list[_Hyp] = []
+                for i, h in enumerate(hyps):
+                    cands = [(k, h.score + v) for k, v in zip(top_at[i].tolist(), top_lp[i].tolist())]
+                    best = max(cands, key=lambda c: c[1])
+                    near = sorted((c for c in cands if best[1] - self.gamma <= c[1]), key=lambda c: c[1]) or [best]
+                    for k, score in near:
+                        if k == self.blank:
+                            blanks.append(_Hyp(score, h.labels, h.frames))
+                        elif (*h.labels, k) not in seen:
+                            grown.append(_Hyp(score, (*h.labels, k), (*h.frames, t)))
+                if not grown:
+                    kept = _best_first(blanks, self.beam)
+                    break
+                if n < self.steps - 1:
+                    hyps = grown
+                    continue
+                lp, _ = self.log_probs(t, grown)
+                for i, h in enumerate(grown):
+                    h.score += float(lp[i, self.blank])
+                kept = _best_first(blanks + grown, self.beam)
+        return kept
+
+    def _tdt(self) -> list[_Hyp]:
+        durations, c = self.durations, self.candidates
+        kept = [_Hyp(0.0, (), (), 0)]
+        for t in range(self.enc_proj.shape[0]):
+            hyps = [h for h in kept if h.frame == t]
+            kept = [h for h in kept if h.frame > t]
+            if not hyps:
+                continue
+            if self.zero is not None:
+                hyps = self.prefix_search(t, sorted(hyps, key=lambda h: len(h.labels), reverse=True))
+            blanks: list[_Hyp] = []
+            moved: list[_Hyp] = []  # labels with a duration > 0
+            for n in range(self.steps):
+                lp, dur_lp = self.log_probs(t, hyps)
+                top_lp, top_at = lp.topk(c, dim=-1)
+                pair = (dur_lp[:, :, None] + top_lp[:, None, :]).view(len(hyps), -1)  # (H, D * C), duration-major
+                pair_lp, pair_at = pair.topk(c, dim=-1)
+                near = pair_lp >= pair_lp.max(dim=-1, keepdim=True).values - self.gamma
+                stay: list[_Hyp] = []  # labels of duration 0
+                went: list[_Hyp] = []
+                for i, h in enumerate(hyps):
+                    for at in pair_at[i][near[i]].tolist():
+                        k, d = int(top_at[i][at % c]), durations[at // c]
+                        score = h.score + float(pair[i][at])
+                        if k == self.blank:
+                            blanks.append(_Hyp(score, h.labels, h.frames, h.frame + (d or durations[self.shortest])))
+                        else:
+                            (stay if d == 0 else went).append(_Hyp(score, (*h.labels, k), (*h.frames, t), h.frame + d))
+                moved += went
+                if not stay:
+                    kept = _best_first(_merge(kept + blanks + moved), self.beam)
+                    break
+                if n < self.steps - 1:
+                    hyps = _merge(stay)
+                    continue
+                lp, dur_lp = self.log_probs(t, stay)
+                best_d = torch.max(dur_lp, dim=-1).indices.tolist()
+                for i, h in enumerate(stay):
+                    d = self.shortest if best_d[i] == self.zero else best_d[i]
+                    h.score += float(lp[i, self.blank] + dur_lp[i, d])
+                    h.frame += durations[d]
+                kept = _best_first(_merge(kept + blanks + stay + moved), self.beam)
+        return kept
+
+
+__all__ = ["BeamResult", "default_beam_search", "maes_search", "malsd_search"]

@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from oasr.models.decoders.base import greedy_advance
-from oasr.models.nemotron.beam import BeamResult, default_beam_search, malsd_search
+from oasr.models.nemotron.beam import BeamResult, default_beam_search, maes_search, malsd_search
 from oasr.models.nemotron.predictor import AdditiveJoint, LstmPredictor
 
 
@@ -138,9 +138,9 @@ def greedy_search(
     return _collect(steps, b, dur_values is not None)
 
 
-NEMO_SEARCHES = ("greedy", "malsd", "beam")
+NEMO_SEARCHES = ("greedy", "malsd", "maes", "beam")
 """The searches ``nemo_transducer_search`` runs: NeMo's greedy, ``malsd_batch`` (the beam search
-NeMo recommends) and its default ``beam`` (``beam.py``)."""
+NeMo recommends), ``maes`` and its default ``beam`` (``beam.py``)."""
 
 
 def nemo_transducer_search(
@@ -160,12 +160,13 @@ def nemo_transducer_search(
 
     Args:
         search: one of ``NEMO_SEARCHES``: "greedy" (batched, ``beam_size`` 1), "malsd" (NeMo's
-            ``malsd_batch`` with beam ``beam_size``) or "beam" (NeMo's default beam search, row by
-            row, ``beam_size`` > 1).
+            ``malsd_batch`` with beam ``beam_size``), "maes" or "beam" (NeMo's modified adaptive
+            expansion search and default beam search, row by row, ``beam_size`` > 1).
         max_sym_per_frame: labels per frame (None: the checkpoint's: ``decoding.greedy.max_symbols``
             for greedy, ``decoding.beam.max_symbols`` for malsd).
         params: the checkpoint's beam settings (NeMo's ``decoding.beam``: ``score_norm``,
-            ``max_symbols``); None: NeMo's defaults.
+            ``max_symbols``, ``maes_num_steps``, ``maes_prefix_alpha``, ``maes_expansion_gamma``,
+            ``maes_expansion_beta``); None: NeMo's defaults.
 
     Raises:
         ValueError: another search, or hotwords (phrase boosting is not implemented for these).
@@ -184,6 +185,22 @@ def nemo_transducer_search(
             beam_size=beam_size,
             durations=durations,
             max_symbols=max_sym_per_frame or params.get("max_symbols", 10),
+            score_norm=bool(params.get("score_norm", True)),
+            blank_penalty=blank_penalty,
+        )
+    if search == "maes":
+        return maes_search(
+            model.joiner,
+            model.predictor,
+            enc,
+            enc_lens,
+            blank_id=model.blank_id,
+            beam_size=beam_size,
+            durations=durations,
+            num_steps=int(params.get("maes_num_steps", 2)),
+            prefix_alpha=int(params.get("maes_prefix_alpha", 1)),
+            expansion_gamma=float(params.get("maes_expansion_gamma", 2.3)),
+            expansion_beta=int(params.get("maes_expansion_beta", 2)),
             score_norm=bool(params.get("score_norm", True)),
             blank_penalty=blank_penalty,
         )

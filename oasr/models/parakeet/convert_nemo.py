@@ -11,8 +11,9 @@ FastConformer encoder, the mel front end (``preprocessor``), the SentencePiece t
 naming both. Of ``decoding`` what changes tokens is read: ``model_type``, ``durations``,
 ``greedy.max_symbols``, and ``strategy`` with its ``beam`` section, which become the transducer's
 default search (``transducer_search_defaults``: greedy / greedy_batch -> "greedy", malsd_batch ->
-"malsd", beam -> "beam", with ``beam.beam_size``, ``score_norm``, ``max_symbols``; LM fusion and phrase boosting
-are refused); its alignment, timestamp and confidence switches are not.
+"malsd", maes -> "maes", beam -> "beam", with ``beam.beam_size``, ``score_norm``, ``max_symbols``
+and the ``maes_*`` settings; LM fusion and phrase boosting are refused); its alignment, timestamp
+and confidence switches are not.
 """
 
 from __future__ import annotations
@@ -108,7 +109,13 @@ _JOINT_KEYS = {
 }
 _GREEDY_STRATEGIES = ("greedy", "greedy_batch")
 # NeMo's transducer ``decoding.strategy`` -> the oasr search that equals it (``NEMO_SEARCHES``).
-_TRANSDUCER_STRATEGIES = {"greedy": "greedy", "greedy_batch": "greedy", "malsd_batch": "malsd", "beam": "beam"}
+_TRANSDUCER_STRATEGIES = {
+    "greedy": "greedy",
+    "greedy_batch": "greedy",
+    "malsd_batch": "malsd",
+    "maes": "maes",
+    "beam": "beam",
+}
 # ``decoding.beam``: what the searches read, the switches without effect on the best hypothesis's
 # tokens, and NeMo's LM fusion / boosting, accepted only switched off.
 _BEAM_KEYS = {
@@ -116,6 +123,10 @@ _BEAM_KEYS = {
     "score_norm": (True, False),
     "return_best_hypothesis": (True, False),  # oasr returns the best; NeMo's N-best list starts with it
     "max_symbols": ANY_VALUE,  # checked below
+    "maes_num_steps": ANY_VALUE,  # read by maes, which checks them
+    "maes_prefix_alpha": ANY_VALUE,
+    "maes_expansion_gamma": ANY_VALUE,
+    "maes_expansion_beta": ANY_VALUE,
     "softmax_temperature": (1.0,),
     "ngram_lm_model": (None,),
     "ngram_lm_alpha": ANY_VALUE,  # without a model: no effect
@@ -136,6 +147,7 @@ _BEAM_KEYS = {
     "nsc_max_timesteps_expansion": ANY_VALUE,
     "nsc_prefix_alpha": ANY_VALUE,
 }
+_MAES_KEYS = ("maes_num_steps", "maes_prefix_alpha", "maes_expansion_gamma", "maes_expansion_beta")
 _BOOSTING_PHRASE_KEYS = ("model_path", "key_phrases_file", "key_phrases_list", "key_phrase_items_list")
 
 
@@ -202,6 +214,7 @@ def transducer_search_defaults(decoding: Mapping[str, Any], where: str) -> dict[
                 "in the transducer beam searches)"
             )
     params = {"score_norm": bool(beam.get("score_norm", True)), "max_symbols": max_symbols}
+    params.update({key: beam[key] for key in _MAES_KEYS if key in beam})
     return {"search": search, "beam_size": size, "beam": params}
 
 

@@ -179,6 +179,9 @@ def test_the_archives_beam_decoding_is_the_engines_default(transducers, malsd_ar
     assert [_tokens(o) for o in engine.transcribe(waves, beam_size=4)] == _nemo_transcribe(
         ref, "tdt", waves, "malsd_batch", beam_size=4
     )
+    for search in ("maes", "beam"):  # NeMo's strategies of the same names
+        got = [_tokens(o) for o in engine.transcribe(waves, search=search, beam_size=2)]
+        assert got == _nemo_transcribe(ref, "tdt", waves, search, beam_size=2), search
 
 
 def test_search_options_are_checked(transducers, malsd_archive):
@@ -288,4 +291,21 @@ def test_default_beam_tokens_equal_nemos_beam(transducers, kind):
     enc, lens = _encoder_batch(ref, 4)
     want = nemo_search(ref, kind, "beam", enc, lens, beam_size=3, score_norm=False)
     assert oasr_search(model, "beam", enc, lens, 3, score_norm=False) == want, kind
+    assert emitted > 10, "the comparison is vacuous without labels"
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_maes_tokens_equal_nemos_maes(transducers, kind):
+    _, ref, model = transducers[kind]
+    emitted = 0
+    for enc, lens in (_encoder_batch(ref, 0), _random_batch(1)):
+        for beam in (2, 4):
+            want = nemo_search(ref, kind, "maes", enc, lens, beam_size=beam)
+            assert oasr_search(model, "maes", enc, lens, beam) == want, (kind, beam)
+            emitted += sum(map(len, want))
+    # NeMo's maes_* switches, read as the archive names them.
+    settings = dict(maes_num_steps=3, maes_prefix_alpha=2, maes_expansion_gamma=3.0, maes_expansion_beta=1)
+    enc, lens = _encoder_batch(ref, 4)
+    want = nemo_search(ref, kind, "maes", enc, lens, beam_size=2, score_norm=False, **settings)
+    assert oasr_search(model, "maes", enc, lens, 2, score_norm=False, **settings) == want, kind
     assert emitted > 10, "the comparison is vacuous without labels"

@@ -24,7 +24,9 @@ label window):
 * ``malsd`` (NeMo's ``malsd_batch``, RNN-T and TDT): batched over rows and beams, the labels
   per frame bounded by ``max_sym_per_frame`` (None: the archive's ``decoding.beam.max_symbols``),
   the answer chosen with NeMo's ``score_norm``;
-* ``beam`` (NeMo's default beam search, RNN-T and TDT, beam > 1): row by row, as NeMo runs it.
+* ``maes`` and ``beam`` (NeMo's modified adaptive expansion search, with the archive's
+  ``maes_*`` settings, and its default beam search; RNN-T and TDT, beam > 1): row by row, as
+  NeMo runs them.
 
 Hotwords are boosted by ``modified_beam`` only (refused with another beam search).
 
@@ -148,7 +150,7 @@ class TransducerDecodeStrategy(CtcDecodeStrategy):
             beam = 1 if search == "greedy" else self.default_beam
         if search == "greedy" and beam != 1:
             raise ValueError(f"beam_size={beam} with search='greedy': greedy search keeps one hypothesis")
-        if search in ("modified_beam", "beam") and beam < 2:
+        if search in ("modified_beam", "beam", "maes") and beam < 2:
             raise ValueError(f"search={search!r} needs beam_size > 1 (beam_size 1 is greedy search)")
         return search, beam
 
