@@ -1,8 +1,9 @@
 """Beam searches over NeMo's LSTM transducer (RNN-T and TDT), token for token NeMo's.
 
 Pure functions of (joint, predictor, encoder frames, lengths), as the greedy search in
-``search.py`` (whose ``nemo_transducer_search`` dispatches to them by name); used by the Parakeet RNN-T / TDT / hybrid checkpoints (and any model built on
-``LstmPredictor`` + ``AdditiveJoint``). Each follows the NeMo 3.0 decoding of the same name:
+``search.py`` (whose ``nemo_transducer_search`` dispatches to them by name); used by the
+Parakeet RNN-T / TDT / hybrid checkpoints (and any model built on ``LstmPredictor`` +
+``AdditiveJoint``). Each follows the NeMo 3.0 decoding of the same name:
 
 * ``malsd_search`` (NeMo's ``malsd_batch``: modified alignment-length synchronous decoding,
   batched). Every row keeps ``k`` hypotheses, all rows and hypotheses stepping together (one
