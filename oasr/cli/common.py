@@ -299,7 +299,7 @@ def _add_decode_options(parser: argparse.ArgumentParser, *, language: bool = Tru
         type=float,
         default=None,
         metavar="W",
-        help="CTC / transducer: bonus per hotword token (default 1.5)",
+        help="CTC / transducer: bonus per hotword token (default 1.5; NeMo CTC: boosting_tree_alpha)",
     )
     g.add_argument(
         "--ctc-weight",

@@ -3,6 +3,12 @@ directory, of ``EncDecCTCModelBPE`` (CTC), ``EncDecRNNTBPEModel`` (RNN-T, or TDT
 ``decoding.model_type`` / ``loss.loss_name`` is ``tdt``) or ``EncDecHybridRNNTCTCBPEModel`` (a
 transducer and an auxiliary CTC head on one encoder).
 
+A CTC ``decoding`` (the CTC model's, the hybrid's ``aux_ctc.decoding``) is read whole by
+``_ctc_decoding``: ``greedy`` / ``greedy_batch`` / ``beam_batch`` with its ``beam`` knobs and the
+boosting trees' shapes become the CTC strategy's defaults (``DecodingSpec.params["ctc_decoding"]``);
+NeMo's external decoders (``beam``, ``pyctcdecode``, ``flashlight``, ``wfst``) and n-gram LMs are
+refused.
+
 ``model_config.yaml`` picks everything (``oasr.models.formats.nemo`` reads the archive and maps the
 sections): the architecture (``parakeet`` / ``parakeet_transducer`` / ``parakeet_hybrid``), the
 FastConformer encoder, the mel front end (``preprocessor``), the SentencePiece tokenizer
@@ -18,6 +24,7 @@ and confidence switches are not.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -225,6 +232,142 @@ def _ctc_vocab(decoder: Mapping[str, Any], where: str) -> int:
     return int(decoder["num_classes"]) + 1
 
 
+_CTC_STRATEGIES = ("greedy", "greedy_batch", "beam_batch")
+_CTC_REFUSED = {
+    "beam": "NeMo's 'beam' runs the external DeepSpeech decoder over a KenLM model; 'beam_batch' is its own search",
+    "pyctcdecode": "an external decoder (pyctcdecode)",
+    "flashlight": "an external decoder (flashlight)",
+    "wfst": "an external WFST decoder (Riva / k2)",
+}
+_BOOSTING_KEYS = {
+    "model_path": (None,),
+    "key_phrases_file": (None,),
+    "key_phrases_list": (None, []),
+    "key_phrase_items_list": (None, []),
+    "context_score": ANY_VALUE,
+    "depth_scaling": ANY_VALUE,
+    "unk_score": ANY_VALUE,
+    "final_eos_score": ANY_VALUE,
+    "score_per_phrase": ANY_VALUE,
+    "source_lang": ANY_VALUE,
+    "use_triton": ANY_VALUE,
+    "uniform_weights": (False, True),
+    "use_bpe_dropout": (False,),
+    "num_of_transcriptions": ANY_VALUE,
+    "bpe_alpha": ANY_VALUE,
+}
+_FUSION_KEYS = {  # what greedy_batch and beam_batch share: n-gram LM (refused) and boosting
+    "ngram_lm_model": (None,),
+    "ngram_lm_alpha": ANY_VALUE,
+    "boosting_tree": ANY_VALUE,  # checked by _BOOSTING_KEYS
+    "boosting_tree_alpha": ANY_VALUE,
+    "allow_cuda_graphs": ANY_VALUE,
+    "preserve_alignments": ANY_VALUE,
+    "compute_timestamps": ANY_VALUE,
+}
+_CTC_GREEDY_KEYS = {**_FUSION_KEYS, "preserve_frame_confidence": ANY_VALUE, "confidence_method_cfg": ANY_VALUE}
+_CTC_BEAM_KEYS = {
+    **_FUSION_KEYS,
+    "beam_size": ANY_VALUE,
+    "search_type": ANY_VALUE,  # picks the external decoder of 'beam', unused by 'beam_batch'
+    "return_best_hypothesis": (True,),
+    "beam_alpha": ANY_VALUE,  # deprecated name of ngram_lm_alpha
+    "beam_beta": ANY_VALUE,
+    "beam_threshold": ANY_VALUE,
+    "kenlm_path": (None,),
+    "flashlight_cfg": ANY_VALUE,
+    "pyctcdecode_cfg": ANY_VALUE,
+}
+_CTC_DECODING_KEYS = {
+    "strategy": ANY_VALUE,  # checked against _CTC_STRATEGIES
+    "greedy": ANY_VALUE,
+    "beam": ANY_VALUE,
+    "wfst": ANY_VALUE,  # read by the 'wfst' strategy only
+    "preserve_alignments": ANY_VALUE,
+    "compute_timestamps": ANY_VALUE,
+    "word_seperator": ANY_VALUE,
+    "segment_seperators": ANY_VALUE,
+    "segment_gap_threshold": ANY_VALUE,
+    "ctc_timestamp_type": ANY_VALUE,
+    "batch_dim_index": (0,),
+    "confidence_cfg": ANY_VALUE,
+    "temperature": (1.0, 1),
+}
+
+
+def _number(section: Mapping[str, Any], key: str, default: float, where: str, minimum: float | None = None) -> float:
+    value = section.get(key, default)
+    if value is None:
+        value = default
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise LoadError(f"{where}.{key}={value!r} is not implemented by oasr (a finite number)")
+    if minimum is not None and value < minimum:
+        raise LoadError(f"{where}.{key}={value!r} is not implemented by oasr (at least {minimum})")
+    return float(value)
+
+
+def _boosting(section: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """The boosting-tree shape and weight of a ``greedy`` / ``beam`` section (its phrases come
+    with each request's ``hotwords``; an archive's own phrase list or tree file is refused)."""
+    tree = section.get("boosting_tree") or {}
+    if not isinstance(tree, Mapping):
+        raise LoadError(f"{where}.boosting_tree={tree!r} is not a section")
+    check_section(tree, _BOOSTING_KEYS, f"{where}.boosting_tree")
+    fields = {
+        name: _number(tree, name, default, f"{where}.boosting_tree")
+        for name, default in (
+            ("context_score", 1.0),
+            ("depth_scaling", 2.0),
+            ("unk_score", 0.0),
+            ("final_eos_score", 1.0),
+            ("score_per_phrase", 0.0),
+        )
+    }
+    fields["uniform_weights"] = bool(tree.get("uniform_weights", False))
+    return {"boosting": fields, "boosting_alpha": _number(section, "boosting_tree_alpha", 0.0, where, minimum=0.0)}
+
+
+def _ctc_decoding(decoding: Mapping[str, Any], where: str, merged: bool) -> dict[str, Any]:
+    """The CTC decoding an archive's ``decoding`` section declares, as NeMo's ``CTCDecoding``
+    reads it: a missing key takes the fallback NeMo's code gives it where the section is used as
+    saved (``merged`` False: a CTC model as restored; ``beam_size`` 1, ``beam_beta`` 0), else the
+    default of NeMo's ``CTCDecodingConfig`` it is merged with (``merged``: the hybrid's CTC head,
+    which ``change_decoding_strategy(decoder_type="ctc")`` sets up; ``beam_size`` 4, ``beam_beta`` 1).
+    Read:
+    the strategy (``greedy`` / ``greedy_batch``: greedy, ``beam_batch``: oasr's NeMo-equal batched
+    beam search), the beam's size, ``beam_beta`` and ``beam_threshold``, and for phrase boosting
+    the boosting tree's shape and ``boosting_tree_alpha`` of each search.
+
+    Raises:
+        LoadError: a strategy that runs an external decoder or an n-gram LM, or another key or
+            value oasr does not implement, named with its value.
+    """
+    check_section(decoding, _CTC_DECODING_KEYS, where)
+    strategy = decoding.get("strategy", "greedy_batch")
+    if strategy not in _CTC_STRATEGIES:
+        why = _CTC_REFUSED.get(strategy, "not a NeMo CTC strategy")
+        raise LoadError(
+            f"{where}.strategy={strategy!r} is not implemented by oasr ({why}; supported: {list(_CTC_STRATEGIES)})"
+        )
+    greedy, beam = decoding.get("greedy") or {}, decoding.get("beam") or {}
+    check_section(greedy, _CTC_GREEDY_KEYS, f"{where}.greedy")
+    check_section(beam, _CTC_BEAM_KEYS, f"{where}.beam")
+    size = beam.get("beam_size", 4 if merged else 1)
+    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+        raise LoadError(f"{where}.beam.beam_size={size!r} is not implemented by oasr (an integer >= 1)")
+    return {
+        "strategy": strategy,
+        "beam_size": size if strategy == "beam_batch" else 1,
+        "greedy": _boosting(greedy, f"{where}.greedy"),
+        "beam": {
+            "beam_size": size,
+            "beam_beta": _number(beam, "beam_beta", 1.0 if merged else 0.0, f"{where}.beam"),
+            "beam_threshold": _number(beam, "beam_threshold", 20.0, f"{where}.beam", minimum=1e-6),
+            **_boosting(beam, f"{where}.beam"),
+        },
+    }
+
+
 class NemoParakeetConverter:
     """A ``.nemo`` archive or unpacked directory of a NeMo Parakeet (FastConformer) model: CTC ->
     ``parakeet``, RNN-T / TDT -> ``parakeet_transducer``, hybrid -> ``parakeet_hybrid``."""
@@ -252,15 +395,15 @@ class NemoParakeetConverter:
         state = rename(ckpt.state_dict, NEMO_ENCODER_RENAMES)
         if arch == CTC_ARCH:
             vocab = _ctc_vocab(_section(cfg, "decoder", where), "decoder")
-            _greedy_strategy(cfg.get("decoding") or {}, "decoding")
+            ctc_decoding = _ctc_decoding(cfg.get("decoding") or {}, "decoding", merged=False)
             config: Any = ParakeetConfig(encoder=encoder, vocab_size=vocab, blank_id=vocab - 1)
-            decoding = DecodingSpec(DecodeType.CTC, params={})
+            decoding = DecodingSpec(DecodeType.CTC, params={"ctc_decoding": ctc_decoding})
         else:
             fields, durations, search = self._transducer(cfg, encoder, where)
             if arch == HYBRID_ARCH:
                 aux = _section(cfg, "aux_ctc", where)
                 ctc_vocab = _ctc_vocab(_section(aux, "decoder", where), "aux_ctc.decoder")
-                _greedy_strategy(aux.get("decoding") or {}, "aux_ctc.decoding")
+                ctc_decoding = _ctc_decoding(aux.get("decoding") or {}, "aux_ctc.decoding", merged=True)
                 if ctc_vocab != fields["vocab_size"]:
                     raise LoadError(
                         f"{where}: aux_ctc.decoder has {ctc_vocab} outputs, the transducer {fields['vocab_size']}"
@@ -273,6 +416,8 @@ class NemoParakeetConverter:
         state = rename(state, (*NEMO_TRANSDUCER_RENAMES, *NEMO_CTC_RENAMES))
         if arch in (CTC_ARCH, HYBRID_ARCH):
             ctc_head_state(state, str(where))
+        if arch == HYBRID_ARCH:  # the CTC head's own decoding, for decode_type="ctc"
+            decoding = DecodingSpec(decoding.decode_type, params={**decoding.params, "ctc_decoding": ctc_decoding})
         return CheckpointBundle(
             architecture=arch,
             config=config,
