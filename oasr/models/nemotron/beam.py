@@ -42,6 +42,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -113,6 +114,10 @@ def malsd_search(
     max_symbols: int | None = 10,
     score_norm: bool = True,
     blank_penalty: float = 0.0,
+    boosting: Any = None,
+    boosting_alpha: float = 1.0,
+    pruning_mode: str = "late",
+    blank_lm_score_mode: str = "lm_weighted_full",
 ) -> BeamResult:
     """NeMo's ``malsd_batch`` beam search (see the module notes) over a padded batch.
 
@@ -127,10 +132,21 @@ def malsd_search(
             (NeMo's ``decoding.beam.max_symbols``; None: no bound).
         score_norm: pick the answer by score per label (NeMo's ``score_norm``).
         blank_penalty: subtracted from the blank logit before the log-softmax (0: NeMo's search).
+        boosting: phrase boosting as NeMo's boosting tree fuses it (a fusion model over the
+            labels without blank: ``initial(n, device)`` -> (n,) states, ``advance(states)`` ->
+            every label's (n, V - 1) score and next state; ``oasr.engine.decode.boosting``), or None.
+        boosting_alpha: the weight of its scores (NeMo's ``boosting_tree_alpha``).
+        pruning_mode: "late" (candidates chosen after the fusion scores are added, NeMo's default)
+            or "early" (chosen by the transducer's log-probabilities, then scored).
+        blank_lm_score_mode: "lm_weighted_full" (the labels' share of the non-blank probability
+            weighted by ``alpha``, the blank's log-probability scaled by ``1 + alpha``, NeMo's
+            default) or "no_score" (the fusion scores added to the labels alone).
 
     Shapes:
         enc: (B, T, D), enc_lens: (B,)
     """
+    if pruning_mode not in ("late", "early") or blank_lm_score_mode not in ("lm_weighted_full", "no_score"):
+        raise ValueError(f"pruning_mode={pruning_mode!r} / blank_lm_score_mode={blank_lm_score_mode!r}")
     if beam_size < 1:
         raise ValueError(f"beam_size must be >= 1, got {beam_size}")
     if max_symbols is not None and max_symbols < 1:
@@ -161,6 +177,7 @@ def malsd_search(
     last_label = torch.full_like(time, _NO_LABEL)
     seq_hash = torch.zeros_like(time)
     state = predictor.init_state(b * k, device)
+    fusion = _Fusion(boosting, boosting_alpha, pruning_mode, blank_lm_score_mode, b, k, device) if boosting else None
     parents, labels_at, frames_at = [], [], []
     active = time <= last_t
     while bool(active.any()):
@@ -169,16 +186,21 @@ def malsd_search(
         if blank_penalty:
             logits[:, blank_id] -= blank_penalty
         logp = logits[:, :vocab].log_softmax(dim=-1).view(b, k, vocab)
-        if dur is None:
+        dur_lp = None if dur is None else logits[:, vocab:].log_softmax(dim=-1).view(b, k, n_dur)
+        if fusion is not None:
+            top_lp, top_label, top_dur_at = fusion.top(logp, dur_lp, k)  # may rescale logp in place (late)
+        elif dur_lp is None:
             top_lp, top_label = logp.topk(k, dim=-1)  # (B, k, k), best first
+            top_dur_at = None
+        else:
+            pair = (logp[..., :, None] + dur_lp[..., None, :]).view(b, k, vocab * n_dur)
+            top_lp, top_pair = pair.topk(k, dim=-1)
+            top_label, top_dur_at = top_pair // n_dur, top_pair % n_dur
+        if dur_lp is None:
             top_dur = None
             forced_lp = logp[..., blank_id]
         else:
-            dur_lp = logits[:, vocab:].log_softmax(dim=-1).view(b, k, n_dur)
-            pair = (logp[..., :, None] + dur_lp[..., None, :]).view(b, k, vocab * n_dur)
-            top_lp, top_pair = pair.topk(k, dim=-1)
-            top_label = top_pair // n_dur
-            top_dur = dur[top_pair % n_dur]
+            top_dur = dur[top_dur_at]
             top_dur = torch.where((top_label == blank_id) & (top_dur == 0), 1, top_dur)
             forced_lp = logp[..., blank_id] + dur_lp.max(dim=-1).values
         cand = scores[..., None] + top_lp  # (B, k, k)
@@ -215,11 +237,74 @@ def malsd_search(
         scores = _recombine(new_scores, seq_hash, last_label, n_labels, time if dur is not None else None)
         flat_parent = (parent + torch.arange(b, device=device)[:, None] * k).reshape(-1)
         state = predictor.advance(_select(state, flat_parent), label.clamp(min=0).reshape(-1), is_label.reshape(-1))
+        if fusion is not None:
+            fusion.update(parent, label, is_label)
         active = time <= last_t
     rank = scores / (n_labels.to(dtype) + 1) if score_norm else scores
     best = torch.sort(rank, dim=-1, descending=True).indices[:, 0]
     tokens, frames = _backtrack(parents, labels_at, frames_at, best, blank_id)
     return BeamResult(tokens, frames, scores.gather(1, best[:, None])[:, 0].tolist())
+
+
+class _Fusion:
+    """A boosting tree fused into ``malsd_search`` as NeMo fuses its fusion models: each of the
+    (B, k) hypotheses holds a tree state; its labels' scores (times ``alpha``) join the
+    transducer's log-probabilities by ``pruning_mode`` / ``blank_lm_score_mode``."""
+
+    EPS = 1e-2  # NeMo's bound on the blank probability in the non-blank share (its bf16 guard)
+
+    def __init__(self, tree: Any, alpha: float, pruning: str, blank_mode: str, b: int, k: int, device) -> None:
+        self.tree, self.alpha, self.b, self.k = tree, float(alpha), b, k
+        self.late, self.weighted = pruning == "late", blank_mode == "lm_weighted_full"
+        self.states = tree.initial(b * k, device)
+        self._scores()
+
+    def _scores(self) -> None:
+        scores, self.next = self.tree.advance(self.states)  # (B * k, V - 1)
+        self.scores = scores.view(self.b, self.k, -1)
+
+    def top(self, logp: torch.Tensor, dur_lp: torch.Tensor | None, k: int):
+        """(log-probabilities, labels, duration indices or None) of each hypothesis's ``k`` best
+        candidates, fusion scores included (late pruning: ``logp`` itself rescaled, as NeMo's)."""
+        fused = self.scores.to(logp.dtype) * self.alpha  # (B, k, V - 1)
+        blank = logp.shape[-1] - 1
+        non_blank = torch.log1p(-torch.clamp(torch.exp(logp[..., -1]), max=1.0 - self.EPS))
+        if self.late:
+            if self.weighted:
+                logp[..., :-1] += non_blank[..., None] * self.alpha + fused
+                logp[..., -1] *= 1 + self.alpha
+            else:
+                logp[..., :-1] += fused
+            if dur_lp is None:
+                top_lp, top_label = logp.topk(k, dim=-1)
+                return top_lp, top_label, None
+            n_dur = dur_lp.shape[-1]
+            pair = (logp[..., :, None] + dur_lp[..., None, :]).view(self.b, self.k, -1)
+            top_lp, top_pair = pair.topk(k, dim=-1)
+            return top_lp, top_pair // n_dur, top_pair % n_dur
+        top_lp, top_label = logp.topk(k, dim=-1)
+        is_blank = top_label == blank
+        bonus = fused.gather(-1, torch.where(is_blank, 0, top_label))
+        if self.weighted:
+            scaled = top_lp + non_blank[..., None] * self.alpha + bonus
+            top_lp = torch.where(is_blank, top_lp * (1 + self.alpha), scaled)
+        else:
+            top_lp = torch.where(is_blank, top_lp, top_lp + bonus)
+        if dur_lp is None:
+            return top_lp, top_label, None
+        n_dur = dur_lp.shape[-1]
+        pair = (top_lp[..., :, None] + dur_lp[..., None, :]).view(self.b, self.k, -1)
+        top_lp, top_pair = pair.topk(k, dim=-1)
+        return top_lp, top_label.gather(-1, top_pair // n_dur), top_pair % n_dur
+
+    def update(self, parent: torch.Tensor, label: torch.Tensor, is_label: torch.Tensor) -> None:
+        """Move each surviving hypothesis's state from its parent's by its label (blank: kept)."""
+        nxt = self.next.view(self.b, self.k, -1)
+        nxt = nxt.gather(1, parent[..., None].expand(-1, -1, nxt.shape[-1]))  # (B, k, V - 1)
+        prev = self.states.view(self.b, self.k).gather(1, parent)
+        moved = nxt.gather(-1, torch.where(is_label, label, 0)[..., None])[..., 0]
+        self.states = torch.where(is_label, moved, prev).reshape(-1)
+        self._scores()
 
 
 def _recombine(

@@ -168,11 +168,16 @@ def nemo_transducer_search(
             ``max_symbols``, ``maes_num_steps``, ``maes_prefix_alpha``, ``maes_expansion_gamma``,
             ``maes_expansion_beta``); None: NeMo's defaults.
 
+        context_graph: hotwords as NeMo's boosting tree (``oasr.engine.decode.boosting.BoostingTree``),
+            fused into malsd with weight ``params["boosting_alpha"]`` as NeMo fuses it
+            (``pruning_mode``, ``blank_lm_score_mode``).
+
     Raises:
-        ValueError: another search, or hotwords (phrase boosting is not implemented for these).
+        ValueError: another search, or hotwords with a search other than malsd (NeMo boosts
+            phrases in its batched searches only).
     """
-    if context_graph is not None:
-        raise ValueError(f"hotwords: {type(model).__name__} has no phrase boosting in its searches")
+    if context_graph is not None and search != "malsd":
+        raise ValueError(f"hotwords: NeMo boosts phrases in malsd only, not in search={search!r}")
     durations = getattr(model, "durations", None) or None
     params = params or {}
     if search == "malsd":
@@ -187,6 +192,10 @@ def nemo_transducer_search(
             max_symbols=max_sym_per_frame or params.get("max_symbols", 10),
             score_norm=bool(params.get("score_norm", True)),
             blank_penalty=blank_penalty,
+            boosting=context_graph,
+            boosting_alpha=float(params.get("boosting_alpha", 1.0)),
+            pruning_mode=str(params.get("pruning_mode", "late")),
+            blank_lm_score_mode=str(params.get("blank_lm_score_mode", "lm_weighted_full")),
         )
     if search == "maes":
         return maes_search(

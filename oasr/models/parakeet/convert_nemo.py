@@ -18,8 +18,8 @@ naming both. Of ``decoding`` what changes tokens is read: ``model_type``, ``dura
 ``greedy.max_symbols``, and ``strategy`` with its ``beam`` section, which become the transducer's
 default search (``transducer_search_defaults``: greedy / greedy_batch -> "greedy", malsd_batch ->
 "malsd", maes -> "maes", beam -> "beam", with ``beam.beam_size``, ``score_norm``, ``max_symbols``
-and the ``maes_*`` settings; LM fusion and phrase boosting are refused); its alignment, timestamp
-and confidence switches are not.
+the ``maes_*`` settings and the boosting tree's shape; n-gram LM fusion and a phrase list of the
+archive's own are refused); its alignment, timestamp and confidence switches are not.
 """
 
 from __future__ import annotations
@@ -123,8 +123,9 @@ _TRANSDUCER_STRATEGIES = {
     "maes": "maes",
     "beam": "beam",
 }
-# ``decoding.beam``: what the searches read, the switches without effect on the best hypothesis's
-# tokens, and NeMo's LM fusion / boosting, accepted only switched off.
+# ``decoding.beam``: what the searches read (the boosting tree's shape and weight: malsd boosts the
+# request's hotwords with it), the switches without effect on the best hypothesis's tokens, and
+# NeMo's n-gram LM fusion, accepted only switched off.
 _BEAM_KEYS = {
     "beam_size": ANY_VALUE,  # checked below
     "score_norm": (True, False),
@@ -137,13 +138,13 @@ _BEAM_KEYS = {
     "softmax_temperature": (1.0,),
     "ngram_lm_model": (None,),
     "ngram_lm_alpha": ANY_VALUE,  # without a model: no effect
-    "boosting_tree": ANY_VALUE,  # checked below: no phrases
+    "boosting_tree": ANY_VALUE,  # checked by _boosting: its shape, no phrases of its own
     "boosting_tree_alpha": ANY_VALUE,
     "language_model": (None,),
     "hat_subtract_ilm": (False,),
     "hat_ilm_weight": ANY_VALUE,
-    "blank_lm_score_mode": ANY_VALUE,  # LM fusion only
-    "pruning_mode": ANY_VALUE,  # LM fusion only
+    "blank_lm_score_mode": ("lm_weighted_full", "no_score"),  # how malsd fuses the boosting tree
+    "pruning_mode": ("late", "early"),
     "allow_cuda_graphs": ANY_VALUE,
     "preserve_alignments": ANY_VALUE,
     "compute_timestamps": ANY_VALUE,
@@ -155,7 +156,6 @@ _BEAM_KEYS = {
     "nsc_prefix_alpha": ANY_VALUE,
 }
 _MAES_KEYS = ("maes_num_steps", "maes_prefix_alpha", "maes_expansion_gamma", "maes_expansion_beta")
-_BOOSTING_PHRASE_KEYS = ("model_path", "key_phrases_file", "key_phrases_list", "key_phrase_items_list")
 
 
 def _section(cfg: Mapping[str, Any], key: str, where: Path) -> dict[str, Any]:
@@ -195,7 +195,8 @@ def _count(value: Any, where: str) -> int:
 def transducer_search_defaults(decoding: Mapping[str, Any], where: str) -> dict[str, Any]:
     """The transducer search a NeMo ``decoding`` section makes the default: ``search`` (an oasr
     search name), ``beam_size`` and the ``beam`` settings the searches read (``score_norm``,
-    ``max_symbols``).
+    ``max_symbols``, ``maes_*``, and for malsd's phrase boosting the boosting tree's shape,
+    ``boosting_tree_alpha``, ``pruning_mode``, ``blank_lm_score_mode``).
 
     Raises:
         LoadError: a strategy or beam setting oasr does not implement, naming key and value.
@@ -213,14 +214,13 @@ def transducer_search_defaults(decoding: Mapping[str, Any], where: str) -> dict[
     max_symbols = beam.get("max_symbols", 10)
     if max_symbols is not None:
         _count(max_symbols, f"{where}.beam.max_symbols")
-    boosting = beam.get("boosting_tree") or {}
-    for key in _BOOSTING_PHRASE_KEYS:
-        if boosting.get(key):
-            raise LoadError(
-                f"{where}.beam.boosting_tree.{key}={boosting[key]!r} is not implemented by oasr (no phrase boosting "
-                "in the transducer beam searches)"
-            )
-    params = {"score_norm": bool(beam.get("score_norm", True)), "max_symbols": max_symbols}
+    params = {
+        "score_norm": bool(beam.get("score_norm", True)),
+        "max_symbols": max_symbols,
+        **_boosting(beam, f"{where}.beam"),
+    }
+    params["pruning_mode"] = str(beam.get("pruning_mode", "late"))
+    params["blank_lm_score_mode"] = str(beam.get("blank_lm_score_mode", "lm_weighted_full"))
     params.update({key: beam[key] for key in _MAES_KEYS if key in beam})
     return {"search": search, "beam_size": size, "beam": params}
 

@@ -23,12 +23,16 @@ label window):
   context graph (``hotwords`` / ``hotword_weight``) as icefall and sherpa-onnx do;
 * ``malsd`` (NeMo's ``malsd_batch``, RNN-T and TDT): batched over rows and beams, the labels
   per frame bounded by ``max_sym_per_frame`` (None: the archive's ``decoding.beam.max_symbols``),
-  the answer chosen with NeMo's ``score_norm``;
+  the answer chosen with NeMo's ``score_norm``, hotwords boosted;
 * ``maes`` and ``beam`` (NeMo's modified adaptive expansion search, with the archive's
   ``maes_*`` settings, and its default beam search; RNN-T and TDT, beam > 1): row by row, as
   NeMo runs them.
 
-Hotwords are boosted by ``modified_beam`` only (refused with another beam search).
+Hotwords are boosted by ``modified_beam`` (icefall's context graph, ``hotword_weight`` per token)
+and ``malsd`` (NeMo's boosting tree, ``oasr.engine.decode.boosting``, in the shape of the
+archive's ``decoding.beam.boosting_tree``, fused with weight ``hotword_weight``: NeMo's
+``boosting_tree_alpha``, unset: the archive's where above 0, else 1.5; its ``pruning_mode`` and
+``blank_lm_score_mode``); refused with the other beam searches, as NeMo refuses them.
 
 The model answers through the contract: ``encode_offline``, ``predictor.label_window_state``
 and ``transducer_search(enc, enc_lens, *, beam_size, max_sym_per_frame, blank_penalty,
@@ -59,7 +63,9 @@ import torch
 
 from oasr.audio.frontends import pad_features
 from oasr.engine.config import EngineConfig, StrategyOptions, TranscribeOptions
-from oasr.engine.decode.base import StepEvent
+from oasr.engine.decode.base import Request, StepEvent
+from oasr.engine.decode.boosting import BoostingConfig, BoostingTree
+from oasr.engine.decode.ctc.lm import parse_hotwords
 from oasr.engine.decode.ctc.search import CtcHypothesis
 from oasr.engine.decode.ctc.strategy import CtcDecodeStrategy, _Req
 from oasr.engine.decode.words import text_labels
@@ -82,6 +88,7 @@ class TransducerOptions(StrategyOptions):
 
 DEFAULT_BEAM = 4  # icefall's --beam-size and NeMo's BeamRNNTInferConfig default, where a checkpoint names none
 _TAKES_MAX_SYM = ("greedy", "malsd")  # the searches with a labels-per-frame bound
+_BOOSTS = ("modified_beam", "malsd")  # the searches that boost hotwords
 
 
 class TransducerDecodeStrategy(CtcDecodeStrategy):
@@ -113,6 +120,7 @@ class TransducerDecodeStrategy(CtcDecodeStrategy):
 
     def validate(self, options: TranscribeOptions) -> TranscribeOptions:
         what = f"{type(self.model).__name__} decoded by 'transducer'"
+        given = options.given()
         options = self.options_class.resolve(options, str(self.decode_type))
         search, beam = self._search_and_beam(options.search, options.beam_size, what)
         if options.max_sym_per_frame is not None and search not in _TAKES_MAX_SYM:
@@ -120,12 +128,35 @@ class TransducerDecodeStrategy(CtcDecodeStrategy):
                 f"max_sym_per_frame applies to greedy search (and NeMo's malsd); {search!r} search emits "
                 f"{'one per frame' if search == 'modified_beam' else 'by its own rule'}"
             )
-        if options.hotwords and beam > 1 and search != "modified_beam":
+        if options.hotwords and beam > 1 and search not in _BOOSTS:
             raise ValueError(
-                f"hotwords: phrase boosting is implemented for icefall's modified beam search only, not for "
-                f"search={search!r}"
+                f"hotwords: phrase boosting is implemented for icefall's modified beam search and NeMo's malsd, "
+                f"not for search={search!r}"
             )
-        return super().validate(options.replace(search=search, beam_size=beam))
+        options = options.replace(search=search, beam_size=beam)
+        if self.named_search and "hotword_weight" not in given and self.search_params.get("boosting_alpha", 0) > 0:
+            options = options.replace(hotword_weight=float(self.search_params["boosting_alpha"]))
+        options = super().validate(options)
+        if self.named_search and options.hotwords:
+            self._phrase_tree(options)  # refused here if a phrase has no tokens
+        return options
+
+    def _phrase_tree(self, opts: TranscribeOptions) -> BoostingTree:
+        """NeMo's boosting tree of a request's hotwords, in the shape of the archive's
+        ``decoding.beam.boosting_tree`` (NeMo's defaults where it has none)."""
+        config = BoostingConfig(**self.search_params.get("boosting", {}))
+        return BoostingTree.from_phrases(
+            parse_hotwords(opts.hotwords), self.tokenizer.encode_text, self.blank_id, config
+        )
+
+    def _new_entry(self, request: Request) -> _Req:
+        opts = request.options
+        if not (self.named_search and opts.hotwords):
+            return super()._new_entry(request)
+        windows = list(request.features.windows)
+        return _Req(
+            request, opts, windows, [None] * len(windows), beam=opts.beam_size, hotwords=self._phrase_tree(opts)
+        )
 
     def _search_and_beam(self, search: str | None, beam: int | None, what: str) -> tuple[str, int]:
         """The search and beam of a request: what it names, else the checkpoint's (see the options)."""
@@ -176,8 +207,7 @@ class TransducerDecodeStrategy(CtcDecodeStrategy):
             try:
                 if biased:  # each request its own phrases: one row at a time
                     parts = [
-                        (self._search(enc, enc_lens, [r], search, beam, max_sym, penalty, batch[r][0].hotwords), 0)
-                        for r in rows
+                        (self._search(enc, enc_lens, [r], search, beam, max_sym, penalty, batch[r][0]), 0) for r in rows
                     ]
                 else:
                     res = self._search(enc, enc_lens, rows, search, beam, max_sym, penalty, None)
@@ -227,10 +257,15 @@ class TransducerDecodeStrategy(CtcDecodeStrategy):
         enc = torch.cat([torch.nn.functional.pad(e, (0, 0, 0, t - e.shape[1])) for e in outs])
         return enc, torch.cat(out_lens)
 
-    def _search(self, enc, enc_lens, rows: list[int], search: str, beam: int, max_sym, penalty: float, hotwords):
-        """The model's search over ``rows`` of the encoder output."""
+    def _search(self, enc, enc_lens, rows: list[int], search: str, beam: int, max_sym, penalty: float, biased=None):
+        """The model's search over ``rows`` of the encoder output (``biased``: the one request whose
+        hotwords bias them)."""
         idx = torch.tensor(rows, device=enc.device)
-        named = {"search": search, "params": self.search_params} if self.named_search else {}
+        hotwords = biased.hotwords if biased is not None else None
+        params = self.search_params
+        if biased is not None and self.named_search:
+            params = {**params, "boosting_alpha": float(biased.opts.hotword_weight)}
+        named = {"search": search, "params": params} if self.named_search else {}
         return self.model.transducer_search(
             enc.index_select(0, idx),
             enc_lens.index_select(0, idx),
