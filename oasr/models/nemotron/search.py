@@ -180,41 +180,31 @@ def nemo_transducer_search(
         raise ValueError(f"hotwords: NeMo boosts phrases in malsd only, not in search={search!r}")
     durations = getattr(model, "durations", None) or None
     params = params or {}
-    if search == "malsd":
-        return malsd_search(
-            model.joiner,
-            model.predictor,
-            enc,
-            enc_lens,
-            blank_id=model.blank_id,
-            beam_size=beam_size,
-            durations=durations,
-            max_symbols=max_sym_per_frame or params.get("max_symbols", 10),
-            score_norm=bool(params.get("score_norm", True)),
-            blank_penalty=blank_penalty,
-            boosting=context_graph,
-            boosting_alpha=float(params.get("boosting_alpha", 1.0)),
-            pruning_mode=str(params.get("pruning_mode", "late")),
-            blank_lm_score_mode=str(params.get("blank_lm_score_mode", "lm_weighted_full")),
-        )
-    if search == "maes":
-        return maes_search(
-            model.joiner,
-            model.predictor,
-            enc,
-            enc_lens,
-            blank_id=model.blank_id,
-            beam_size=beam_size,
-            durations=durations,
-            num_steps=int(params.get("maes_num_steps", 2)),
-            prefix_alpha=int(params.get("maes_prefix_alpha", 1)),
-            expansion_gamma=float(params.get("maes_expansion_gamma", 2.3)),
-            expansion_beta=int(params.get("maes_expansion_beta", 2)),
-            score_norm=bool(params.get("score_norm", True)),
-            blank_penalty=blank_penalty,
-        )
-    if search == "beam":
-        return default_beam_search(
+    if search in ("malsd", "maes", "beam"):
+        own = {
+            "malsd": (
+                malsd_search,
+                {
+                    "max_symbols": max_sym_per_frame or params.get("max_symbols", 10),
+                    "boosting": context_graph,
+                    "boosting_alpha": float(params.get("boosting_alpha", 1.0)),
+                    "pruning_mode": str(params.get("pruning_mode", "late")),
+                    "blank_lm_score_mode": str(params.get("blank_lm_score_mode", "lm_weighted_full")),
+                },
+            ),
+            "maes": (
+                maes_search,
+                {
+                    "num_steps": int(params.get("maes_num_steps", 2)),
+                    "prefix_alpha": int(params.get("maes_prefix_alpha", 1)),
+                    "expansion_gamma": float(params.get("maes_expansion_gamma", 2.3)),
+                    "expansion_beta": int(params.get("maes_expansion_beta", 2)),
+                },
+            ),
+            "beam": (default_beam_search, {}),
+        }
+        run, settings = own[search]
+        return run(
             model.joiner,
             model.predictor,
             enc,
@@ -224,6 +214,7 @@ def nemo_transducer_search(
             durations=durations,
             score_norm=bool(params.get("score_norm", True)),
             blank_penalty=blank_penalty,
+            **settings,
         )
     if search != "greedy" or beam_size != 1:
         raise ValueError(f"search={search!r} with beam_size={beam_size}: {type(model).__name__} runs {NEMO_SEARCHES}")

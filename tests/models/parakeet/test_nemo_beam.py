@@ -67,20 +67,22 @@ def _random_batch(seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.randn(4, 32, 30, generator=g, dtype=torch.float64), torch.tensor([30, 9, 22, 1])
 
 
-def nemo_search(ref, kind: str, strategy: str, enc, lens, **beam) -> list[list[int]]:
-    """NeMo's decoding of ``strategy`` with the ``beam`` section ``beam`` over encoder output (B, D, T)."""
+def _use_strategy(ref, kind: str, strategy: str, beam: dict) -> None:
+    """``ref`` decodes with NeMo's ``strategy`` and the ``beam`` section ``beam`` (the hybrid: its transducer)."""
     from omegaconf import open_dict
 
     cfg = copy.deepcopy(ref.cfg.decoding)
     with open_dict(cfg):
         cfg.strategy = strategy
         cfg.beam = beam
+    ref.change_decoding_strategy(cfg, verbose=False, **({"decoder_type": "rnnt"} if kind == "hybrid_tdt_ctc" else {}))
+
+
+def nemo_search(ref, kind: str, strategy: str, enc, lens, **beam) -> list[list[int]]:
+    """NeMo's decoding of ``strategy`` with the ``beam`` section ``beam`` over encoder output (B, D, T)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        if kind == "hybrid_tdt_ctc":
-            ref.change_decoding_strategy(cfg, decoder_type="rnnt", verbose=False)
-        else:
-            ref.change_decoding_strategy(cfg, verbose=False)
+        _use_strategy(ref, kind, strategy, beam)
         with torch.no_grad():
             hyps = ref.decoding.rnnt_decoder_predictions_tensor(
                 encoder_output=enc, encoded_lengths=lens, return_hypotheses=True
@@ -101,20 +103,43 @@ def oasr_search(model, search: str, enc, lens, beam_size: int, **params) -> list
     return [list(t) for t in res.tokens]
 
 
+# oasr search -> NeMo's strategy, and one more case: (input, beam, NeMo's beam settings besides beam_size)
+SEARCHES = {
+    # no length normalisation, a tighter labels-per-frame bound
+    "malsd": ("malsd_batch", (_random_batch, 2), 3, {"score_norm": False, "max_symbols": 2}),
+    "beam": ("beam", (_encoder_batch, 4), 3, {"score_norm": False}),
+    # NeMo's maes_* switches, read as the archive names them
+    "maes": (
+        "maes",
+        (_encoder_batch, 4),
+        2,
+        {
+            "score_norm": False,
+            "maes_num_steps": 3,
+            "maes_prefix_alpha": 2,
+            "maes_expansion_gamma": 3.0,
+            "maes_expansion_beta": 1,
+        },
+    ),
+}
+
+
+@pytest.mark.parametrize("search", SEARCHES)
 @pytest.mark.parametrize("kind", KINDS)
-def test_malsd_tokens_equal_nemos_malsd_batch(transducers, kind):
+def test_beam_search_tokens_equal_nemos(transducers, kind, search):
+    """Beams 2 and 4 over NeMo's encoder output and over random frames, then NeMo's other switches."""
     _, ref, model = transducers[kind]
+    strategy, (batch, seed), beam, settings = SEARCHES[search]
     emitted = 0
     for enc, lens in (_encoder_batch(ref, 0), _random_batch(1)):
-        for beam in (2, 4):
-            want = nemo_search(ref, kind, "malsd_batch", enc, lens, beam_size=beam)
-            assert oasr_search(model, "malsd", enc, lens, beam) == want, (kind, beam)
+        for size in (2, 4):
+            want = nemo_search(ref, kind, strategy, enc, lens, beam_size=size)
+            assert oasr_search(model, search, enc, lens, size) == want, (kind, size)
             emitted += sum(map(len, want))
-    # NeMo's other switches: no length normalisation, a tighter labels-per-frame bound.
-    enc, lens = _random_batch(2)
-    want = nemo_search(ref, kind, "malsd_batch", enc, lens, beam_size=3, score_norm=False, max_symbols=2)
-    assert oasr_search(model, "malsd", enc, lens, 3, score_norm=False, max_symbols=2) == want, kind
-    assert emitted > 40, "the comparison is vacuous without labels"
+    enc, lens = batch(ref, seed) if batch is _encoder_batch else batch(seed)
+    want = nemo_search(ref, kind, strategy, enc, lens, beam_size=beam, **settings)
+    assert oasr_search(model, search, enc, lens, beam, **settings) == want, (kind, settings)
+    assert emitted > 10, "the comparison is vacuous without labels"
 
 
 # -- the archive's decoding as the default, and the option that picks another ---------------------
@@ -127,15 +152,10 @@ def _noise(seconds: tuple[float, ...], seed: int = 3) -> list[np.ndarray]:
 
 
 def _nemo_transcribe(ref, kind: str, waves, strategy: str, **beam) -> list[list[int]]:
-    from omegaconf import open_dict
-
-    cfg = copy.deepcopy(ref.cfg.decoding)
-    with open_dict(cfg):
-        cfg.strategy = strategy
-        cfg.beam = beam
+    """NeMo's ``transcribe()`` (float32) of ``waves`` with ``strategy`` and the ``beam`` section ``beam``."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        ref.change_decoding_strategy(cfg, verbose=False, **({"decoder_type": "rnnt"} if kind != "tdt" else {}))
+        _use_strategy(ref, kind, strategy, beam)
         with torch.no_grad():
             out = ref.float().transcribe(list(waves), batch_size=len(waves), verbose=False)
     ref.double()
@@ -279,38 +299,6 @@ def test_a_decoding_oasr_lacks_is_refused_by_key_and_value(transducers, tmp_path
     edited = _repack(transducers["rnnt"][0], tmp_path / "edited.nemo", lambda cfg: cfg["decoding"].update(decoding))
     with pytest.raises(LoadError, match=message):
         load_pretrained(edited)
-
-
-@pytest.mark.parametrize("kind", KINDS)
-def test_default_beam_tokens_equal_nemos_beam(transducers, kind):
-    _, ref, model = transducers[kind]
-    emitted = 0
-    for enc, lens in (_encoder_batch(ref, 0), _random_batch(1)):
-        for beam in (2, 4):
-            want = nemo_search(ref, kind, "beam", enc, lens, beam_size=beam)
-            assert oasr_search(model, "beam", enc, lens, beam) == want, (kind, beam)
-            emitted += sum(map(len, want))
-    enc, lens = _encoder_batch(ref, 4)
-    want = nemo_search(ref, kind, "beam", enc, lens, beam_size=3, score_norm=False)
-    assert oasr_search(model, "beam", enc, lens, 3, score_norm=False) == want, kind
-    assert emitted > 10, "the comparison is vacuous without labels"
-
-
-@pytest.mark.parametrize("kind", KINDS)
-def test_maes_tokens_equal_nemos_maes(transducers, kind):
-    _, ref, model = transducers[kind]
-    emitted = 0
-    for enc, lens in (_encoder_batch(ref, 0), _random_batch(1)):
-        for beam in (2, 4):
-            want = nemo_search(ref, kind, "maes", enc, lens, beam_size=beam)
-            assert oasr_search(model, "maes", enc, lens, beam) == want, (kind, beam)
-            emitted += sum(map(len, want))
-    # NeMo's maes_* switches, read as the archive names them.
-    settings = dict(maes_num_steps=3, maes_prefix_alpha=2, maes_expansion_gamma=3.0, maes_expansion_beta=1)
-    enc, lens = _encoder_batch(ref, 4)
-    want = nemo_search(ref, kind, "maes", enc, lens, beam_size=2, score_norm=False, **settings)
-    assert oasr_search(model, "maes", enc, lens, 2, score_norm=False, **settings) == want, kind
-    assert emitted > 10, "the comparison is vacuous without labels"
 
 
 # -- phrase boosting: NeMo's boosting tree fused into malsd -----------------------------------------
