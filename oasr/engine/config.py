@@ -243,9 +243,10 @@ class TranscribeOptions(CommonOptions):
             checkpoint's ``DecodingSpec.params["ctc_weight"]``, else 0.5).
         reverse_weight: CTC + attention rescoring: weight of the right-to-left decoder's
             score, 0..1 (None: the checkpoint's, else 0.0).
-        hotword_weight: CTC decoding with ``hotwords``: bonus (natural log) per token of a
-            matched hotword phrase; for a NeMo checkpoint, the weight of its boosting tree
-            (NeMo's ``boosting_tree_alpha``; unset: the archive's when above 0, else 1.5).
+        hotword_weight: CTC decoding (and icefall's transducer beam) with ``hotwords``: bonus
+            (natural log) per token of a matched hotword phrase; for a NeMo checkpoint (CTC, and
+            the transducer's malsd search), the weight of its boosting tree (NeMo's
+            ``boosting_tree_alpha``; unset: the archive's when above 0, else 1.5).
         max_sym_per_frame: transducer greedy search: symbols per encoder frame (None: the
             model's own rule).
         blank_penalty: transducer: subtracted from the blank logit before the search.
