@@ -14,8 +14,12 @@ sections): the architecture (``parakeet`` / ``parakeet_transducer`` / ``parakeet
 FastConformer encoder, the mel front end (``preprocessor``), the SentencePiece tokenizer
 (``tokenizer.model_path``), the predictor and joint sizes and the greedy defaults of ``decoding``
 (``greedy.max_symbols``, the TDT ``durations``). A key or value oasr does not implement is refused
-naming both. Of ``decoding`` only what changes greedy tokens is read (``strategy``, ``model_type``,
-``durations``, ``greedy.max_symbols``); its alignment, timestamp and confidence switches are not.
+naming both. Of ``decoding`` what changes tokens is read: ``model_type``, ``durations``,
+``greedy.max_symbols``, and ``strategy`` with its ``beam`` section, which become the transducer's
+default search (``transducer_search_defaults``: greedy / greedy_batch -> "greedy", malsd_batch ->
+"malsd", maes -> "maes", beam -> "beam", with ``beam.beam_size``, ``score_norm``, ``max_symbols``
+the ``maes_*`` settings and the boosting tree's shape; n-gram LM fusion and a phrase list of the
+archive's own are refused); its alignment, timestamp and confidence switches are not.
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ from oasr.models.formats.nemo import (
     rename,
     transducer_decoding,
 )
+from oasr.models.nemotron.search import NEMO_SEARCHES
 from oasr.models.parakeet.config import (
     ParakeetConfig,
     ParakeetEncoderConfig,
@@ -110,6 +115,47 @@ _JOINT_KEYS = {
     "masking_prob": ANY_VALUE,
 }
 _GREEDY_STRATEGIES = ("greedy", "greedy_batch")
+# NeMo's transducer ``decoding.strategy`` -> the oasr search that equals it (``NEMO_SEARCHES``).
+_TRANSDUCER_STRATEGIES = {
+    "greedy": "greedy",
+    "greedy_batch": "greedy",
+    "malsd_batch": "malsd",
+    "maes": "maes",
+    "beam": "beam",
+}
+# ``decoding.beam``: what the searches read (the boosting tree's shape and weight: malsd boosts the
+# request's hotwords with it), the switches without effect on the best hypothesis's tokens, and
+# NeMo's n-gram LM fusion, accepted only switched off.
+_BEAM_KEYS = {
+    "beam_size": ANY_VALUE,  # checked below
+    "score_norm": (True, False),
+    "return_best_hypothesis": (True, False),  # oasr returns the best; NeMo's N-best list starts with it
+    "max_symbols": ANY_VALUE,  # checked below
+    "maes_num_steps": ANY_VALUE,  # read by maes, which checks them
+    "maes_prefix_alpha": ANY_VALUE,
+    "maes_expansion_gamma": ANY_VALUE,
+    "maes_expansion_beta": ANY_VALUE,
+    "softmax_temperature": (1.0,),
+    "ngram_lm_model": (None,),
+    "ngram_lm_alpha": ANY_VALUE,  # without a model: no effect
+    "boosting_tree": ANY_VALUE,  # checked by _boosting: its shape, no phrases of its own
+    "boosting_tree_alpha": ANY_VALUE,
+    "language_model": (None,),
+    "hat_subtract_ilm": (False,),
+    "hat_ilm_weight": ANY_VALUE,
+    "blank_lm_score_mode": ("lm_weighted_full", "no_score"),  # how malsd fuses the boosting tree
+    "pruning_mode": ("late", "early"),
+    "allow_cuda_graphs": ANY_VALUE,
+    "preserve_alignments": ANY_VALUE,
+    "compute_timestamps": ANY_VALUE,
+    "preserve_frame_confidence": ANY_VALUE,
+    "tsd_max_sym_exp": ANY_VALUE,  # the searches oasr does not run (tsd, alsd, nsc)
+    "tsd_max_sym_exp_per_step": ANY_VALUE,
+    "alsd_max_target_len": ANY_VALUE,
+    "nsc_max_timesteps_expansion": ANY_VALUE,
+    "nsc_prefix_alpha": ANY_VALUE,
+}
+_MAES_KEYS = ("maes_num_steps", "maes_prefix_alpha", "maes_expansion_gamma", "maes_expansion_beta")
 
 
 def _section(cfg: Mapping[str, Any], key: str, where: Path) -> dict[str, Any]:
@@ -138,6 +184,45 @@ def _greedy_strategy(decoding: Mapping[str, Any], where: str) -> None:
     strategy = decoding.get("strategy", "greedy_batch")
     if strategy not in _GREEDY_STRATEGIES:
         raise LoadError(f"{where}.strategy={strategy!r} is not implemented by oasr (supported: greedy, greedy_batch)")
+
+
+def _count(value: Any, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise LoadError(f"{where}={value!r} is not implemented by oasr (an integer >= 1)")
+    return value
+
+
+def transducer_search_defaults(decoding: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """The transducer search a NeMo ``decoding`` section makes the default: ``search`` (an oasr
+    search name), ``beam_size`` and the ``beam`` settings the searches read (``score_norm``,
+    ``max_symbols``, ``maes_*``, and for malsd's phrase boosting the boosting tree's shape,
+    ``boosting_tree_alpha``, ``pruning_mode``, ``blank_lm_score_mode``).
+
+    Raises:
+        LoadError: a strategy or beam setting oasr does not implement, naming key and value.
+    """
+    strategy = decoding.get("strategy", "greedy_batch")
+    search = _TRANSDUCER_STRATEGIES.get(strategy)
+    if search is None or search not in NEMO_SEARCHES:
+        served = [k for k, v in _TRANSDUCER_STRATEGIES.items() if v in NEMO_SEARCHES]
+        raise LoadError(f"{where}.strategy={strategy!r} is not implemented by oasr (supported: {served})")
+    beam = decoding.get("beam") or {}
+    if not isinstance(beam, Mapping):
+        raise LoadError(f"{where}.beam={beam!r} is not a section")
+    check_section(beam, _BEAM_KEYS, f"{where}.beam")
+    size = _count(beam.get("beam_size", 4), f"{where}.beam.beam_size")  # NeMo's BeamRNNTInferConfig default
+    max_symbols = beam.get("max_symbols", 10)
+    if max_symbols is not None:
+        _count(max_symbols, f"{where}.beam.max_symbols")
+    params = {
+        "score_norm": bool(beam.get("score_norm", True)),
+        "max_symbols": max_symbols,
+        **_boosting(beam, f"{where}.beam"),
+    }
+    params["pruning_mode"] = str(beam.get("pruning_mode", "late"))
+    params["blank_lm_score_mode"] = str(beam.get("blank_lm_score_mode", "lm_weighted_full"))
+    params.update({key: beam[key] for key in _MAES_KEYS if key in beam})
+    return {"search": search, "beam_size": size, "beam": params}
 
 
 def _ctc_vocab(decoder: Mapping[str, Any], where: str) -> int:
@@ -326,7 +411,7 @@ class NemoParakeetConverter:
             config: Any = ParakeetConfig(encoder=encoder, vocab_size=vocab, blank_id=vocab - 1)
             decoding = DecodingSpec(DecodeType.CTC, params={})
         else:
-            fields, durations = self._transducer(cfg, encoder, where)
+            fields, durations, search = self._transducer(cfg, encoder, where)
             if arch == HYBRID_ARCH:
                 aux = _section(cfg, "aux_ctc", where)
                 ctc_vocab = _ctc_vocab(_section(aux, "decoder", where), "aux_ctc.decoder")
@@ -338,6 +423,7 @@ class NemoParakeetConverter:
             else:
                 config = ParakeetTransducerConfig(encoder=encoder, **fields, durations=durations)
             decoding = transducer_decoding(config, durations)
+            decoding = DecodingSpec(decoding.decode_type, params={**decoding.params, **search})
         state = rename(state, (*NEMO_TRANSDUCER_RENAMES, *NEMO_CTC_RENAMES))
         if arch in (CTC_ARCH, HYBRID_ARCH):
             ctc_head_state(state, str(where))
@@ -354,8 +440,8 @@ class NemoParakeetConverter:
 
     def _transducer(
         self, cfg: Mapping[str, Any], encoder: ParakeetEncoderConfig, where: Path
-    ) -> tuple[dict[str, Any], tuple[int, ...]]:
-        """The predictor / joint fields and TDT durations of a transducer config."""
+    ) -> tuple[dict[str, Any], tuple[int, ...], dict[str, Any]]:
+        """The predictor / joint fields, TDT durations and default search of a transducer config."""
         decoder, joint = _section(cfg, "decoder", where), _section(cfg, "joint", where)
         check_target(decoder, "RNNTDecoder", "decoder")
         check_section(decoder, _DECODER_KEYS, "decoder")
@@ -374,7 +460,7 @@ class NemoParakeetConverter:
         if int(jointnet.get("encoder_hidden", encoder.hidden_size)) != encoder.hidden_size:
             raise LoadError(f"{where}: joint.jointnet.encoder_hidden={jointnet['encoder_hidden']} != d_model")
         decoding = cfg.get("decoding") or {}
-        _greedy_strategy(decoding, "decoding")
+        search = transducer_search_defaults(decoding, "decoding")
         loss = cfg.get("loss") or {}
         tdt = decoding.get("model_type", "rnnt") == "tdt" or loss.get("loss_name") == "tdt"
         durations: tuple[int, ...] = ()
@@ -399,7 +485,7 @@ class NemoParakeetConverter:
             "num_decoder_layers": int(prednet.get("pred_rnn_layers", 1)),
             "max_symbols_per_step": max_symbols,
         }
-        return fields, durations
+        return fields, durations, search
 
 
 class NemoParakeetTransducerConverter(NemoParakeetConverter):
