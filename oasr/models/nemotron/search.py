@@ -191,15 +191,16 @@ def nemo_transducer_search(
             ``maes_expansion_beta``); None: NeMo's defaults.
 
         context_graph: hotwords as NeMo's boosting tree (``oasr.engine.decode.boosting.BoostingTree``),
-            fused into malsd with weight ``params["boosting_alpha"]`` as NeMo fuses it
-            (``pruning_mode``, ``blank_lm_score_mode``).
+            fused with weight ``params["boosting_alpha"]`` as NeMo fuses it: into malsd
+            (``pruning_mode``, ``blank_lm_score_mode``) and into greedy (NeMo's boosted
+            ``greedy_batch``).
 
     Raises:
-        ValueError: another search, or hotwords with a search other than malsd (NeMo boosts
-            phrases in its batched searches only).
+        ValueError: another search, or hotwords with maes / beam (NeMo boosts phrases in its
+            batched searches only: greedy_batch and malsd_batch).
     """
-    if context_graph is not None and search != "malsd":
-        raise ValueError(f"hotwords: NeMo boosts phrases in malsd only, not in search={search!r}")
+    if context_graph is not None and search not in ("greedy", "malsd"):
+        raise ValueError(f"hotwords: NeMo boosts phrases in greedy and malsd only, not in search={search!r}")
     durations = getattr(model, "durations", None) or None
     params = params or {}
     if search in ("malsd", "maes", "beam"):
@@ -249,6 +250,8 @@ def nemo_transducer_search(
         max_symbols_per_step=max_sym_per_frame or model.config.max_symbols_per_step,
         durations=durations,
         blank_penalty=blank_penalty,
+        boosting=context_graph,
+        boosting_alpha=float(params.get("boosting_alpha", 1.0)),
     )
 
 

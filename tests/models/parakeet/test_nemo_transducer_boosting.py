@@ -80,3 +80,32 @@ def test_boosted_greedy_tokens_equal_nemos_greedy_batch(fixtures, waveforms, kin
     assert plain == _nemo_greedy(ref, enc, lens, None)
     assert boosted != plain, "boosting should change the greedy tokens of these inputs"
     assert sum(map(len, boosted)) > 10, "the comparison is vacuous without labels"
+
+
+@torch.no_grad()
+def test_engine_boosts_hotwords_in_greedy_search_as_the_search_does(fixtures, waveforms):
+    """Through ``ASREngine``: hotwords on a NeMo transducer's greedy default reach the boosted greedy
+    search (they were refused at decode time before); the text is the boosted search's."""
+    import oasr
+    from oasr.audio.frontends import build_frontend
+
+    path, _ = fixtures["rnnt"]
+    engine = oasr.ASREngine(str(path), device="cpu")
+    model = engine.model
+    tree = BoostingTree.from_phrases(PHRASES, engine.loaded.tokenizer.encode_text, model.blank_id)
+    clips = _inputs(waveforms)[2:]  # the random signals: their greedy tokens move under boosting (above)
+    moved = 0
+    for clip in clips:
+        feats, lens = build_frontend(engine.loaded.feature_spec).compute_batch([clip])
+        enc, enc_lens = model.encode_offline(feats, lens)[:2]
+        kwargs = dict(blank_id=model.blank_id, max_symbols_per_step=model.config.max_symbols_per_step)
+        boosted = greedy_search(
+            model.joiner, model.predictor, enc, enc_lens, boosting=tree, boosting_alpha=ALPHA, **kwargs
+        )
+        plain = greedy_search(model.joiner, model.predictor, enc, enc_lens, **kwargs)
+        out = engine.transcribe(clip, hotwords=", ".join(PHRASES), hotword_weight=ALPHA)
+        assert out.text == engine.loaded.tokenizer.decode(boosted.tokens[0]).strip()
+        moved += boosted.tokens != plain.tokens
+    assert moved, "boosting should change the greedy tokens of one of these inputs"
+    with pytest.raises(ValueError, match="not for search='maes'"):
+        engine.transcribe(clips[0], hotwords="country", search="maes", beam_size=2)

@@ -29,7 +29,7 @@ label window):
   NeMo runs them.
 
 Hotwords are boosted by ``modified_beam`` (icefall's context graph, ``hotword_weight`` per token)
-and ``malsd`` (NeMo's boosting tree, ``oasr.engine.decode.boosting``, in the shape of the
+and by NeMo's ``greedy`` and ``malsd`` (NeMo's boosting tree, ``oasr.engine.decode.boosting``, in the shape of the
 archive's ``decoding.beam.boosting_tree``, fused with weight ``hotword_weight``: NeMo's
 ``boosting_tree_alpha``, unset: the archive's where above 0, else 1.5; its ``pruning_mode`` and
 ``blank_lm_score_mode``); refused with the other beam searches, as NeMo refuses them.
@@ -128,17 +128,20 @@ class TransducerDecodeStrategy(CtcDecodeStrategy):
                 f"max_sym_per_frame applies to greedy search (and NeMo's malsd); {search!r} search emits "
                 f"{'one per frame' if search == 'modified_beam' else 'by its own rule'}"
             )
-        if options.hotwords and beam > 1 and search not in _BOOSTS:
+        boosts = (*_BOOSTS, "greedy") if self.named_search else _BOOSTS
+        if options.hotwords and search not in boosts:
             raise ValueError(
-                f"hotwords: phrase boosting is implemented for icefall's modified beam search and NeMo's malsd, "
-                f"not for search={search!r}"
+                "hotwords: phrase boosting is implemented for icefall's modified beam search and NeMo's greedy and "
+                f"malsd, not for search={search!r}"
             )
         options = options.replace(search=search, beam_size=beam)
         if self.named_search and "hotword_weight" not in given and self.search_params.get("boosting_alpha", 0) > 0:
             options = options.replace(hotword_weight=float(self.search_params["boosting_alpha"]))
-        options = super().validate(options)
-        if self.named_search and options.hotwords:
-            self._phrase_tree(options)  # refused here if a phrase has no tokens
+        if not (self.named_search and options.hotwords):
+            return super().validate(options)
+        # NeMo's boosting tree, not the CTC base's context graph: built here, refused if a phrase has no tokens.
+        options = super().validate(options.replace(hotwords=None)).replace(hotwords=options.hotwords)
+        self._phrase_tree(options)
         return options
 
     def _phrase_tree(self, opts: TranscribeOptions) -> BoostingTree:
