@@ -353,9 +353,9 @@ _ENCODER_KEYS: dict[str, Any] = {
     "reduction_position": (None,),
     "reduction_factor": (1,),
     "ff_expansion_factor": ANY_VALUE,
-    "self_attention_model": ("rel_pos",),
+    "self_attention_model": ("rel_pos", "rel_pos_local_attn"),
     "n_heads": ANY_VALUE,
-    "att_context_size": (None, [-1, -1]),
+    "att_context_size": ANY_VALUE,  # read below
     "att_context_probs": (None,),
     "att_chunk_context_size": (None,),
     "att_context_style": ("regular",),
@@ -415,7 +415,23 @@ def encoder_fields_from_nemo(enc: Mapping[str, Any], feat_in: int, where: str) -
         "subsampling_conv_kernel_size": 3,
         "subsampling_conv_stride": 2,
         "scale_input": bool(enc.get("xscaling", True)),
+        **attention_fields_from_nemo(enc, where),
     }
+
+
+def attention_fields_from_nemo(enc: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """``attention_model`` and ``att_context_size`` of a ``ConformerEncoder`` section: its
+    ``self_attention_model`` and its ``att_context_size`` [left, right] (None: [-1, -1], all).
+
+    Raises:
+        LoadError: a context that is not two integers.
+    """
+    context = enc.get("att_context_size")
+    if context is None:
+        context = [-1, -1]
+    if not (isinstance(context, list) and len(context) == 2 and all(isinstance(c, int) for c in context)):
+        raise LoadError(f"{where}.att_context_size={context!r} is not implemented by oasr (one [left, right] pair)")
+    return {"attention_model": enc.get("self_attention_model", "rel_pos"), "att_context_size": tuple(context)}
 
 
 _PREPROCESSOR_KEYS: dict[str, Any] = {
