@@ -97,7 +97,8 @@ def clip(waveforms, tmp_path_factory) -> tuple[np.ndarray, object]:
 
 
 @torch.no_grad()
-def test_offline_equals_nemo_for_every_trained_context(archives, clip):
+def test_offline_equals_nemo_for_the_chosen_context(archives, clip):
+    """NeMo's default (the first of the list) and a short lookahead (``set_default_att_context_size``)."""
     from tests.models.parakeet.test_nemo_archive import _exact_filters, _nemo_features, _nemo_greedy
 
     emitted = 0
@@ -108,28 +109,27 @@ def test_offline_equals_nemo_for_every_trained_context(archives, clip):
         assert lm.architecture == {"ctc": "parakeet_cache_aware", "rnnt": "parakeet_cache_aware_transducer"}[kind]
         model = lm.model.double()
         assert model.encoder.config.att_context_size == tuple(CONTEXTS[0])  # NeMo's default: the first
-        for ctx in CONTEXTS:
+        feats, n = _nemo_features(ref, clip[0])
+        for ctx in STREAMED:
             ref.encoder.set_default_att_context_size(ctx)
             model.encoder.set_attention(None, tuple(ctx))
-            for wave in (clip[0],):
-                feats, n = _nemo_features(ref, wave)
-                want, want_len = ref.encoder(audio_signal=feats.transpose(1, 2), length=n)
-                enc, enc_len = model.encode_offline(feats, n)
-                assert int(enc_len[0]) == int(want_len[0])
-                cos, err = parity(enc, want.transpose(1, 2))
-                assert cos > 1 - 1e-12 and err < 1e-6, (kind, ctx, cos, err)
-                head = "ctc" if kind == "ctc" else "transducer"
-                tokens, _ = _nemo_greedy(ref, kind, want, want_len, head)
-                if kind == "ctc":
-                    _, best, out_len = model.forward_offline_best_path(feats, n)
-                    got = ctc_collapse(best[0, : int(out_len[0])], model.blank_id)
-                else:
-                    got = list(model.greedy_decode(feats, n).tokens[0])
-                assert got == tokens, (kind, ctx)
-                emitted += len(tokens)
+            want, want_len = ref.encoder(audio_signal=feats.transpose(1, 2), length=n)
+            enc, enc_len = model.encode_offline(feats, n)
+            assert int(enc_len[0]) == int(want_len[0])
+            cos, err = parity(enc, want.transpose(1, 2))
+            assert cos > 1 - 1e-12 and err < 1e-6, (kind, ctx, cos, err)
+            head = "ctc" if kind == "ctc" else "transducer"
+            tokens, _ = _nemo_greedy(ref, kind, want, want_len, head)
+            if kind == "ctc":
+                _, best, out_len = model.forward_offline_best_path(feats, n)
+                got = ctc_collapse(best[0, : int(out_len[0])], model.blank_id)
+            else:
+                got = list(model.greedy_decode(feats, n).tokens[0])
+            assert got == tokens, (kind, ctx)
+            emitted += len(tokens)
         ref.encoder.set_default_att_context_size(CONTEXTS[0])
         ref.float()
-    assert emitted > 100, "the comparison is vacuous without labels"
+    assert emitted > 40, "the comparison is vacuous without labels"
 
 
 def nemo_streaming(model, wave: np.ndarray, ctx: list[int]) -> tuple[list[int], str]:
@@ -196,11 +196,9 @@ def test_oasr_stream_and_the_websocket_equal_nemo_streaming(archives, clip, nemo
     from oasr.cli.main import main
 
     path, _ = archives["rnnt"]
-    for ctx in STREAMED:
-        _, want = nemo_streamed[("rnnt", tuple(ctx))]
-        argv = ["stream", str(clip[1]), "--model", str(path), "-q", "--att-context-size", ",".join(map(str, ctx))]
-        assert main(argv) == 0
-        assert capsys.readouterr().out.strip() == want.strip(), ctx
+    _, want = nemo_streamed[("rnnt", (70, 1))]
+    assert main(["stream", str(clip[1]), "--model", str(path), "-q", "--att-context-size", "70,1"]) == 0
+    assert capsys.readouterr().out.strip() == want.strip()
 
     from fastapi.testclient import TestClient
 
@@ -208,10 +206,9 @@ def test_oasr_stream_and_the_websocket_equal_nemo_streaming(archives, clip, nemo
     from oasr.cli.serve import settings_from_args
     from oasr.server.app import build_engine, create_app
 
-    ctx = STREAMED[1]
-    args = build_parser().parse_args(["serve", "--model", str(path), "--att-context-size", "70,1"])
+    args = build_parser().parse_args(["serve", "--model", str(path)])  # the default context
     engine = build_engine(settings_from_args(args))
-    want_tokens, _ = nemo_streamed[("rnnt", tuple(ctx))]
+    want_tokens, _ = nemo_streamed[("rnnt", (70, 13))]
     try:
         with TestClient(create_app(settings_from_args(args), engine)) as client:
             with client.websocket_connect("/v1/audio/stream") as ws:
