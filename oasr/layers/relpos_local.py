@@ -54,6 +54,48 @@ def nemo_position_columns(left: int, right: int) -> torch.Tensor:
     return torch.where(col >= 2 * w - right, left + col - (2 * w - right), rows)
 
 
+def block_indices(nb: int, nq: int, w: int, left: int, device=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Absolute frame indices of ``nb`` blocks of ``nq`` queries, each against a window of ``w``
+    keys starting ``left`` frames before its first query.
+
+    Shapes:
+        -> queries (nb, Q), keys (nb, W)
+    """
+    start = torch.arange(nb, device=device)[:, None] * nq
+    return start + torch.arange(nq, device=device), start - left + torch.arange(w, device=device)
+
+
+def blocked_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    bias_u: torch.Tensor,
+    pos_scores: torch.Tensor,
+    allowed: torch.Tensor,
+    scale: float,
+    t: int,
+) -> torch.Tensor:
+    """Transformer-XL attention of query blocks against their key windows: the content term
+    ``(q + u) . k`` in the attention core, the (scaled) position term and the allowed keys as its
+    additive mask; the first ``t`` frames of the blocks' outputs, heads joined.
+
+    Shapes:
+        q: (B, H, nb, Q, Dh), k / v: (B, H, nb, W, Dh), bias_u: (H, Dh), pos_scores: (B, H, nb, Q, W),
+        allowed: (B, nb, Q, W) bool -> (B, t, H * Dh)
+    """
+    b, h, nb, nq, dh = q.shape
+    w = k.shape[3]
+    mask = pos_scores.masked_fill(~allowed[:, None], float("-inf"))
+    out = attention(
+        (q + bias_u[:, None, None, :]).reshape(b, h * nb, nq, dh),
+        k.reshape(b, h * nb, w, dh),
+        v.reshape(b, h * nb, w, dh),
+        mask=mask.reshape(b, h * nb, nq, w),
+        scale=scale,
+    )  # (B, H * nb, Q, Dh)
+    return out.reshape(b, h, nb * nq, dh)[:, :, :t].transpose(1, 2).reshape(b, t, h * dh)
+
+
 class LocalRelPositionAttention(RelPositionMultiHeadAttentionXL):
     """``RelPositionMultiHeadAttentionXL`` over full context, or over a band of keys
     (``set_context``): the same projections and biases, so a checkpoint's weights serve both.
@@ -137,29 +179,23 @@ class LocalRelPositionAttention(RelPositionMultiHeadAttentionXL):
         bd = F.pad(bd, (0, nq)).flatten(-2)[..., : nq * w].view(b, h, nb, nq, w)  # (B, H, nb, Q, W)
         scale = dh**-0.5
 
-        a = torch.arange(nq, device=q.device)
-        kw = torch.arange(w, device=q.device)
-        qi = torch.arange(nb, device=q.device)[:, None] * nq + a  # (nb, Q) absolute query
-        kj = torch.arange(nb, device=q.device)[:, None] * nq - left + kw  # (nb, W) absolute key
-        off = kw[None, :] - a[:, None]  # (Q, W) offset + left
-        band = (off >= 0) & (off <= left + right)
+        qi, kj = block_indices(nb, nq, w, left, device=q.device)  # (nb, Q), (nb, W) absolute frames
+        off = kj[0][None, :] - qi[0][:, None]  # (Q, W) each key's offset from its query, as in every block
+        band = (off >= -left) & (off <= right)
         inside = (kj >= 0)[None, :, None, :] & (kj[None, :, None, :] < lengths[:, None, None, None])  # (B, nb, 1, W)
         # A query past its row's end keeps its own frame, so that its softmax is defined.
         own = qi[:, :, None] == kj[:, None, :]  # (nb, Q, W)
         allowed = band[None, None] & (inside | own[None])  # (B, nb, Q, W)
-        mask = (bd * scale).masked_fill(~allowed[:, None], float("-inf"))
-
-        out = attention(
-            (q + self.bias_u[:, None, None, :]).reshape(b, h * nb, nq, dh),
-            k.reshape(b, h * nb, w, dh),
-            v.reshape(b, h * nb, w, dh),
-            mask=mask.reshape(b, h * nb, nq, w),
-            scale=scale,
-        )  # (B, H * nb, Q, Dh)
-        return out.reshape(b, h, t_pad, dh)[:, :, :t].transpose(1, 2).reshape(b, t, self.d_model)
+        return blocked_attention(q, k, v, self.bias_u, bd * scale, allowed, scale, t)
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, context={self.context}"
 
 
-__all__ = ["LocalRelPositionAttention", "band_positions", "nemo_position_columns"]
+__all__ = [
+    "LocalRelPositionAttention",
+    "band_positions",
+    "block_indices",
+    "blocked_attention",
+    "nemo_position_columns",
+]

@@ -42,6 +42,7 @@ from oasr.layers import ConformerConvolution, Conv2d, Embedding, Linear
 from oasr.layers.activation import apply_activation
 from oasr.layers.attention import attention
 from oasr.layers.paged import paged_rows, read_paged, write_paged
+from oasr.layers.relpos_local import block_indices, blocked_attention
 from oasr.layers.relpos_xl import RelPositionMultiHeadAttentionXL, xl_relative_positions
 from oasr.models.base import (
     CacheSpec,
@@ -282,10 +283,7 @@ class ChunkedLimitedAttention(RelPositionMultiHeadAttentionXL):
 
         # chunked_limited: key chunk within [query chunk - left_chunks, query chunk]; keys inside the row;
         # a query past the row's end keeps its own frame so its softmax is defined.
-        a = torch.arange(nq, device=x.device)
-        kw = torch.arange(w, device=x.device)
-        qi = torch.arange(nb, device=x.device)[:, None] * nq + a[None, :]  # (nb, Q) absolute query
-        kj = torch.arange(nb, device=x.device)[:, None] * nq - hist + kw[None, :]  # (nb, W) absolute key
+        qi, kj = block_indices(nb, nq, w, hist, device=x.device)  # (nb, Q), (nb, W) absolute frames
         diff = torch.div(qi[:, :, None], self.chunk, rounding_mode="floor") - torch.div(
             kj[:, None, :].clamp(min=0), self.chunk, rounding_mode="floor"
         )
@@ -293,17 +291,7 @@ class ChunkedLimitedAttention(RelPositionMultiHeadAttentionXL):
         inside = kj[None, :, None, :] < lengths[:, None, None, None]  # (B, nb, 1, W)
         own = qi[:, :, None] == kj[:, None, :]
         allowed = in_window[None] & (inside | own[None])  # (B, nb, Q, W)
-        mask = bd.masked_fill(~allowed[:, None], float("-inf"))
-
-        out = attention(
-            (q + self.bias_u[:, None, None, :]).reshape(b, h * nb, nq, dh),
-            k.reshape(b, h * nb, w, dh),
-            v.reshape(b, h * nb, w, dh),
-            mask=mask.reshape(b, h * nb, nq, w),
-            scale=scale,
-        )  # (B, H * nb, Q, Dh)
-        out = out.reshape(b, h, nb * nq, dh)[:, :, :t].transpose(1, 2).reshape(b, t, self.d_model)
-        return self.linear_out(out)
+        return self.linear_out(blocked_attention(q, k, v, self.bias_u, bd, allowed, scale, t))
 
     def chunk_layout(
         self, cache: PagedCacheView, t: int, history: int, dtype: torch.dtype, real: torch.Tensor | None = None
