@@ -62,6 +62,7 @@ class CacheAwareEncoderConfig(NemotronEncoderConfig):
     ``att_context_size`` under ``chunked_limited``.
     """
 
+    att_context_size: tuple[int, int] = (70, 13)  # the release's default lookahead
     att_context_style: str = "chunked_limited"
     att_context_sizes: tuple[tuple[int, int], ...] = ()
     conv_norm: str = "layer_norm"
