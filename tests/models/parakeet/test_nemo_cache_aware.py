@@ -30,7 +30,6 @@ from tests.models.parakeet.conftest import ctc_collapse, parity
 # The multi-lookahead contexts of NeMo's hybrid cache-aware streaming release: [left, right] frames.
 CONTEXTS = [[70, 13], [70, 6], [70, 1], [70, 0]]
 KINDS = ("ctc", "rnnt")
-STREAMED = ([70, 13], [70, 1])  # the default, and a lookahead whose chunks leave a short remainder
 
 
 def _nemo():
@@ -75,29 +74,33 @@ def archives(tmp_path_factory):
     return out
 
 
-# Samples of the clip: 332 feature frames, which NeMo's streaming buffer holds as 333 (its front
-# end's last, masked frame), 4 past the last whole chunk for both streamed lookaheads (105 + 2 x 112
-# and 9 + 20 x 16 frames): fewer than the subsampling factor, so NeMo's buffer drops them.
-CLIP_SAMPLES = 332 * 160
+# Feature frames of the clip each context streams. NeMo's streaming buffer holds one more (its front
+# end's last, masked frame): 1005 = 105 + 8 x 112 + 4 and 333 = 9 + 20 x 16 + 4, 4 past the last whole
+# chunk, fewer than the subsampling factor, which NeMo's buffer drops. The longer clip outlasts the
+# 70-frame attention history.
+CLIP_FRAMES = {(70, 13): 1004, (70, 1): 332}
 
 
 @pytest.fixture(scope="module")
-def clip(waveforms, tmp_path_factory) -> tuple[np.ndarray, object]:
-    """The first 3.3 s of the 11-s clip as PCM16 values, and the WAV file holding exactly them."""
+def clips(waveforms, tmp_path_factory) -> dict:
+    """context -> (the first 10 s / 3.3 s of the 11-s clip as PCM16 values, a WAV file of exactly them)."""
     import wave as wavfile
 
-    pcm = np.clip(np.round(waveforms[0][:CLIP_SAMPLES] * 32768), -32768, 32767).astype(np.int16)
-    path = tmp_path_factory.mktemp("clip") / "clip.wav"
-    with wavfile.open(str(path), "wb") as out:
-        out.setnchannels(1)
-        out.setsampwidth(2)
-        out.setframerate(16000)
-        out.writeframes(pcm.tobytes())
-    return pcm.astype(np.float32) / 32768.0, path
+    out = {}
+    for ctx, frames in CLIP_FRAMES.items():
+        pcm = np.clip(np.round(waveforms[0][: frames * 160] * 32768), -32768, 32767).astype(np.int16)
+        path = tmp_path_factory.mktemp("clip") / f"clip_{frames}.wav"
+        with wavfile.open(str(path), "wb") as f:
+            f.setnchannels(1)
+            f.setsampwidth(2)
+            f.setframerate(16000)
+            f.writeframes(pcm.tobytes())
+        out[ctx] = (pcm.astype(np.float32) / 32768.0, path)
+    return out
 
 
 @torch.no_grad()
-def test_offline_equals_nemo_for_the_chosen_context(archives, clip):
+def test_offline_equals_nemo_for_the_chosen_context(archives, clips):
     """NeMo's default (the first of the list) and a short lookahead (``set_default_att_context_size``)."""
     from tests.models.parakeet.test_nemo_archive import _exact_filters, _nemo_features, _nemo_greedy
 
@@ -109,8 +112,8 @@ def test_offline_equals_nemo_for_the_chosen_context(archives, clip):
         assert lm.architecture == {"ctc": "parakeet_cache_aware", "rnnt": "parakeet_cache_aware_transducer"}[kind]
         model = lm.model.double()
         assert model.encoder.config.att_context_size == tuple(CONTEXTS[0])  # NeMo's default: the first
-        feats, n = _nemo_features(ref, clip[0])
-        for ctx in STREAMED:
+        for ctx, (wave, _) in clips.items():
+            feats, n = _nemo_features(ref, wave)
             ref.encoder.set_default_att_context_size(ctx)
             model.encoder.set_attention(None, tuple(ctx))
             want, want_len = ref.encoder(audio_signal=feats.transpose(1, 2), length=n)
@@ -163,9 +166,13 @@ def nemo_streaming(model, wave: np.ndarray, ctx: list[int]) -> tuple[list[int], 
 
 
 @pytest.fixture(scope="module")
-def nemo_streamed(archives, clip):
-    """(kind, context) -> NeMo's streaming (tokens, text) of the clip."""
-    return {(kind, tuple(ctx)): nemo_streaming(archives[kind][1], clip[0], ctx) for kind in KINDS for ctx in STREAMED}
+def nemo_streamed(archives, clips):
+    """(kind, context) -> NeMo's streaming (tokens, text) of the context's clip."""
+    return {
+        (kind, ctx): nemo_streaming(archives[kind][1], wave, list(ctx))
+        for kind in KINDS
+        for ctx, (wave, _) in clips.items()
+    }
 
 
 def _stream_tokens(engine, wave: np.ndarray, piece: int = 16000) -> tuple[list[int], str]:
@@ -179,25 +186,25 @@ def _stream_tokens(engine, wave: np.ndarray, piece: int = 16000) -> tuple[list[i
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_open_stream_equals_nemo_cache_aware_streaming(kind, archives, clip, nemo_streamed):
+def test_open_stream_equals_nemo_cache_aware_streaming(kind, archives, clips, nemo_streamed):
     path, _ = archives[kind]
     emitted = 0
-    for ctx in STREAMED:
-        engine = oasr.ASREngine(str(path), att_context_size=tuple(ctx))
-        want_tokens, want_text = nemo_streamed[(kind, tuple(ctx))]
-        tokens, text = _stream_tokens(engine, clip[0])
+    for ctx, (wave, _) in clips.items():
+        engine = oasr.ASREngine(str(path), att_context_size=ctx)
+        want_tokens, want_text = nemo_streamed[(kind, ctx)]
+        tokens, text = _stream_tokens(engine, wave)
         assert tokens == want_tokens, (kind, ctx)
         assert text == want_text.strip(), (kind, ctx)
         emitted += len(tokens)
     assert emitted > 40, "the comparison is vacuous without labels"
 
 
-def test_oasr_stream_and_the_websocket_equal_nemo_streaming(archives, clip, nemo_streamed, capsys):
+def test_oasr_stream_and_the_websocket_equal_nemo_streaming(archives, clips, nemo_streamed, capsys):
     from oasr.cli.main import main
 
     path, _ = archives["rnnt"]
     _, want = nemo_streamed[("rnnt", (70, 1))]
-    assert main(["stream", str(clip[1]), "--model", str(path), "-q", "--att-context-size", "70,1"]) == 0
+    assert main(["stream", str(clips[(70, 1)][1]), "--model", str(path), "-q", "--att-context-size", "70,1"]) == 0
     assert capsys.readouterr().out.strip() == want.strip()
 
     from fastapi.testclient import TestClient
@@ -213,8 +220,9 @@ def test_oasr_stream_and_the_websocket_equal_nemo_streaming(archives, clip, nemo
         with TestClient(create_app(settings_from_args(args), engine)) as client:
             with client.websocket_connect("/v1/audio/stream") as ws:
                 ws.send_text(json.dumps({"sample_rate": 16000, "sample_format": "float32"}))
-                for i in range(0, len(clip[0]), 16000):
-                    ws.send_bytes(clip[0][i : i + 16000].astype("<f4").tobytes())
+                wave = clips[(70, 13)][0]
+                for i in range(0, len(wave), 16000):
+                    ws.send_bytes(wave[i : i + 16000].astype("<f4").tobytes())
                 ws.send_text("done")
                 events = []
                 while not events or events[-1]["type"] != "done":
@@ -241,7 +249,7 @@ def test_an_untrained_context_and_a_non_causal_subsampling_are_refused(archives,
 
 
 @torch.no_grad()
-def test_regular_style_decodes_offline_as_nemo_and_refuses_to_stream(archives, clip, tmp_path):
+def test_regular_style_decodes_offline_as_nemo_and_refuses_to_stream(archives, clips, tmp_path):
     """``att_context_style: regular`` with a [left, right] band: NeMo's band mask offline; it streams
     only by recomputing its lookahead, which oasr does not do (the engine says so)."""
     from tests.models.parakeet import nemo_reference
@@ -258,7 +266,7 @@ def test_regular_style_decodes_offline_as_nemo_and_refuses_to_stream(archives, c
         ref = nemo_reference.model_class("ctc").restore_from(str(regular), map_location="cpu")
     ref = _exact_filters(ref.double().eval())
     model = load_pretrained(regular).model.double()
-    feats, n = _nemo_features(ref, clip[0])
+    feats, n = _nemo_features(ref, clips[(70, 13)][0])
     want, _ = ref.encoder(audio_signal=feats.transpose(1, 2), length=n)
     cos, err = parity(model.encode_offline(feats, n)[0], want.transpose(1, 2))
     assert cos > 1 - 1e-12 and err < 1e-6, (cos, err)
