@@ -423,7 +423,7 @@ class NemotronEncoder(FastConformerEncoder):
     block_class = NemotronBlock
     # The final chunk as NeMo's CacheAwareStreamingAudioBuffer hands it over (transformers instead
     # encodes it padded and attends to the padding): its real frames only, and none at all when
-    # fewer than one subsampling step of them follow an earlier chunk.
+    # fewer than one subsampling step of them follow an earlier (attention) chunk.
     nemo_final_chunk = False
 
     def block_inputs(self, x: torch.Tensor, lengths: torch.Tensor) -> tuple[Any, ...]:
@@ -537,7 +537,13 @@ class NemotronEncoder(FastConformerEncoder):
         produced = torch.where(real > 0, self.output_lengths(real.clamp(min=1)), torch.zeros_like(real))
         out_lens = (produced - done).clamp(min=0, max=t_out)
         if self.nemo_final_chunk:
-            out_lens = torch.where((done > 0) & (lens < sub), torch.zeros_like(out_lens), out_lens)
+            # NeMo steps one attention chunk at a time and stops at a last one of fewer than `sub`
+            # frames (unless it is the stream's first): the window's outputs end with its whole chunks.
+            c = self.config.attention_chunk
+            whole = torch.div(lens, c * sub, rounding_mode="floor")
+            rem = lens - whole * c * sub
+            short = (rem > 0) & (rem < sub) & ((done > 0) | (whole > 0))
+            out_lens = torch.where(short, torch.minimum(out_lens, whole * c), out_lens)
         history = int(cache.history_frames if cache.history_frames is not None else self.fixed_attention_window)
         layout = self.layers[0].self_attn.chunk_layout(
             cache, t_out, history, x.dtype, out_lens if self.nemo_final_chunk else None
