@@ -527,13 +527,12 @@ class NemotronEncoder(FastConformerEncoder):
         slots = cache.slots.to(feats.device)
         specs = self.streaming_state_specs
         tails = [cache.states[s.name].index_select(0, slots).to(feats.dtype) for s in specs]
-        ends = first + lens if self.nemo_final_chunk else None
-        x, tails = self.subsampling.forward_chunk(feats, first, tails, ends)
+        real = first + lens  # (B,) the stream's real feature frames up to this window's end
+        x, tails = self.subsampling.forward_chunk(feats, first, tails, real if self.nemo_final_chunk else None)
         for s, t in zip(specs, tails, strict=True):
             cache.states[s.name].index_copy_(0, slots, t.to(cache.states[s.name].dtype))
         if self.input_scale != 1.0:
             x = x * self.input_scale
-        real = first + lens  # (B,) the stream's real feature frames up to this window's end
         produced = torch.where(real > 0, self.output_lengths(real.clamp(min=1)), torch.zeros_like(real))
         out_lens = (produced - done).clamp(min=0, max=t_out)
         if self.nemo_final_chunk:
