@@ -127,6 +127,38 @@ def _add_engine_options(parser: argparse.ArgumentParser) -> None:
     add_model_engine_options(g)
 
 
+def context_pair(text: str) -> tuple[int, int]:
+    """``L,R`` -> (L, R) integers (argparse type of ``--att-context-size``)."""
+    parts = text.replace(" ", "").strip("[]()").split(",")
+    try:
+        left, right = (int(p) for p in parts)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected LEFT,RIGHT integers (e.g. 128,128), got {text!r}") from None
+    return left, right
+
+
+def add_attention_flags(g) -> None:
+    """``--attention-model`` / ``--att-context-size`` (``EngineConfig.attention_model`` /
+    ``att_context_size``), read back by ``engine_extras``."""
+    g.add_argument(
+        "--attention-model",
+        choices=("rel_pos", "rel_pos_local_attn"),
+        default=None,
+        help="NeMo FastConformer: switch the encoder's attention as NeMo's change_attention_model does; "
+        "rel_pos_local_attn (with --att-context-size, e.g. 128,128) takes memory linear in the audio's length "
+        "(default: the checkpoint's)",
+    )
+    g.add_argument(
+        "--att-context-size",
+        type=context_pair,
+        default=None,
+        metavar="L,R",
+        help="NeMo FastConformer: encoder frames each query attends to left and right: the band of local "
+        "attention, or which of a cache-aware checkpoint's trained contexts (its lookahead) runs "
+        "(default: the checkpoint's first)",
+    )
+
+
 def add_model_engine_options(g) -> None:
     """The ``EngineConfig`` options beyond the basics (read back by ``engine_extras``):
     decode type, the CTC n-gram LM, int8 quantisation. Shared by ``transcribe`` / ``eval``
@@ -142,6 +174,15 @@ def add_model_engine_options(g) -> None:
     )
     g.add_argument("--lm-alpha", type=float, default=None, metavar="A", help="CTC: LM weight (default 0.5)")
     g.add_argument("--lm-beta", type=float, default=None, metavar="B", help="CTC: word insertion bonus (default 1.0)")
+    add_attention_flags(g)
+    g.add_argument(
+        "--window-seconds",
+        type=positive_float,
+        default=None,
+        metavar="S",
+        help="CTC / transducer: the longest stretch encoded in one pass (default 30); longer audio is cut at "
+        "quiet points. With --attention-model rel_pos_local_attn a long file can go in one pass",
+    )
     g.add_argument(
         "--quantize",
         choices=("int8",),
@@ -584,6 +625,9 @@ def engine_extras(args: argparse.Namespace) -> dict[str, Any]:
         ("quantize", "quantize"),
         ("max_audio_seconds", "max_audio_s"),
         ("architecture", "architecture"),
+        ("attention_model", "attention_model"),
+        ("att_context_size", "att_context_size"),
+        ("window_seconds", "ctc_window_s"),
     ):
         value = getattr(args, arg, None)
         if value is not None:

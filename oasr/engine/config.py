@@ -79,6 +79,16 @@ class EngineConfig:
         stream_cache_mb: streaming: the most memory a paged encoder's K/V pool takes; a stream
             that would need more is refused at admission, or fails alone when its unbounded
             history outgrows the pool. None: room for every slot's whole window.
+        attention_model: the encoder's attention, switched at load as NeMo's
+            ``change_attention_model`` does (the weights serve each): ``rel_pos_local_attn``,
+            local attention within ``att_context_size`` (e.g. (128, 128)), whose memory grows
+            linearly with the audio, so that with a long ``ctc_window_s`` an hour decodes in one
+            pass; ``rel_pos``: full context. None: the checkpoint's. Refused by encoders that
+            have no such choice.
+        att_context_size: (left, right) encoder frames each query attends to: the band of
+            ``attention_model``, or, for a cache-aware checkpoint trained with several, which of
+            its contexts runs (the lookahead, offline and streaming: NeMo's
+            ``set_default_att_context_size``). None: the checkpoint's default (its first).
     """
 
     device: str = "cpu"
@@ -101,8 +111,15 @@ class EngineConfig:
     step_graphs: bool | None = None
     encoder_batch_size: int | None = None
     sequence_packing: bool | None = None
+    attention_model: str | None = None
+    att_context_size: tuple[int, int] | None = None
 
     def __post_init__(self) -> None:
+        if self.att_context_size is not None:
+            context = tuple(self.att_context_size)
+            if len(context) != 2 or not all(isinstance(c, int) and not isinstance(c, bool) for c in context):
+                raise ValueError(f"EngineConfig.att_context_size must be (left, right) integers, got {context!r}")
+            object.__setattr__(self, "att_context_size", context)  # frozen: the tuple of what was given
         if self.dtype not in ENGINE_DTYPES:
             raise ValueError(f"EngineConfig.dtype={self.dtype!r} is not one of {ENGINE_DTYPES}")
         if self.max_batch_size < 1:

@@ -100,6 +100,9 @@ class EngineCore:
                 dtype=config.dtype,  # None / "auto": the family's choice for the device
                 quantize=config.quantize,  # as the weights load: no float32 copy of the linear layers
             )
+        if config.attention_model is not None or config.att_context_size is not None:
+            # In place, before any strategy reads the encoder's geometry.
+            self.loaded.model.encoder.set_attention(config.attention_model, config.att_context_size)
         if config.quantize is not None:
             # In place: a LoadedModel passed in is quantized too (and tied heads, which the load leaves).
             quantize_linears_(self.loaded.model, config.quantize)

@@ -322,6 +322,17 @@ class BaseEncoder(ComputeDtypeModule):
     output_size: int = Undeclared()  # type: ignore[assignment]
     right_context: int = 0
 
+    def set_attention(self, attention_model: str | None, att_context_size: tuple[int, int] | None) -> None:
+        """Switch the attention at load (``EngineConfig.attention_model`` / ``att_context_size``).
+
+        Raises:
+            ValueError: this encoder has no such choice (a family that has one overrides this).
+        """
+        raise ValueError(
+            f"{type(self).__name__} has no attention model or context to choose "
+            f"(attention_model={attention_model!r}, att_context_size={att_context_size!r})"
+        )
+
     @property
     @unimplemented
     def num_attention_layers(self) -> int:

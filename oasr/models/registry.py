@@ -73,6 +73,22 @@ _BUILTIN: tuple[tuple[str, str, tuple[str, ...]], ...] = (
         ("oasr.models.parakeet.convert_nemo:NemoParakeetHybridConverter",),
     ),
     ("canary", "oasr.models.canary.model:CanaryModel", ("oasr.models.canary.convert:NemoCanaryConverter",)),
+    # NeMo's cache-aware streaming FastConformer under each head (detected through "parakeet" too).
+    (
+        "parakeet_cache_aware",
+        "oasr.models.parakeet.cache_aware:CacheAwareCtcModel",
+        ("oasr.models.parakeet.convert_nemo:NemoCacheAwareCtcConverter",),
+    ),
+    (
+        "parakeet_cache_aware_transducer",
+        "oasr.models.parakeet.cache_aware:CacheAwareTransducerModel",
+        ("oasr.models.parakeet.convert_nemo:NemoCacheAwareTransducerConverter",),
+    ),
+    (
+        "parakeet_cache_aware_hybrid",
+        "oasr.models.parakeet.cache_aware:CacheAwareHybridModel",
+        ("oasr.models.parakeet.convert_nemo:NemoCacheAwareHybridConverter",),
+    ),
     ("nemotron", "oasr.models.nemotron.model:NemotronRnntModel", ("oasr.models.nemotron.convert:HFNemotronConverter",)),
     (
         "qwen3_asr",

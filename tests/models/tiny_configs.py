@@ -86,6 +86,39 @@ def _canary() -> Any:
     return CanaryConfig(encoder=encoder, decoder=decoder)
 
 
+def _cache_aware_encoder() -> Any:
+    from oasr.models.parakeet.cache_aware import CacheAwareEncoderConfig
+
+    return CacheAwareEncoderConfig(
+        hidden_size=16,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=32,
+        subsampling_conv_channels=8,
+        att_context_size=(6, 1),
+        att_context_sizes=((6, 1), (6, 0)),
+        conv_context_size=(8, 0),
+    )
+
+
+def _parakeet_cache_aware() -> Any:
+    from oasr.models.parakeet.cache_aware import CacheAwareCtcConfig
+
+    return CacheAwareCtcConfig(encoder=_cache_aware_encoder(), vocab_size=45)
+
+
+def _parakeet_cache_aware_transducer() -> Any:
+    from oasr.models.parakeet.cache_aware import CacheAwareTransducerConfig
+
+    return CacheAwareTransducerConfig(encoder=_cache_aware_encoder(), vocab_size=45, decoder_hidden_size=16)
+
+
+def _parakeet_cache_aware_hybrid() -> Any:
+    from oasr.models.parakeet.cache_aware import CacheAwareHybridConfig
+
+    return CacheAwareHybridConfig(encoder=_cache_aware_encoder(), vocab_size=45, decoder_hidden_size=16)
+
+
 def _nemotron() -> Any:
     from oasr.models.nemotron import NemotronConfig, NemotronEncoderConfig
 
@@ -255,6 +288,9 @@ TINY_CONFIGS: dict[str, Callable[[], Any]] = {
     "parakeet": _parakeet,
     "parakeet_transducer": _parakeet_transducer,
     "parakeet_hybrid": _parakeet_hybrid,
+    "parakeet_cache_aware": _parakeet_cache_aware,
+    "parakeet_cache_aware_transducer": _parakeet_cache_aware_transducer,
+    "parakeet_cache_aware_hybrid": _parakeet_cache_aware_hybrid,
     "qwen3_asr": _qwen3_asr,
     "speech_llm": _speech_llm,
     "transducer": _transducer,

@@ -382,23 +382,23 @@ _ENCODER_KEYS: dict[str, Any] = {
     "subsampling_factor": ANY_VALUE,
     "subsampling_conv_chunking_factor": ANY_VALUE,  # splits the convolutions for memory, same output
     "subsampling_conv_channels": ANY_VALUE,
-    "causal_downsampling": (False,),
+    "causal_downsampling": (False, True),  # True: a cache-aware encoder (cache_aware_fields_from_nemo)
     "reduction": (None,),
     "reduction_position": (None,),
     "reduction_factor": (1,),
     "ff_expansion_factor": ANY_VALUE,
-    "self_attention_model": ("rel_pos",),
+    "self_attention_model": ("rel_pos", "rel_pos_local_attn"),
     "n_heads": ANY_VALUE,
-    "att_context_size": (None, [-1, -1]),
-    "att_context_probs": (None,),
+    "att_context_size": ANY_VALUE,  # read below
+    "att_context_probs": ANY_VALUE,  # the training draw among att_context_size's entries
     "att_chunk_context_size": (None,),
-    "att_context_style": ("regular",),
+    "att_context_style": ("regular", "chunked_limited"),
     "xscaling": (True, False),
     "untie_biases": (True,),
     "pos_emb_max_len": ANY_VALUE,  # NeMo extends its table to any length; oasr computes the positions
     "conv_kernel_size": ANY_VALUE,
-    "conv_norm_type": ("batch_norm",),
-    "conv_context_size": (None,),
+    "conv_norm_type": ("batch_norm", "layer_norm"),
+    "conv_context_size": ANY_VALUE,  # read by cache_aware_fields_from_nemo
     "conv_context_style": ("regular",),
     "use_bias": (True, False),
     "dropout": ANY_VALUE,
@@ -417,15 +417,26 @@ _ENCODER_KEYS: dict[str, Any] = {
 }
 
 
-def encoder_fields_from_nemo(enc: Mapping[str, Any], feat_in: int, where: str) -> dict[str, Any]:
-    """The FastConformer encoder fields (``ENCODER_FIELDS`` names) of a NeMo ``ConformerEncoder``
-    section (``model_config.yaml``'s ``encoder``).
+def encoder_fields_from_nemo(
+    enc: Mapping[str, Any], feat_in: int, where: str, cache_aware: bool = False
+) -> dict[str, Any]:
+    """The FastConformer encoder fields (``ENCODER_FIELDS`` names, ``attention_model`` and
+    ``att_context_size``) of a NeMo ``ConformerEncoder`` section (``model_config.yaml``'s ``encoder``).
+
+    Args:
+        cache_aware: the caller reads a cache-aware encoder's keys itself
+            (``cache_aware_fields_from_nemo``); without it they are refused.
 
     Raises:
         LoadError: a key or value oasr does not implement, naming it.
     """
     check_target(enc, "ConformerEncoder", where)
     check_section(enc, _ENCODER_KEYS, where)
+    extra = cache_aware_fields_from_nemo(enc, where)
+    if extra is not None and not cache_aware:
+        signs = (k for k in _CACHE_AWARE_SIGNS if k in enc and enc[k] not in _CACHE_AWARE_SIGNS[k])
+        key = next(signs, "att_context_size")  # else several contexts
+        raise LoadError(f"{where}.{key}={enc[key]!r} is not implemented by oasr for this model (a cache-aware encoder)")
     if int(enc["feat_in"]) != feat_in:
         raise LoadError(f"{where}.feat_in={enc['feat_in']} but the preprocessor makes {feat_in} features")
     d = int(enc["d_model"])
@@ -449,6 +460,80 @@ def encoder_fields_from_nemo(enc: Mapping[str, Any], feat_in: int, where: str) -
         "subsampling_conv_kernel_size": 3,
         "subsampling_conv_stride": 2,
         "scale_input": bool(enc.get("xscaling", True)),
+        **attention_fields_from_nemo(enc, where),
+    }
+
+
+def _att_contexts(enc: Mapping[str, Any], where: str) -> list[tuple[int, int]]:
+    """Every [left, right] of ``att_context_size`` (one pair, or NeMo's multi-lookahead list of
+    pairs; None: [-1, -1], all), first the one NeMo runs by default.
+
+    Raises:
+        LoadError: anything else.
+    """
+    context = enc.get("att_context_size")
+    if context is None:
+        return [(-1, -1)]
+
+    def pair(c: Any) -> bool:
+        return isinstance(c, list) and len(c) == 2 and all(isinstance(x, int) for x in c)
+
+    if pair(context):
+        return [tuple(context)]
+    if isinstance(context, list) and context and all(pair(c) for c in context):
+        return [tuple(c) for c in context]
+    raise LoadError(f"{where}.att_context_size={context!r} is not implemented by oasr ([left, right] or a list)")
+
+
+def attention_fields_from_nemo(enc: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """``attention_model`` and ``att_context_size`` of a ``ConformerEncoder`` section: its
+    ``self_attention_model`` and the [left, right] NeMo runs by default (the first of a list).
+
+    Raises:
+        LoadError: a context that is not [left, right] or a list of them.
+    """
+    return {
+        "attention_model": enc.get("self_attention_model", "rel_pos"),
+        "att_context_size": _att_contexts(enc, where)[0],
+    }
+
+
+# The keys that make an encoder cache-aware, and the values that do not.
+_CACHE_AWARE_SIGNS: dict[str, tuple[Any, ...]] = {
+    "causal_downsampling": (False,),
+    "att_context_style": ("regular",),
+    "conv_context_size": (None,),
+    "conv_norm_type": ("batch_norm",),
+}
+
+
+def cache_aware_fields_from_nemo(enc: Mapping[str, Any], where: str) -> dict[str, Any] | None:
+    """The cache-aware fields of a ``ConformerEncoder`` section (``att_context_style``,
+    ``att_context_sizes``, ``conv_norm``, ``conv_context_size``), or None for an encoder with
+    none of them (centred convolution with batch norm, ``regular`` attention with one context,
+    no causal subsampling).
+
+    Raises:
+        LoadError: a ``conv_context_size`` that is not ``causal`` or [left, right] spanning the kernel.
+    """
+    contexts = _att_contexts(enc, where)
+    if len(contexts) == 1 and all(enc.get(k, ok[0]) in ok for k, ok in _CACHE_AWARE_SIGNS.items()):
+        return None
+    kernel = int(enc.get("conv_kernel_size", 31))
+    conv = enc.get("conv_context_size")
+    if conv is None:
+        conv = [(kernel - 1) // 2, (kernel - 1) // 2]
+    elif conv == "causal":
+        conv = [kernel - 1, 0]
+    if not (isinstance(conv, list) and len(conv) == 2 and all(isinstance(c, int) and c >= 0 for c in conv)) or (
+        sum(conv) != kernel - 1
+    ):
+        raise LoadError(f"{where}.conv_context_size={enc.get('conv_context_size')!r} is not implemented by oasr")
+    return {
+        "att_context_style": enc.get("att_context_style", "regular"),
+        "att_context_sizes": tuple(contexts),
+        "conv_norm": enc.get("conv_norm_type", "batch_norm"),
+        "conv_context_size": tuple(conv),
     }
 
 
@@ -460,7 +545,7 @@ _PREPROCESSOR_KEYS: dict[str, Any] = {
     "n_window_size": ANY_VALUE,
     "n_window_stride": ANY_VALUE,
     "window": ("hann",),
-    "normalize": ("per_feature", None),
+    "normalize": ("per_feature", None, "NA"),  # NA: none (NeMo's cache-aware streaming configs)
     "n_fft": ANY_VALUE,
     "preemph": ANY_VALUE,
     "features": ANY_VALUE,

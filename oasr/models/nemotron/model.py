@@ -42,6 +42,7 @@ from oasr.layers import ConformerConvolution, Conv2d, Embedding, Linear
 from oasr.layers.activation import apply_activation
 from oasr.layers.attention import attention
 from oasr.layers.paged import paged_rows, read_paged, write_paged
+from oasr.layers.relpos_local import block_indices, blocked_attention
 from oasr.layers.relpos_xl import RelPositionMultiHeadAttentionXL, xl_relative_positions
 from oasr.models.base import (
     CacheSpec,
@@ -146,7 +147,11 @@ class NemotronSubsampling(nn.Module):
         return widths
 
     def forward_chunk(
-        self, feats: torch.Tensor, first_positions: torch.Tensor, tails: list[torch.Tensor]
+        self,
+        feats: torch.Tensor,
+        first_positions: torch.Tensor,
+        tails: list[torch.Tensor],
+        ends: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, list[torch.Tensor]]:
         """One streaming chunk: each stage reads its input's carried tail before the chunk (NeMo's
         cache-aware subsampling: ``kernel - stride`` frames, no right padding) and hands the
@@ -156,18 +161,24 @@ class NemotronSubsampling(nn.Module):
         absolute index of the chunk's first feature frame, negative in a stream's first chunk
         under its head frames): frames before position 0 are zeroed at every stage, which is
         what the offline causal padding and transformers' zero-initialised first chunk feed
-        the next stage.
+        the next stage. With ``ends`` (B,), the absolute feature frame each row's stream ends at,
+        every stage's frames past the stream's end are zeroed as well, as the offline forward
+        masks them (a final chunk then gives what NeMo's short final chunk gives).
 
         Shapes:
             feats: (B, T, F) with T a multiple of the subsampling factor, first_positions: (B,),
-            tails: per stage (B, C_i, kernel - stride, F_i)
+            tails: per stage (B, C_i, kernel - stride, F_i), ends: (B,) or None
             -> (B, T / factor, D), the new tails (same shapes)
         """
 
         def before_start(x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
-            keep = pos[:, None] + torch.arange(x.shape[2], device=x.device) >= 0  # (B, T)
+            at = pos[:, None] + torch.arange(x.shape[2], device=x.device)  # (B, T) absolute frame
+            keep = at >= 0
+            if ends is not None:
+                keep &= at < stage_end[:, None]
             return x * keep[:, None, :, None].to(x.dtype)
 
+        stage_end = ends
         x = before_start(feats[:, None], first_positions)  # (B, 1, T, F)
         pos, new_tails = first_positions, []
         stages = [(self.conv_in, None)] + [(stage.depthwise_conv, stage.pointwise_conv) for stage in self.layers]
@@ -180,6 +191,8 @@ class NemotronSubsampling(nn.Module):
             # output J reads inputs [stride * J - (kernel - 1), stride * J]: the chunk's first output
             # reads up to the chunk's first input frame + stride - 1.
             pos = torch.div(pos + self.stride - 1, self.stride, rounding_mode="floor")
+            if ends is not None:
+                stage_end = self._reduce(stage_end)
             x = before_start(x, pos).relu_()
         b, c, t, f = x.shape
         return self.linear(x.transpose(1, 2).reshape(b, t, c * f)), new_tails  # (B, T', D), channel-major
@@ -270,10 +283,7 @@ class ChunkedLimitedAttention(RelPositionMultiHeadAttentionXL):
 
         # chunked_limited: key chunk within [query chunk - left_chunks, query chunk]; keys inside the row;
         # a query past the row's end keeps its own frame so its softmax is defined.
-        a = torch.arange(nq, device=x.device)
-        kw = torch.arange(w, device=x.device)
-        qi = torch.arange(nb, device=x.device)[:, None] * nq + a[None, :]  # (nb, Q) absolute query
-        kj = torch.arange(nb, device=x.device)[:, None] * nq - hist + kw[None, :]  # (nb, W) absolute key
+        qi, kj = block_indices(nb, nq, w, hist, device=x.device)  # (nb, Q), (nb, W) absolute frames
         diff = torch.div(qi[:, :, None], self.chunk, rounding_mode="floor") - torch.div(
             kj[:, None, :].clamp(min=0), self.chunk, rounding_mode="floor"
         )
@@ -281,23 +291,17 @@ class ChunkedLimitedAttention(RelPositionMultiHeadAttentionXL):
         inside = kj[None, :, None, :] < lengths[:, None, None, None]  # (B, nb, 1, W)
         own = qi[:, :, None] == kj[:, None, :]
         allowed = in_window[None] & (inside | own[None])  # (B, nb, Q, W)
-        mask = bd.masked_fill(~allowed[:, None], float("-inf"))
+        return self.linear_out(blocked_attention(q, k, v, self.bias_u, bd, allowed, scale, t))
 
-        out = attention(
-            (q + self.bias_u[:, None, None, :]).reshape(b, h * nb, nq, dh),
-            k.reshape(b, h * nb, w, dh),
-            v.reshape(b, h * nb, w, dh),
-            mask=mask.reshape(b, h * nb, nq, w),
-            scale=scale,
-        )  # (B, H * nb, Q, Dh)
-        out = out.reshape(b, h, nb * nq, dh)[:, :, :t].transpose(1, 2).reshape(b, t, self.d_model)
-        return self.linear_out(out)
-
-    def chunk_layout(self, cache: PagedCacheView, t: int, history: int, dtype: torch.dtype) -> ChunkLayout:
+    def chunk_layout(
+        self, cache: PagedCacheView, t: int, history: int, dtype: torch.dtype, real: torch.Tensor | None = None
+    ) -> ChunkLayout:
         """Where a chunk of ``t`` frames per row reads and writes the pool, and its mask: the
         queries see the row's last ``history`` cached keys and the chunk's own under the
         ``chunked_limited`` mask on absolute frame positions (history before the stream's start,
-        or dropped from the pool, is masked). Shared by every layer of the chunk."""
+        or dropped from the pool, is masked). With ``real`` (B,), the chunk's keys past each row's
+        ``real`` frames (a final chunk's padding) are masked too, each query keeping its own.
+        Shared by every layer of the chunk."""
         start = cache.cache_lens.long()  # (B,) absolute position of the chunk's first frame
         device = start.device
         rows, found = paged_rows(
@@ -310,8 +314,12 @@ class ChunkedLimitedAttention(RelPositionMultiHeadAttentionXL):
         diff = torch.div(qi[:, :, None], self.chunk, rounding_mode="floor") - torch.div(
             kj[:, None, :].clamp(min=0), self.chunk, rounding_mode="floor"
         )
-        present = torch.cat([found, torch.ones_like(new_valid)], dim=1)  # (B, W)
+        own_keys = torch.ones_like(new_valid)
+        if real is not None:
+            own_keys = torch.arange(t, device=device)[None, :] < real.to(device)[:, None]
+        present = torch.cat([found, own_keys], dim=1)  # (B, W)
         allowed = (diff >= 0) & (diff <= self.left_chunks) & present[:, None, :]  # (B, T, W)
+        allowed |= kj[:, None, :] == qi[:, :, None]
         positions = xl_relative_positions(w, self.d_model, device=device, dtype=dtype)[: w + t - 1]
         return ChunkLayout(rows, found, new_rows, new_valid, allowed[:, None], positions)
 
@@ -413,6 +421,10 @@ class NemotronEncoder(FastConformerEncoder):
 
     subsampling_class = NemotronSubsampling
     block_class = NemotronBlock
+    # The final chunk as NeMo's CacheAwareStreamingAudioBuffer hands it over (transformers instead
+    # encodes it padded and attends to the padding): its real frames only, and none at all when
+    # fewer than one subsampling step of them follow an earlier (attention) chunk.
+    nemo_final_chunk = False
 
     def block_inputs(self, x: torch.Tensor, lengths: torch.Tensor) -> tuple[Any, ...]:
         return lengths, _valid(lengths, x.shape[1])
@@ -515,19 +527,29 @@ class NemotronEncoder(FastConformerEncoder):
         slots = cache.slots.to(feats.device)
         specs = self.streaming_state_specs
         tails = [cache.states[s.name].index_select(0, slots).to(feats.dtype) for s in specs]
-        x, tails = self.subsampling.forward_chunk(feats, first, tails)
+        real = first + lens  # (B,) the stream's real feature frames up to this window's end
+        x, tails = self.subsampling.forward_chunk(feats, first, tails, real if self.nemo_final_chunk else None)
         for s, t in zip(specs, tails, strict=True):
             cache.states[s.name].index_copy_(0, slots, t.to(cache.states[s.name].dtype))
         if self.input_scale != 1.0:
             x = x * self.input_scale
+        produced = torch.where(real > 0, self.output_lengths(real.clamp(min=1)), torch.zeros_like(real))
+        out_lens = (produced - done).clamp(min=0, max=t_out)
+        if self.nemo_final_chunk:
+            # NeMo steps one attention chunk at a time and stops at a last one of fewer than `sub`
+            # frames (unless it is the stream's first): the window's outputs end with its whole chunks.
+            c = self.config.attention_chunk
+            whole = torch.div(lens, c * sub, rounding_mode="floor")
+            rem = lens - whole * c * sub
+            short = (rem > 0) & (rem < sub) & ((done > 0) | (whole > 0))
+            out_lens = torch.where(short, torch.minimum(out_lens, whole * c), out_lens)
         history = int(cache.history_frames if cache.history_frames is not None else self.fixed_attention_window)
-        layout = self.layers[0].self_attn.chunk_layout(cache, t_out, history, x.dtype)
+        layout = self.layers[0].self_attn.chunk_layout(
+            cache, t_out, history, x.dtype, out_lens if self.nemo_final_chunk else None
+        )
         for i, layer in enumerate(self.layers):
             x, tail = layer.forward_chunk(x, cache.k[i], cache.v[i], cache.conv[i].index_select(0, slots), layout)
             cache.conv[i].index_copy_(0, slots, tail.to(cache.conv.dtype))
-        real = first + lens  # (B,) the stream's real feature frames up to this window's end
-        produced = torch.where(real > 0, self.output_lengths(real.clamp(min=1)), torch.zeros_like(real))
-        out_lens = (produced - done).clamp(min=0, max=t_out)
         return x, out_lens
 
 

@@ -12,6 +12,30 @@ from dataclasses import dataclass, field
 from oasr.layers.activation import ACTIVATIONS
 from oasr.models.configs import ModelConfig
 
+ATTENTION_MODELS = ("rel_pos", "rel_pos_local_attn")
+
+
+def check_attention(attention_model: str, att_context_size: tuple[int, int]) -> None:
+    """Refuse an attention model or context oasr does not implement.
+
+    Raises:
+        ValueError: naming the value: another model, a context that is not two integers, a
+            local attention without a positive context, or a band with one side unlimited.
+    """
+    if attention_model not in ATTENTION_MODELS:
+        raise ValueError(f"attention_model={attention_model!r} is not one of {ATTENTION_MODELS}")
+    if len(att_context_size) != 2 or not all(isinstance(c, int) for c in att_context_size):
+        raise ValueError(f"att_context_size={att_context_size!r} is not (left, right)")
+    left, right = att_context_size
+    full = left < 0 and right < 0
+    if attention_model == "rel_pos_local_attn" and (min(left, right) < 0 or max(left, right) == 0):
+        raise ValueError(
+            f"attention_model='rel_pos_local_attn' needs att_context_size=(left, right) >= 0, not both 0 "
+            f"(e.g. (128, 128)); got {att_context_size}"
+        )
+    if not full and min(left, right) < 0:
+        raise ValueError(f"att_context_size={att_context_size}: a band with one side unlimited is not implemented")
+
 
 @dataclass
 class ParakeetEncoderConfig(ModelConfig):
@@ -31,6 +55,10 @@ class ParakeetEncoderConfig(ModelConfig):
         num_mel_bins: input features per frame.
         subsampling_conv_kernel_size / subsampling_conv_stride: the subsampling convolutions' geometry.
         scale_input: multiply the subsampled input by sqrt(hidden_size) (NeMo's ``xscaling``).
+        attention_model: NeMo's ``self_attention_model``: ``rel_pos`` (Transformer-XL attention,
+            full context unless ``att_context_size`` limits it: NeMo's ``regular`` band mask) or
+            ``rel_pos_local_attn`` (NeMo's local attention over ``att_context_size``, for long audio).
+        att_context_size: (left, right) frames each query sees; (-1, -1): all of them.
     """
 
     hidden_size: int = 1024
@@ -47,8 +75,11 @@ class ParakeetEncoderConfig(ModelConfig):
     subsampling_conv_kernel_size: int = 3
     subsampling_conv_stride: int = 2
     scale_input: bool = True
+    attention_model: str = "rel_pos"
+    att_context_size: tuple[int, int] = (-1, -1)
 
     def __post_init__(self) -> None:
+        check_attention(self.attention_model, self.att_context_size)
         if self.hidden_act == "swish":
             self.hidden_act = "silu"
         if self.hidden_act not in ACTIVATIONS:
@@ -66,6 +97,12 @@ class ParakeetEncoderConfig(ModelConfig):
                 f"subsampling_factor={self.subsampling_factor} is not a power of "
                 f"subsampling_conv_stride={self.subsampling_conv_stride}"
             )
+
+    @property
+    def attention_context(self) -> tuple[int, int] | None:
+        """The (left, right) band each query attends within; None for full attention."""
+        left, right = self.att_context_size
+        return None if left < 0 and right < 0 else (left, right)
 
     @property
     def num_subsampling_layers(self) -> int:

@@ -24,6 +24,7 @@ archive's own are refused); its alignment, timestamp and confidence switches are
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,7 @@ from oasr.models.formats.nemo import (
     NEMO_CTC_RENAMES,
     NEMO_ENCODER_RENAMES,
     NEMO_TRANSDUCER_RENAMES,
+    cache_aware_fields_from_nemo,
     check_section,
     check_target,
     ctc_head_state,
@@ -156,6 +158,26 @@ _BEAM_KEYS = {
     "nsc_prefix_alpha": ANY_VALUE,
 }
 _MAES_KEYS = ("maes_num_steps", "maes_prefix_alpha", "maes_expansion_gamma", "maes_expansion_beta")
+
+# A cache-aware encoder's architecture, by the plain one of its heads.
+CACHE_AWARE_ARCHS = {
+    CTC_ARCH: "parakeet_cache_aware",
+    TRANSDUCER_ARCH: "parakeet_cache_aware_transducer",
+    HYBRID_ARCH: "parakeet_cache_aware_hybrid",
+}
+
+
+def _causal_stage(m: re.Match) -> str:
+    """``pre_encode.conv.<i>`` of a causal dw_striding subsampling (NeMo's Sequential: conv, act,
+    then [depthwise, pointwise, act] per stage) -> Nemotron's subsampling names."""
+    i = int(m.group(1))
+    if i == 0:
+        return "encoder.subsampling.conv_in."
+    stage, k = divmod(i - 2, 3)
+    return f"encoder.subsampling.layers.{stage}.{('depthwise_conv', 'pointwise_conv')[k]}."
+
+
+NEMO_CAUSAL_SUBSAMPLING_RENAMES = ((re.compile(r"^encoder\.pre_encode\.conv\.(\d+)\."), _causal_stage),)
 
 
 def _section(cfg: Mapping[str, Any], key: str, where: Path) -> dict[str, Any]:
@@ -398,14 +420,19 @@ class NemoParakeetConverter:
         cfg, where = ckpt.config, ckpt.source
         arch = _architecture(cfg, where)
         features = mel_from_nemo(_section(cfg, "preprocessor", where), "preprocessor")
-        enc_fields = encoder_fields_from_nemo(
-            _section(cfg, "encoder", where), int(features.params["feature_size"]), "encoder"
-        )
+        enc = _section(cfg, "encoder", where)
+        enc_fields = encoder_fields_from_nemo(enc, int(features.params["feature_size"]), "encoder", cache_aware=True)
+        cache_aware = cache_aware_fields_from_nemo(enc, "encoder")
+        state = ckpt.state_dict
         try:
-            encoder = ParakeetEncoderConfig.from_dict(enc_fields)
+            if cache_aware is None:
+                encoder: Any = ParakeetEncoderConfig.from_dict(enc_fields)
+            else:
+                encoder = self._cache_aware_encoder(enc, {**enc_fields, **cache_aware}, where)
+                state = rename(state, NEMO_CAUSAL_SUBSAMPLING_RENAMES)
         except (TypeError, ValueError) as e:
             raise LoadError(f"{where}: encoder: {e}") from e
-        state = rename(ckpt.state_dict, NEMO_ENCODER_RENAMES)
+        state = rename(state, NEMO_ENCODER_RENAMES)
         if arch == CTC_ARCH:
             vocab = _ctc_vocab(_section(cfg, "decoder", where), "decoder")
             config: Any = ParakeetConfig(encoder=encoder, vocab_size=vocab, blank_id=vocab - 1)
@@ -427,6 +454,11 @@ class NemoParakeetConverter:
         state = rename(state, (*NEMO_TRANSDUCER_RENAMES, *NEMO_CTC_RENAMES))
         if arch in (CTC_ARCH, HYBRID_ARCH):
             ctc_head_state(state, str(where))
+        if cache_aware is not None:
+            from oasr.models.parakeet.cache_aware import CACHE_AWARE_CONFIGS
+
+            config = CACHE_AWARE_CONFIGS[type(config)](**vars(config))
+            arch = CACHE_AWARE_ARCHS[arch]
         return CheckpointBundle(
             architecture=arch,
             config=config,
@@ -437,6 +469,24 @@ class NemoParakeetConverter:
             source=str(where),
             format="nemo",
         )
+
+    @staticmethod
+    def _cache_aware_encoder(enc: Mapping[str, Any], fields: dict[str, Any], where: Path) -> Any:
+        """The cache-aware encoder config of ``fields`` (a causal subsampling's).
+
+        Raises:
+            LoadError: a cache-aware encoder without ``causal_downsampling`` (not implemented).
+        """
+        from oasr.models.parakeet.cache_aware import CacheAwareEncoderConfig
+
+        if not enc.get("causal_downsampling", False):
+            raise LoadError(
+                f"{where}: encoder.causal_downsampling=False with att_context_style="
+                f"{fields['att_context_style']!r}, conv_context_size={list(fields['conv_context_size'])}, "
+                f"conv_norm_type={fields['conv_norm']!r} is not implemented by oasr (a cache-aware encoder "
+                "subsamples causally)"
+            )
+        return CacheAwareEncoderConfig.from_dict(fields)
 
     def _transducer(
         self, cfg: Mapping[str, Any], encoder: ParakeetEncoderConfig, where: Path
@@ -500,3 +550,21 @@ class NemoParakeetHybridConverter(NemoParakeetConverter):
 
     architecture = HYBRID_ARCH
     auto_detect = False
+
+
+class NemoCacheAwareConverter(NemoParakeetConverter):
+    """The same reader under the cache-aware architectures, for an explicit ``architecture=``."""
+
+    auto_detect = False
+
+
+class NemoCacheAwareCtcConverter(NemoCacheAwareConverter):
+    architecture = CACHE_AWARE_ARCHS[CTC_ARCH]
+
+
+class NemoCacheAwareTransducerConverter(NemoCacheAwareConverter):
+    architecture = CACHE_AWARE_ARCHS[TRANSDUCER_ARCH]
+
+
+class NemoCacheAwareHybridConverter(NemoCacheAwareConverter):
+    architecture = CACHE_AWARE_ARCHS[HYBRID_ARCH]

@@ -15,6 +15,11 @@ length after every convolution, attention takes key lengths, and the convolution
 module zeroes padded frames before its depthwise kernel, so a padded batch gives
 each row what it gets alone. Offline only.
 
+The attention is full context, or within a band of ``att_context_size`` = (left, right) frames
+(``oasr.layers.relpos_local``: NeMo's ``rel_pos_local_attn`` for long audio, or its ``regular``
+band mask), memory linear in the length; ``ParakeetEncoder.set_attention`` switches it at load
+(``EngineConfig.attention_model`` / ``att_context_size``), as NeMo's ``change_attention_model``.
+
 The transducers share the encoder and add ``oasr.models.nemotron.predictor``'s LSTM predictor
 and additive joint (Hugging Face ``decoder.`` -> ``predictor.``, ``encoder_projector.`` ->
 ``joiner.encoder_proj.``, ``joint.head.`` -> ``joiner.head.``); a TDT head carries
@@ -23,6 +28,7 @@ and additive joint (Hugging Face ``decoder.`` -> ``predictor.``, ``encoder_proje
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -33,7 +39,8 @@ from torch import nn
 from oasr.layers import ConformerConvolution, Conv2d, FeedForward, LayerNorm, Linear, Relu
 from oasr.layers.ctc import CtcProjection
 from oasr.layers.packing import Packing
-from oasr.layers.relpos_xl import RelPositionMultiHeadAttentionXL, xl_relative_positions
+from oasr.layers.relpos_local import LocalRelPositionAttention
+from oasr.layers.relpos_xl import xl_relative_positions
 from oasr.models.base import BaseAsrModel, BaseEncoder, DecodeType
 from oasr.models.ctc import BlankVocabMixin, CtcMixin, EncoderCtcModel
 from oasr.models.nemotron.predictor import AdditiveJoint, LstmPredictor
@@ -43,6 +50,7 @@ from oasr.models.parakeet.config import (
     ParakeetEncoderConfig,
     ParakeetHybridConfig,
     ParakeetTransducerConfig,
+    check_attention,
 )
 
 
@@ -141,21 +149,28 @@ class FastConformerBlock(nn.Module):
 
 
 class ParakeetBlock(FastConformerBlock):
-    """Parakeet's block: Transformer-XL relative-position attention, a batch-norm convolution.
+    """Parakeet's block: Transformer-XL relative-position attention (full, or within the
+    config's ``att_context_size`` band: ``oasr.layers.relpos_local``), a batch-norm convolution.
 
     Shapes:
-        x: (B, T, D), pos_emb: (2T - 1, D), lengths: (B,), valid: (B, T) bool -> (B, T, D);
+        x: (B, T, D), pos_emb: (2T - 1, D) (None under a band), lengths: (B,), valid: (B, T) bool
+        -> (B, T, D);
         with ``packing``, x is (N, D) packed rows, T is ``packing.max_len`` and ``valid``
         is None -> (N, D)
     """
 
     def __init__(self, cfg: ParakeetEncoderConfig) -> None:
         d = cfg.hidden_size
-        attn = RelPositionMultiHeadAttentionXL(d, cfg.num_attention_heads, bias=cfg.attention_bias)
+        attn = LocalRelPositionAttention(d, cfg.num_attention_heads, bias=cfg.attention_bias)
         conv = ConformerConvolution(
             d, cfg.conv_kernel_size, bias=cfg.convolution_bias, norm="batch_norm", activation=cfg.hidden_act
         )
         super().__init__(cfg, attn, conv)
+        self.set_attention(cfg)
+
+    def set_attention(self, cfg: ParakeetEncoderConfig) -> None:
+        """Attend as ``cfg`` says (``attention_model``, ``att_context_size``)."""
+        self.self_attn.set_context(cfg.attention_context, nemo_positions=cfg.attention_model == "rel_pos_local_attn")
 
     def forward(
         self,
@@ -225,10 +240,31 @@ class ParakeetEncoder(FastConformerEncoder):
     subsampling_class = ParakeetSubsampling
     block_class = ParakeetBlock
 
+    def set_attention(self, attention_model: str | None, att_context_size: tuple[int, int] | None) -> None:
+        """Switch every layer's attention, as NeMo's ``change_attention_model`` does: e.g.
+        ``("rel_pos_local_attn", (128, 128))`` for linear memory on long audio (the weights
+        serve every choice). None keeps the current value.
+
+        Raises:
+            ValueError: an attention model or context oasr does not implement (naming it).
+        """
+        cfg = self.config
+        model = cfg.attention_model if attention_model is None else attention_model
+        context = cfg.att_context_size if att_context_size is None else tuple(int(c) for c in att_context_size)
+        check_attention(model, context)
+        self.config = dataclasses.replace(cfg, attention_model=model, att_context_size=context)
+        for layer in self.layers:
+            layer.set_attention(self.config)
+
+    def _positions(self, t: int, x: torch.Tensor) -> torch.Tensor | None:
+        """Full attention's (2T' - 1, D) relative positions; None under a band (it makes its own)."""
+        if self.config.attention_context is not None:
+            return None
+        return xl_relative_positions(t, self.config.hidden_size, device=x.device, dtype=x.dtype)
+
     def block_inputs(self, x: torch.Tensor, lengths: torch.Tensor) -> tuple[Any, ...]:
         t = x.shape[1]
-        pos_emb = xl_relative_positions(t, self.config.hidden_size, device=x.device, dtype=x.dtype)  # (2T'-1, D)
-        return pos_emb, lengths, _valid(lengths, t)
+        return self._positions(t, x), lengths, _valid(lengths, t)
 
     def forward_packed(self, feats: torch.Tensor, cu_seqlens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Encode packed rows: the subsampling runs on the rows padded (its strided
@@ -241,7 +277,7 @@ class ParakeetEncoder(FastConformerEncoder):
         x, lengths = self.embed(rows.pad(feats), rows.lengths)
         packing = Packing(lengths)
         x = packing.unpad(x)  # (N', D)
-        pos_emb = xl_relative_positions(packing.max_len, self.config.hidden_size, device=x.device, dtype=x.dtype)
+        pos_emb = self._positions(packing.max_len, x)
         for layer in self.layers if packing.total else ():  # nothing to run when no row has a frame
             x = layer(x, pos_emb, lengths, None, packing)
         return x, packing.cu_seqlens

@@ -213,8 +213,11 @@ def randomize(model: torch.nn.Module, g: torch.Generator) -> None:
             module.running_var.copy_(torch.rand(module.running_var.shape, generator=g) + 0.5)
 
 
-def build(kind: str, directory: Path, seed: int = 0, joint_dropout: float = 0.2):
-    """Build a tiny random NeMo model of ``kind``, save it to ``directory / f"{kind}.nemo"``.
+def build(
+    kind: str, directory: Path, seed: int = 0, joint_dropout: float = 0.2, edit=None, blank_bias: float = BLANK_BIAS
+):
+    """Build a tiny random NeMo model of ``kind``, save it to ``directory / f"{kind}.nemo"``
+    (``edit(config)`` changes the release-shaped config first: a cache-aware encoder).
 
     Batch-norm running statistics are randomised too (fresh ones are the identity), so the
     checkpoint exercises every tensor. As in a trained release, the predictor's blank (padding)
@@ -230,7 +233,10 @@ def build(kind: str, directory: Path, seed: int = 0, joint_dropout: float = 0.2)
     directory = directory / f"joint_dropout_{joint_dropout}" if joint_dropout != 0.2 else directory
     directory.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(seed)
-    model = model_class(kind)(cfg=OmegaConf.create(model_config(kind, tok, joint_dropout)))
+    cfg = model_config(kind, tok, joint_dropout)
+    if edit is not None:
+        edit(cfg)
+    model = model_class(kind)(cfg=OmegaConf.create(cfg))
     with torch.no_grad():
         g = torch.Generator().manual_seed(seed)
         randomize(model, g)
@@ -241,7 +247,7 @@ def build(kind: str, directory: Path, seed: int = 0, joint_dropout: float = 0.2)
             # Blank wins most frames, as in a trained model: labels come a few per second, and the
             # recurrent predictor is not driven at ``max_symbols`` on every frame (where float32
             # rounding would decide between near-equal random labels).
-            model.joint.joint_net[-1].bias[blank] = BLANK_BIAS
+            model.joint.joint_net[-1].bias[blank] = blank_bias
         for head in (getattr(model, "decoder", None), getattr(model, "ctc_decoder", None)):
             if head is not None and hasattr(head, "decoder_layers"):
                 head.decoder_layers[0].bias[0] = -20.0

@@ -397,9 +397,9 @@ def test_an_unimplemented_config_value_is_refused_by_key_and_value(archives, tmp
     with tarfile.open(path) as tar:
         tar.extractall(unpacked, filter="data")
     cfg = yaml.safe_load((unpacked / "model_config.yaml").read_text())
-    cfg["encoder"]["self_attention_model"] = "rel_pos_local_attn"
+    cfg["encoder"]["self_attention_model"] = "abs_pos"
     (unpacked / "model_config.yaml").write_text(yaml.safe_dump(cfg))
-    with pytest.raises(LoadError, match=r"encoder\.self_attention_model='rel_pos_local_attn'"):
+    with pytest.raises(LoadError, match=r"encoder\.self_attention_model='abs_pos'"):
         load_pretrained(unpacked)
     cfg["encoder"]["self_attention_model"] = "rel_pos"
     cfg["preprocessor"]["window"] = "hamming"
