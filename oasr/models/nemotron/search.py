@@ -33,7 +33,9 @@ class GreedyResult:
     Attributes:
         tokens: emitted label ids per row (blank never appears).
         frames: the encoder frame each label was emitted at.
-        durations: TDT only: each label's predicted duration in frames (None for RNN-T).
+        durations: TDT only: how far each label moved its row, in frames (None for RNN-T).
+        token_durations: TDT only: each label's duration as the joint predicted it (``durations``
+            before the max-symbols rule forces a move; NeMo's ``token_duration``, which times it).
         token_logprobs: each label's log-probability under the joint.
         scores: per row, the log-probability of every symbol chosen (blanks included).
     """
@@ -43,30 +45,34 @@ class GreedyResult:
     durations: list[list[int]] | None = None
     token_logprobs: list[list[float]] | None = None
     scores: list[float] | None = None
+    token_durations: list[list[int]] | None = None
 
 
 def _collect(steps: list[tuple[torch.Tensor, ...]], batch: int, with_durations: bool) -> GreedyResult:
-    """Turn per-step (emit, token, frame, duration, log-prob, active) tensors into per-row
-    lists (one host copy)."""
+    """Turn per-step (emit, token, frame, advance, predicted duration, log-prob, active) tensors
+    into per-row lists (one host copy)."""
     if not steps:
-        empty = [[] for _ in range(batch)]
         return GreedyResult(
-            empty,
+            [[] for _ in range(batch)],
             [[] for _ in range(batch)],
             [[] for _ in range(batch)] if with_durations else None,
             [[] for _ in range(batch)],
             [0.0] * batch,
+            [[] for _ in range(batch)] if with_durations else None,
         )
-    emit, tok, frame, dur, logp, active = (torch.stack(x, dim=1).cpu() for x in zip(*steps))  # each (B, steps)
-    tokens, frames, durations, logprobs = [], [], [], []
+    emit, tok, frame, dur, pred, logp, active = (torch.stack(x, dim=1).cpu() for x in zip(*steps))  # (B, steps)
+    tokens, frames, durations, predicted, logprobs = [], [], [], [], []
     for b in range(batch):
         keep = emit[b]
         tokens.append(tok[b][keep].tolist())
         frames.append(frame[b][keep].tolist())
         durations.append(dur[b][keep].tolist())
+        predicted.append(pred[b][keep].tolist())
         logprobs.append(logp[b][keep].tolist())
     scores = (logp.double() * active).sum(dim=1).tolist()
-    return GreedyResult(tokens, frames, durations if with_durations else None, logprobs, scores)
+    if not with_durations:
+        return GreedyResult(tokens, frames, None, logprobs, scores)
+    return GreedyResult(tokens, frames, durations, logprobs, scores, predicted)
 
 
 @torch.no_grad()
@@ -101,7 +107,8 @@ def greedy_search(
     b, t_max, _ = enc.shape
     device = enc.device
     if b == 0:
-        return GreedyResult([], [], [] if durations is not None else None)
+        none_or_empty = [] if durations is not None else None
+        return GreedyResult([], [], none_or_empty, token_durations=none_or_empty)
     enc_proj = joint.project_encoder(enc)  # (B, T, Dj)
     lens = enc_lens.to(device=device, dtype=torch.long)
     vocab = joint.vocab_size
@@ -129,7 +136,8 @@ def greedy_search(
         advance, symbols = greedy_advance(blank, symbols, max_symbols_per_step, frame_durations)
         emit = active & ~blank
         chosen = logits[:, :vocab].float().log_softmax(dim=-1).gather(1, tokens[:, None])[:, 0]
-        steps.append((emit, tokens, t.clone(), advance, chosen, active))
+        predicted = advance if frame_durations is None else frame_durations
+        steps.append((emit, tokens, t.clone(), advance, predicted, chosen, active))
         t = t + torch.where(active, advance, torch.zeros_like(advance))
         if bool(emit.any()):
             state = predictor.advance(state, tokens, emit)

@@ -9,7 +9,10 @@ FastConformer encoder, the mel front end (``preprocessor``), the SentencePiece t
 (``tokenizer.model_path``), the predictor and joint sizes and the greedy defaults of ``decoding``
 (``greedy.max_symbols``, the TDT ``durations``). A key or value oasr does not implement is refused
 naming both. Of ``decoding`` only what changes greedy tokens is read (``strategy``, ``model_type``,
-``durations``, ``greedy.max_symbols``); its alignment, timestamp and confidence switches are not.
+``durations``, ``greedy.max_symbols``), and what shapes word and segment times
+(``segment_seperators``, ``segment_gap_threshold``: ``DecodingSpec.params["timestamps"]`` per decode
+type, read by ``engine/decode/nemo_times.py``; ``word_seperator`` must be a space); its alignment,
+timestamp and confidence switches are not.
 """
 
 from __future__ import annotations
@@ -133,6 +136,16 @@ def _greedy_strategy(decoding: Mapping[str, Any], where: str) -> None:
         raise LoadError(f"{where}.strategy={strategy!r} is not implemented by oasr (supported: greedy, greedy_batch)")
 
 
+def _timestamp_settings(decoding: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """What a ``decoding`` section sets for NeMo's word and segment times (unset: NeMo's defaults)."""
+    separator = decoding.get("word_seperator", " ")
+    if separator != " ":
+        raise LoadError(f"{where}.word_seperator={separator!r} is not implemented by oasr (a space)")
+    settings = {"segment_separators": decoding.get("segment_seperators")}
+    settings["segment_gap_threshold"] = decoding.get("segment_gap_threshold")
+    return {k: v for k, v in settings.items() if v is not None}
+
+
 def _ctc_vocab(decoder: Mapping[str, Any], where: str) -> int:
     """CTC outputs of a ``ConvASRDecoder`` section: its classes and the blank after them."""
     check_target(decoder, "ConvASRDecoder", where)
@@ -169,7 +182,8 @@ class NemoParakeetConverter:
             vocab = _ctc_vocab(_section(cfg, "decoder", where), "decoder")
             _greedy_strategy(cfg.get("decoding") or {}, "decoding")
             config: Any = ParakeetConfig(encoder=encoder, vocab_size=vocab, blank_id=vocab - 1)
-            decoding = DecodingSpec(DecodeType.CTC, params={})
+            timestamps = {"ctc": _timestamp_settings(cfg.get("decoding") or {}, "decoding")}
+            decoding = DecodingSpec(DecodeType.CTC, params={"timestamps": timestamps})
         else:
             fields, durations = self._transducer(cfg, encoder, where)
             if arch == HYBRID_ARCH:
@@ -183,7 +197,11 @@ class NemoParakeetConverter:
                 config = ParakeetHybridConfig(encoder=encoder, **fields, durations=durations)
             else:
                 config = ParakeetTransducerConfig(encoder=encoder, **fields, durations=durations)
-            decoding = transducer_decoding(config, durations)
+            timestamps = {"transducer": _timestamp_settings(cfg.get("decoding") or {}, "decoding")}
+            if arch == HYBRID_ARCH:
+                timestamps["ctc"] = _timestamp_settings(aux.get("decoding") or {}, "aux_ctc.decoding")
+            spec = transducer_decoding(config, durations)
+            decoding = DecodingSpec(spec.decode_type, params={**spec.params, "timestamps": timestamps})
         state = rename(state, (*NEMO_TRANSDUCER_RENAMES, *NEMO_CTC_RENAMES))
         if arch in (CTC_ARCH, HYBRID_ARCH):
             ctc_head_state(state, str(where))

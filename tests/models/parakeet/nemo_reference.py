@@ -24,14 +24,15 @@ TDT_DURATIONS = [0, 1, 2, 3, 4]
 BLANK_BIAS = 1.0  # the transducers' blank logit bias (see ``build``)
 
 
-def train_sentencepiece(directory: Path, vocab_size: int = 40) -> Path:
+def train_sentencepiece(directory: Path, vocab_size: int = 40, sentences: tuple[str, ...] = SENTENCES) -> Path:
     """A BPE SentencePiece model (``tokenizer.model``, ``tokenizer.vocab``, ``vocab.txt``) in
-    ``directory``, as NeMo's ``process_asr_text_tokenizer.py`` writes one for ``type: bpe``."""
+    ``directory``, trained on ``sentences``, as NeMo's ``process_asr_text_tokenizer.py`` writes one
+    for ``type: bpe``."""
     import sentencepiece as spm
 
     directory.mkdir(parents=True, exist_ok=True)
     text = directory / "text.txt"
-    text.write_text("\n".join(SENTENCES) + "\n")
+    text.write_text("\n".join(sentences) + "\n")
     spm.SentencePieceTrainer.train(
         input=str(text),
         model_prefix=str(directory / "tokenizer"),
@@ -190,8 +191,11 @@ def model_class(kind: str):
     }[kind]
 
 
-def build(kind: str, directory: Path, seed: int = 0, joint_dropout: float = 0.2):
-    """Build a tiny random NeMo model of ``kind``, save it to ``directory / f"{kind}.nemo"``.
+def build(
+    kind: str, directory: Path, seed: int = 0, joint_dropout: float = 0.2, sentences: tuple[str, ...] = SENTENCES
+):
+    """Build a tiny random NeMo model of ``kind``, save it to ``directory / f"{kind}.nemo"``
+    (its tokenizer trained on ``sentences``).
 
     Batch-norm running statistics are randomised too (fresh ones are the identity), so the
     checkpoint exercises every tensor. As in a trained release, the predictor's blank (padding)
@@ -203,7 +207,7 @@ def build(kind: str, directory: Path, seed: int = 0, joint_dropout: float = 0.2)
     """
     from omegaconf import OmegaConf
 
-    tok = train_sentencepiece(directory / f"{kind}_tokenizer")
+    tok = train_sentencepiece(directory / f"{kind}_tokenizer", sentences=sentences)
     directory = directory / f"joint_dropout_{joint_dropout}" if joint_dropout != 0.2 else directory
     directory.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(seed)

@@ -48,6 +48,7 @@ from oasr.engine.config import EngineConfig, StrategyOptions, TranscribeOptions
 from oasr.engine.decode.base import StepEvent
 from oasr.engine.decode.ctc.search import CtcHypothesis
 from oasr.engine.decode.ctc.strategy import CtcDecodeStrategy, _Req
+from oasr.engine.decode.nemo_times import transducer_offsets
 from oasr.engine.decode.words import text_labels
 from oasr.models.base import DecodeType
 from oasr.models.loaders import LoadedModel
@@ -77,6 +78,10 @@ class TransducerDecodeStrategy(CtcDecodeStrategy):
             raise ValueError("lm_path: n-gram LM fusion applies to CTC beam search, not to the transducer strategy")
         super().__init__(loaded, config)
         self.label_window = bool(getattr(self.model.predictor, "label_window_state", False))
+        # NeMo's timing (a model's ``token_timing``): a TDT label spans its predicted duration.
+        self.tdt_timing = self.nemo_timing is not None and bool(self.params.get("durations"))
+        if self.nemo_timing is not None:
+            self.nemo_timing = self._nemo_timing("tdt" if self.tdt_timing else "rnnt")
         self.prompted = "language" in self.model.encoder_options
         # Windows per encoder pass (the search still batches every row). On a CPU one window
         # already fills the GEMMs and a padded batch is slower (icefall Zipformer-medium, 1
@@ -123,13 +128,20 @@ class TransducerDecodeStrategy(CtcDecodeStrategy):
                     res = self._search(enc, enc_lens, rows, beam, max_sym, penalty, None)
                     parts = [(res, j) for j in range(len(rows))]
                 found = [
-                    (res.tokens[j], res.frames[j], _nth(res.token_logprobs, j), _nth(res.scores, j)) for res, j in parts
+                    (
+                        res.tokens[j],
+                        res.frames[j],
+                        _nth(res.token_logprobs, j),
+                        _nth(res.scores, j),
+                        _nth(res.token_durations, j) if self.tdt_timing else None,
+                    )
+                    for res, j in parts
                 ]
             except Exception as e:  # a failing search fails the requests of its rows alone
                 for r in rows:
                     self._fail(batch[r][0], e, events)
                 continue
-            for r, (tokens, frames, logprobs, score) in zip(rows, found):
+            for r, (tokens, frames, logprobs, score, durations) in zip(rows, found):
                 req, index = batch[r]
                 if req.done:
                     continue
@@ -138,10 +150,14 @@ class TransducerDecodeStrategy(CtcDecodeStrategy):
                     probs = [math.exp(x) for x in logprobs]
                 else:
                     probs = [math.exp((score or 0.0) / max(1, n))] * len(tokens)
+                offsets = None
+                if self.nemo_timing is not None:  # NeMo's [t, t + 1] (RNN-T) or [t, t + duration] (TDT)
+                    spans = transducer_offsets(frames, durations if self.tdt_timing else None)
+                    offsets = [o for tok, o in zip(tokens, spans) if int(tok) not in self.skip_ids]
                 tokens, frames, probs = text_labels(self.skip_ids, tokens, frames, probs)
                 hyp = CtcHypothesis(tuple(tokens), tuple(frames), float(score or 0.0))
                 try:
-                    req.results[index] = self._window_segments(req, index, hyp, probs, n)
+                    req.results[index] = self._window_segments(req, index, hyp, probs, n, offsets)
                 except Exception as e:
                     self._fail(req, e, events)
                     continue
