@@ -187,7 +187,15 @@ def add_search_flags(g: argparse._ArgumentGroup, *, every_request: bool = False)
         default=None,
         metavar="N",
         help=f"beams at temperature 0{scope} (1: greedy, at most 64; default: the decoding's own: Whisper 5, "
-        "CTC 1, CTC + attention rescoring 10, transducer 1)",
+        "CTC 1, CTC + attention rescoring 10, transducer the checkpoint's: 1 unless it names a beam search)",
+    )
+    g.add_argument(
+        "--search",
+        default=None,
+        metavar="NAME",
+        help=f"transducer search{scope}: greedy, NeMo's malsd / maes / beam, icefall's modified_beam (the model "
+        "names those it runs; default: the checkpoint's, a NeMo archive's decoding.strategy, else greedy for "
+        "beam size 1 and the model's first beam search for more)",
     )
     g.add_argument(
         "--best-of",
@@ -291,7 +299,7 @@ def _add_decode_options(parser: argparse.ArgumentParser, *, language: bool = Tru
         type=float,
         default=None,
         metavar="W",
-        help="CTC / transducer: bonus per hotword token (default 1.5)",
+        help="CTC / transducer: bonus per hotword token (default 1.5; NeMo CTC: boosting_tree_alpha)",
     )
     g.add_argument(
         "--ctc-weight",
@@ -346,6 +354,7 @@ _OPTION_NAMES = (
     "hotword_weight",
     "max_sym_per_frame",
     "blank_penalty",
+    "search",
     "max_new_tokens",
     "repetition_penalty",
     "ctc_weight",

@@ -271,6 +271,7 @@ SERVE_DECODE_FLAGS = (
     "best_of",
     "max_sym_per_frame",
     "blank_penalty",
+    "search",
     "max_new_tokens",
     "repetition_penalty",
     "temperature",
@@ -326,7 +327,10 @@ def run(args: argparse.Namespace) -> int:
         raise CliError(f"the server needs its extra: {install_hint('server')} ({e})", exit_code=2) from None
     from oasr.models.loaders import ModelNotFoundError
 
-    settings = settings_from_args(args)
+    try:
+        settings = settings_from_args(args)
+    except ValueError as e:  # a decoding flag that TranscribeOptions refuses (--search alsd)
+        raise CliError(str(e), exit_code=2) from None
     fix_malloc_mmap_threshold()
     try:
         sock = bind_socket(settings.host, settings.port)

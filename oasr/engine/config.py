@@ -147,6 +147,10 @@ MAX_BEAM_SIZE = 64
 ``max_beam_size`` (the bound every surface shares: Python, CLI, HTTP, WebSocket)."""
 
 
+TRANSDUCER_SEARCHES = ("greedy", "malsd", "maes", "beam", "modified_beam")
+"""Every transducer search a ``search`` option may name (a model runs some of them)."""
+
+
 def is_set(value: Any) -> bool:
     """Whether an option value was given (is not ``UNSET``)."""
     return value is not UNSET
@@ -240,10 +244,15 @@ class TranscribeOptions(CommonOptions):
         reverse_weight: CTC + attention rescoring: weight of the right-to-left decoder's
             score, 0..1 (None: the checkpoint's, else 0.0).
         hotword_weight: CTC decoding with ``hotwords``: bonus (natural log) per token of a
-            matched hotword phrase.
+            matched hotword phrase; for a NeMo checkpoint, the weight of its boosting tree
+            (NeMo's ``boosting_tree_alpha``; unset: the archive's when above 0, else 1.5).
         max_sym_per_frame: transducer greedy search: symbols per encoder frame (None: the
             model's own rule).
         blank_penalty: transducer: subtracted from the blank logit before the search.
+        search: transducer: which search ("greedy", NeMo's "malsd" / "maes" / "beam", icefall's
+            "modified_beam"; the model names those it runs); None: the checkpoint's (a NeMo
+            archive's ``decoding.strategy``), else greedy for ``beam_size`` 1 and the model's
+            first beam search for a wider beam.
         top_k: speech-LLM sampling: keep the k most likely tokens (0 = off).
         top_p: speech-LLM sampling: keep the smallest set of tokens whose probability
             reaches top_p, in (0, 1] (1.0 = off).
@@ -282,6 +291,7 @@ class TranscribeOptions(CommonOptions):
     hotword_weight: float = UNSET
     max_sym_per_frame: int | None = UNSET
     blank_penalty: float = UNSET
+    search: str | None = UNSET
     top_k: int | None = UNSET
     top_p: float | None = UNSET
     context: str | None = UNSET
@@ -358,6 +368,8 @@ class TranscribeOptions(CommonOptions):
             raise ValueError(f"hotword_weight must be >= 0, got {self.hotword_weight}")
         if given("max_sym_per_frame") and self.max_sym_per_frame < 1:
             raise ValueError(f"max_sym_per_frame must be >= 1, got {self.max_sym_per_frame}")
+        if given("search") and self.search not in TRANSDUCER_SEARCHES:
+            raise ValueError(f"search must be one of {list(TRANSDUCER_SEARCHES)} or None, got {self.search!r}")
         if given("top_k") and self.top_k < 0:
             raise ValueError(f"top_k must be >= 0 (0 = off), got {self.top_k}")
         if given("top_p") and not 0 < self.top_p <= 1:

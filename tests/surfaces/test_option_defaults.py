@@ -43,7 +43,7 @@ def test_strategy_defaults_are_their_references():
     assert classes["aed"]().beam_size == 5 and classes["aed"]().best_of == 5  # faster-whisper
     assert classes["ctc"]().beam_size == 1  # WeNet ctc_greedy_search, transformers' CTC pipelines
     assert classes["ctc_aed_rescoring"]().beam_size == 10  # WeNet recognize.py
-    assert classes["transducer"]().beam_size == 1  # icefall / NeMo greedy
+    assert classes["transducer"]().beam_size is None  # the checkpoint's: greedy unless a NeMo archive names a beam
     llm = classes["llm"]()
     assert (llm.temperature, llm.top_k, llm.top_p, llm.repetition_penalty) == (None,) * 4  # the checkpoint's
     assert dataclasses.fields(classes["paraformer"]) == ()

@@ -17,12 +17,14 @@ This is NeMo's (and transformers' ``generate``'s) greedy decode, batched.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
 from oasr.models.decoders.base import greedy_advance
+from oasr.models.nemotron.beam import BeamResult, default_beam_search, maes_search, malsd_search
 from oasr.models.nemotron.predictor import AdditiveJoint, LstmPredictor
 
 
@@ -144,6 +146,11 @@ def greedy_search(
     return _collect(steps, b, dur_values is not None)
 
 
+NEMO_SEARCHES = ("greedy", "malsd", "maes", "beam")
+"""The searches ``nemo_transducer_search`` runs: NeMo's greedy, ``malsd_batch`` (the beam search
+NeMo recommends), ``maes`` and its default ``beam`` (``beam.py``)."""
+
+
 def nemo_transducer_search(
     model,
     enc: torch.Tensor,
@@ -153,15 +160,72 @@ def nemo_transducer_search(
     max_sym_per_frame: int | None,
     blank_penalty: float,
     context_graph=None,
-) -> GreedyResult:
+    search: str = "greedy",
+    params: Mapping[str, Any] | None = None,
+) -> GreedyResult | BeamResult:
     """The engine's ``transducer_search`` for a NeMo LSTM transducer (RNN-T, or TDT where the model
-    has ``durations``): batched greedy only.
+    has ``durations``).
+
+    Args:
+        search: one of ``NEMO_SEARCHES``: "greedy" (batched, ``beam_size`` 1), "malsd" (NeMo's
+            ``malsd_batch`` with beam ``beam_size``), "maes" or "beam" (NeMo's modified adaptive
+            expansion search and default beam search, row by row, ``beam_size`` > 1).
+        max_sym_per_frame: labels per frame (None: the checkpoint's: ``decoding.greedy.max_symbols``
+            for greedy, ``decoding.beam.max_symbols`` for malsd).
+        params: the checkpoint's beam settings (NeMo's ``decoding.beam``: ``score_norm``,
+            ``max_symbols``, ``maes_num_steps``, ``maes_prefix_alpha``, ``maes_expansion_gamma``,
+            ``maes_expansion_beta``); None: NeMo's defaults.
 
     Raises:
-        ValueError: ``beam_size`` > 1 or hotwords: the recurrent predictor cannot be beam-searched here.
+        ValueError: another search, or hotwords (phrase boosting is not implemented for these).
     """
-    if beam_size > 1 or context_graph is not None:
-        raise ValueError(f"{type(model).__name__} decodes greedily only (its predictor is recurrent)")
+    if context_graph is not None:
+        raise ValueError(f"hotwords: {type(model).__name__} has no phrase boosting in its searches")
+    durations = getattr(model, "durations", None) or None
+    params = params or {}
+    if search == "malsd":
+        return malsd_search(
+            model.joiner,
+            model.predictor,
+            enc,
+            enc_lens,
+            blank_id=model.blank_id,
+            beam_size=beam_size,
+            durations=durations,
+            max_symbols=max_sym_per_frame or params.get("max_symbols", 10),
+            score_norm=bool(params.get("score_norm", True)),
+            blank_penalty=blank_penalty,
+        )
+    if search == "maes":
+        return maes_search(
+            model.joiner,
+            model.predictor,
+            enc,
+            enc_lens,
+            blank_id=model.blank_id,
+            beam_size=beam_size,
+            durations=durations,
+            num_steps=int(params.get("maes_num_steps", 2)),
+            prefix_alpha=int(params.get("maes_prefix_alpha", 1)),
+            expansion_gamma=float(params.get("maes_expansion_gamma", 2.3)),
+            expansion_beta=int(params.get("maes_expansion_beta", 2)),
+            score_norm=bool(params.get("score_norm", True)),
+            blank_penalty=blank_penalty,
+        )
+    if search == "beam":
+        return default_beam_search(
+            model.joiner,
+            model.predictor,
+            enc,
+            enc_lens,
+            blank_id=model.blank_id,
+            beam_size=beam_size,
+            durations=durations,
+            score_norm=bool(params.get("score_norm", True)),
+            blank_penalty=blank_penalty,
+        )
+    if search != "greedy" or beam_size != 1:
+        raise ValueError(f"search={search!r} with beam_size={beam_size}: {type(model).__name__} runs {NEMO_SEARCHES}")
     return greedy_search(
         model.joiner,
         model.predictor,
@@ -169,9 +233,9 @@ def nemo_transducer_search(
         enc_lens,
         blank_id=model.blank_id,
         max_symbols_per_step=max_sym_per_frame or model.config.max_symbols_per_step,
-        durations=getattr(model, "durations", None) or None,
+        durations=durations,
         blank_penalty=blank_penalty,
     )
 
 
-__all__ = ["GreedyResult", "greedy_search", "nemo_transducer_search"]
+__all__ = ["NEMO_SEARCHES", "GreedyResult", "greedy_search", "nemo_transducer_search"]

@@ -37,7 +37,7 @@ from oasr.layers.relpos_xl import RelPositionMultiHeadAttentionXL, xl_relative_p
 from oasr.models.base import BaseAsrModel, BaseEncoder, DecodeType
 from oasr.models.ctc import BlankVocabMixin, CtcMixin, EncoderCtcModel
 from oasr.models.nemotron.predictor import AdditiveJoint, LstmPredictor
-from oasr.models.nemotron.search import GreedyResult, greedy_search, nemo_transducer_search
+from oasr.models.nemotron.search import NEMO_SEARCHES, GreedyResult, greedy_search, nemo_transducer_search
 from oasr.models.parakeet.config import (
     ParakeetConfig,
     ParakeetEncoderConfig,
@@ -278,7 +278,10 @@ class ParakeetTransducerModel(BlankVocabMixin, BaseAsrModel):
         return tuple(getattr(self.config, "durations", ()))
 
     transducer_search = nemo_transducer_search
-    """The engine's transducer search (``oasr.engine.decode.transducer``): batched greedy RNN-T / TDT."""
+    """The engine's transducer search (``oasr.engine.decode.transducer``): NeMo's batched greedy and
+    beam searches over RNN-T / TDT (``oasr.models.nemotron.search``)."""
+    transducer_searches = NEMO_SEARCHES
+    """The ``search`` values ``transducer_search`` takes (greedy first)."""
 
     @torch.no_grad()
     def greedy_decode(self, feats: torch.Tensor, feat_lens: torch.Tensor, *encoder_args: Any) -> GreedyResult:

@@ -407,7 +407,7 @@ def test_an_unimplemented_config_value_is_refused_by_key_and_value(archives, tmp
     with pytest.raises(LoadError, match=r"preprocessor\.window='hamming'"):
         load_pretrained(unpacked)
     cfg["preprocessor"]["window"] = "hann"
-    cfg["decoding"]["strategy"] = "maes"
+    cfg["decoding"]["strategy"] = "tsd"
     (unpacked / "model_config.yaml").write_text(yaml.safe_dump(cfg))
-    with pytest.raises(LoadError, match=r"decoding\.strategy='maes'"):
+    with pytest.raises(LoadError, match=r"decoding\.strategy='tsd'"):
         load_pretrained(unpacked)

@@ -4,9 +4,9 @@
 
 * ``oasr transcribe -f verbose_json`` prints the in-process ``ASREngine``'s verbose_json;
 * ``oasr serve`` answers verbose_json (text, segments, word times) equal to the engine's;
-* a beam is refused for the recurrent predictor: ``oasr transcribe --beam-size 4`` and
-  ``oasr serve --beam-size 4`` exit 2 with a one-line message naming it (the server before it
-  listens).
+* a search the model does not run is refused: ``oasr transcribe --search modified_beam`` and
+  ``oasr serve --search modified_beam`` exit 2 with a one-line message naming the searches it
+  runs (the server before it listens).
 """
 
 from __future__ import annotations
@@ -97,18 +97,18 @@ def test_server_verbose_json_with_word_times_equals_the_engine(checkpoint, serve
     assert [{k: s[k] for k in keys} for s in got["segments"]] == [{k: s[k] for k in keys} for s in want["segments"]]
 
 
-def test_cli_beam_is_exit_2_naming_the_recurrent_predictor(checkpoint, clip, capsys):
+def test_cli_a_search_the_model_lacks_is_exit_2_naming_its_searches(checkpoint, clip, capsys):
     from oasr.cli.main import main
 
     with pytest.raises(SystemExit) as exc:
-        main(["transcribe", str(clip), "--model", str(checkpoint[1]), "--beam-size", "4", "--no-progress"])
+        main(["transcribe", str(clip), "--model", str(checkpoint[1]), "--search", "modified_beam", "--no-progress"])
     assert exc.value.code == 2
     err = capsys.readouterr().err
-    assert "beam_size=4" in err and "recurrent predictor" in err and "Traceback" not in err
+    assert "search='modified_beam'" in err and "'malsd'" in err and "Traceback" not in err
 
 
-def test_serve_beam_is_exit_2_before_listening(checkpoint):
-    code, output, _ = failed_start(["--model", str(checkpoint[1]), "--beam-size", "4"])
+def test_serve_a_search_the_model_lacks_is_exit_2_before_listening(checkpoint):
+    code, output, _ = failed_start(["--model", str(checkpoint[1]), "--search", "modified_beam"])
     assert code == 2, output
-    assert "beam_size=4" in output and "recurrent predictor" in output and "not starting" in output
+    assert "search='modified_beam'" in output and "'malsd'" in output and "not starting" in output
     assert "Traceback" not in output

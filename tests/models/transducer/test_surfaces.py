@@ -152,6 +152,7 @@ def test_cli_transducer_flags_reach_the_options(reference, engine, clips, capsys
         (["--blank-penalty", "nan"], "argument --blank-penalty: must be a finite number, got nan"),
         (["--blank-penalty", "x"], "argument --blank-penalty: expected a number"),
         (["--beam-size", "4", "--max-sym-per-frame", "2"], "max_sym_per_frame applies to greedy search"),
+        (["--search", "alsd"], "search must be one of ['greedy', 'malsd', 'maes', 'beam', 'modified_beam']"),
     ],
 )
 @pytest.mark.parametrize("command", ["transcribe", "eval", "serve"])

@@ -17,7 +17,17 @@ Life of a request:
    Each row is then searched on the CPU: greedy for ``beam_size == 1``, else prefix
    beam search with the engine's n-gram LM (``EngineConfig.lm_path``) and the
    request's hotwords fused; hotwords need ``beam_size > 1``, and an LM applies
-   to beam search only.
+   to beam search only. A NeMo checkpoint (its ``DecodingSpec.params["ctc_decoding"]``,
+   read from the archive's ``decoding`` by ``oasr.models.parakeet.convert_nemo``) is
+   searched as NeMo searches it instead (``oasr.engine.decode.ctc.batched_beam``):
+   ``beam_size`` > 1 is NeMo's ``beam_batch`` search (its ``beam_beta`` and
+   ``beam_threshold`` from the archive), and ``beam_size`` unset is the archive's (its
+   ``beam.beam_size`` under ``strategy: beam_batch``, else 1); hotwords build NeMo's
+   boosting tree (``oasr.engine.decode.boosting``, its shape from the archive's
+   ``boosting_tree``), fused with weight ``hotword_weight`` (NeMo's
+   ``boosting_tree_alpha``; unset: the archive's when it sets one above 0) into the
+   beam search, or into NeMo's ``greedy_batch`` decoding when ``beam_size`` is 1. An
+   n-gram LM (``lm_path``) is refused there.
 3. Results: every window yields segments, split at pauses of more than
    ``SEGMENT_GAP_S`` between words; ``segment`` events go out in time order as soon
    as all earlier windows are done, then ``finished`` with the ``RequestOutput``.
@@ -61,7 +71,9 @@ import torch
 from oasr.audio.frontends import pad_features
 from oasr.engine.config import EngineConfig, StrategyOptions, TranscribeOptions
 from oasr.engine.decode.base import Request, StepEvent
-from oasr.engine.decode.ctc.lm import ContextGraph, LmFusion, NgramLanguageModel
+from oasr.engine.decode.boosting import BoostingConfig, BoostingTree
+from oasr.engine.decode.ctc.batched_beam import BeamSettings, ctc_batched_beam_search, ctc_greedy_fused_search
+from oasr.engine.decode.ctc.lm import ContextGraph, LmFusion, NgramLanguageModel, parse_hotwords
 from oasr.engine.decode.ctc.rescoring import attention_rescoring
 from oasr.engine.decode.ctc.search import (
     CtcHypothesis,
@@ -83,7 +95,7 @@ PACK_MIN_PADDING = 0.1  # with sequence packing, batches padded by less than thi
 @dataclass
 class _Req(WindowedRequest):
     beam: int = 1
-    hotwords: ContextGraph | None = None
+    hotwords: ContextGraph | BoostingTree | None = None
     window_texts: dict[int, str] = field(default_factory=dict)  # NeMo's text of each window (its timing)
 
     @property
@@ -144,6 +156,13 @@ class CtcDecodeStrategy(WindowedStrategy):
         self.frame_s = self.subsampling * float(self.frontend.frame_shift_s)
         self.params = dict(loaded.decoding_spec.params) if loaded.decoding_spec is not None else {}
         self.pieces = TokenPieces(self.tokenizer, self.skip_ids | {self.blank_id})
+        self.nemo = self.params.get("ctc_decoding") if self.decode_type is DecodeType.CTC else None
+        """NeMo's decoding of a NeMo checkpoint (see the module docstring), or None."""
+        if self.nemo is not None and config.lm_path:
+            raise ValueError(
+                "lm_path: this NeMo checkpoint is searched as NeMo's beam_batch, whose n-gram fusion (a "
+                "token-level NGPU-LM) oasr does not implement"
+            )
         self.lm = (
             LmFusion(NgramLanguageModel(config.lm_path), self.pieces, config.lm_alpha, config.lm_beta)
             if config.lm_path
@@ -179,17 +198,47 @@ class CtcDecodeStrategy(WindowedStrategy):
         return ("ctc",)
 
     def validate(self, options: TranscribeOptions) -> TranscribeOptions:
+        given = options.given()
         options = super().validate(options)
+        if self.nemo is not None:
+            return self._validate_nemo(options, given)
         if options.hotwords:
             if options.beam_size < 2:
                 raise ValueError("hotwords need beam_size > 1 (greedy CTC decoding cannot boost phrases)")
             ContextGraph.from_text(options.hotwords, self.tokenizer, options.hotword_weight)
         return options
 
+    def _validate_nemo(self, options: TranscribeOptions, given: dict) -> TranscribeOptions:
+        """The archive's defaults where the request left ``beam_size`` / ``hotword_weight`` unset;
+        hotwords checked by building their boosting tree."""
+        fill = {}
+        if "beam_size" not in given:
+            fill["beam_size"] = int(self.nemo["beam_size"])
+        search = self.nemo["beam" if fill.get("beam_size", options.beam_size) > 1 else "greedy"]
+        if "hotword_weight" not in given and search["boosting_alpha"] > 0:
+            fill["hotword_weight"] = float(search["boosting_alpha"])
+        options = options.replace(**fill) if fill else options
+        if options.hotwords:
+            self._boosting_tree(options)
+        return options
+
+    def _boosting_tree(self, opts: TranscribeOptions) -> BoostingTree:
+        """NeMo's boosting tree of a request's hotwords (the shape of its search's ``boosting_tree``)."""
+        search = self.nemo["beam" if opts.beam_size > 1 else "greedy"]
+        config = BoostingConfig(**search["boosting"])
+        return BoostingTree.from_phrases(
+            parse_hotwords(opts.hotwords), self.tokenizer.encode_text, self.blank_id, config
+        )
+
     def _new_entry(self, request: Request) -> _Req:
         opts = request.options
         windows = list(request.features.windows)
-        hotwords = ContextGraph.from_text(opts.hotwords, self.tokenizer, opts.hotword_weight) if opts.hotwords else None
+        if not opts.hotwords:
+            hotwords = None
+        elif self.nemo is not None:
+            hotwords = self._boosting_tree(opts)
+        else:
+            hotwords = ContextGraph.from_text(opts.hotwords, self.tokenizer, opts.hotword_weight)
         return _Req(request, opts, windows, [None] * len(windows), beam=opts.beam_size, hotwords=hotwords)
 
     def _language(self, req: _Req) -> str | None:
@@ -212,10 +261,11 @@ class CtcDecodeStrategy(WindowedStrategy):
 
     def _run_batch(self, batch: list[tuple[_Req, int]], events: list[StepEvent]) -> None:
         rows = [r.windows[i].feats for r, i in batch]
+        reqs = [r for r, _ in batch]
         greedy = self.best_path_only and all(r.greedy for r, _ in batch)
         frames = [f.shape[0] for f in rows]
         if self.packing and len(rows) * max(frames) > (1 + PACK_MIN_PADDING) * sum(frames):
-            decode_row = self._packed_rows(rows, frames, greedy)
+            decode_row = self._packed_rows(rows, frames, greedy, reqs)
         else:
             feats, lens = pad_features(rows)
             min_frames = 4 * self.subsampling  # room for the subsampling convolutions; rows keep their lengths
@@ -223,7 +273,7 @@ class CtcDecodeStrategy(WindowedStrategy):
                 feats = torch.nn.functional.pad(feats, (0, 0, 0, min_frames - feats.shape[1]))
             feats = feats.to(device=self.device, dtype=self.dtype)
             lens = lens.to(self.device)
-            decode_row = self._best_path_rows(feats, lens) if greedy else self._searched_rows(feats, lens)
+            decode_row = self._best_path_rows(feats, lens) if greedy else self._searched_rows(feats, lens, reqs)
         for row, (req, index) in enumerate(batch):
             if req.done:
                 continue
@@ -235,12 +285,12 @@ class CtcDecodeStrategy(WindowedStrategy):
                 continue
             self._touched[req.rid] = req
 
-    def _searched_rows(self, feats: torch.Tensor, lens: torch.Tensor) -> _RowDecoder:
+    def _searched_rows(self, feats: torch.Tensor, lens: torch.Tensor, reqs: list[_Req]) -> _RowDecoder:
         """Run a padded batch; rows are searched over their (T', V) log-probs."""
         log_probs, out_lens, extra = self._forward(feats, lens)
         log_probs = log_probs.detach().to(device="cpu", dtype=torch.float32)
         n_out = [min(int(x), log_probs.shape[1]) for x in out_lens.tolist()]
-        return self._search_rows([log_probs[row, :n] for row, n in enumerate(n_out)], extra)
+        return self._search_rows([log_probs[row, :n] for row, n in enumerate(n_out)], extra, reqs)
 
     def _best_path_rows(self, feats: torch.Tensor, lens: torch.Tensor) -> _RowDecoder:
         """Run a padded batch of greedy rows: only each frame's best symbol and its
@@ -252,7 +302,7 @@ class CtcDecodeStrategy(WindowedStrategy):
         rows = list(enumerate(n_out))
         return self._collapse_rows([top[row, :n] for row, n in rows], [ids[row, :n] for row, n in rows])
 
-    def _packed_rows(self, rows: list[torch.Tensor], frames: list[int], greedy: bool) -> _RowDecoder:
+    def _packed_rows(self, rows: list[torch.Tensor], frames: list[int], greedy: bool, reqs: list[_Req]) -> _RowDecoder:
         """Run the batch's windows (``frames`` long each) packed end to end
         (``encode_offline_packed``), then the CTC head on the packed frames: the best path
         for greedy rows, else log-probs."""
@@ -267,14 +317,60 @@ class CtcDecodeStrategy(WindowedStrategy):
             top, ids = top.detach().to(device="cpu", dtype=torch.float32), ids.detach().cpu()
             return self._collapse_rows(list(top.split(n_out)), list(ids.split(n_out)))
         log_probs = head(hidden).detach().to(device="cpu", dtype=torch.float32)
-        return self._search_rows(list(log_probs.split(n_out)), None)
+        return self._search_rows(list(log_probs.split(n_out)), None, reqs)
 
-    def _search_rows(self, log_probs: list[torch.Tensor], extra: object) -> _RowDecoder:
-        """Rows searched over their (T', V) log-probs (on the CPU, valid frames)."""
+    def _search_rows(self, log_probs: list[torch.Tensor], extra: object, reqs: list[_Req]) -> _RowDecoder:
+        """Rows searched over their (T', V) log-probs (on the CPU, valid frames); a NeMo
+        checkpoint's rows as NeMo searches them (``_nemo_rows``)."""
+        if self.nemo is not None:
+            return self._nemo_rows(log_probs, reqs)
 
         def decode_row(row: int, req: _Req) -> tuple[CtcHypothesis, list[float], int, Offsets | None]:
             lp = log_probs[row]
             hyp = self._search(req, lp, row, extra)
+            offsets = None
+            if self.nemo_timing is not None and req.greedy:  # NeMo times a token from its run's start
+                best = lp.topk(1, dim=-1).indices[:, 0].tolist()
+                offsets = ctc_offsets(best_path_run_starts(best, self.blank_id, self.skip_ids))
+            return hyp, lp[list(hyp.frames), list(hyp.tokens)].exp().tolist(), lp.shape[0], offsets
+
+        return decode_row
+
+    def _nemo_rows(self, log_probs: list[torch.Tensor], reqs: list[_Req]) -> _RowDecoder:
+        """NeMo's ``beam_batch`` search (``beam_size`` > 1) or ``greedy_batch`` with the boosting
+        tree of the request's hotwords, batched over the rows that share their settings (a
+        request's rows share its tree); a search that fails fails its rows alone."""
+        groups: dict[tuple, list[int]] = {}
+        for row, req in enumerate(reqs):
+            if not req.done:
+                groups.setdefault((req.beam, float(req.opts.hotword_weight), id(req.hotwords)), []).append(row)
+        found: dict[int, CtcHypothesis | Exception] = {}
+        beam = self.nemo["beam"]
+        for (size, alpha, _), rows in groups.items():
+            tree = reqs[rows[0]].hotwords
+            lens = torch.tensor([log_probs[r].shape[0] for r in rows])
+            padded = torch.nn.utils.rnn.pad_sequence([log_probs[r] for r in rows], batch_first=True)  # (B, T', V)
+            try:
+                if size == 1 and tree is None:  # a greedy row in a batch with beams: plain best path
+                    hyps = [ctc_greedy_search(log_probs[r], self.blank_id, self.skip_ids) for r in rows]
+                elif size > 1:
+                    settings = BeamSettings(size, float(beam["beam_beta"]), float(beam["beam_threshold"]))
+                    hyps = [
+                        nbest[0]
+                        for nbest in ctc_batched_beam_search(
+                            padded, lens, self.blank_id, settings, tree, alpha, self.skip_ids
+                        )  # type: ignore[arg-type]
+                    ]
+                else:
+                    hyps = ctc_greedy_fused_search(padded, lens, self.blank_id, tree, alpha, self.skip_ids)  # type: ignore[arg-type]
+            except Exception as e:  # noqa: BLE001 - reported on each of the group's rows
+                hyps = [e] * len(rows)
+            found.update(zip(rows, hyps))
+
+        def decode_row(row: int, req: _Req) -> tuple[CtcHypothesis, list[float], int, Offsets | None]:
+            hyp, lp = found[row], log_probs[row]
+            if isinstance(hyp, Exception):
+                raise hyp
             offsets = None
             if self.nemo_timing is not None and req.greedy:  # NeMo times a token from its run's start
                 best = lp.topk(1, dim=-1).indices[:, 0].tolist()

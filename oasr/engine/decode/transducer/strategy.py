@@ -5,21 +5,35 @@ A transducer request lives exactly as a CTC one does (``oasr.engine.decode.ctc.s
 ``step`` encodes up to ``max_batch_size`` windows of any requests in one padded
 ``encode_offline``; the rows are searched; segments, token and word times come from the
 emission frames through the same frame-synchronous timing CTC uses, and go out in time
-order. What differs is the search, which the model runs over the whole batch at once:
+order. What differs is the search, which the model runs over the whole batch at once.
 
-* ``beam_size`` 1 (the default, as icefall's ``greedy_search`` and NeMo's greedy decoding):
-  greedy search batched over every row, at most ``max_sym_per_frame`` symbols per frame
-  (None: the model's own default, icefall's 1 or the NeMo checkpoint's
-  ``max_symbols_per_step``) and ``blank_penalty`` subtracted from the blank logit; a TDT
-  model advances each row by its predicted duration;
-* ``beam_size`` k > 1: icefall's modified beam search with beam k (one symbol per frame,
-  hypotheses merged by label sequence), batched across requests; hotwords bias it through a
-  context graph (``hotwords`` / ``hotword_weight``) as icefall and sherpa-onnx do. A model
-  whose predictor keeps a recurrent state (``label_window_state`` False) refuses it.
+The search is the request's ``search`` and ``beam_size`` (``TransducerOptions``); left unset,
+the checkpoint's (``DecodingSpec.params``: ``search``, ``beam_size`` and the ``beam`` settings a
+NeMo archive's ``decoding`` section carries), greedy where it names none; a ``beam_size`` alone
+picks greedy for 1, else the checkpoint's beam search or the model's first. A model declares the
+searches it runs (``transducer_searches``; icefall's: greedy, and modified beam search over a
+label window):
+
+* ``greedy`` (icefall's ``greedy_search``, NeMo's greedy decoding): batched over every row, at
+  most ``max_sym_per_frame`` symbols per frame (None: the model's own default, icefall's 1 or
+  the NeMo checkpoint's ``max_symbols_per_step``) and ``blank_penalty`` subtracted from the blank
+  logit; a TDT model advances each row by its predicted duration;
+* ``modified_beam`` (icefall's modified beam search, beam k > 1): one symbol per frame,
+  hypotheses merged by label sequence, batched across requests; hotwords bias it through a
+  context graph (``hotwords`` / ``hotword_weight``) as icefall and sherpa-onnx do;
+* ``malsd`` (NeMo's ``malsd_batch``, RNN-T and TDT): batched over rows and beams, the labels
+  per frame bounded by ``max_sym_per_frame`` (None: the archive's ``decoding.beam.max_symbols``),
+  the answer chosen with NeMo's ``score_norm``;
+* ``maes`` and ``beam`` (NeMo's modified adaptive expansion search, with the archive's
+  ``maes_*`` settings, and its default beam search; RNN-T and TDT, beam > 1): row by row, as
+  NeMo runs them.
+
+Hotwords are boosted by ``modified_beam`` only (refused with another beam search).
 
 The model answers through the contract: ``encode_offline``, ``predictor.label_window_state``
 and ``transducer_search(enc, enc_lens, *, beam_size, max_sym_per_frame, blank_penalty,
-context_graph)`` returning per-row tokens, emission frames, and (greedy) each token's
+context_graph[, search, params])`` (``search`` and the checkpoint's ``params`` where the model
+declares ``transducer_searches``) returning per-row tokens, emission frames, and (greedy) each token's
 log-probability. A model whose ``encoder_options`` include ``language`` conditions each row
 on its request's language (resolved by the base ``validate`` to an entry of
 ``model.languages``; None: the model's default prompt): ``prompt_ids(languages, batch_size,
@@ -56,17 +70,23 @@ from oasr.models.loaders import LoadedModel
 
 @dataclass(frozen=True)
 class TransducerOptions(StrategyOptions):
-    """The options the ``transducer`` strategy reads: greedy by default, as icefall's and NeMo's
-    own decoding; ``max_sym_per_frame`` None is the model's own rule."""
+    """The options the ``transducer`` strategy reads. ``search`` and ``beam_size`` None are the
+    checkpoint's decoding (a NeMo archive's ``decoding`` section; greedy where it names none, as
+    icefall's and NeMo's own default); ``max_sym_per_frame`` None is the model's own rule."""
 
-    beam_size: int = 1
+    beam_size: int | None = None
+    search: str | None = None
     hotword_weight: float = 1.5
     max_sym_per_frame: int | None = None
     blank_penalty: float = 0.0
 
 
+DEFAULT_BEAM = 4  # icefall's --beam-size and NeMo's BeamRNNTInferConfig default, where a checkpoint names none
+_TAKES_MAX_SYM = ("greedy", "malsd")  # the searches with a labels-per-frame bound
+
+
 class TransducerDecodeStrategy(CtcDecodeStrategy):
-    """Batched greedy / modified-beam transducer decoding (see the module notes)."""
+    """Batched greedy / beam transducer decoding (see the module notes)."""
 
     decode_type = DecodeType.TRANSDUCER
     options_class = TransducerOptions
@@ -78,6 +98,14 @@ class TransducerDecodeStrategy(CtcDecodeStrategy):
             raise ValueError("lm_path: n-gram LM fusion applies to CTC beam search, not to the transducer strategy")
         super().__init__(loaded, config)
         self.label_window = bool(getattr(self.model.predictor, "label_window_state", False))
+        # The searches the model runs: declared (``transducer_searches``, which ``transducer_search``
+        # then takes by name), else greedy and, over a label window, icefall's modified beam search.
+        declared = tuple(getattr(self.model, "transducer_searches", ()))
+        self.named_search = bool(declared)
+        self.searches = declared or (("greedy", "modified_beam") if self.label_window else ("greedy",))
+        self.default_search = str(self.params.get("search", "greedy"))
+        self.default_beam = int(self.params.get("beam_size", DEFAULT_BEAM))
+        self.search_params = dict(self.params.get("beam") or {})
         # NeMo's timing (a model's ``token_timing``): a TDT label spans its predicted duration.
         self.tdt_timing = self.nemo_timing is not None and bool(self.params.get("durations"))
         if self.nemo_timing is not None:
@@ -91,14 +119,45 @@ class TransducerDecodeStrategy(CtcDecodeStrategy):
     def validate(self, options: TranscribeOptions) -> TranscribeOptions:
         what = f"{type(self.model).__name__} decoded by 'transducer'"
         options = self.options_class.resolve(options, str(self.decode_type))
-        if options.beam_size > 1 and not self.label_window:
+        search, beam = self._search_and_beam(options.search, options.beam_size, what)
+        if options.max_sym_per_frame is not None and search not in _TAKES_MAX_SYM:
             raise ValueError(
-                f"beam_size={options.beam_size}: {what} has a recurrent predictor, which beam search cannot "
-                f"reorder; use beam_size=1 (greedy)"
+                f"max_sym_per_frame applies to greedy search (and NeMo's malsd); {search!r} search emits "
+                f"{'one per frame' if search == 'modified_beam' else 'by its own rule'}"
             )
-        if options.beam_size > 1 and options.max_sym_per_frame not in (None, 1):
-            raise ValueError("max_sym_per_frame applies to greedy search; modified beam search emits one per frame")
-        return super().validate(options)
+        if options.hotwords and beam > 1 and search != "modified_beam":
+            raise ValueError(
+                f"hotwords: phrase boosting is implemented for icefall's modified beam search only, not for "
+                f"search={search!r}"
+            )
+        return super().validate(options.replace(search=search, beam_size=beam))
+
+    def _search_and_beam(self, search: str | None, beam: int | None, what: str) -> tuple[str, int]:
+        """The search and beam of a request: what it names, else the checkpoint's (see the options)."""
+        beams = [s for s in self.searches if s != "greedy"]
+        if search is None:
+            if beam is None:
+                search = self.default_search
+            elif beam == 1:
+                search = "greedy"
+            elif self.default_search != "greedy":
+                search = self.default_search
+            elif beams:
+                search = beams[0]
+            else:
+                raise ValueError(
+                    f"beam_size={beam}: {what} has a recurrent predictor, which beam search cannot reorder; "
+                    f"use beam_size=1 (greedy)"
+                )
+        if search not in self.searches:
+            raise ValueError(f"search={search!r}: {what} runs the searches {list(self.searches)}")
+        if beam is None:
+            beam = 1 if search == "greedy" else self.default_beam
+        if search == "greedy" and beam != 1:
+            raise ValueError(f"beam_size={beam} with search='greedy': greedy search keeps one hypothesis")
+        if search in ("modified_beam", "beam", "maes") and beam < 2:
+            raise ValueError(f"search={search!r} needs beam_size > 1 (beam_size 1 is greedy search)")
+        return search, beam
 
     def _run_batch(self, batch: list[tuple[_Req, int]], events: list[StepEvent]) -> None:
         feats, lens = pad_features([r.windows[i].feats for r, i in batch])
@@ -115,17 +174,18 @@ class TransducerDecodeStrategy(CtcDecodeStrategy):
         # Rows searched together share their search settings.
         groups: dict[tuple, list[int]] = {}
         for row, (req, _) in enumerate(batch):
-            key = (req.beam, req.opts.max_sym_per_frame, req.opts.blank_penalty, req.hotwords is not None)
+            opts = req.opts
+            key = (opts.search, req.beam, opts.max_sym_per_frame, opts.blank_penalty, req.hotwords is not None)
             groups.setdefault(key, []).append(row)
-        for (beam, max_sym, penalty, biased), rows in groups.items():
+        for (search, beam, max_sym, penalty, biased), rows in groups.items():
             try:
                 if biased:  # each request its own phrases: one row at a time
                     parts = [
-                        (self._search(enc, enc_lens, [r], beam, max_sym, penalty, batch[r][0].hotwords), 0)
+                        (self._search(enc, enc_lens, [r], search, beam, max_sym, penalty, batch[r][0].hotwords), 0)
                         for r in rows
                     ]
                 else:
-                    res = self._search(enc, enc_lens, rows, beam, max_sym, penalty, None)
+                    res = self._search(enc, enc_lens, rows, search, beam, max_sym, penalty, None)
                     parts = [(res, j) for j in range(len(rows))]
                 found = [
                     (
@@ -183,9 +243,10 @@ class TransducerDecodeStrategy(CtcDecodeStrategy):
         enc = torch.cat([torch.nn.functional.pad(e, (0, 0, 0, t - e.shape[1])) for e in outs])
         return enc, torch.cat(out_lens)
 
-    def _search(self, enc, enc_lens, rows: list[int], beam: int, max_sym, penalty: float, hotwords):
+    def _search(self, enc, enc_lens, rows: list[int], search: str, beam: int, max_sym, penalty: float, hotwords):
         """The model's search over ``rows`` of the encoder output."""
         idx = torch.tensor(rows, device=enc.device)
+        named = {"search": search, "params": self.search_params} if self.named_search else {}
         return self.model.transducer_search(
             enc.index_select(0, idx),
             enc_lens.index_select(0, idx),
@@ -193,6 +254,7 @@ class TransducerDecodeStrategy(CtcDecodeStrategy):
             max_sym_per_frame=max_sym,
             blank_penalty=penalty,
             context_graph=hotwords,
+            **named,
         )
 
 
