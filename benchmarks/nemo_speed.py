@@ -167,14 +167,29 @@ def build(kind: str, shape: str, directory: Path, wave: np.ndarray) -> tuple[Pat
     return path, model, sum(p.numel() for p in model.parameters())
 
 
+def nemo_strategy(model, kind: str, beam: int) -> None:
+    """Set NeMo's decoding: its greedy_batch (``beam`` 1), else ``malsd_batch`` (transducers) or
+    ``beam_batch`` (CTC) with ``beam_size`` = ``beam``."""
+    import copy
+
+    from omegaconf import open_dict
+
+    cfg = copy.deepcopy(model.cfg.decoding)
+    with open_dict(cfg):
+        cfg.strategy = "greedy_batch" if beam == 1 else ("beam_batch" if kind == "ctc" else "malsd_batch")
+        if beam > 1:
+            cfg.beam = {"beam_size": beam}
+    model.change_decoding_strategy(cfg, verbose=False)
+
+
 def nemo_transcribe(model, paths: list[str], batch: int) -> list[list[int]]:
     out = model.transcribe(paths, batch_size=batch, verbose=False)
     out = out[0] if isinstance(out, tuple) else out
     return [[int(t) for t in h.y_sequence] for h in out]
 
 
-def oasr_transcribe(engine, paths: list[str]) -> list[list[int]]:
-    return [[t for seg in o.segments for t in seg.tokens] for o in engine.transcribe(paths)]
+def oasr_transcribe(engine, paths: list[str], **options: Any) -> list[list[int]]:
+    return [[t for seg in o.segments for t in seg.tokens] for o in engine.transcribe(paths, **options)]
 
 
 def collapse(frame_labels: list[int], blank: int) -> list[int]:
@@ -187,7 +202,7 @@ def collapse(frame_labels: list[int], blank: int) -> list[int]:
     return out
 
 
-def bench(kind: str, shape: str, clips: list[dict], batches: list[int], rounds: int, threads: int) -> dict:
+def bench(kind: str, shape: str, clips: list[dict], batches: list[int], rounds: int, threads: int, beam: int) -> dict:
     import oasr
 
     paths = [c["path"] for c in clips]
@@ -205,22 +220,37 @@ def bench(kind: str, shape: str, clips: list[dict], batches: list[int], rounds: 
         nemo_transcribe(model, paths[:1], 1)  # warm-up, untimed
         for e in engines.values():
             oasr_transcribe(e, paths[:1])
+        # name -> (untimed set-up, timed run)
         sides = {}
-        for b in batches:
-            sides[f"nemo batch {b}"] = lambda b=b: nemo_transcribe(model, paths, b)
-            sides[f"oasr batch {b}"] = lambda b=b: oasr_transcribe(engines[b], paths)
+        beams = {"": (1, {})}
+        if beam > 1:  # NeMo's malsd_batch / beam_batch against oasr's same search
+            beams[f" beam {beam}"] = (beam, {"beam_size": beam, **({} if kind == "ctc" else {"search": "malsd"})})
+        for suffix, (k, opts) in beams.items():
+            for b in batches:
+                setup = lambda k=k: nemo_strategy(model, kind, k)  # noqa: E731
+                sides[f"nemo batch {b}{suffix}"] = (setup, lambda b=b: nemo_transcribe(model, paths, b))
+                sides[f"oasr batch {b}{suffix}"] = (None, lambda b=b, o=opts: oasr_transcribe(engines[b], paths, **o))
+        if beam > 1:  # the beam searches' warm-up
+            nemo_strategy(model, kind, beam)
+            nemo_transcribe(model, paths[:1], 1)
+            oasr_transcribe(engines[batches[0]], paths[:1], **beams[f" beam {beam}"][1])
         times: dict[str, list[float]] = {k: [] for k in sides}
         tokens: dict[str, list[list[int]]] = {}
         for r in range(rounds):
             for name in list(sides) if r % 2 == 0 else list(reversed(sides)):
+                setup, run = sides[name]
+                if setup is not None:
+                    setup()
                 t0 = time.perf_counter()
-                tokens[name] = sides[name]()
+                tokens[name] = run()
                 times[name].append(time.perf_counter() - t0)
                 print(f"[{shape} {kind}] round {r + 1} {name}: {times[name][-1]:.2f} s", flush=True)
-    if kind == "ctc":
-        tokens = {k: ([collapse(t, blank) for t in v] if k.startswith("nemo") else v) for k, v in tokens.items()}
+    if kind == "ctc":  # a greedy CTC hypothesis holds the frame-wise labels
+        greedy_nemo = [k for k in tokens if k.startswith("nemo") and "beam" not in k]
+        tokens.update({k: [collapse(t, blank) for t in tokens[k]] for k in greedy_nemo})
     rtfx = {k: audio_s / statistics.median(v) for k, v in times.items()}
     ref = tokens[f"nemo batch {batches[0]}"]
+    names = [n[len("oasr ") :] for n in sides if n.startswith("oasr")]
     return {
         "kind": kind,
         "shape": shape,
@@ -229,11 +259,9 @@ def bench(kind: str, shape: str, clips: list[dict], batches: list[int], rounds: 
         "labels_per_s": round(sum(len(t) for t in ref) / audio_s, 2),
         "seconds": {k: [round(x, 3) for x in v] for k, v in times.items()},
         "rtfx": {k: round(v, 2) for k, v in rtfx.items()},
-        "ratio_oasr_vs_nemo": {
-            f"batch {b}": round(rtfx[f"oasr batch {b}"] / rtfx[f"nemo batch {b}"], 2) for b in batches
-        },
+        "ratio_oasr_vs_nemo": {n: round(rtfx[f"oasr {n}"] / rtfx[f"nemo {n}"], 2) for n in names},
         "same_tokens_as_nemo": {
-            k: sum(a == b for a, b in zip(v, ref)) / len(ref) for k, v in tokens.items() if k.startswith("oasr")
+            n: sum(a == b for a, b in zip(tokens[f"oasr {n}"], tokens[f"nemo {n}"])) / len(ref) for n in names
         },
     }
 
@@ -244,11 +272,11 @@ def markdown(report: dict) -> str:
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in report["results"]:
-        for b in report["batch_sizes"]:
+        for n in r["ratio_oasr_vs_nemo"]:
             lines.append(
-                f"| {r['shape']} | {r['kind']} | {r['parameters'] / 1e6:.1f}M | {r['labels_per_s']} | {b} "
-                f"| {r['rtfx'][f'nemo batch {b}']} | {r['rtfx'][f'oasr batch {b}']} "
-                f"| {r['ratio_oasr_vs_nemo'][f'batch {b}']}x | {r['same_tokens_as_nemo'][f'oasr batch {b}']:.0%} |"
+                f"| {r['shape']} | {r['kind']} | {r['parameters'] / 1e6:.1f}M | {r['labels_per_s']} | {n[6:]} "
+                f"| {r['rtfx'][f'nemo {n}']} | {r['rtfx'][f'oasr {n}']} "
+                f"| {r['ratio_oasr_vs_nemo'][n]}x | {r['same_tokens_as_nemo'][n]:.0%} |"
             )
     return "\n".join(lines) + "\n"
 
@@ -258,6 +286,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--shapes", nargs="+", choices=("tiny", "release"), default=["tiny", "release"])
     p.add_argument("--kinds", nargs="+", choices=KINDS, default=list(KINDS))
     p.add_argument("--batch-sizes", nargs="+", type=int, default=[1, 8])
+    p.add_argument("--beam", type=int, default=0, help="also time this beam: NeMo's malsd_batch / beam_batch (CTC)")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--threads", type=int, default=2, help="torch intra-op threads on both sides (default 2)")
     p.add_argument("--clips", type=int, default=8, help="clips in the corpus (default 8)")
@@ -274,7 +303,7 @@ def main(argv: list[str] | None = None) -> int:
     import nemo
 
     results = [
-        bench(kind, shape, clips, args.batch_sizes, args.rounds, args.threads)
+        bench(kind, shape, clips, args.batch_sizes, args.rounds, args.threads, args.beam)
         for shape in args.shapes
         for kind in args.kinds
     ]
