@@ -17,7 +17,8 @@ This is NeMo's (and transformers' ``generate``'s) greedy decode, batched.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -124,26 +125,44 @@ def greedy_search(
     t = torch.zeros(b, dtype=torch.long, device=device)
     symbols = torch.zeros(b, dtype=torch.long, device=device)
     steps = []
-    while True:
-        active = t < lens
-        if not bool(active.any()):
-            break
-        frame = enc_proj[rows, t.clamp(max=max(t_max - 1, 0))]  # (B, Dj)
-        logits = joint.join(frame, predictor.predict(state))  # (B, V [+ D])
-        if blank_penalty:
-            logits[:, blank_id] -= blank_penalty
-        tokens = logits[:, :vocab].argmax(dim=-1)
-        blank = tokens == blank_id
-        frame_durations = None if dur_values is None else dur_values[logits[:, vocab:].argmax(dim=-1)]
-        advance, symbols = greedy_advance(blank, symbols, max_symbols_per_step, frame_durations)
-        emit = active & ~blank
-        chosen = logits[:, :vocab].float().log_softmax(dim=-1).gather(1, tokens[:, None])[:, 0]
-        predicted = advance if frame_durations is None else frame_durations
-        steps.append((emit, tokens, t.clone(), advance, predicted, chosen, active))
-        t = t + torch.where(active, advance, torch.zeros_like(advance))
-        if bool(emit.any()):
-            state = predictor.advance(state, tokens, emit)
+    with search_threads(device):
+        while True:
+            active = t < lens
+            if not bool(active.any()):
+                break
+            frame = enc_proj[rows, t.clamp(max=max(t_max - 1, 0))]  # (B, Dj)
+            logits = joint.join(frame, predictor.predict(state))  # (B, V [+ D])
+            if blank_penalty:
+                logits[:, blank_id] -= blank_penalty
+            tokens = logits[:, :vocab].argmax(dim=-1)
+            blank = tokens == blank_id
+            frame_durations = None if dur_values is None else dur_values[logits[:, vocab:].argmax(dim=-1)]
+            advance, symbols = greedy_advance(blank, symbols, max_symbols_per_step, frame_durations)
+            emit = active & ~blank
+            chosen = logits[:, :vocab].float().log_softmax(dim=-1).gather(1, tokens[:, None])[:, 0]
+            predicted = advance if frame_durations is None else frame_durations
+            steps.append((emit, tokens, t.clone(), advance, predicted, chosen, active))
+            t = t + torch.where(active, advance, torch.zeros_like(advance))
+            if bool(emit.any()):
+                state = predictor.advance(state, tokens, emit)
     return _collect(steps, b, dur_values is not None)
+
+
+@contextmanager
+def search_threads(device: torch.device) -> Iterator[None]:
+    """One intra-op thread for a search loop on a CPU, the count restored after. Its ops are a few
+    rows of a few hundred values each, too small for a second thread to speed up, and every
+    parallel region waits for all its threads: on a busy machine for a whole time slice (the tiny
+    NeMo RNN-T archive's search over 4 rows: 7.6 s on 2 threads, 1.3 s on one, load 6 on 2 cores)."""
+    n = torch.get_num_threads()
+    if device.type != "cpu" or n == 1:
+        yield
+        return
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(n)
 
 
 NEMO_SEARCHES = ("greedy", "malsd", "maes", "beam")
