@@ -328,10 +328,7 @@ class CtcDecodeStrategy(WindowedStrategy):
         def decode_row(row: int, req: _Req) -> tuple[CtcHypothesis, list[float], int, Offsets | None]:
             lp = log_probs[row]
             hyp = self._search(req, lp, row, extra)
-            offsets = None
-            if self.nemo_timing is not None and req.greedy:  # NeMo times a token from its run's start
-                best = lp.topk(1, dim=-1).indices[:, 0].tolist()
-                offsets = ctc_offsets(best_path_run_starts(best, self.blank_id, self.skip_ids))
+            offsets = self._greedy_offsets(req, lp)
             return hyp, lp[list(hyp.frames), list(hyp.tokens)].exp().tolist(), lp.shape[0], offsets
 
         return decode_row
@@ -371,13 +368,18 @@ class CtcDecodeStrategy(WindowedStrategy):
             hyp, lp = found[row], log_probs[row]
             if isinstance(hyp, Exception):
                 raise hyp
-            offsets = None
-            if self.nemo_timing is not None and req.greedy:  # NeMo times a token from its run's start
-                best = lp.topk(1, dim=-1).indices[:, 0].tolist()
-                offsets = ctc_offsets(best_path_run_starts(best, self.blank_id, self.skip_ids))
+            offsets = self._greedy_offsets(req, lp)
             return hyp, lp[list(hyp.frames), list(hyp.tokens)].exp().tolist(), lp.shape[0], offsets
 
         return decode_row
+
+    def _greedy_offsets(self, req: _Req, log_probs: torch.Tensor) -> Offsets | None:
+        """Under NeMo's timing, a greedy row's token offsets from its best path's runs (NeMo times a
+        token from its run's start); None otherwise (a beam's tokens are placed at their spikes)."""
+        if self.nemo_timing is None or not req.greedy:
+            return None
+        best = log_probs.topk(1, dim=-1).indices[:, 0].tolist()
+        return ctc_offsets(best_path_run_starts(best, self.blank_id, self.skip_ids))
 
     def _collapse_rows(self, top: list[torch.Tensor], ids: list[torch.Tensor]) -> _RowDecoder:
         """Greedy rows collapsed from each frame's best symbol and its log-probability (CPU)."""
