@@ -39,6 +39,9 @@ Life of a request:
    ``word_timestamps`` times each word from its tokens' times; a word's probability is
    the mean posterior of its tokens at their spikes. ``avg_logprob`` is the window's CTC
    log-probability per encoder frame; ``temperature`` is 0 and ``no_speech_prob`` 0.
+   A model that declares ``token_timing = "nemo"`` (Parakeet) is timed as NeMo's
+   ``transcribe(timestamps=True)`` instead: its token offsets, words, sentence segments and text
+   (``oasr.engine.decode.nemo_times``).
 
 Options: CTC transcribes, so ``task="translate"``, ``initial_prompt``, ``prefix``,
 ``context``, sampling (temperatures other than 0 or the default fallback sequence,

@@ -4,8 +4,9 @@ A transducer request lives exactly as a CTC one does (``oasr.engine.decode.ctc.s
 ``prepare`` decodes the audio and cuts it into windows of at most ``ctc_window_s``; each
 ``step`` encodes up to ``max_batch_size`` windows of any requests in one padded
 ``encode_offline``; the rows are searched; segments, token and word times come from the
-emission frames through the same frame-synchronous timing CTC uses, and go out in time
-order. What differs is the search, which the model runs over the whole batch at once.
+emission frames through the same frame-synchronous timing CTC uses (NeMo's, a label over
+``[t, t + 1]`` or its TDT duration, where the model declares ``token_timing = "nemo"``), and go
+out in time order. What differs is the search, which the model runs over the whole batch at once.
 
 The search is the request's ``search`` and ``beam_size`` (``TransducerOptions``); left unset,
 the checkpoint's (``DecodingSpec.params``: ``search``, ``beam_size`` and the ``beam`` settings a
