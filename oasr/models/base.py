@@ -508,9 +508,14 @@ class BaseAsrModel(ComputeDtypeModule):
         unsafe_dtype_reason: why the half dtypes left out of ``safe_dtypes`` are unsafe.
         config_class: the family's config dataclass (a ``ModelConfig``): a plain mapping given
             to the constructor is built into it (``from_dict``) before ``self.config`` is set.
+        token_timing: how the frame-synchronous strategies (CTC, transducer) time tokens, words
+            and segments: "spikes" (oasr's own: around each token's emission frame, segments cut
+            at pauses, ``engine/decode/words.py``) or "nemo" (NeMo's ``timestamps=True`` offsets,
+            words and sentence segments, ``engine/decode/nemo_times.py``).
     """
 
     architecture: ClassVar[str] = ""
+    token_timing: ClassVar[str] = "spikes"
     capabilities: ClassVar[frozenset[DecodeType]] = frozenset()
     default_decode_type: ClassVar[DecodeType | None] = None
     safe_dtypes: ClassVar[tuple[torch.dtype, ...]] = (torch.float16, torch.bfloat16, torch.float32)

@@ -233,6 +233,10 @@ class WindowedStrategy(RequestTable[WindowedRequest]):
         """A segment as it joins the request's earlier ones (a subclass may add a separator)."""
         return seg
 
+    def _request_text(self, req: WindowedRequest) -> str:
+        """The whole transcript of a finished request: its segments' texts joined."""
+        return "".join(s.text for s in req.segments).strip()
+
     def _language(self, req: WindowedRequest) -> str | None:
         """The language a finished request reports."""
         return req.opts.language
@@ -253,7 +257,7 @@ class WindowedStrategy(RequestTable[WindowedRequest]):
                 language = self._language(req)
                 output = RequestOutput(
                     request_id=req.rid,
-                    text="".join(s.text for s in req.segments).strip(),
+                    text=self._request_text(req),
                     segments=req.segments,
                     language=language,
                     language_probability=1.0 if language is not None else None,

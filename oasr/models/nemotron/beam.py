@@ -63,12 +63,14 @@ class BeamResult:
         frames: the encoder frame each label was emitted at.
         scores: its total log-probability (not length-normalised).
         token_logprobs: None (a beam search scores hypotheses, not tokens).
+        token_durations: None (no per-label TDT durations: NeMo's timing gives each label a frame).
     """
 
     tokens: list[list[int]]
     frames: list[list[int]]
     scores: list[float]
     token_logprobs: None = None
+    token_durations: None = None
 
 
 def _select(state: LstmState, index: torch.Tensor) -> LstmState:

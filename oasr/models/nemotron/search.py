@@ -20,7 +20,8 @@ This is NeMo's (and transformers' ``generate``'s) greedy decode, batched.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,7 +39,9 @@ class GreedyResult:
     Attributes:
         tokens: emitted label ids per row (blank never appears).
         frames: the encoder frame each label was emitted at.
-        durations: TDT only: each label's predicted duration in frames (None for RNN-T).
+        durations: TDT only: how far each label moved its row, in frames (None for RNN-T).
+        token_durations: TDT only: each label's duration as the joint predicted it (``durations``
+            before the max-symbols rule forces a move; NeMo's ``token_duration``, which times it).
         token_logprobs: each label's log-probability under the joint.
         scores: per row, the log-probability of every symbol chosen (blanks included).
     """
@@ -48,30 +51,34 @@ class GreedyResult:
     durations: list[list[int]] | None = None
     token_logprobs: list[list[float]] | None = None
     scores: list[float] | None = None
+    token_durations: list[list[int]] | None = None
 
 
 def _collect(steps: list[tuple[torch.Tensor, ...]], batch: int, with_durations: bool) -> GreedyResult:
-    """Turn per-step (emit, token, frame, duration, log-prob, active) tensors into per-row
-    lists (one host copy)."""
+    """Turn per-step (emit, token, frame, advance, predicted duration, log-prob, active) tensors
+    into per-row lists (one host copy)."""
     if not steps:
-        empty = [[] for _ in range(batch)]
         return GreedyResult(
-            empty,
+            [[] for _ in range(batch)],
             [[] for _ in range(batch)],
             [[] for _ in range(batch)] if with_durations else None,
             [[] for _ in range(batch)],
             [0.0] * batch,
+            [[] for _ in range(batch)] if with_durations else None,
         )
-    emit, tok, frame, dur, logp, active = (torch.stack(x, dim=1).cpu() for x in zip(*steps))  # each (B, steps)
-    tokens, frames, durations, logprobs = [], [], [], []
+    emit, tok, frame, dur, pred, logp, active = (torch.stack(x, dim=1).cpu() for x in zip(*steps))  # (B, steps)
+    tokens, frames, durations, predicted, logprobs = [], [], [], [], []
     for b in range(batch):
         keep = emit[b]
         tokens.append(tok[b][keep].tolist())
         frames.append(frame[b][keep].tolist())
         durations.append(dur[b][keep].tolist())
+        predicted.append(pred[b][keep].tolist())
         logprobs.append(logp[b][keep].tolist())
     scores = (logp.double() * active).sum(dim=1).tolist()
-    return GreedyResult(tokens, frames, durations if with_durations else None, logprobs, scores)
+    if not with_durations:
+        return GreedyResult(tokens, frames, None, logprobs, scores)
+    return GreedyResult(tokens, frames, durations, logprobs, scores, predicted)
 
 
 @torch.no_grad()
@@ -115,7 +122,8 @@ def greedy_search(
     b, t_max, _ = enc.shape
     device = enc.device
     if b == 0:
-        return GreedyResult([], [], [] if durations is not None else None)
+        none_or_empty = [] if durations is not None else None
+        return GreedyResult([], [], none_or_empty, token_durations=none_or_empty)
     enc_proj = joint.project_encoder(enc)  # (B, T, Dj)
     lens = enc_lens.to(device=device, dtype=torch.long)
     vocab = joint.vocab_size
@@ -133,31 +141,50 @@ def greedy_search(
         if blank_id != vocab - 1:
             raise ValueError(f"phrase boosting needs the blank last, got blank {blank_id} of {vocab} labels")
         boost_state = boosting.initial(b, device)
-    while True:
-        active = t < lens
-        if not bool(active.any()):
-            break
-        frame = enc_proj[rows, t.clamp(max=max(t_max - 1, 0))]  # (B, Dj)
-        logits = joint.join(frame, predictor.predict(state))  # (B, V [+ D])
-        if blank_penalty:
-            logits[:, blank_id] -= blank_penalty
-        tokens = logits[:, :vocab].argmax(dim=-1)
-        if boosting is not None:
-            tree_scores, tree_next = boosting.advance(boost_state)
-            fused = logits.log_softmax(dim=-1)[:, : vocab - 1] + tree_scores.to(logits.dtype) * boosting_alpha
-            tokens = torch.where(tokens == blank_id, tokens, fused.argmax(dim=-1))
-        blank = tokens == blank_id
-        frame_durations = None if dur_values is None else dur_values[logits[:, vocab:].argmax(dim=-1)]
-        advance, symbols = greedy_advance(blank, symbols, max_symbols_per_step, frame_durations)
-        emit = active & ~blank
-        chosen = logits[:, :vocab].float().log_softmax(dim=-1).gather(1, tokens[:, None])[:, 0]
-        steps.append((emit, tokens, t.clone(), advance, chosen, active))
-        t = t + torch.where(active, advance, torch.zeros_like(advance))
-        if bool(emit.any()):
-            state = predictor.advance(state, tokens, emit)
+    with search_threads(device):
+        while True:
+            active = t < lens
+            if not bool(active.any()):
+                break
+            frame = enc_proj[rows, t.clamp(max=max(t_max - 1, 0))]  # (B, Dj)
+            logits = joint.join(frame, predictor.predict(state))  # (B, V [+ D])
+            if blank_penalty:
+                logits[:, blank_id] -= blank_penalty
+            tokens = logits[:, :vocab].argmax(dim=-1)
             if boosting is not None:
-                boost_state = torch.where(emit, tree_next[rows, tokens.clamp(max=vocab - 2)], boost_state)
+                tree_scores, tree_next = boosting.advance(boost_state)
+                fused = logits.log_softmax(dim=-1)[:, : vocab - 1] + tree_scores.to(logits.dtype) * boosting_alpha
+                tokens = torch.where(tokens == blank_id, tokens, fused.argmax(dim=-1))
+            blank = tokens == blank_id
+            frame_durations = None if dur_values is None else dur_values[logits[:, vocab:].argmax(dim=-1)]
+            advance, symbols = greedy_advance(blank, symbols, max_symbols_per_step, frame_durations)
+            emit = active & ~blank
+            chosen = logits[:, :vocab].float().log_softmax(dim=-1).gather(1, tokens[:, None])[:, 0]
+            predicted = advance if frame_durations is None else frame_durations
+            steps.append((emit, tokens, t.clone(), advance, predicted, chosen, active))
+            t = t + torch.where(active, advance, torch.zeros_like(advance))
+            if bool(emit.any()):
+                state = predictor.advance(state, tokens, emit)
+                if boosting is not None:
+                    boost_state = torch.where(emit, tree_next[rows, tokens.clamp(max=vocab - 2)], boost_state)
     return _collect(steps, b, dur_values is not None)
+
+
+@contextmanager
+def search_threads(device: torch.device) -> Iterator[None]:
+    """One intra-op thread for a search loop on a CPU, the count restored after. Its ops are a few
+    rows of a few hundred values each, too small for a second thread to speed up, and every
+    parallel region waits for all its threads: on a busy machine for a whole time slice (the tiny
+    NeMo RNN-T archive's search over 4 rows: 7.6 s on 2 threads, 1.3 s on one, load 6 on 2 cores)."""
+    n = torch.get_num_threads()
+    if device.type != "cpu" or n == 1:
+        yield
+        return
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(n)
 
 
 NEMO_SEARCHES = ("greedy", "malsd", "maes", "beam")

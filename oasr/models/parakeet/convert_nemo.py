@@ -19,7 +19,10 @@ naming both. Of ``decoding`` what changes tokens is read: ``model_type``, ``dura
 default search (``transducer_search_defaults``: greedy / greedy_batch -> "greedy", malsd_batch ->
 "malsd", maes -> "maes", beam -> "beam", with ``beam.beam_size``, ``score_norm``, ``max_symbols``
 the ``maes_*`` settings and the boosting tree's shape; n-gram LM fusion and a phrase list of the
-archive's own are refused); its alignment, timestamp and confidence switches are not.
+archive's own are refused); its alignment, timestamp and confidence switches are not, but what
+shapes word and segment times is (``segment_seperators``, ``segment_gap_threshold``:
+``DecodingSpec.params["timestamps"]`` per decode type, read by ``engine/decode/nemo_times.py``;
+``word_seperator`` must be a space).
 """
 
 from __future__ import annotations
@@ -206,6 +209,16 @@ def _greedy_strategy(decoding: Mapping[str, Any], where: str) -> None:
     strategy = decoding.get("strategy", "greedy_batch")
     if strategy not in _GREEDY_STRATEGIES:
         raise LoadError(f"{where}.strategy={strategy!r} is not implemented by oasr (supported: greedy, greedy_batch)")
+
+
+def _timestamp_settings(decoding: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """What a ``decoding`` section sets for NeMo's word and segment times (unset: NeMo's defaults)."""
+    separator = decoding.get("word_seperator", " ")
+    if separator != " ":
+        raise LoadError(f"{where}.word_seperator={separator!r} is not implemented by oasr (a space)")
+    settings = {"segment_separators": decoding.get("segment_seperators")}
+    settings["segment_gap_threshold"] = decoding.get("segment_gap_threshold")
+    return {k: v for k, v in settings.items() if v is not None}
 
 
 def _count(value: Any, where: str) -> int:
@@ -436,7 +449,8 @@ class NemoParakeetConverter:
         if arch == CTC_ARCH:
             vocab = _ctc_vocab(_section(cfg, "decoder", where), "decoder")
             config: Any = ParakeetConfig(encoder=encoder, vocab_size=vocab, blank_id=vocab - 1)
-            decoding = DecodingSpec(DecodeType.CTC, params={})
+            timestamps = {"ctc": _timestamp_settings(cfg.get("decoding") or {}, "decoding")}
+            decoding = DecodingSpec(DecodeType.CTC, params={"timestamps": timestamps})
         else:
             fields, durations, search = self._transducer(cfg, encoder, where)
             if arch == HYBRID_ARCH:
@@ -449,8 +463,12 @@ class NemoParakeetConverter:
                 config = ParakeetHybridConfig(encoder=encoder, **fields, durations=durations)
             else:
                 config = ParakeetTransducerConfig(encoder=encoder, **fields, durations=durations)
+            timestamps = {"transducer": _timestamp_settings(cfg.get("decoding") or {}, "decoding")}
+            if arch == HYBRID_ARCH:
+                timestamps["ctc"] = _timestamp_settings(aux.get("decoding") or {}, "aux_ctc.decoding")
             decoding = transducer_decoding(config, durations)
-            decoding = DecodingSpec(decoding.decode_type, params={**decoding.params, **search})
+            params = {**decoding.params, **search, "timestamps": timestamps}
+            decoding = DecodingSpec(decoding.decode_type, params=params)
         state = rename(state, (*NEMO_TRANSDUCER_RENAMES, *NEMO_CTC_RENAMES))
         if arch in (CTC_ARCH, HYBRID_ARCH):
             ctc_head_state(state, str(where))

@@ -288,6 +288,7 @@ class ParakeetCtcModel(EncoderCtcModel):
 
     architecture = "parakeet"
     config_class = ParakeetConfig
+    token_timing = "nemo"  # word and segment times as NeMo's transcribe(timestamps=True)
     encoder_class = ParakeetEncoder
 
 
@@ -296,6 +297,7 @@ class ParakeetTransducerModel(BlankVocabMixin, BaseAsrModel):
 
     architecture = "parakeet_transducer"
     capabilities = frozenset({DecodeType.TRANSDUCER})
+    token_timing = "nemo"  # word and segment times as NeMo's transcribe(timestamps=True)
     config_class = ParakeetTransducerConfig
     encoder_class: type[FastConformerEncoder] = ParakeetEncoder
 

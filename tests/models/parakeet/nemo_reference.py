@@ -214,10 +214,17 @@ def randomize(model: torch.nn.Module, g: torch.Generator) -> None:
 
 
 def build(
-    kind: str, directory: Path, seed: int = 0, joint_dropout: float = 0.2, edit=None, blank_bias: float = BLANK_BIAS
+    kind: str,
+    directory: Path,
+    seed: int = 0,
+    joint_dropout: float = 0.2,
+    edit=None,
+    blank_bias: float = BLANK_BIAS,
+    sentences: Sequence[str] = SENTENCES,
 ):
     """Build a tiny random NeMo model of ``kind``, save it to ``directory / f"{kind}.nemo"``
-    (``edit(config)`` changes the release-shaped config first: a cache-aware encoder).
+    (``edit(config)`` changes the release-shaped config first: a cache-aware encoder; its tokenizer
+    trained on ``sentences``).
 
     Batch-norm running statistics are randomised too (fresh ones are the identity), so the
     checkpoint exercises every tensor. As in a trained release, the predictor's blank (padding)
@@ -229,7 +236,7 @@ def build(
     """
     from omegaconf import OmegaConf
 
-    tok = train_sentencepiece(directory / f"{kind}_tokenizer")
+    tok = train_sentencepiece(directory / f"{kind}_tokenizer", sentences=sentences)
     directory = directory / f"joint_dropout_{joint_dropout}" if joint_dropout != 0.2 else directory
     directory.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(seed)

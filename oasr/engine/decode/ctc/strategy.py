@@ -39,6 +39,9 @@ Life of a request:
    ``word_timestamps`` times each word from its tokens' times; a word's probability is
    the mean posterior of its tokens at their spikes. ``avg_logprob`` is the window's CTC
    log-probability per encoder frame; ``temperature`` is 0 and ``no_speech_prob`` 0.
+   A model that declares ``token_timing = "nemo"`` (Parakeet) is timed as NeMo's
+   ``transcribe(timestamps=True)`` instead: its token offsets, words, sentence segments and text
+   (``oasr.engine.decode.nemo_times``).
 
 Options: CTC transcribes, so ``task="translate"``, ``initial_prompt``, ``prefix``,
 ``context``, sampling (temperatures other than 0 or the default fallback sequence,
@@ -63,8 +66,9 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 
 from oasr.audio.frontends import pad_features
@@ -80,9 +84,10 @@ from oasr.engine.decode.ctc.search import (
     ctc_greedy_search,
     ctc_prefix_beam_search,
 )
-from oasr.engine.decode.windowed import WindowedCounters, WindowedRequest, WindowedStrategy, plan_windows
+from oasr.engine.decode.nemo_times import NemoTiming, best_path_run_starts, ctc_offsets
+from oasr.engine.decode.windowed import Window, WindowedCounters, WindowedRequest, WindowedStrategy, plan_windows
 from oasr.engine.decode.words import TokenPieces, group_words, timed_word, token_times
-from oasr.engine.outputs import compression_ratio
+from oasr.engine.outputs import Word, compression_ratio
 from oasr.models.base import DecodeType
 from oasr.models.loaders import LoadedModel
 
@@ -95,6 +100,7 @@ class _Req(WindowedRequest):
     beam: int = 1
     boost: BoostingTree | None = None  # a NeMo checkpoint's hotwords (NeMo's boosting tree)
     hotwords: ContextGraph | None = None
+    window_texts: dict[int, str] = field(default_factory=dict)  # NeMo's text of each window (its timing)
 
     @property
     def greedy(self) -> bool:
@@ -102,8 +108,10 @@ class _Req(WindowedRequest):
         return self.beam == 1 and self.hotwords is None and self.boost is None
 
 
-_RowDecoder = Callable[[int, _Req], tuple[CtcHypothesis, list[float], int]]
-"""Decodes row ``i`` of a run batch: (hypothesis, token probabilities, encoder frames)."""
+Offsets = list[tuple[int, int]]
+_RowDecoder = Callable[[int, _Req], tuple[CtcHypothesis, list[float], int, Offsets | None]]
+"""Decodes row ``i`` of a run batch: (hypothesis, token probabilities, encoder frames, and under
+NeMo's timing each token's [start, end] frames, where the search tells them)."""
 
 
 @dataclass(frozen=True)
@@ -166,6 +174,15 @@ class CtcDecodeStrategy(WindowedStrategy):
             else None
         )
         self.packing = self._packing(config.sequence_packing)
+        self.nemo_timing = self._nemo_timing("ctc")
+
+    def _nemo_timing(self, decoder: str) -> NemoTiming | None:
+        """NeMo's timing rule for ``decoder`` where the model declares it (``token_timing``),
+        with the checkpoint's ``decoding`` settings for this decode type."""
+        if self.model.token_timing != "nemo":
+            return None
+        settings = (self.params.get("timestamps") or {}).get(str(self.decode_type))
+        return NemoTiming.from_params(self.tokenizer, decoder, settings)
 
     def _packing(self, enabled: bool | None) -> bool:
         """Resolve ``EngineConfig.sequence_packing`` (None: on when the model packs)."""
@@ -275,8 +292,8 @@ class CtcDecodeStrategy(WindowedStrategy):
             if req.done:
                 continue
             try:
-                hyp, probs, n_frames = decode_row(row, req)
-                req.results[index] = self._window_segments(req, index, hyp, probs, n_frames)
+                hyp, probs, n_frames, offsets = decode_row(row, req)
+                req.results[index] = self._window_segments(req, index, hyp, probs, n_frames, offsets)
             except Exception as e:  # a failure in one row's search fails that request alone
                 self._fail(req, e, events)
                 continue
@@ -321,10 +338,11 @@ class CtcDecodeStrategy(WindowedStrategy):
     def _search_rows(self, log_probs: list[torch.Tensor], extra: object) -> _RowDecoder:
         """Rows searched over their (T', V) log-probs (on the CPU, valid frames)."""
 
-        def decode_row(row: int, req: _Req) -> tuple[CtcHypothesis, list[float], int]:
+        def decode_row(row: int, req: _Req) -> tuple[CtcHypothesis, list[float], int, Offsets | None]:
             lp = log_probs[row]
             hyp = self._search(req, lp, row, extra)
-            return hyp, lp[list(hyp.frames), list(hyp.tokens)].exp().tolist(), lp.shape[0]
+            offsets = self._greedy_offsets(req, lp)
+            return hyp, lp[list(hyp.frames), list(hyp.tokens)].exp().tolist(), lp.shape[0], offsets
 
         return decode_row
 
@@ -360,37 +378,54 @@ class CtcDecodeStrategy(WindowedStrategy):
             found.update(zip(rows, hyps))
         return self._search_rows(log_probs, found)  # ``_search`` hands each row its hypothesis
 
+    def _greedy_offsets(self, req: _Req, log_probs: torch.Tensor) -> Offsets | None:
+        """Under NeMo's timing, a greedy row's token offsets from its best path's runs (NeMo times a
+        token from its run's start); None otherwise (a beam's tokens are placed at their spikes)."""
+        if self.nemo_timing is None or not req.greedy:
+            return None
+        best = log_probs.topk(1, dim=-1).indices[:, 0].tolist()
+        return ctc_offsets(best_path_run_starts(best, self.blank_id, self.skip_ids))
+
     def _collapse_rows(self, top: list[torch.Tensor], ids: list[torch.Tensor]) -> _RowDecoder:
         """Greedy rows collapsed from each frame's best symbol and its log-probability (CPU)."""
         self.counters.best_path_batches += 1
 
-        def decode_row(row: int, req: _Req) -> tuple[CtcHypothesis, list[float], int]:
-            values = top[row].tolist()
-            hyp = collapse_best_path(ids[row].tolist(), values, self.blank_id, self.skip_ids)
-            return hyp, [math.exp(values[f]) for f in hyp.frames], len(values)
+        def decode_row(row: int, req: _Req) -> tuple[CtcHypothesis, list[float], int, Offsets | None]:
+            values, best = top[row].tolist(), ids[row].tolist()
+            hyp = collapse_best_path(best, values, self.blank_id, self.skip_ids)
+            offsets = None
+            if self.nemo_timing is not None:  # NeMo times a token from its run's start
+                offsets = ctc_offsets(best_path_run_starts(best, self.blank_id, self.skip_ids))
+            return hyp, [math.exp(values[f]) for f in hyp.frames], len(values), offsets
 
         return decode_row
 
     # -- results ------------------------------------------------------------------------
 
     def _window_segments(
-        self, req: _Req, index: int, hyp: CtcHypothesis, probs: list[float], n_frames: int
+        self, req: _Req, index: int, hyp: CtcHypothesis, probs: list[float], n_frames: int, offsets: Offsets | None
     ) -> list[dict]:
         """The segments of one decoded window (dicts; ids are given when emitted).
 
         Args:
             probs: each token's probability at its spike frame.
             n_frames: the window's encoder frames.
+            offsets: under NeMo's timing, each token's [start, end] encoder frames (None: the
+                spike frames stand for the starts of the tokens' runs).
         """
         tokens = list(hyp.tokens)
         if not tokens:
             return []
         win = req.windows[index]
+        avg_logprob = float(hyp.ctc_score) / max(1, n_frames)
+        seek = round(win.start_s / self.frontend.frame_shift_s)
+        if self.nemo_timing is not None:
+            offsets = offsets if offsets is not None else ctc_offsets(hyp.frames)
+            req.window_texts[index] = self.nemo_timing.text(tokens)
+            return self._nemo_segments(req, win, seek, avg_logprob, tokens, probs, offsets)
         frames = list(hyp.frames)
         spans = token_times(frames, self.frame_s, win.start_s, win.end_s)
         peaks = [win.start_s + f * self.frame_s for f in frames]
-        avg_logprob = float(hyp.ctc_score) / max(1, n_frames)
-        seek = round(win.start_s / self.frontend.frame_shift_s)
         groups: list[list] = []
         for w in group_words(tokens, self.pieces):
             if groups and peaks[w.start] - peaks[w.start - 1] <= SEGMENT_GAP_S:
@@ -401,23 +436,88 @@ class CtcDecodeStrategy(WindowedStrategy):
         for words in groups:
             lo, hi = words[0].start, words[-1].end
             timed = [t for w in words if (t := timed_word(w, tokens, spans, probs, self.tokenizer)) is not None]
-            text = "".join(w.word for w in timed)
-            if not text.strip():
-                continue
-            segments.append(
-                dict(
-                    seek=seek,
-                    start=round(spans[lo][0], 3),
-                    end=round(spans[hi - 1][1], 3),
-                    text=text,
-                    tokens=tokens[lo:hi],
-                    token_times=[(round(a, 3), round(b, 3)) for a, b in spans[lo:hi]],
-                    avg_logprob=avg_logprob,
-                    compression_ratio=compression_ratio(text),
-                    words=timed if req.opts.word_timestamps else None,
-                )
-            )
+            start, end, text = spans[lo][0], spans[hi - 1][1], "".join(w.word for w in timed)
+            segment = self._segment(req, seek, avg_logprob, tokens, spans, lo, hi, start, end, text, timed)
+            if segment is not None:
+                segments.append(segment)
         return segments
+
+    def _nemo_segments(
+        self,
+        req: _Req,
+        win: Window,
+        seek: int,
+        avg_logprob: float,
+        tokens: list[int],
+        probs: list[float],
+        offsets: Offsets,
+    ) -> list[dict]:
+        """A window's segments, words and token times as NeMo's ``transcribe(timestamps=True)``
+        gives them (``engine/decode/nemo_times.py``), on the input's timeline."""
+        timing = self.nemo_timing
+        assert timing is not None
+        offsets = timing.refine(tokens, offsets)
+        stride, sub = float(self.frontend.frame_shift_s), self.subsampling
+
+        def seconds(frame: int) -> float:
+            # NeMo: offset * window_stride * subsampling_factor; never past the window's audio
+            return min(win.start_s + frame * stride * sub, win.end_s)
+
+        spans = [(seconds(a), seconds(b)) for a, b in offsets]
+        segments = []
+        for seg in timing.segments(timing.words(tokens, offsets)):
+            timed = [
+                Word(
+                    start=round(seconds(w.start), 3),
+                    end=round(seconds(w.end), 3),
+                    word=" " + w.text,
+                    probability=float(np.mean(probs[w.lo : w.hi])) if w.hi > w.lo else 1.0,
+                )
+                for w in seg.words
+                if w.text.strip()
+            ]
+            lo, hi = seg.words[0].lo, seg.words[-1].hi
+            start, end, text = seconds(seg.start), seconds(seg.end), " " + seg.text
+            segment = self._segment(req, seek, avg_logprob, tokens, spans, lo, hi, start, end, text, timed)
+            if segment is not None:
+                segments.append(segment)
+        return segments
+
+    @staticmethod
+    def _segment(
+        req: _Req,
+        seek: int,
+        avg_logprob: float,
+        tokens: list[int],
+        spans: list[tuple[float, float]],
+        lo: int,
+        hi: int,
+        start: float,
+        end: float,
+        text: str,
+        words: list[Word],
+    ) -> dict | None:
+        """One segment of tokens ``[lo, hi)`` with its text and timed words (None when it has no text)."""
+        if not text.strip():
+            return None
+        return dict(
+            seek=seek,
+            start=round(start, 3),
+            end=round(end, 3),
+            text=text,
+            tokens=tokens[lo:hi],
+            token_times=[(round(a, 3), round(b, 3)) for a, b in spans[lo:hi]],
+            avg_logprob=avg_logprob,
+            compression_ratio=compression_ratio(text),
+            words=words if req.opts.word_timestamps else None,
+        )
+
+    def _request_text(self, req: _Req) -> str:
+        """Under NeMo's timing, NeMo's text: each window's tokens decoded together, no space before
+        punctuation (a segment's text keeps NeMo's segment text, its words joined by spaces)."""
+        if self.nemo_timing is None:
+            return super()._request_text(req)
+        return " ".join(t for _, t in sorted(req.window_texts.items()) if t.strip()).strip()
 
 
 class CtcRescoringStrategy(CtcDecodeStrategy):

@@ -4,8 +4,9 @@ A transducer request lives exactly as a CTC one does (``oasr.engine.decode.ctc.s
 ``prepare`` decodes the audio and cuts it into windows of at most ``ctc_window_s``; each
 ``step`` encodes up to ``max_batch_size`` windows of any requests in one padded
 ``encode_offline``; the rows are searched; segments, token and word times come from the
-emission frames through the same frame-synchronous timing CTC uses, and go out in time
-order. What differs is the search, which the model runs over the whole batch at once.
+emission frames through the same frame-synchronous timing CTC uses (NeMo's, a label over
+``[t, t + 1]`` or its TDT duration, where the model declares ``token_timing = "nemo"``), and go
+out in time order. What differs is the search, which the model runs over the whole batch at once.
 
 The search is the request's ``search`` and ``beam_size`` (``TransducerOptions``); left unset,
 the checkpoint's (``DecodingSpec.params``: ``search``, ``beam_size`` and the ``beam`` settings a
@@ -68,6 +69,7 @@ from oasr.engine.decode.boosting import BoostingConfig, BoostingTree
 from oasr.engine.decode.ctc.lm import parse_hotwords
 from oasr.engine.decode.ctc.search import CtcHypothesis
 from oasr.engine.decode.ctc.strategy import CtcDecodeStrategy, _Req
+from oasr.engine.decode.nemo_times import transducer_offsets
 from oasr.engine.decode.words import text_labels
 from oasr.models.base import DecodeType
 from oasr.models.loaders import LoadedModel
@@ -112,6 +114,10 @@ class TransducerDecodeStrategy(CtcDecodeStrategy):
         self.default_search = str(self.params.get("search", "greedy"))
         self.default_beam = int(self.params.get("beam_size", DEFAULT_BEAM))
         self.search_params = dict(self.params.get("beam") or {})
+        # NeMo's timing (a model's ``token_timing``): a TDT label spans its predicted duration.
+        self.tdt_timing = self.nemo_timing is not None and bool(self.params.get("durations"))
+        if self.nemo_timing is not None:
+            self.nemo_timing = self._nemo_timing("tdt" if self.tdt_timing else "rnnt")
         self.prompted = "language" in self.model.encoder_options
         # Windows per encoder pass (the search still batches every row). On a CPU one window
         # already fills the GEMMs and a padded batch is slower (icefall Zipformer-medium, 1
@@ -216,13 +222,20 @@ class TransducerDecodeStrategy(CtcDecodeStrategy):
                     res = self._search(enc, enc_lens, rows, search, beam, max_sym, penalty, None)
                     parts = [(res, j) for j in range(len(rows))]
                 found = [
-                    (res.tokens[j], res.frames[j], _nth(res.token_logprobs, j), _nth(res.scores, j)) for res, j in parts
+                    (
+                        res.tokens[j],
+                        res.frames[j],
+                        _nth(res.token_logprobs, j),
+                        _nth(res.scores, j),
+                        _nth(res.token_durations, j) if self.tdt_timing else None,
+                    )
+                    for res, j in parts
                 ]
             except Exception as e:  # a failing search fails the requests of its rows alone
                 for r in rows:
                     self._fail(batch[r][0], e, events)
                 continue
-            for r, (tokens, frames, logprobs, score) in zip(rows, found):
+            for r, (tokens, frames, logprobs, score, durations) in zip(rows, found):
                 req, index = batch[r]
                 if req.done:
                     continue
@@ -231,10 +244,14 @@ class TransducerDecodeStrategy(CtcDecodeStrategy):
                     probs = [math.exp(x) for x in logprobs]
                 else:
                     probs = [math.exp((score or 0.0) / max(1, n))] * len(tokens)
+                offsets = None
+                if self.nemo_timing is not None:  # NeMo's [t, t + 1] (RNN-T) or [t, t + duration] (TDT)
+                    spans = transducer_offsets(frames, durations if self.tdt_timing else None)
+                    offsets = [o for tok, o in zip(tokens, spans) if int(tok) not in self.skip_ids]
                 tokens, frames, probs = text_labels(self.skip_ids, tokens, frames, probs)
                 hyp = CtcHypothesis(tuple(tokens), tuple(frames), float(score or 0.0))
                 try:
-                    req.results[index] = self._window_segments(req, index, hyp, probs, n)
+                    req.results[index] = self._window_segments(req, index, hyp, probs, n, offsets)
                 except Exception as e:
                     self._fail(req, e, events)
                     continue
