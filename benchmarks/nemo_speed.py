@@ -16,8 +16,8 @@ start state), so both sides decode a few labels a second, as a trained model doe
 report the labels emitted and whether both sides' tokens agree.
 
 The corpus: the English 16-kHz mono clips of 2 to 20 s of the repository's ``data/audio`` and, when
-present, ``../shared/data/audio`` (``--audio-dir`` adds or replaces folders), ``--clips`` of them
-spread evenly by name. Each round times, in alternating order, NeMo's ``model.transcribe(paths,
+present, the shared speech (``OASR_SHARED_DIR``/data/audio; ``--audio-dir`` adds or replaces folders), ``--clips``
+of them spread evenly by name. Each round times, in alternating order, NeMo's ``model.transcribe(paths,
 batch_size=B)`` and oasr's ``ASREngine(path, max_batch_size=B).transcribe(paths)`` (greedy, the
 archive's decoding) for every B of ``--batch-sizes``, after one untimed warm-up of each on the first
 clip; torch runs ``--threads`` intra-op threads on both sides. ``--beam K`` adds, for the
@@ -299,7 +299,8 @@ def main(argv: list[str] | None = None) -> int:
     warnings.simplefilter("ignore")
     logging.disable(logging.WARNING)
     torch.set_num_threads(args.threads)
-    dirs = args.audio_dir or [REPO / "data" / "audio", REPO.parent / "shared" / "data" / "audio"]
+    shared = Path(os.environ.get("OASR_SHARED_DIR", REPO.parent / "shared"))
+    dirs = args.audio_dir or [REPO / "data" / "audio", shared / "data" / "audio"]
     clips = corpus(dirs, args.clips)
     print(f"corpus: {len(clips)} clips, {sum(float(c['duration_s']) for c in clips):.1f} s", flush=True)
     import nemo

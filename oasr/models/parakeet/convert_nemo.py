@@ -119,7 +119,6 @@ _JOINT_KEYS = {
     "experimental_fuse_loss_wer": ANY_VALUE,
     "masking_prob": ANY_VALUE,
 }
-_GREEDY_STRATEGIES = ("greedy", "greedy_batch")
 # NeMo's transducer ``decoding.strategy`` -> the oasr search that equals it (``NEMO_SEARCHES``).
 _TRANSDUCER_STRATEGIES = {
     "greedy": "greedy",
@@ -203,12 +202,6 @@ def _architecture(cfg: Mapping[str, Any], where: Path) -> str:
     if "joint" in cfg:
         return HYBRID_ARCH if "aux_ctc" in cfg else TRANSDUCER_ARCH
     return CTC_ARCH
-
-
-def _greedy_strategy(decoding: Mapping[str, Any], where: str) -> None:
-    strategy = decoding.get("strategy", "greedy_batch")
-    if strategy not in _GREEDY_STRATEGIES:
-        raise LoadError(f"{where}.strategy={strategy!r} is not implemented by oasr (supported: greedy, greedy_batch)")
 
 
 def _timestamp_settings(decoding: Mapping[str, Any], where: str) -> dict[str, Any]:

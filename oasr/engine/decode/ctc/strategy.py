@@ -65,8 +65,9 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
@@ -234,10 +235,13 @@ class CtcDecodeStrategy(WindowedStrategy):
 
     def _boosting_tree(self, opts: TranscribeOptions) -> BoostingTree:
         """NeMo's boosting tree of a request's hotwords (the shape of its search's ``boosting_tree``)."""
-        search = self.nemo["beam" if opts.beam_size > 1 else "greedy"]
-        config = BoostingConfig(**search["boosting"])
+        return self._phrase_tree(opts, self.nemo["beam" if opts.beam_size > 1 else "greedy"]["boosting"])
+
+    def _phrase_tree(self, opts: TranscribeOptions, shape: Mapping[str, Any]) -> BoostingTree:
+        """NeMo's boosting tree of ``opts.hotwords`` in the ``boosting_tree`` shape ``shape`` (NeMo's
+        defaults for keys it lacks); a phrase with no tokens is refused."""
         return BoostingTree.from_phrases(
-            parse_hotwords(opts.hotwords), self.tokenizer.encode_text, self.blank_id, config
+            parse_hotwords(opts.hotwords), self.tokenizer.encode_text, self.blank_id, BoostingConfig(**shape)
         )
 
     def _new_entry(self, request: Request) -> _Req:
@@ -383,7 +387,13 @@ class CtcDecodeStrategy(WindowedStrategy):
         token from its run's start); None otherwise (a beam's tokens are placed at their spikes)."""
         if self.nemo_timing is None or not req.greedy:
             return None
-        best = log_probs.topk(1, dim=-1).indices[:, 0].tolist()
+        return self._run_offsets(log_probs.topk(1, dim=-1).indices[:, 0].tolist())
+
+    def _run_offsets(self, best: list[int]) -> Offsets | None:
+        """Under NeMo's timing, the token offsets of a best path (each frame's best label): NeMo
+        times a token from the start of its run; None otherwise."""
+        if self.nemo_timing is None:
+            return None
         return ctc_offsets(best_path_run_starts(best, self.blank_id, self.skip_ids))
 
     def _collapse_rows(self, top: list[torch.Tensor], ids: list[torch.Tensor]) -> _RowDecoder:
@@ -393,10 +403,7 @@ class CtcDecodeStrategy(WindowedStrategy):
         def decode_row(row: int, req: _Req) -> tuple[CtcHypothesis, list[float], int, Offsets | None]:
             values, best = top[row].tolist(), ids[row].tolist()
             hyp = collapse_best_path(best, values, self.blank_id, self.skip_ids)
-            offsets = None
-            if self.nemo_timing is not None:  # NeMo times a token from its run's start
-                offsets = ctc_offsets(best_path_run_starts(best, self.blank_id, self.skip_ids))
-            return hyp, [math.exp(values[f]) for f in hyp.frames], len(values), offsets
+            return hyp, [math.exp(values[f]) for f in hyp.frames], len(values), self._run_offsets(best)
 
         return decode_row
 

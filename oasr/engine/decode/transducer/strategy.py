@@ -65,8 +65,7 @@ import torch
 from oasr.audio.frontends import pad_features
 from oasr.engine.config import EngineConfig, StrategyOptions, TranscribeOptions
 from oasr.engine.decode.base import Request, StepEvent
-from oasr.engine.decode.boosting import BoostingConfig, BoostingTree
-from oasr.engine.decode.ctc.lm import parse_hotwords
+from oasr.engine.decode.boosting import BoostingTree
 from oasr.engine.decode.ctc.search import CtcHypothesis
 from oasr.engine.decode.ctc.strategy import CtcDecodeStrategy, _Req
 from oasr.engine.decode.nemo_times import transducer_offsets
@@ -147,25 +146,20 @@ class TransducerDecodeStrategy(CtcDecodeStrategy):
             return super().validate(options)
         # NeMo's boosting tree, not the CTC base's context graph: built here, refused if a phrase has no tokens.
         options = super().validate(options.replace(hotwords=None)).replace(hotwords=options.hotwords)
-        self._phrase_tree(options)
+        self._nemo_tree(options)
         return options
 
-    def _phrase_tree(self, opts: TranscribeOptions) -> BoostingTree:
+    def _nemo_tree(self, opts: TranscribeOptions) -> BoostingTree:
         """NeMo's boosting tree of a request's hotwords, in the shape of the archive's
         ``decoding.beam.boosting_tree`` (NeMo's defaults where it has none)."""
-        config = BoostingConfig(**self.search_params.get("boosting", {}))
-        return BoostingTree.from_phrases(
-            parse_hotwords(opts.hotwords), self.tokenizer.encode_text, self.blank_id, config
-        )
+        return self._phrase_tree(opts, self.search_params.get("boosting", {}))
 
     def _new_entry(self, request: Request) -> _Req:
         opts = request.options
         if not (self.named_search and opts.hotwords):
             return super()._new_entry(request)
         windows = list(request.features.windows)
-        return _Req(
-            request, opts, windows, [None] * len(windows), beam=opts.beam_size, hotwords=self._phrase_tree(opts)
-        )
+        return _Req(request, opts, windows, [None] * len(windows), beam=opts.beam_size, hotwords=self._nemo_tree(opts))
 
     def _search_and_beam(self, search: str | None, beam: int | None, what: str) -> tuple[str, int]:
         """The search and beam of a request: what it names, else the checkpoint's (see the options)."""
