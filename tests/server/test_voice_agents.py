@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import math
 import re
 import wave
 from email.parser import BytesParser
@@ -51,9 +52,13 @@ def clip_pcm() -> np.ndarray:
     return pcm
 
 
+def _http(server, audio: bytes, **kw):
+    """The HTTP route's transcription of ``audio`` through the official client (the frameworks' reference)."""
+    return server.client().audio.transcriptions.create(file=("audio.wav", audio), model=MODEL, **kw)
+
+
 def _http_text(server, audio: bytes, **kw) -> str:
-    """The HTTP route's transcript of ``audio`` through the official client (the frameworks' reference)."""
-    return server.client().audio.transcriptions.create(file=("audio.wav", audio), model=MODEL, **kw).text.strip()
+    return _http(server, audio, **kw).text.strip()
 
 
 def _wav_samples(data: bytes) -> np.ndarray:
@@ -81,9 +86,10 @@ def _pipecat():
     return pytest.importorskip("pipecat", reason="pipecat is not installed (pip install pipecat-ai, see .ci/run)")
 
 
-async def _run_pipecat(stt, pcm: np.ndarray, *, until_final: bool) -> tuple[list[str], list[str]]:
+async def _run_pipecat(stt, pcm: np.ndarray, *, until_final: bool) -> tuple[list, list[str]]:
     """Feed ``pcm`` then silence as 20 ms audio frames through VAD -> ``stt`` -> a collector, in a
-    pipecat pipeline run by its runner; returns (transcripts, errors) the collector received.
+    pipecat pipeline run by its runner; returns the ``TranscriptionFrame``s and the errors the
+    collector received.
 
     Args:
         until_final: end the pipeline only once a transcript arrived (a streaming service sends
@@ -101,14 +107,14 @@ async def _run_pipecat(stt, pcm: np.ndarray, *, until_final: bool) -> tuple[list
     class Collector(FrameProcessor):
         def __init__(self):
             super().__init__()
-            self.transcripts: list[str] = []
+            self.transcripts: list[TranscriptionFrame] = []
             self.errors: list[str] = []
             self.final = asyncio.Event()
 
         async def process_frame(self, frame, direction):
             await super().process_frame(frame, direction)
             if isinstance(frame, TranscriptionFrame):
-                self.transcripts.append(frame.text)
+                self.transcripts.append(frame)
                 self.final.set()
             elif isinstance(frame, ErrorFrame):
                 self.errors.append(frame.error)
@@ -143,10 +149,12 @@ async def _run_pipecat(stt, pcm: np.ndarray, *, until_final: bool) -> tuple[list
 def test_pipecat_openai_stt_service(tiny_server, clip_pcm):
     """pipecat's ``OpenAISTTService`` (the HTTP one) with ``base_url`` at oasr, behind pipecat's own
     Silero VAD: one turn, uploaded as the clip plus silence, transcribed as the HTTP route
-    transcribes that upload."""
+    transcribes that upload; with ``include_prob_metrics`` (a Whisper model name: pipecat asks for
+    ``verbose_json``) its confidence is the first segment's ``exp(avg_logprob)``."""
     _pipecat()
     import openai
     from pipecat.services.openai.stt import OpenAISTTService
+    from pipecat.services.whisper.utils import extract_whisper_probability
 
     uploads: list[bytes] = []
 
@@ -159,6 +167,7 @@ def test_pipecat_openai_stt_service(tiny_server, clip_pcm):
         base_url=tiny_server.base_url + "/v1",
         http_client=openai.DefaultAsyncHttpxClient(event_hooks={"request": [keep_upload]}),
         settings=OpenAISTTService.Settings(model=MODEL),
+        include_prob_metrics=True,
     )
     transcripts, errors = asyncio.run(_run_pipecat(stt, clip_pcm, until_final=False))
 
@@ -168,8 +177,10 @@ def test_pipecat_openai_stt_service(tiny_server, clip_pcm):
     # the whole clip (the VAD kept its start and every pause), then only silence
     np.testing.assert_array_equal(sent[: len(clip_pcm)], clip_pcm)
     assert not sent[len(clip_pcm) :].any()
-    assert transcripts[0] == _http_text(tiny_server, uploads[0], language="en")
-    assert _words(transcripts[0]) == JFK
+    reference = _http(tiny_server, uploads[0], language="en", response_format="verbose_json")
+    assert transcripts[0].text == reference.text.strip()
+    assert _words(transcripts[0].text) == JFK
+    assert extract_whisper_probability(transcripts[0]) == pytest.approx(math.exp(reference.segments[0].avg_logprob))
 
 
 def test_pipecat_openai_realtime_stt_service(tiny_server, clip_pcm):
@@ -191,7 +202,7 @@ def test_pipecat_openai_realtime_stt_service(tiny_server, clip_pcm):
     assert not errors
     assert len(transcripts) == 1, transcripts
     # resampled to 24 kHz and back on the way, so compared word for word
-    assert _words(transcripts[0]) == _words(_http_text(tiny_server, CLIP.read_bytes(), language="en")) == JFK
+    assert _words(transcripts[0].text) == _words(_http_text(tiny_server, CLIP.read_bytes(), language="en")) == JFK
 
 
 # -- LiveKit Agents ---------------------------------------------------------------------------
