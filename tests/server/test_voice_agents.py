@@ -32,10 +32,10 @@ FINAL_TIMEOUT_S = 60.0
 
 
 def _realtime_missing() -> str | None:
-    """Why the Realtime tests cannot run: None once the app serves ``/v1/realtime``."""
-    from oasr.server.app import create_app
+    """Why the Realtime tests cannot run: None once the server's router has ``/v1/realtime``."""
+    from oasr.server.routes import router
 
-    paths = {getattr(route, "path", None) for route in create_app().routes}
+    paths = {getattr(route, "path", None) for route in router.routes}
     return None if "/v1/realtime" in paths else "oasr serve has no /v1/realtime route yet"
 
 
