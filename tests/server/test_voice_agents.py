@@ -19,7 +19,7 @@ import pytest
 
 from .conftest import REPO_ROOT, needs_tiny
 
-pytestmark = needs_tiny
+pytestmark = [pytest.mark.real_weights, needs_tiny]
 
 CLIP = REPO_ROOT / "data" / "jfk.flac"  # 11 s, 16 kHz, 16-bit mono
 MODEL = "whisper-1"  # the shared tiny.en server's second name, what agent configs name by default
