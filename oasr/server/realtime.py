@@ -1054,6 +1054,11 @@ class RealtimeEndpoint(StreamingEndpoint):
         try:
             event = _parse_event(message)
             event_id = event.get("event_id") if isinstance(event.get("event_id"), str) else None
+            if event.get("event_id") is not None:
+                _typed(event["event_id"], (str,), "event_id", "a string")
+            if "type" not in event:
+                raise EventError("missing_required_parameter", "Missing required parameter: 'type'.", "type")
+            _typed(event["type"], (str,), "type", "a string")
             await self._apply(session, event)
         except EventError as e:
             await session.send({"type": "error", "error": e.error(event_id)})
@@ -1104,11 +1109,6 @@ def _parse_event(message: dict[str, Any]) -> dict[str, Any]:
         raise EventError("invalid_json", f"The server failed to parse the event as JSON: {e}.") from None
     if not isinstance(event, dict):
         raise EventError("invalid_json", "An event must be a JSON object.")
-    if "type" not in event:
-        raise EventError("missing_required_parameter", "Missing required parameter: 'type'.", "type")
-    _typed(event["type"], (str,), "type", "a string")
-    if event.get("event_id") is not None:
-        _typed(event["event_id"], (str,), "event_id", "a string")
     return event
 
 
