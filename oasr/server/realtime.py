@@ -583,7 +583,7 @@ class RealtimeSession:
         self.id = _new_id("sess")
         self.policy = live_policy(self.engine)
         self.config = config
-        self.decode = self.decode_options(config)
+        self.decode = self.decode_options(config, beta)
         self.chunks: list[np.ndarray] = []  # the uncommitted audio, 16-bit, from self.start
         self.buffered = 0  # samples in self.chunks
         self.start = 0  # the session sample of the buffer's first sample
@@ -600,14 +600,14 @@ class RealtimeSession:
 
     # -- configuration ---------------------------------------------------------------------
 
-    def decode_options(self, config: SessionConfig) -> dict[str, Any]:
+    def decode_options(self, config: SessionConfig, beta: bool) -> dict[str, Any]:
         """The engine options of ``config`` (those ``/v1/audio/transcriptions`` would build).
 
         Raises:
             EventError: the model refuses them (a language it lacks, a prompt it does not take).
         """
         kwargs: dict[str, Any] = {"task": "transcribe", **self.settings.decode_options()}
-        path = "session.audio.input.transcription" if not self.beta else "session.input_audio_transcription"
+        path = "session.input_audio_transcription" if beta else "session.audio.input.transcription"
         if config.language:
             kwargs["language"] = config.language
         if config.prompt:
@@ -628,10 +628,9 @@ class RealtimeSession:
 
     def update(self, session: Any, *, beta: bool) -> dict[str, Any]:
         """Apply an update event's ``session``; the ``*.updated`` event."""
-        self.beta = beta
         parse = parse_beta_session if beta else parse_ga_session
         config = parse(session, self.config, self.settings)
-        if config.format != self.config.format and (self.chunks or self.turn is not None):
+        if config.format != self.config.format and self.turn is not None:
             raise EventError(
                 "invalid_value", "Commit or clear the input audio buffer before changing its format.", "session"
             )
@@ -642,13 +641,13 @@ class RealtimeSession:
                 require_silero()
             except ImportError as e:
                 raise EventError("invalid_value", str(e), "session.turn_detection") from None
-        decode = self.decode_options(config)
-        if config.format != self.config.format:
+        decode = self.decode_options(config, beta)
+        if config.format != self.config.format:  # no turn: the buffer holds no more than VAD padding
             self.ms0 = self.ms(self.received)
-            self.received = self.start = 0
+            self.chunks, self.buffered, self.received, self.start = [], 0, 0, 0
         if config.turn_detection != self.config.turn_detection or config.format != self.config.format:
             self.vad = self._detector(config)
-        self.config, self.decode = config, decode
+        self.config, self.decode, self.beta = config, decode, beta
         return self.session_event("updated")
 
     def session_event(self, what: str) -> dict[str, Any]:
@@ -709,13 +708,19 @@ class RealtimeSession:
         td, rate = self.config.turn_detection, self.config.format.rate
         assert td is not None and self.vad is not None
         for kind, at in self.vad.feed(pcm.astype(np.float32) / 32768.0):
-            if kind == "start":
+            if kind == "start" and self.turn is not None:  # a turn the client began (VAD turned on since)
+                started = {"type": "input_audio_buffer.speech_started", "audio_start_ms": self.ms(self.turn.start)}
+                await self.send({**started, "item_id": self.turn.item_id})
+            elif kind == "start":
                 start = max(self.start, at - round(td.prefix_padding_ms * rate / 1000))
                 await self._start_turn(start, speech=True)
             elif self.turn is not None:
                 stopped = {"type": "input_audio_buffer.speech_stopped", "audio_end_ms": self.ms(at)}
                 await self.send({**stopped, "item_id": self.turn.item_id})
-                await self.commit(at)
+                try:
+                    await self.commit(at)
+                except EventError:  # under 100 ms with padding: a click, not a turn
+                    self.clear()
         if self.turn is None:  # no speech: only the prefix padding's worth of audio is kept
             keep = round((td.prefix_padding_ms + VAD_WINDOW_MS) * rate / 1000)
             if self.received - keep > self.start:

@@ -43,6 +43,7 @@ CAUSAL = FIXTURES_DIR / "wenet-u2pp-tiny-causal"
 KEY = "rt-key"
 RATE = 24000
 PIECE = 2400  # samples per append (100 ms at 24 kHz)
+IDLE_S = 5.0
 
 
 class InProcessServer:
@@ -105,7 +106,7 @@ def wenet():
 
     if not (CAUSAL / "train.yaml").is_file():
         pytest.skip(f"fixture not found at {CAUSAL}")
-    settings = ServerSettings(model=str(CAUSAL), served_model_names=("wenet",), api_key=KEY)
+    settings = ServerSettings(model=str(CAUSAL), served_model_names=("wenet",), api_key=KEY, stream_idle_s=IDLE_S)
     server = InProcessServer(settings, AsyncEngine(str(CAUSAL)))
     yield server
     server.stop()
@@ -503,6 +504,21 @@ def test_raw_events_and_errors(wenet, jfk):
         assert httpx.get(wenet.http + "/health").status_code == 200
         async with connect(wenet.url(), additional_headers=auth()) as ws:
             assert (await recv(ws))["type"] == "session.created"
+
+    asyncio.run(go())
+
+
+def test_an_idle_session_is_closed_with_an_error_event(wenet):
+    async def go():
+        async with connect(wenet.url(), additional_headers=auth()) as ws:
+            assert (await recv(ws))["type"] == "session.created"
+            started = time.monotonic()
+            event = await recv(ws)
+            RealtimeErrorEvent.model_validate(event)
+            assert event["error"]["code"] == "idle_timeout"
+            with pytest.raises(ConnectionClosed):
+                await ws.recv()
+            assert ws.close_code == 1008 and time.monotonic() - started >= IDLE_S - 0.5
 
     asyncio.run(go())
 
