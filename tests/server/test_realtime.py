@@ -12,6 +12,8 @@ import base64
 import io
 import json
 import re
+import subprocess
+import sys
 import threading
 import time
 import wave
@@ -231,6 +233,16 @@ def test_openai_client_whisper_manual_commit_equals_http(whisper, jfk):
     assert "ask not what your country can do for you" in completed.transcript.lower()
     deltas = [e.delta for e in events if e.type == "conversation.item.input_audio_transcription.delta"]
     assert len(deltas) > 1 and "".join(deltas) == completed.transcript  # Whisper streams its text
+
+
+def test_the_docs_example_prints_what_http_transcribes(whisper, jfk):
+    """docs/realtime.md's session, as written, against this server (served as "whisper-1")."""
+    code = re.findall(r"```python\n(.*?)```", (REPO_ROOT / "docs" / "realtime.md").read_text(), re.S)[0]
+    code = code.replace(":8000/", f":{whisper.port}/").replace('"whisper-base"', '"whisper-1"')
+    run = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    deltas, transcript = run.stdout.strip().splitlines()[-2:]
+    assert transcript == deltas == http_text(whisper, jfk, "whisper-1")
 
 
 def test_beta_client_whisper_server_vad_turns_equal_http(whisper, jfk):
