@@ -9,14 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import io
 import json
 import re
 import subprocess
 import sys
 import threading
 import time
-import wave
 
 import numpy as np
 import pytest
@@ -39,6 +37,7 @@ from websockets.asyncio.client import connect  # noqa: E402
 from websockets.exceptions import ConnectionClosed, InvalidStatus  # noqa: E402
 
 from oasr.models.bundled import bundled_path  # noqa: E402
+from oasr.server.realtime import _G711, _wav  # noqa: E402
 from tests.conftest import FIXTURES_DIR, REPO_ROOT  # noqa: E402
 
 CAUSAL = FIXTURES_DIR / "wenet-u2pp-tiny-causal"
@@ -133,20 +132,10 @@ def b64(pcm: np.ndarray) -> str:
     return base64.b64encode(pcm.astype("<i2").tobytes()).decode()
 
 
-def wav(pcm: np.ndarray, rate: int = RATE) -> bytes:
-    buf = io.BytesIO()
-    with wave.open(buf, "wb") as w:
-        w.setnchannels(1)
-        w.setsampwidth(2)
-        w.setframerate(rate)
-        w.writeframes(pcm.astype("<i2").tobytes())
-    return buf.getvalue()
-
-
 def http_text(server: InProcessServer, pcm: np.ndarray, model: str) -> str:
     r = httpx.post(
         server.http + "/v1/audio/transcriptions",
-        files={"file": ("turn.wav", wav(pcm), "audio/wav")},
+        files={"file": ("turn.wav", _wav(pcm, RATE), "audio/wav")},
         data={"model": model},
         timeout=120,
     )
@@ -537,8 +526,6 @@ def test_an_idle_session_is_closed_with_an_error_event(wenet):
 
 def _ulaw_encode(x: np.ndarray) -> bytes:
     """G.711 mu-law codes of float samples (the inverse of the server's table, by nearest value)."""
-    from oasr.server.realtime import _G711
-
     table = _G711["audio/pcmu"].astype(np.int32)
     order = np.argsort(table)
     pcm = np.clip(np.round(x * 32767), -32768, 32767).astype(np.int32)
@@ -550,8 +537,6 @@ def _ulaw_encode(x: np.ndarray) -> bytes:
 
 def test_g711_tables_match_the_standard():
     audioop = pytest.importorskip("audioop")
-    from oasr.server.realtime import _G711
-
     codes = bytes(range(256))
     assert (_G711["audio/pcmu"] == np.frombuffer(audioop.ulaw2lin(codes, 2), "<i2")).all()
     assert (_G711["audio/pcma"] == np.frombuffer(audioop.alaw2lin(codes, 2), "<i2")).all()
