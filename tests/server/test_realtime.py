@@ -114,6 +114,20 @@ def wenet():
 
 
 @pytest.fixture(scope="module")
+def reference(wenet):
+    """The in-process engine the streaming model's transcripts are compared with."""
+    from oasr.engine.engine import ASREngine
+
+    return ASREngine(str(CAUSAL))
+
+
+def final_text(engine, samples: np.ndarray, rate: int) -> str:
+    """The final text of an in-process live stream of ``samples``."""
+    stream = engine.open_stream(sample_rate=rate)
+    return " ".join(e.text for e in stream.feed(samples) + stream.finish() if e.type == "final")
+
+
+@pytest.fixture(scope="module")
 def whisper():
     from oasr.engine.async_engine import AsyncEngine
     from oasr.server.settings import ServerSettings
@@ -165,9 +179,7 @@ DONE = {"conversation.item.input_audio_transcription.completed", "conversation.i
 # The official client
 
 
-def test_openai_client_streaming_model_equals_open_stream(wenet, jfk):
-    from oasr.engine.engine import ASREngine
-
+def test_openai_client_streaming_model_equals_open_stream(wenet, reference, jfk):
     async def session():
         async with wenet.client(KEY).realtime.connect(extra_query={"intent": "transcription"}) as conn:
             created = await conn.recv()
@@ -186,13 +198,12 @@ def test_openai_client_streaming_model_equals_open_stream(wenet, jfk):
             return await until(conn, DONE)
 
     events = asyncio.run(session())
-    stream = ASREngine(str(CAUSAL)).open_stream(sample_rate=RATE)
-    finals = [e.text for e in stream.feed(jfk.astype(np.float32) / 32768.0) + stream.finish() if e.type == "final"]
     committed = [e for e in events if e.type == "input_audio_buffer.committed"]
     completed = events[-1]
     assert completed.type == "conversation.item.input_audio_transcription.completed"
     assert len(committed) == 1 and committed[0].previous_item_id is None and completed.item_id == committed[0].item_id
-    assert completed.transcript == " ".join(finals) and completed.transcript
+    assert completed.transcript == final_text(reference, jfk.astype(np.float32) / 32768.0, RATE)
+    assert completed.transcript
     assert completed.usage.type == "duration" and completed.usage.seconds == pytest.approx(len(jfk) / RATE, abs=1e-3)
     deltas = "".join(e.delta for e in events if e.type == "conversation.item.input_audio_transcription.delta")
     assert completed.transcript.startswith(deltas) and deltas  # never taken back
@@ -302,9 +313,7 @@ def auth(key: str = KEY) -> dict:
     return {"Authorization": f"Bearer {key}"}
 
 
-def test_raw_events_and_errors(wenet, jfk):
-    from oasr.engine.engine import ASREngine
-
+def test_raw_events_and_errors(wenet, reference, jfk):
     async def go():
         # The API key: none, wrong -> 401 before the upgrade; the browser's subprotocol form passes.
         for headers in ({}, auth("wrong")):
@@ -442,11 +451,8 @@ def test_raw_events_and_errors(wenet, jfk):
             committed = next(e for e in events if e["type"] == "input_audio_buffer.committed")
             InputAudioBufferCommittedEvent.model_validate(committed)
             ConversationItemInputAudioTranscriptionCompletedEvent.model_validate(events[-1])
-            stream = ASREngine(str(CAUSAL)).open_stream(sample_rate=RATE)
-            want = [
-                e.text for e in stream.feed(turn.astype(np.float32) / 32768.0) + stream.finish() if e.type == "final"
-            ]
-            assert events[-1]["transcript"] == " ".join(want) and events[-1]["item_id"] == committed["item_id"]
+            assert events[-1]["transcript"] == final_text(reference, turn.astype(np.float32) / 32768.0, RATE)
+            assert events[-1]["item_id"] == committed["item_id"]
             first_item = committed["item_id"]
 
             # Beta update: G.711 mu-law with server VAD, answered in the beta shape.
@@ -501,6 +507,12 @@ def test_raw_events_and_errors(wenet, jfk):
             assert all(4000 <= a["audio_start_ms"] < b["audio_end_ms"] for a, b in zip(started, stopped))
             commits = [e for e in kinds if e["type"] == "input_audio_buffer.committed"]
             assert commits[0]["previous_item_id"] == first_item
+            # Each VAD turn of a streaming model is the live stream of exactly that audio.
+            texts = {e["item_id"]: e["transcript"] for e in kinds if e["type"].endswith("completed")}
+            decoded = _G711["audio/pcmu"][np.frombuffer(ulaw, np.uint8)].astype(np.float32) / 32768.0
+            for a, b in zip(started, stopped):
+                turn = decoded[(a["audio_start_ms"] - 4000) * 8 : (b["audio_end_ms"] - 4000) * 8]
+                assert texts[a["item_id"]] == final_text(reference, turn, 8000)
         # The server goes on serving.
         assert httpx.get(wenet.http + "/health").status_code == 200
         async with connect(wenet.url(), additional_headers=auth()) as ws:
