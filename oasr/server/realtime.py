@@ -596,7 +596,7 @@ class RealtimeSession:
         self.pending_s = 0.0  # seconds of committed audio not yet transcribed ("turns")
         self.tasks: set[asyncio.Task] = set()
         self.lock = asyncio.Lock()
-        self.worker = self._spawn(self._transcribe_turns()) if self.policy == "turns" else None
+        self.worker = self._spawn(self._transcribe_turns) if self.policy == "turns" else None
 
     # -- configuration ---------------------------------------------------------------------
 
@@ -739,7 +739,7 @@ class RealtimeSession:
             turn.failed = True
             await self.failed(turn, _engine_error(e))
             return
-        turn.task = self._spawn(self._stream_events(turn))
+        turn.task = self._spawn(self._stream_events, turn)
 
     def _feed(self, upto: int) -> None:
         turn = self.turn
@@ -895,8 +895,10 @@ class RealtimeSession:
         async with self.lock:
             await self.endpoint._send(self.ws, {"event_id": _new_id("event"), **event})
 
-    def _spawn(self, coro) -> asyncio.Task:
-        task = asyncio.ensure_future(_guarded(coro))
+    def _spawn(self, work, *args) -> asyncio.Task:
+        """Run ``work(*args)`` in the background (made inside the task: one cancelled before it
+        starts leaves no coroutine behind)."""
+        task = asyncio.ensure_future(_guarded(work, *args))
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
         return task
@@ -912,11 +914,11 @@ class RealtimeSession:
                 await task
 
 
-async def _guarded(coro) -> None:
+async def _guarded(work, *args) -> None:
     """Run a session's background work: a gone client ends it quietly (the receive loop hears
     of it), a bug is logged (the session's other work goes on)."""
     try:
-        await coro
+        await work(*args)
     except _Gone:
         pass
     except Exception as e:  # noqa: BLE001
