@@ -265,6 +265,14 @@ def _known(obj: dict[str, Any], names: set[str] | frozenset[str], path: str) -> 
             raise EventError("unknown_parameter", f"Unknown parameter: '{path}.{name}'.", f"{path}.{name}")
 
 
+def _fields(value: Any, names: set[str], path: str) -> dict[str, Any]:
+    """An object of settings: known names only, a null one taken as left out (clients that send
+    the whole typed object send nulls for what they did not set)."""
+    obj = _object(value, path)
+    _known(obj, names, path)
+    return {k: v for k, v in obj.items() if v is not None}
+
+
 def _kind(value: Any) -> str:
     return "null" if value is None else type(value).__name__
 
@@ -278,8 +286,7 @@ def _typed(value: Any, types: tuple[type, ...], path: str, what: str, *, nullabl
 
 
 def _ga_format(value: Any, path: str) -> AudioFormat:
-    obj = _object(value, path)
-    _known(obj, {"type", "rate"}, path)
+    obj = _fields(value, {"type", "rate"}, path)
     kind = obj.get("type", "audio/pcm")
     if kind == "audio/pcm":
         rate = _typed(obj.get("rate", 24000), (int,), f"{path}.rate", "an integer")
@@ -313,13 +320,11 @@ def _beta_format(value: Any, path: str) -> AudioFormat:
 
 
 def _transcription(value: Any, path: str, settings: ServerSettings) -> dict[str, Any]:
-    if value is None:
-        raise EventError("invalid_value", f"'{path}' cannot be null: an oasr session always transcribes.", path)
     obj = _object(value, path)
     for name in ("delay", "keywords", "languages"):
-        if name in obj:
+        if obj.get(name) not in (None, []):
             raise EventError("invalid_value", f"'{path}.{name}' is not supported by oasr.", f"{path}.{name}")
-    _known(obj, {"model", "language", "prompt"}, path)
+    _known(obj, {"model", "language", "prompt", "delay", "keywords", "languages"}, path)
     changes: dict[str, Any] = {}
     if obj.get("model") is not None:
         model = _typed(obj["model"], (str,), f"{path}.model", "a string")
@@ -333,7 +338,7 @@ def _transcription(value: Any, path: str, settings: ServerSettings) -> dict[str,
     return changes
 
 
-_VAD_EXTRA = ("create_response", "interrupt_response")
+_VAD_REPORTED = ("create_response", "interrupt_response")
 
 
 def _turn_detection(
@@ -341,8 +346,11 @@ def _turn_detection(
 ) -> TurnDetection | None:
     if value is None:
         return None
-    obj = _object(value, path)
-    _known(obj, {"type", "threshold", "prefix_padding_ms", "silence_duration_ms", *_VAD_EXTRA}, path)
+    names = {"type", "threshold", "prefix_padding_ms", "silence_duration_ms", "idle_timeout_ms", *_VAD_REPORTED}
+    obj = _fields(value, names, path)
+    if "idle_timeout_ms" in obj:
+        param = f"{path}.idle_timeout_ms"
+        raise EventError("invalid_value", f"'{param}': a transcription session triggers no responses.", param)
     kind = obj.get("type")
     if kind is None and type_required:
         raise EventError("missing_required_parameter", f"Missing required parameter: '{path}.type'.", f"{path}.type")
@@ -367,7 +375,7 @@ def _turn_detection(
             )
         values[name] = v
     extra = dict(base.extra)
-    for name in _VAD_EXTRA:
+    for name in _VAD_REPORTED:
         if name in obj:
             extra[name] = _typed(obj[name], (bool,), f"{path}.{name}", "a boolean")
     return TurnDetection(**values, extra=tuple(extra.items()))
@@ -376,8 +384,7 @@ def _turn_detection(
 def _noise_reduction(value: Any, path: str, current: dict[str, Any] | None) -> dict[str, Any] | None:
     if value is None:
         return None
-    obj = _object(value, path)
-    _known(obj, {"type", "strength"}, path)
+    obj = _fields(value, {"type", "strength"}, path)
     out = dict(current or {"type": "near_field"})
     if "type" in obj:
         if obj["type"] not in ("near_field", "far_field"):
@@ -432,9 +439,9 @@ def parse_ga_session(value: Any, current: SessionConfig, settings: ServerSetting
             path = "session.audio.input"
             inp = _object(audio["input"], path)
             _known(inp, {"format", "transcription", "turn_detection", "noise_reduction"}, path)
-            if "format" in inp:
+            if inp.get("format") is not None:
                 changes["format"] = _ga_format(inp["format"], f"{path}.format")
-            if "transcription" in inp:
+            if inp.get("transcription") is not None:
                 changes.update(_transcription(inp["transcription"], f"{path}.transcription", settings))
             if "turn_detection" in inp:
                 changes["turn_detection"] = _turn_detection(
@@ -461,9 +468,9 @@ def parse_beta_session(value: Any, current: SessionConfig, settings: ServerSetti
     changes: dict[str, Any] = {}
     if "include" in obj:
         changes["include"] = _include(obj["include"], "session.include")
-    if "input_audio_format" in obj:
+    if obj.get("input_audio_format") is not None:
         changes["format"] = _beta_format(obj["input_audio_format"], "session.input_audio_format")
-    if "input_audio_transcription" in obj:
+    if obj.get("input_audio_transcription") is not None:
         changes.update(_transcription(obj["input_audio_transcription"], "session.input_audio_transcription", settings))
     if "turn_detection" in obj:
         changes["turn_detection"] = _turn_detection(

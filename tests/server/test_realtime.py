@@ -382,6 +382,7 @@ def test_raw_events_and_errors(wenet, reference, jfk):
                 ({"transcription": {"model": "gpt-4o-transcribe"}}, "invalid_value", f"{path}.transcription.model"),
                 ({"transcription": {"language": "xx-nope"}}, "invalid_value", f"{path}.transcription.language"),
                 ({"turn_detection": {"type": "semantic_vad"}}, "invalid_value", f"{path}.turn_detection.type"),
+                ({"transcription": {"keywords": ["oasr"]}}, "invalid_value", f"{path}.transcription.keywords"),
                 (
                     {"turn_detection": {"type": "server_vad", "threshold": 2}},
                     "invalid_value",
@@ -412,6 +413,26 @@ def test_raw_events_and_errors(wenet, reference, jfk):
                     assert err["event_id"] == message["event_id"]
             commit_empty = await error_of(ws, {"type": "input_audio_buffer.commit"})
             assert "100ms" in commit_empty["message"]
+
+            # A client that sends the whole typed object (nulls for what it did not set) is understood.
+            from openai.types.realtime import RealtimeTranscriptionSessionCreateRequest
+
+            full = RealtimeTranscriptionSessionCreateRequest.model_validate(
+                {
+                    "type": "transcription",
+                    "audio": {
+                        "input": {
+                            "transcription": {"model": "wenet"},
+                            "turn_detection": {"type": "server_vad", "silence_duration_ms": 700},
+                        }
+                    },
+                }
+            ).model_dump(mode="json")
+            assert full["audio"]["input"]["turn_detection"]["threshold"] is None
+            await ws.send(json.dumps({"type": "session.update", "session": full}))
+            updated = await recv(ws)
+            assert updated["type"] == "session.updated", updated
+            assert updated["session"]["audio"]["input"]["turn_detection"]["silence_duration_ms"] == 700
 
             # The failed updates changed nothing; a good one (GA) is reported whole.
             nr = {"type": "far_field"}
