@@ -37,7 +37,8 @@ from websockets.asyncio.client import connect  # noqa: E402
 from websockets.exceptions import ConnectionClosed, InvalidStatus  # noqa: E402
 
 from oasr.models.bundled import bundled_path  # noqa: E402
-from oasr.server.realtime import _G711, _wav  # noqa: E402
+from oasr.server.realtime import _wav  # noqa: E402
+from oasr.server.realtime_protocol import G711  # noqa: E402
 from tests.conftest import FIXTURES_DIR, REPO_ROOT  # noqa: E402
 
 CAUSAL = FIXTURES_DIR / "wenet-u2pp-tiny-causal"
@@ -530,7 +531,7 @@ def test_raw_events_and_errors(wenet, reference, jfk):
             assert commits[0]["previous_item_id"] == first_item
             # Each VAD turn of a streaming model is the live stream of exactly that audio.
             texts = {e["item_id"]: e["transcript"] for e in kinds if e["type"].endswith("completed")}
-            decoded = _G711["audio/pcmu"][np.frombuffer(ulaw, np.uint8)].astype(np.float32) / 32768.0
+            decoded = G711["audio/pcmu"][np.frombuffer(ulaw, np.uint8)].astype(np.float32) / 32768.0
             for a, b in zip(started, stopped):
                 turn = decoded[(a["audio_start_ms"] - 4000) * 8 : (b["audio_end_ms"] - 4000) * 8]
                 assert texts[a["item_id"]] == final_text(reference, turn, 8000)
@@ -559,7 +560,7 @@ def test_an_idle_session_is_closed_with_an_error_event(wenet):
 
 def _ulaw_encode(x: np.ndarray) -> bytes:
     """G.711 mu-law codes of float samples (the inverse of the server's table, by nearest value)."""
-    table = _G711["audio/pcmu"].astype(np.int32)
+    table = G711["audio/pcmu"].astype(np.int32)
     order = np.argsort(table)
     pcm = np.clip(np.round(x * 32767), -32768, 32767).astype(np.int32)
     idx = np.clip(np.searchsorted(table[order], pcm), 1, 255)
@@ -571,8 +572,8 @@ def _ulaw_encode(x: np.ndarray) -> bytes:
 def test_g711_tables_match_the_standard():
     audioop = pytest.importorskip("audioop")
     codes = bytes(range(256))
-    assert (_G711["audio/pcmu"] == np.frombuffer(audioop.ulaw2lin(codes, 2), "<i2")).all()
-    assert (_G711["audio/pcma"] == np.frombuffer(audioop.alaw2lin(codes, 2), "<i2")).all()
+    assert (G711["audio/pcmu"] == np.frombuffer(audioop.ulaw2lin(codes, 2), "<i2")).all()
+    assert (G711["audio/pcma"] == np.frombuffer(audioop.alaw2lin(codes, 2), "<i2")).all()
 
 
 def test_stable_prefix_never_takes_text_back():
