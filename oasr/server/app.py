@@ -7,6 +7,8 @@ body is read:
   in-flight; see ``oasr.server.metrics``), including the ones it refuses;
 * checks ``Authorization: Bearer <key>`` on every ``/v1/...`` path when an API key
   is set (401 otherwise, for a WebSocket upgrade too; ``/health`` and ``/metrics`` stay open);
+  a WebSocket upgrade may carry the key as the subprotocol ``openai-insecure-api-key.<key>``
+  instead (browsers cannot set headers; OpenAI's Realtime clients send it that way);
 * enforces ``--max-upload-mb`` on the audio routes: a ``Content-Length`` over the
   limit is refused with 413 at once, without reading the body, and the bytes
   actually received are counted as they arrive (chunked uploads, or a lying
@@ -36,13 +38,15 @@ from oasr.server.errors import APIError, UploadIdle, UploadTooLarge, bad_request
 from oasr.server.lifecycle import Drain, ShuttingDown
 from oasr.server.metrics import ServerMetrics
 from oasr.server.protocol import ModelCard, ModelList
+from oasr.server.realtime import RealtimeEndpoint
 from oasr.server.routes import router
 from oasr.server.serving import CLIENT_GONE, OpenAIServingTranscription, OpenAIServingTranslation
 from oasr.server.settings import ServerSettings
-from oasr.server.streaming import StreamingEndpoint
+from oasr.server.streaming import OpenSessions, StreamingEndpoint
 
 log = logging.getLogger("oasr.server")
 
+KEY_SUBPROTOCOL = "openai-insecure-api-key."  # a WebSocket's API key, the way browsers send it
 AUDIO_ENDPOINTS = {"/v1/audio/transcriptions": "transcriptions", "/v1/audio/translations": "translations"}
 
 
@@ -72,7 +76,9 @@ def create_app(settings: ServerSettings | None = None, engine=None) -> FastAPI:
         app.state.engine = eng
         app.state.transcription = OpenAIServingTranscription(eng, settings, metrics, drain)
         app.state.translation = OpenAIServingTranslation(eng, settings, metrics, drain)
-        app.state.streaming = StreamingEndpoint(eng, settings, metrics)
+        sessions = OpenSessions()  # --max-streams bounds both live routes together
+        app.state.streaming = StreamingEndpoint(eng, settings, metrics, sessions)
+        app.state.realtime = RealtimeEndpoint(eng, settings, metrics, sessions)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -167,7 +173,7 @@ class GateMiddleware:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "websocket":
-            if self.api_key is not None and scope["path"].startswith("/v1/") and not self._authorized(scope):
+            if self.api_key is not None and scope["path"].startswith("/v1/") and not self._authorized_ws(scope):
                 await WebSocket(scope, receive, send).send_denial_response(self._unauthorized().response())
                 return
             await self.app(scope, receive, send)
@@ -226,6 +232,11 @@ class GateMiddleware:
         if scheme.lower() != "bearer":
             return False
         return hmac.compare_digest(token.strip().encode(), self.api_key or b"")
+
+    def _authorized_ws(self, scope: Scope) -> bool:
+        """The Bearer header, or the key in an ``openai-insecure-api-key.<key>`` subprotocol."""
+        keys = [p[len(KEY_SUBPROTOCOL) :] for p in scope.get("subprotocols", ()) if p.startswith(KEY_SUBPROTOCOL)]
+        return self._authorized(scope) or any(hmac.compare_digest(k.encode(), self.api_key or b"") for k in keys)
 
     @staticmethod
     def _unauthorized() -> APIError:

@@ -88,6 +88,12 @@ async def stream_transcription(websocket: WebSocket) -> None:
     await websocket.app.state.streaming.handle(websocket)
 
 
+@router.websocket("/v1/realtime")
+async def realtime_transcription(websocket: WebSocket) -> None:
+    """OpenAI's Realtime API transcription sessions (``oasr.server.realtime``)."""
+    await websocket.app.state.realtime.handle(websocket)
+
+
 @router.get("/v1/models", response_model=ModelList)
 async def list_models(request: Request) -> ModelList:
     return request.app.state.model_list

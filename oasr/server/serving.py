@@ -342,6 +342,16 @@ async def _first_event(events: AsyncIterator[StepEvent]) -> StepEvent:
     return await events.__anext__()
 
 
+def event_text(event: StepEvent, streams_text: bool) -> str | None:
+    """The transcript text an engine event adds: a ``delta``'s piece from a strategy that streams
+    text (``streams_text``), a decoded ``segment``'s text from one that does not; None for others."""
+    if event.kind == "delta":
+        return event.delta
+    if event.kind == "segment" and event.segment is not None and not streams_text:
+        return event.segment.text
+    return None
+
+
 def _sse(payload: dict | str) -> bytes:
     data = payload if isinstance(payload, str) else json.dumps(payload, ensure_ascii=False, separators=(",", ":"))
     return f"data: {data}\n\n".encode()
@@ -381,11 +391,9 @@ class _TranscriptStream:
         event: StepEvent | None = self.first
         try:
             while event is not None:
-                if event.kind == "delta" or (
-                    event.kind == "segment" and event.segment is not None and not self.streams_text
-                ):
-                    # A piece of text from a strategy that streams it, or a decoded segment from one that does not.
-                    raw += event.delta if event.kind == "delta" else event.segment.text  # type: ignore[union-attr]
+                piece = event_text(event, self.streams_text)
+                if piece is not None:
+                    raw += piece
                     delta = deltas.extend(raw.strip())
                     if delta:
                         yield _sse(TranscriptTextDelta(delta=delta).model_dump())

@@ -240,6 +240,14 @@ def parse_config(text: str | None, settings: ServerSettings) -> StreamConfig:
     return StreamConfig(rate, SAMPLE_FORMATS[fmt], {**settings.decode_options(), **options})
 
 
+class OpenSessions:
+    """The count of live WebSocket sessions open now, shared by the routes ``--max-streams`` bounds
+    (``/v1/audio/stream`` and ``/v1/realtime``)."""
+
+    def __init__(self) -> None:
+        self.n = 0
+
+
 class StreamingEndpoint:
     """Serves ``/v1/audio/stream`` sessions over one ``AsyncEngine`` (see the module).
 
@@ -247,13 +255,16 @@ class StreamingEndpoint:
         engine: the ``AsyncEngine``.
         settings: the server's settings (limits).
         metrics: the server's metrics (sessions, open connections).
+        sessions: the open-session count this route shares with the other live routes (None: its own).
     """
 
-    def __init__(self, engine, settings: ServerSettings, metrics: ServerMetrics) -> None:
+    def __init__(
+        self, engine, settings: ServerSettings, metrics: ServerMetrics, sessions: OpenSessions | None = None
+    ) -> None:
         self.engine = engine
         self.settings = settings
         self.metrics = metrics
-        self.connections = 0
+        self.sessions = sessions or OpenSessions()
 
     async def handle(self, ws: WebSocket) -> None:
         """One WebSocket session, from the upgrade to the close."""
@@ -262,24 +273,30 @@ class StreamingEndpoint:
             self.metrics.stream_sessions.labels(str(refusal.status)).inc()
             await ws.send_denial_response(refusal.response())
             return
-        self.connections += 1
+        self.sessions.n += 1
         self.metrics.stream_connections.inc()
         close_code = CLOSE_INTERNAL_ERROR
         try:
-            await ws.accept()
+            await ws.accept(subprotocol=self.subprotocol(ws))
             close_code = await self._session(ws)
         finally:
-            self.connections -= 1
+            self.sessions.n -= 1
             self.metrics.stream_connections.dec()
             self.metrics.stream_sessions.labels(str(close_code)).inc()
 
-    def _refusal(self) -> APIError | None:
+    def subprotocol(self, ws: WebSocket) -> str | None:
+        """The WebSocket subprotocol the upgrade answers with (None: none)."""
+        return None
+
+    def _refusal(self, engine_stream: bool = True) -> APIError | None:
+        """Why the upgrade is refused (None: it is not); ``engine_stream``: the session will
+        hold one of the engine's live streams (its slot and the streaming loop are checked)."""
         if not engine_alive(self.engine):
             return APIError(503, "the engine is not running", code="engine_stopped")
-        if not streaming_alive(self.engine):
+        if engine_stream and not streaming_alive(self.engine):
             return APIError(503, "the engine's streaming loop has stopped", code="streaming_stopped")
         model = self.engine.model
-        if model.encoder.streaming_kind == "none":
+        if engine_stream and model.encoder.streaming_kind == "none":
             return APIError(
                 400,
                 f"this server's model ({type(model).__name__}) cannot stream: its encoder is offline-only; "
@@ -287,7 +304,7 @@ class StreamingEndpoint:
                 code="streaming_unsupported",
             )
         retry = {"Retry-After": str(RETRY_AFTER_S)}
-        if self.connections >= self.settings.max_streams:
+        if self.sessions.n >= self.settings.max_streams:
             return APIError(
                 429,
                 f"all {self.settings.max_streams} stream slots are in use; retry later",
@@ -295,7 +312,7 @@ class StreamingEndpoint:
                 headers=retry,
             )
         loop = self.engine.streaming
-        if loop is not None and not loop.core.can_admit():
+        if engine_stream and loop is not None and not loop.core.can_admit():
             return APIError(
                 429,
                 "the engine has no room for one more live stream (every encoder cache slot, or the K/V pool, "
