@@ -257,7 +257,7 @@ class StreamingEndpoint:
 
     async def handle(self, ws: WebSocket) -> None:
         """One WebSocket session, from the upgrade to the close."""
-        refusal = self._refusal()
+        refusal = self.refusal()
         if refusal is not None:
             self.metrics.stream_sessions.labels(str(refusal.status)).inc()
             await ws.send_denial_response(refusal.response())
@@ -273,7 +273,8 @@ class StreamingEndpoint:
             self.metrics.stream_connections.dec()
             self.metrics.stream_sessions.labels(str(close_code)).inc()
 
-    def _refusal(self) -> APIError | None:
+    def refusal(self) -> APIError | None:
+        """Why an upgrade would be refused now (None: it would be accepted)."""
         if not engine_alive(self.engine):
             return APIError(503, "the engine is not running", code="engine_stopped")
         if not streaming_alive(self.engine):
