@@ -13,6 +13,7 @@ traversal, ``--no-ui`` and the WebSocket key subprotocol.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import shutil
 import threading
@@ -30,6 +31,7 @@ pytest.importorskip("fastapi")
 
 CAUSAL = FIXTURES_DIR / "wenet-u2pp-tiny-causal"
 KEY = "ui-key"
+STREAM_SLOTS = 2  # the engine's encoder cache slots
 CLIP = REPO_ROOT / "data" / "jfk.flac"
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 needs_chromium = pytest.mark.skipif(
@@ -71,7 +73,7 @@ def _serve(model: str, **settings):
     from oasr.engine.async_engine import AsyncEngine
     from oasr.server.settings import ServerSettings
 
-    engine = AsyncEngine(model, max_streams=4)
+    engine = AsyncEngine(model, max_streams=STREAM_SLOTS)
     return InProcessServer(ServerSettings(model=model, **settings), engine)
 
 
@@ -212,6 +214,37 @@ def test_the_microphone_streams_and_the_page_shows_the_streams_finals(browser, s
     stream = ASREngine(str(CAUSAL), max_streams=1).open_stream(sample_rate=rate)
     events = stream.feed(sent) + stream.finish()
     assert [e.text for e in events if e.type == "final"] == finals
+
+
+@needs_chromium
+def test_a_refused_stream_is_explained_on_the_page(browser, streaming_server):
+    """Every stream slot of the engine taken after the page loaded: Start is refused, and the page
+    says why (learnt over HTTP: the browser hides the refused upgrade's answer)."""
+    import httpx
+    from websockets.sync.client import connect
+
+    page = browser.new_page()
+    page.goto(streaming_server.base_url + "/")
+    page.fill("#api-key", KEY)
+    page.press("#api-key", "Tab")
+    page.get_by_text("Ready: press Start").wait_for()
+    url = f"ws://127.0.0.1:{streaming_server.port}/v1/audio/stream"
+    with contextlib.ExitStack() as held:
+        for _ in range(STREAM_SLOTS):
+            ws = held.enter_context(connect(url, additional_headers={"Authorization": f"Bearer {KEY}"}))
+            ws.send(json.dumps({"sample_rate": 16000}))
+            ws.send(np.zeros(1600, "<i2").tobytes())
+
+        def full() -> bool:
+            preflight = f"{streaming_server.base_url}/v1/audio/stream"
+            return httpx.get(preflight, headers={"Authorization": f"Bearer {KEY}"}).status_code == 429
+
+        _wait(full, 20, "the held streams to take every slot", page)
+        page.click("#record")
+        alert = page.get_by_role("alert")
+        alert.filter(has_text="The live stream was refused").wait_for(timeout=20_000)
+        assert "no room for one more live stream" in alert.inner_text()
+        assert page.get_attribute("#record", "aria-pressed") == "false"
 
 
 @needs_chromium
