@@ -202,9 +202,11 @@ def test_the_microphone_streams_and_the_page_shows_the_streams_finals(browser, s
     page.click("#record")
     page.locator("#live-status", has_text="Done.").wait_for(timeout=30_000)
     page.screenshot(path=tmp_path / "ui-live.png", full_page=True)
+    # Playwright reports frames as events of their own, which may come after the page's state.
+    _wait(lambda: "done" in frames.sent and frames.received[-1]["type"] == "done", 10, "the last frames", page)
 
     finals = [e["text"] for e in frames.received if e["type"] == "final"]
-    assert finals and frames.received[-1]["type"] == "done"
+    assert finals
     assert page.locator("#transcript .final").all_text_contents() == finals
     assert page.text_content("#partial") == "" and page.is_hidden("#error")
 
