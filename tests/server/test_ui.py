@@ -186,6 +186,9 @@ def test_the_microphone_streams_and_the_page_shows_the_streams_finals(browser, s
 
     page = browser.new_page()
     frames = Frames(page)
+    console: list[str] = []
+    page.on("console", lambda message: console.append(message.text))
+    page.on("pageerror", lambda error: console.append(f"uncaught: {error}"))
     page.goto(streaming_server.base_url + "/")
     page.get_by_role("alert").filter(has_text="needs an API key").wait_for()
     page.fill("#api-key", KEY)
@@ -198,7 +201,13 @@ def test_the_microphone_streams_and_the_page_shows_the_streams_finals(browser, s
     page.click("#record")
     page.get_by_text("Listening").wait_for()
     seconds = len(clip) / 16000 + 0.5
-    _wait(lambda: frames.sent and len(frames.samples()) >= seconds * frames.config()["sample_rate"], 40, "audio", page)
+    shown = set()  # the partial text on the page while the audio plays
+
+    def clip_sent() -> bool:
+        shown.add(page.text_content("#partial"))
+        return bool(frames.sent) and len(frames.samples()) >= seconds * frames.config()["sample_rate"]
+
+    _wait(clip_sent, 40, "audio", page)
     page.click("#record")
     page.locator("#live-status", has_text="Done.").wait_for(timeout=30_000)
     page.screenshot(path=tmp_path / "ui-live.png", full_page=True)
@@ -207,8 +216,11 @@ def test_the_microphone_streams_and_the_page_shows_the_streams_finals(browser, s
 
     finals = [e["text"] for e in frames.received if e["type"] == "final"]
     assert finals
+    partials = {e["text"] for e in frames.received if e["type"] == "partial"}
+    assert len(shown - {""}) > 3 and shown - {""} <= partials  # partial text shown in place as it came
     assert page.locator("#transcript .final").all_text_contents() == finals
     assert page.text_content("#partial") == "" and page.is_hidden("#error")
+    assert not [m for m in console if "Content Security Policy" in m or m.startswith("uncaught")], console
 
     rate = frames.config()["sample_rate"]
     sent = frames.samples()

@@ -47,7 +47,7 @@ async function loadModels() {
   try {
     response = await fetch("/v1/models", { headers: authHeaders() });
   } catch (e) {
-    showError(`The server cannot be reached: ${e.message}`);
+    showError(`Could not list the models: ${e.message}`); // the server is down, or a key the browser cannot send
     return false;
   }
   if (!response.ok) {
@@ -181,8 +181,16 @@ async function start() {
       onEvent,
       onClose,
     });
-  } catch (_) {
-    return; // onClose said why
+  } catch (e) {
+    if (!e.refused) {
+      // never attempted (a key the browser cannot send): onClose was not called
+      stopCapture();
+      setRecording(false);
+      showError(`The live stream could not open: ${e.message}`);
+      liveStatus.textContent = "Ready: press Start and speak.";
+      recordButton.disabled = false;
+    }
+    return; // refused: onClose said why
   }
   live.transport = transport;
   const source = context.createMediaStreamSource(stream);

@@ -3,21 +3,25 @@
 //
 // openStream({model, apiKey, sampleRate, onEvent, onClose}) -> Promise of {send(Int16Array buffer), finish(), close()}
 //   onEvent({type: "partial" | "final" | "endpoint" | "error" | "done", ...}) for each event the server sends;
-//   onClose({code, opened}) once, when the connection ends (opened: false when the upgrade failed).
+//   onClose({code, opened}) once, when the connection ends (opened: false when the upgrade failed: the
+//   promise then rejects with an error whose .refused is true; it rejects without onClose when the
+//   connection cannot even be attempted).
 
 const KEY_SUBPROTOCOL = "openai-insecure-api-key.";
 
 export function openStream({ model, apiKey, sampleRate, onEvent, onClose }) {
   const url = new URL("/v1/audio/stream", location.href);
   url.protocol = location.protocol === "https:" ? "wss:" : "ws:";
-  // A browser cannot set Authorization on a WebSocket: the key travels as a subprotocol.
-  const ws = apiKey ? new WebSocket(url, [KEY_SUBPROTOCOL + apiKey]) : new WebSocket(url);
-  ws.binaryType = "arraybuffer";
   let opened = false;
   return new Promise((resolve, reject) => {
+    // A browser cannot set Authorization on a WebSocket: the key travels as a subprotocol
+    // (a key that is not an HTTP token throws here, and the promise rejects).
+    const ws = apiKey ? new WebSocket(url, [KEY_SUBPROTOCOL + apiKey]) : new WebSocket(url);
+    ws.binaryType = "arraybuffer";
     ws.onopen = () => {
       opened = true;
-      const config = { sample_rate: sampleRate, sample_format: "pcm16" };
+      // endpoint: a pause ends a segment, so its final comes while the user goes on speaking.
+      const config = { sample_rate: sampleRate, sample_format: "pcm16", endpoint: true };
       if (model) config.model = model;
       ws.send(JSON.stringify(config));
       resolve({
@@ -37,7 +41,7 @@ export function openStream({ model, apiKey, sampleRate, onEvent, onClose }) {
     };
     ws.onclose = (e) => {
       onClose({ code: e.code, opened });
-      if (!opened) reject(new Error("the live stream was refused"));
+      if (!opened) reject(Object.assign(new Error("the live stream was refused"), { refused: true }));
     };
   });
 }
