@@ -83,9 +83,12 @@ async function checkStreaming() {
   } catch (e) {
     response = null;
   }
-  streamable = response !== null && response.status === 426;
+  streamable = response !== null && response.status === 426 && Boolean(navigator.mediaDevices);
   if (streamable) {
     if (!live) liveStatus.textContent = "Ready: press Start and speak.";
+  } else if (response !== null && response.status === 426) {
+    liveStatus.textContent =
+      "This browser gives the microphone to https:// pages and to localhost only: open the page that way.";
   } else if (response === null) {
     liveStatus.textContent = "The server cannot be reached.";
   } else {
