@@ -171,6 +171,13 @@ async function start() {
     recordButton.disabled = false;
     return;
   }
+  // Capture starts now and is held until the stream is open: the first words are not lost.
+  const pending = [];
+  const capture = new AudioWorkletNode(context, "pcm16-capture");
+  capture.port.onmessage = (message) =>
+    live && live.transport ? live.transport.send(message.data) : pending.push(message.data);
+  context.createMediaStreamSource(stream).connect(capture);
+  capture.connect(context.destination); // pulls the graph; the worklet outputs silence
   live = { stream, context, transport: null };
   transcript.querySelectorAll(".final").forEach((span) => span.remove());
   partial.textContent = "";
@@ -195,12 +202,8 @@ async function start() {
     }
     return; // refused: onClose said why
   }
+  pending.forEach((pcm) => transport.send(pcm));
   live.transport = transport;
-  const source = context.createMediaStreamSource(stream);
-  const capture = new AudioWorkletNode(context, "pcm16-capture");
-  capture.port.onmessage = (message) => transport.send(message.data);
-  source.connect(capture);
-  capture.connect(context.destination); // pulls the graph; the worklet outputs silence
   setRecording(true);
   recordButton.disabled = false;
   liveStatus.textContent = "Listening… press Stop to finish.";

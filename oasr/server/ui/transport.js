@@ -1,7 +1,7 @@
 // The live transport: oasr's WebSocket /v1/audio/stream (protocol: oasr/server/streaming.py).
 // The page knows only this function: another transport (the Realtime route) replaces this module.
 //
-// openStream({model, apiKey, sampleRate, onEvent, onClose}) -> Promise of {send(Int16Array buffer), finish(), close()}
+// openStream({model, apiKey, sampleRate, onEvent, onClose}) -> Promise of {send(pcm16 ArrayBuffer), finish()}
 //   onEvent({type: "partial" | "final" | "endpoint" | "error" | "done", ...}) for each event the server sends;
 //   onClose({code, opened}) once, when the connection ends (opened: false when the upgrade failed: the
 //   promise then rejects with an error whose .refused is true; it rejects without onClose when the
@@ -24,15 +24,14 @@ export function openStream({ model, apiKey, sampleRate, onEvent, onClose }) {
       const config = { sample_rate: sampleRate, sample_format: "pcm16", endpoint: true };
       if (model) config.model = model;
       ws.send(JSON.stringify(config));
+      let finished = false; // audio after "done" would be refused: pieces the worklet posted late are dropped
       resolve({
         send(pcm) {
-          if (ws.readyState === WebSocket.OPEN) ws.send(pcm);
+          if (!finished && ws.readyState === WebSocket.OPEN) ws.send(pcm);
         },
         finish() {
-          if (ws.readyState === WebSocket.OPEN) ws.send("done");
-        },
-        close() {
-          ws.close(1000);
+          if (!finished && ws.readyState === WebSocket.OPEN) ws.send("done");
+          finished = true;
         },
       });
     };
