@@ -83,20 +83,22 @@ async function checkStreaming() {
   } catch (e) {
     response = null;
   }
-  streamable = response !== null && response.status === 426 && Boolean(navigator.mediaDevices);
-  if (streamable) {
+  const status = response === null ? null : response.status;
+  // Start may be pressed when the server takes streams now, or is only busy (429: try again later).
+  streamable = (status === 426 || status === 429) && Boolean(navigator.mediaDevices);
+  if (status === 426 && streamable) {
     if (!live) liveStatus.textContent = "Ready: press Start and speak.";
-  } else if (response !== null && response.status === 426) {
+  } else if (status === 426) {
     liveStatus.textContent =
       "This browser gives the microphone to https:// pages and to localhost only: open the page that way.";
-  } else if (response === null) {
+  } else if (status === null) {
     liveStatus.textContent = "The server cannot be reached.";
   } else {
     const error = await errorMessage(response);
     liveStatus.textContent =
       error.code === "streaming_unsupported"
         ? "This model cannot transcribe live (it is offline-only): drop a recording below instead."
-        : `Live transcription is not available: ${error.message}`;
+        : `Live transcription is not available now: ${error.message}`;
   }
   recordButton.disabled = !streamable && !live;
 }
@@ -140,8 +142,7 @@ async function onClose({ code, opened }) {
 }
 
 function setRecording(on) {
-  recordButton.textContent = on ? "Stop" : "Start";
-  recordButton.setAttribute("aria-pressed", String(on));
+  recordButton.textContent = on ? "Stop" : "Start"; // the label says what a press does
   recordButton.classList.toggle("recording", on);
 }
 
