@@ -17,7 +17,7 @@ const fileText = $("file-text");
 const errorBox = $("error");
 
 let live = null; // the running capture: {stream, context, transport}
-let streamable = false;
+let streamable = false; // whether Start may be pressed (checkStreaming)
 
 function showError(message) {
   errorBox.textContent = message;
@@ -29,8 +29,8 @@ function authHeaders() {
   return key ? { Authorization: `Bearer ${key}` } : {};
 }
 
-// An OpenAI-shaped error body's message, or the status line.
-async function errorMessage(response) {
+// The {message, code} of an OpenAI-shaped error body, or one made from the status line.
+async function apiError(response) {
   try {
     const body = await response.json();
     if (body && body.error && body.error.message) return body.error;
@@ -51,7 +51,7 @@ async function loadModels() {
     return false;
   }
   if (!response.ok) {
-    const error = await errorMessage(response);
+    const error = await apiError(response);
     modelSelect.replaceChildren();
     modelSelect.disabled = true;
     if (response.status === 401) {
@@ -94,7 +94,7 @@ async function checkStreaming() {
   } else if (status === null) {
     liveStatus.textContent = "The server cannot be reached.";
   } else {
-    const error = await errorMessage(response);
+    const error = await apiError(response);
     liveStatus.textContent =
       error.code === "streaming_unsupported"
         ? "This model cannot transcribe live (it is offline-only): drop a recording below instead."
@@ -104,8 +104,9 @@ async function checkStreaming() {
 }
 
 async function refresh() {
-  if (await loadModels()) await checkStreaming();
-  else {
+  if (await loadModels()) {
+    await checkStreaming();
+  } else {
     recordButton.disabled = !live;
     liveStatus.textContent = "Live transcription needs the model list first.";
   }
@@ -236,7 +237,7 @@ async function transcribeFile(file) {
     return;
   }
   if (!response.ok) {
-    const error = await errorMessage(response);
+    const error = await apiError(response);
     fileStatus.textContent = "";
     showError(`${file.name} was not transcribed: ${error.message}`);
     return;
