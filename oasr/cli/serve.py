@@ -1,7 +1,8 @@
 """``oasr serve``: the OpenAI-compatible HTTP API (``/v1/audio/transcriptions``,
 ``/v1/audio/translations``, ``/v1/models``, ``/health``, ``/metrics``) over one model
-with continuous batching, and live transcription over a WebSocket (``/v1/audio/stream``,
-``oasr.server.streaming``) for models that stream.
+with continuous batching, live transcription over a WebSocket (``/v1/audio/stream``,
+``oasr.server.streaming``) for models that stream, and a browser page using both at ``/``
+(``oasr.server.ui``; ``--no-ui``: off).
 
 Start-up binds the port first (taken: exit 2 with a message, before any model load),
 then loads the model (a model that does not load exits with code 2 and its message, as
@@ -120,6 +121,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=os.environ.get("OASR_API_KEY") or None,
         metavar="KEY",
         help="require 'Authorization: Bearer KEY' on /v1/* (default: $OASR_API_KEY; none: open)",
+    )
+    s.add_argument(
+        "--no-ui",
+        dest="ui",
+        action="store_false",
+        help="do not serve the browser page at / (microphone and file transcription; default: served)",
     )
     s.add_argument(
         "--max-upload-mb",
@@ -289,6 +296,7 @@ def settings_from_args(args: argparse.Namespace):
         host=args.host,
         port=args.port,
         api_key=args.api_key,
+        ui=args.ui,
         max_upload_mb=args.max_upload_mb,
         max_queue=args.max_queue,
         request_timeout_s=args.request_timeout,

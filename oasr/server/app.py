@@ -6,9 +6,10 @@ body is read:
 * counts audio requests (``oasr_requests_total{endpoint,status}``, latency,
   in-flight; see ``oasr.server.metrics``), including the ones it refuses;
 * checks ``Authorization: Bearer <key>`` on every ``/v1/...`` path when an API key
-  is set (401 otherwise, for a WebSocket upgrade too; ``/health`` and ``/metrics`` stay open);
-  a WebSocket upgrade may carry the key as the subprotocol ``openai-insecure-api-key.<key>``
-  instead (browsers cannot set headers; OpenAI's Realtime clients send it that way);
+  is set (401 otherwise, for a WebSocket upgrade too; ``/health``, ``/metrics`` and the page at
+  ``/`` stay open). A browser cannot set headers on a WebSocket, so an upgrade may carry the key
+  as the subprotocol ``openai-insecure-api-key.<key>`` instead, as OpenAI's browser clients do
+  (``websocket_api_key``); a route that accepts without naming a subprotocol then answers that one;
 * enforces ``--max-upload-mb`` on the audio routes: a ``Content-Length`` over the
   limit is refused with 413 at once, without reading the body, and the bytes
   actually received are counted as they arrive (chunked uploads, or a lying
@@ -112,6 +113,10 @@ def create_app(settings: ServerSettings | None = None, engine=None) -> FastAPI:
         attach(app, engine)
 
     app.include_router(router)
+    if settings.ui:
+        from oasr.server.ui import router as ui_router
+
+        app.include_router(ui_router)
     _install_error_handlers(app)
     app.add_middleware(GateMiddleware, settings=settings, metrics=metrics)
     return app
@@ -173,10 +178,10 @@ class GateMiddleware:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "websocket":
-            if self.api_key is not None and scope["path"].startswith("/v1/") and not self._authorized_ws(scope):
+            if self.api_key is not None and scope["path"].startswith("/v1/") and not self._authorized(scope):
                 await WebSocket(scope, receive, send).send_denial_response(self._unauthorized().response())
                 return
-            await self.app(scope, receive, send)
+            await self.app(scope, receive, _answer_key_subprotocol(scope, send))
             return
         if scope["type"] != "http":
             await self.app(scope, receive, send)
@@ -229,14 +234,10 @@ class GateMiddleware:
     def _authorized(self, scope: Scope) -> bool:
         value = _header(scope, b"authorization") or ""
         scheme, _, token = value.partition(" ")
-        if scheme.lower() != "bearer":
-            return False
-        return hmac.compare_digest(token.strip().encode(), self.api_key or b"")
-
-    def _authorized_ws(self, scope: Scope) -> bool:
-        """The Bearer header, or the key in an ``openai-insecure-api-key.<key>`` subprotocol."""
-        keys = [p[len(KEY_SUBPROTOCOL) :] for p in scope.get("subprotocols", ()) if p.startswith(KEY_SUBPROTOCOL)]
-        return self._authorized(scope) or any(hmac.compare_digest(k.encode(), self.api_key or b"") for k in keys)
+        if scheme.lower() == "bearer":
+            return hmac.compare_digest(token.strip().encode(), self.api_key or b"")
+        key = websocket_api_key(scope) if scope["type"] == "websocket" else None
+        return key is not None and hmac.compare_digest(key.encode(), self.api_key or b"")
 
     @staticmethod
     def _unauthorized() -> APIError:
@@ -246,6 +247,32 @@ class GateMiddleware:
             code="invalid_api_key",
             headers={"WWW-Authenticate": "Bearer"},
         )
+
+
+def _key_subprotocol(scope: Scope) -> str | None:
+    return next((p for p in scope.get("subprotocols", ()) if p.startswith(KEY_SUBPROTOCOL)), None)
+
+
+def websocket_api_key(scope: Scope) -> str | None:
+    """The API key a WebSocket upgrade offers as the subprotocol ``openai-insecure-api-key.<key>``
+    (a browser's way: it cannot set ``Authorization``), or None when it offers none."""
+    offered = _key_subprotocol(scope)
+    return offered[len(KEY_SUBPROTOCOL) :] if offered is not None else None
+
+
+def _answer_key_subprotocol(scope: Scope, send: Send) -> Send:
+    """``send`` that answers the key subprotocol on an accept that names none: a browser drops a
+    connection whose answer names none of the subprotocols it offered."""
+    offered = _key_subprotocol(scope)
+    if offered is None:
+        return send
+
+    async def wrapper(message: Message) -> None:
+        if message["type"] == "websocket.accept" and not message.get("subprotocol"):
+            message = {**message, "subprotocol": offered}
+        await send(message)
+
+    return wrapper
 
 
 def _header(scope: Scope, name: bytes) -> str | None:

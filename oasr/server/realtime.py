@@ -623,8 +623,8 @@ class RealtimeEndpoint(StreamingEndpoint):
     def subprotocol(self, ws: WebSocket) -> str | None:
         return SUBPROTOCOL if SUBPROTOCOL in ws.scope.get("subprotocols", ()) else None
 
-    def _refusal(self, engine_stream: bool = True) -> APIError | None:
-        return super()._refusal(engine_stream=live_policy(self.engine) == "stream")
+    def refusal(self, engine_stream: bool = True) -> APIError | None:
+        return super().refusal(engine_stream=live_policy(self.engine) == "stream")
 
     def default_config(self) -> SessionConfig:
         from oasr.audio.vad import require_silero

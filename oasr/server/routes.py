@@ -94,6 +94,17 @@ async def realtime_transcription(websocket: WebSocket) -> None:
     await websocket.app.state.realtime.handle(websocket)
 
 
+@router.get("/v1/audio/stream", responses=_ERRORS | {426: {"model": ErrorResponse}})
+async def stream_preflight(request: Request) -> Response:
+    """Over plain HTTP, the answer an upgrade would get now: its refusal (400 ``streaming_unsupported``,
+    429, 503), else 426 ``upgrade_required``. A browser's WebSocket hides a refused upgrade's answer."""
+    refusal = request.app.state.streaming.refusal()
+    if refusal is not None:
+        return refusal.response()
+    message = "/v1/audio/stream is a WebSocket: send an upgrade to stream (the protocol: oasr.server.streaming)"
+    return APIError(426, message, code="upgrade_required", headers={"Upgrade": "websocket"}).response()
+
+
 @router.get("/v1/models", response_model=ModelList)
 async def list_models(request: Request) -> ModelList:
     return request.app.state.model_list

@@ -34,6 +34,7 @@ class ServerSettings:
             default model's name).
         host, port: where uvicorn listens.
         api_key: when set, every ``/v1/...`` request needs ``Authorization: Bearer <key>``.
+        ui: serve the browser page at ``/`` (``oasr.server.ui``; ``oasr serve --no-ui``: off, ``/`` is 404).
         max_upload_mb: request bodies over this many MiB are refused with 413.
         max_queue: requests admitted (decoding audio, queued or running) before new
             ones are refused with 429 (``EngineConfig.max_queue_size``).
@@ -71,6 +72,7 @@ class ServerSettings:
     host: str = "127.0.0.1"
     port: int = 8000
     api_key: str | None = None
+    ui: bool = True
     max_upload_mb: float = DEFAULT_MAX_UPLOAD_MB
     max_queue: int = DEFAULT_MAX_QUEUE
     request_timeout_s: float | None = None

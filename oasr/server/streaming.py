@@ -268,7 +268,7 @@ class StreamingEndpoint:
 
     async def handle(self, ws: WebSocket) -> None:
         """One WebSocket session, from the upgrade to the close."""
-        refusal = self._refusal()
+        refusal = self.refusal()
         if refusal is not None:
             self.metrics.stream_sessions.labels(str(refusal.status)).inc()
             await ws.send_denial_response(refusal.response())
@@ -288,8 +288,8 @@ class StreamingEndpoint:
         """The WebSocket subprotocol the upgrade answers with (None: none)."""
         return None
 
-    def _refusal(self, engine_stream: bool = True) -> APIError | None:
-        """Why the upgrade is refused (None: it is not); ``engine_stream``: the session will
+    def refusal(self, engine_stream: bool = True) -> APIError | None:
+        """Why an upgrade would be refused now (None: it would be accepted); ``engine_stream``: the session will
         hold one of the engine's live streams (its slot and the streaming loop are checked)."""
         if not engine_alive(self.engine):
             return APIError(503, "the engine is not running", code="engine_stopped")
