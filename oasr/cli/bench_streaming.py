@@ -156,6 +156,28 @@ def realtime_run(
     )
 
 
+def sweep(run_n, counts: list[int], chunk_s: float, label: str, log=None) -> tuple[int, list]:
+    """``run_n(n)`` for each N of ``counts`` in order, stopping after the first that falls behind;
+    (the largest N that kept up, every run)."""
+    runs = []
+    best = 0
+    for n in counts:
+        r = run_n(n)
+        runs.append(r)
+        if log is not None:
+            line = (
+                f"{label} {n:4d} streams: p50 {r.p50_ms:7.1f} ms p95 {r.p95_ms:7.1f} ms max {r.max_ms:7.1f} ms "
+                f"({r.chunks} chunks), final {r.final_ms:6.1f} ms"
+            )
+            if isinstance(r, RealtimeResult):
+                line += f", busy {100 * r.busy_fraction:5.1f} %, mean batch {r.mean_batch:5.1f}"
+            log(line + (f"; FAILED: {r.failed}" if getattr(r, "failed", None) else ""))
+        if not r.keeps_up(chunk_s):
+            break
+        best = n
+    return best, runs
+
+
 def capacity(
     engine,
     audio: np.ndarray,
@@ -173,97 +195,212 @@ def capacity(
     warm = engine.open_stream(**(options or {}))
     warm.feed(np.resize(audio.astype(np.float32), int(2.0 * engine._streaming().sampling_rate)))
     warm.finish()
-    runs = []
-    best = 0
-    for n in counts:
-        r = realtime_run(
+    return sweep(
+        lambda n: realtime_run(
             engine, audio, n, chunk_s=chunk_s, seconds=seconds, one_stream_loop=one_stream_loop, options=options
-        )
-        runs.append(r)
-        if log is not None:
-            log(
-                f"{'one-stream loop' if one_stream_loop else 'batched'} {n:4d} streams: p50 {r.p50_ms:7.1f} ms "
-                f"p95 {r.p95_ms:7.1f} ms max {r.max_ms:7.1f} ms, busy {100 * r.busy_fraction:5.1f} %, "
-                f"mean batch {r.mean_batch:5.1f}, final {r.final_ms:6.1f} ms"
-            )
-        if not r.keeps_up(chunk_s):
-            break
-        best = n
-    return best, runs
+        ),
+        counts,
+        chunk_s,
+        "engine, one-stream loop" if one_stream_loop else "engine, batched",
+        log,
+    )
+
+
+TRANSPORTS = ("engine", "ws", "realtime")
+PEERS = {False: "batched", True: "one_stream_loop"}
 
 
 def run_streaming(args, audio_dir: Path | None) -> int:
-    """``oasr bench --workload streaming``: capacity of the batched engine and of the one-stream
-    loop on ``--model`` (a streaming checkpoint), printed and written as JSON with ``--json``.
-    ``audio_dir`` (the benchmark audio found, or None) holds the clip used without ``--short-clip``."""
+    """``oasr bench --workload streaming``: for each ``--model``, the live streams kept at real
+    time through each of ``--transports``, batched and as a one-stream loop; printed, and
+    written as JSON with ``--json`` and a table with ``--markdown``. A model or transport
+    that cannot stream is reported as skipped, with the reason. ``audio_dir`` (the benchmark
+    audio found, or None) holds the clip used without ``--short-clip``."""
     import json
     import os
     import platform
     import sys
 
     from oasr.audio import load_audio
-    from oasr.cli.common import CliError
+
+    models = args.model if isinstance(args.model, list) else [args.model]
+    transports = list(dict.fromkeys(args.transports))
+    counts = sorted(set(args.stream_counts))
+    clip = args.short_clip or _default_clip(audio_dir)
+    log = lambda m: print(f"oasr bench streaming: {m}", file=sys.stderr, flush=True)  # noqa: E731
+    load = os.getloadavg()
+    log(f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; transports {' '.join(transports)}; clip {clip}")
+    report: dict[str, Any] = {
+        "settings": {
+            "transports": transports,
+            "stream_counts": counts,
+            "seconds_per_stream": args.stream_seconds,
+            "threads": args.threads or os.cpu_count(),
+            "clip": os.path.basename(clip),
+            "beam_size": args.beam_size,
+        },
+        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "load_average_at_start": load},
+        "models": {},
+    }
+    for model in models:
+        report["models"][str(model)] = _bench_model(args, model, clip, load_audio, counts, transports, log)
+    report["machine"]["load_average_at_end"] = os.getloadavg()
+    table = markdown_table(report)
+    print(table)
+    if args.json is not None:
+        args.json.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    if args.markdown is not None:
+        args.markdown.write_text(table, encoding="utf-8")
+    return 0
+
+
+def _bench_model(args, model: str, clip: str, load_audio, counts: list[int], transports: list[str], log) -> dict:
+    """One model's capacities through each transport (see ``run_streaming``)."""
+    from oasr.cli.bench_transports import TransportUnavailable
     from oasr.engine.engine import ASREngine
 
-    if args.model == "whisper-base":
-        raise CliError(
-            "--workload streaming times a streaming checkpoint: give --model DIR (WeNet U2++, a causal "
-            "Zipformer, Nemotron)",
-            2,
-        )
-    counts = sorted(set(args.stream_counts))
     engine = ASREngine(
-        args.model,
+        model,
         num_threads=args.threads,
         max_streams=max(counts),
         stream_chunk_ms=args.chunk_ms,
         stream_left_chunks=args.left_chunks,
         architecture=getattr(args, "architecture", None),
     )
-    clip = args.short_clip or _default_clip(audio_dir)
-    audio = load_audio(clip, engine.sampling_rate)
-    core = engine._streaming()
-    chunk_s = core.plan.stride_frames * core.frontend.frame_shift_s
-    log = lambda m: print(f"oasr bench streaming: {m}", file=sys.stderr, flush=True)  # noqa: E731
-    kind = core.runtime.kind
-    log(f"chunk {1000 * chunk_s:.0f} ms ({kind} runtime), {args.stream_seconds:g} s per stream, clip {clip}")
+    out: dict[str, Any] = {"architecture": engine.loaded.architecture, "format": engine.loaded.format}
     options = {"beam_size": args.beam_size} if args.beam_size and args.beam_size > 1 else {}
-    best, runs = capacity(
-        engine, audio, chunk_s=chunk_s, seconds=args.stream_seconds, counts=counts, options=options, log=log
+    try:
+        core = engine._streaming()
+    except (ValueError, TypeError) as e:
+        out["skipped"] = f"the engine does not stream it: {e}"
+        log(f"{model}: skipped, {out['skipped']}")
+        return out
+    chunk_s = core.plan.stride_frames * core.frontend.frame_shift_s
+    sr = core.sampling_rate
+    audio = load_audio(clip, sr)
+    signal = np.resize(audio.astype(np.float32), int(args.stream_seconds * sr))
+    out.update(chunk_ms=round(1000 * chunk_s, 3), runtime=core.runtime.kind, decode_type=core.decode_type)
+    log(f"{model} ({out['architecture']}): chunk {1000 * chunk_s:.0f} ms, {core.runtime.kind} runtime")
+    for transport in transports:
+        res: dict[str, Any] = {}
+        out[transport] = res
+        for loop, name in PEERS.items():
+            label = f"{transport}, {name.replace('_', '-')}"
+            try:
+                if transport == "engine":
+                    best, runs = capacity(
+                        engine,
+                        audio,
+                        chunk_s=chunk_s,
+                        seconds=args.stream_seconds,
+                        counts=counts,
+                        one_stream_loop=loop,
+                        options=options,
+                        log=log,
+                    )
+                else:
+                    spec = {
+                        "model": str(model),
+                        "threads": args.threads,
+                        "max_streams": max(counts),
+                        "chunk_ms": args.chunk_ms,
+                        "left_chunks": args.left_chunks,
+                        "architecture": getattr(args, "architecture", None),
+                        "options": options,
+                        "one_stream_loop": loop,
+                    }
+                    best, runs = _server_sweep(transport, spec, engine, clip, signal, sr, chunk_s, counts, label, log)
+            except TransportUnavailable as e:
+                res["skipped"] = str(e)
+                log(f"{label}: skipped, {e}")
+                break
+            res[name] = {"capacity": best, "runs": [r.to_dict() for r in runs]}
+        if "skipped" not in res:
+            b, p = res["batched"]["capacity"], res["one_stream_loop"]["capacity"]
+            res["capacity_ratio"] = b / p if p else None
+    return out
+
+
+def need(engine, rate: int):
+    """``end_s -> samples``: how much audio at ``rate`` Hz the engine's decode of the stream up to
+    ``end_s`` seconds read (its last feature frame's window), for the clients' latencies."""
+    core = engine._streaming()
+    framing = core.frontend.framing
+    shift = core.frontend.frame_shift_s
+    scale = rate / core.sampling_rate
+
+    def samples(end_s: float) -> int:
+        frames = int(round(end_s / shift))
+        return math.ceil((max(0, frames - 1) * framing.hop - framing.left_pad + framing.length) * scale)
+
+    return samples
+
+
+def _server_sweep(transport, spec, engine, clip, signal, sr, chunk_s, counts, label, log) -> tuple[int, list]:
+    """``sweep`` through an ``oasr serve`` child (``spec``) with ``ws`` or ``realtime`` clients."""
+    from oasr.audio import load_audio
+    from oasr.cli.bench_transports import (
+        REALTIME_RATE,
+        ServerChild,
+        pcm16,
+        realtime_clients,
+        reference_timeline,
+        ws_clients,
     )
-    peer_best, peer_runs = capacity(
-        engine,
-        audio,
-        chunk_s=chunk_s,
-        seconds=args.stream_seconds,
-        counts=counts,
-        one_stream_loop=True,
-        options=options,
-        log=log,
-    )
-    report = {
-        "settings": {
-            "model": str(args.model),
-            "chunk_ms": round(1000 * chunk_s, 3),
-            "runtime": core.runtime.kind,
-            "decode_type": core.decode_type,
-            "seconds_per_stream": args.stream_seconds,
-            "threads": args.threads or os.cpu_count(),
-            "clip": os.path.basename(clip),
-        },
-        "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
-        "batched": {"capacity": best, "runs": [r.to_dict() for r in runs]},
-        "one_stream_loop": {"capacity": peer_best, "runs": [r.to_dict() for r in peer_runs]},
-        "capacity_ratio": (best / peer_best) if peer_best else None,
-        "cache_bytes_per_stream": max((r.cache_bytes_per_stream for r in runs), default=0.0),
-    }
-    print(
-        f"streams kept at real time (p95 chunk latency < {1000 * chunk_s:.0f} ms): batched {best}, "
-        f"one-stream loop {peer_best}; cache {report['cache_bytes_per_stream'] / 2**20:.2f} MiB per stream"
-    )
-    if args.json is not None:
-        args.json.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
-    return 0
+
+    options = spec["options"]
+    with ServerChild(spec) as server:
+        if transport == "ws":
+
+            def run_n(n: int):
+                return ws_clients(server.url, signal, sr, n, chunk_s=chunk_s, need=need(engine, sr), options=options)
+        else:
+            rt = np.resize(load_audio(clip, REALTIME_RATE), len(signal) * REALTIME_RATE // sr)
+            rt = (pcm16(rt) / 32768.0).astype(np.float32)  # what the server reads back
+            timeline = reference_timeline(engine, rt, REALTIME_RATE, chunk_s, options)
+
+            def run_n(n: int):
+                return realtime_clients(
+                    server.url,
+                    rt,
+                    n,
+                    chunk_s=chunk_s,
+                    timeline=timeline,
+                    need=need(engine, REALTIME_RATE),
+                    model=server.model_name,
+                )
+
+        run_n(1)  # warm-up, untimed (the server's first stream allocates)
+        return sweep(run_n, counts, chunk_s, label, log)
+
+
+def markdown_table(report: dict) -> str:
+    """Streams kept at real time, one row per model and transport."""
+    lines = [
+        "| model | architecture | chunk ms | transport | batched | one-stream loop | ratio "
+        "| p95 ms at the batched capacity |",
+        "|---|---|---:|---|---:|---:|---:|---:|",
+    ]
+    for model, m in report["models"].items():
+        name = Path(model).name
+        if "skipped" in m:
+            lines.append(f"| {name} | {m['architecture']} | | | skipped: {m['skipped']} | | | |")
+            continue
+        for transport in report["settings"]["transports"]:
+            t = m[transport]
+            if "skipped" in t:
+                head = f"| {name} | {m['architecture']} | {m['chunk_ms']:g} | {transport}"
+                lines.append(f"{head} | skipped: {t['skipped']} | | | |")
+                continue
+            b, p = t["batched"], t["one_stream_loop"]
+            kept = [r for r in b["runs"] if r["streams"] == b["capacity"]]
+            p95 = f"{kept[0]['p95_ms']:.0f}" if kept else ""
+            ratio = f"{t['capacity_ratio']:.2f}" if t.get("capacity_ratio") else ""
+            lines.append(
+                f"| {name} | {m['architecture']} | {m['chunk_ms']:g} | {transport} | {b['capacity']} | {p['capacity']} "
+                f"| {ratio} | {p95} |"
+            )
+    return "\n".join(lines) + "\n"
 
 
 def _default_clip(audio_dir: Path | None) -> str:
