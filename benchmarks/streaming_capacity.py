@@ -1,0 +1,346 @@
+"""Streams kept at real time per streaming family and transport, and sherpa-onnx on the same weights.
+
+Release-shaped random models (no hub here), built by ``streaming_bench.py``'s builders and
+loaded through oasr's loaders:
+
+* ``wenet``: WeNet U2++ conformer at WenetSpeech's recipe shape (~121M with its attention
+  decoder), causal, CTC greedy, 160-ms chunks;
+* ``zipformer``: icefall's causal Zipformer transducer "medium", greedy, 160-ms chunks (icefall
+  chunk 8), left context 128 frames.
+
+For each, ``oasr bench --workload streaming`` (``oasr.cli.bench_streaming``) runs its three
+transports (the engine in-process, ``/v1/audio/stream`` and ``/v1/realtime`` through an ``oasr
+serve`` child), batched and one stream per forward. Then the peer: the Zipformer exported by the
+``zipformer`` package's own ONNX export (``zipformer.bin.export.export_onnx_streaming_transducer``:
+encoder / decoder / joiner with the ``zipformer2`` metadata sherpa-onnx reads) and run by
+sherpa-onnx's ``OnlineRecognizer`` in the same harness: N streams fed one 160-ms piece each
+period, a chunk timed from the piece that completed its feature window to the end of the
+decode that consumed it, one stream per ``decode_stream`` and all ready streams per
+``decode_streams``; its tokens on the clip are compared with oasr's stream of the same weights.
+
+Two workarounds the export needs, both outside oasr: ``zipformer.bin.export`` imports
+``ssentencepiece`` (a tokenizer for its command line, not on PyPI) at the top, so a stand-in
+module is registered before the import; torch 2.13's ``torch.onnx.export`` defaults to the
+dynamo exporter (``onnxscript``, not installed), so the TorchScript exporter is asked for
+(``dynamo=False``), as the package was written for.
+
+    python benchmarks/streaming_capacity.py --threads 2 --out benchmarks/results/streaming_capacity_cpu2
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import math
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import types
+from pathlib import Path
+
+os.environ.setdefault("TORCH_COMPILE_DISABLE", "1")  # icefall wraps Swoosh in torch.compile
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+SHERPA_CHUNK = 8  # icefall chunk (50-Hz frames): 16 feature frames, 160 ms
+LEFT_CONTEXT = 128
+
+
+def export_sherpa(pretrained: Path, out: Path) -> dict:
+    """The causal medium Zipformer of ``pretrained`` exported to sherpa-onnx's streaming files."""
+    import icefall_bench
+    from zipformer.modules.model import AsrModel
+
+    sys.modules.setdefault("ssentencepiece", types.SimpleNamespace(Ssentencepiece=None))  # see the module
+    export = torch.onnx.export
+    torch.onnx.export = functools.partial(export, dynamo=False)
+    try:
+        from zipformer.bin import export as zexport
+
+        cfg = {k: ",".join(map(str, v)) if isinstance(v, tuple) else v for k, v in icefall_bench.MEDIUM.items()}
+        for k in ("query_head_dim", "value_head_dim", "pos_head_dim"):
+            cfg[k] = str(cfg[k])
+        model = AsrModel(
+            **cfg,
+            causal=True,
+            chunk_size=str(SHERPA_CHUNK),
+            left_context_frames=str(LEFT_CONTEXT),
+            use_ctc=False,
+            use_transducer=True,
+        )
+        model.load_state_dict(torch.load(pretrained / "pretrained.pt", map_location="cpu")["model"])
+        model.eval()
+        out.mkdir(parents=True, exist_ok=True)
+        params = argparse.Namespace(
+            exp_dir=out,
+            suffix="medium",
+            feature_dim=80,
+            dynamic_batch=True,
+            use_external_data=False,
+            export_fp16=False,
+            enable_int8_quantization=False,
+        )
+        zexport.export_onnx_streaming_transducer(params, model)
+    finally:
+        torch.onnx.export = export
+    return {part: str(out / f"{part}-medium.onnx") for part in ("encoder", "decoder", "joiner")}
+
+
+def sherpa_run(rec, audio: np.ndarray, n: int, *, chunk_s: float, seconds: float, batched: bool, sr: int = 16000):
+    """N sherpa-onnx streams at real time (the harness of ``oasr.cli.bench_streaming.realtime_run``)."""
+    from oasr.cli.bench_transports import ClientResult
+
+    piece = int(round(chunk_s * sr))
+    total = int(seconds * sr)
+    signal = np.resize(audio.astype(np.float32), total)
+    n_pushes = math.ceil(total / piece)
+    streams = [rec.create_stream() for _ in range(n)]
+    pushed = [0] * n
+    push_times: list[list[float]] = [[] for _ in range(n)]
+    decoded = [0] * n  # chunks decoded per stream
+    finished_at: dict[int, float] = {}
+    latencies: list[float] = []
+    offsets = [i * chunk_s / n for i in range(n)]
+    hop = sr // 100
+    window = 2 * SHERPA_CHUNK + 13  # feature frames one chunk reads (sherpa's T: chunk + the embed's padding)
+
+    def need(j: int) -> int:  # samples chunk j reads (Kaldi frames without snip_edges: (samples + hop/2) // hop)
+        return (j * 2 * SHERPA_CHUNK + window) * hop - hop // 2
+
+    t0 = time.perf_counter()
+    while True:
+        now = time.perf_counter() - t0
+        for i, s in enumerate(streams):
+            while pushed[i] < n_pushes and offsets[i] + pushed[i] * chunk_s <= now:
+                a = pushed[i] * piece
+                s.accept_waveform(sr, signal[a : a + piece])
+                push_times[i].append(time.perf_counter() - t0)
+                pushed[i] += 1
+                if pushed[i] == n_pushes:
+                    s.input_finished()
+        ready = [i for i, s in enumerate(streams) if rec.is_ready(s)]
+        if ready:
+            if batched:
+                rec.decode_streams([streams[i] for i in ready])
+                ends = {i: time.perf_counter() - t0 for i in ready}
+            else:
+                ends = {}
+                for i in ready:
+                    rec.decode_stream(streams[i])
+                    ends[i] = time.perf_counter() - t0
+            for i, end in ends.items():
+                j = decoded[i]
+                decoded[i] += 1
+                if need(j) <= total:  # the tail padding's chunks are timed as the final
+                    k = min(len(push_times[i]) - 1, max(0, math.ceil(need(j) / piece) - 1))
+                    latencies.append(end - push_times[i][k])
+            continue
+        for i in range(n):
+            if pushed[i] == n_pushes and i not in finished_at:
+                finished_at[i] = time.perf_counter() - t0 - push_times[i][-1]
+        if len(finished_at) == n:
+            break
+        nxt = min((offsets[i] + pushed[i] * chunk_s for i in range(n) if pushed[i] < n_pushes), default=None)
+        time.sleep(0.001 if nxt is None else max(0.0, min(0.005, nxt - (time.perf_counter() - t0))))
+    lat = sorted(latencies) or [0.0]
+    return ClientResult(
+        streams=n,
+        chunks=len(latencies),
+        p50_ms=1000 * statistics.median(lat),
+        p95_ms=1000 * lat[min(len(lat) - 1, int(0.95 * len(lat)))],
+        max_ms=1000 * lat[-1],
+        final_ms=1000 * max(finished_at.values(), default=0.0),
+        wall_s=time.perf_counter() - t0,
+    )
+
+
+def sherpa_tokens(rec, audio: np.ndarray, sr: int = 16000) -> list[str]:
+    s = rec.create_stream()
+    s.accept_waveform(sr, audio.astype(np.float32))
+    s.input_finished()
+    while rec.is_ready(s):
+        rec.decode_stream(s)
+    return list(rec.get_result_all(s).tokens)
+
+
+def oasr_tokens(model_dir: Path, audio: np.ndarray, threads: int) -> list[str]:
+    from oasr.engine.engine import ASREngine
+
+    engine = ASREngine(str(model_dir), architecture="transducer", num_threads=threads, stream_chunk_ms=160)
+    stream = engine.open_stream(sample_rate=16000)
+    events = stream.feed(audio) + stream.finish()
+    ids = [t for e in events if e.type == "final" for t in e.tokens]
+    table = dict((int(i), t) for t, i in (line.split() for line in (model_dir / "tokens.txt").read_text().splitlines()))
+    return [table[i] for i in ids]
+
+
+def sherpa_peer(model_dir: Path, work: Path, audio: np.ndarray, args, log) -> dict:
+    from oasr.cli.bench_streaming import sweep
+
+    try:
+        import sherpa_onnx
+    except ImportError as e:
+        return {"skipped": f"sherpa-onnx is not installed ({e})"}
+    try:
+        files = export_sherpa(model_dir, work / "sherpa")
+    except Exception as e:  # the export failing is a result to report, with its reason
+        return {"skipped": f"the zipformer package's streaming ONNX export failed: {type(e).__name__}: {e}"}
+    rec = sherpa_onnx.OnlineRecognizer.from_transducer(
+        tokens=str(model_dir / "tokens.txt"),
+        encoder=files["encoder"],
+        decoder=files["decoder"],
+        joiner=files["joiner"],
+        num_threads=args.threads,
+        sample_rate=16000,
+        feature_dim=80,
+        decoding_method="greedy_search",
+    )
+    chunk_s = 2 * SHERPA_CHUNK * 0.01
+    theirs = sherpa_tokens(rec, audio)
+    ours = oasr_tokens(model_dir, audio, args.threads)
+    import difflib
+
+    matcher = difflib.SequenceMatcher(a=ours, b=theirs, autojunk=False)
+    same = sum(b.size for b in matcher.get_matching_blocks())
+    prefix = next((i for i, (a, b) in enumerate(zip(ours, theirs)) if a != b), min(len(ours), len(theirs)))
+    out: dict = {
+        "export": "zipformer.bin.export.export_onnx_streaming_transducer (TorchScript exporter, dynamo=False)",
+        "chunk_ms": 1000 * chunk_s,
+        "tokens": {
+            "oasr": len(ours),
+            "sherpa_onnx": len(theirs),
+            "equal_sequences": ours == theirs,
+            "common_prefix": prefix,
+            "matched_in_alignment": same,
+            "first_oasr": ours[:12],
+            "first_sherpa_onnx": theirs[:12],
+        },
+    }
+    log(f"sherpa-onnx: {len(theirs)} tokens, oasr {len(ours)}, equal sequences: {ours == theirs}")
+    sherpa_run(rec, audio, 1, chunk_s=chunk_s, seconds=2.0, batched=False)  # warm-up
+    for batched, name in ((True, "batched"), (False, "one_stream_loop")):
+        best, runs = sweep(
+            lambda n, b=batched: sherpa_run(rec, audio, n, chunk_s=chunk_s, seconds=args.seconds, batched=b),
+            args.counts,
+            chunk_s,
+            f"sherpa-onnx, {name.replace('_', '-')}",
+            log,
+        )
+        out[name] = {"capacity": best, "runs": [r.to_dict() for r in runs]}
+    return out
+
+
+def bench_cli(model_dir: Path, extra: list[str], args, out_json: Path) -> dict:
+    """``oasr bench --workload streaming`` on one model, as a command (its JSON)."""
+    cmd = [sys.executable, "-m", "oasr.cli.main", "bench", "--workload", "streaming", "--model", str(model_dir)]
+    cmd += ["--threads", str(args.threads), "--stream-seconds", str(args.seconds), "--chunk-ms", "160"]
+    cmd += ["--stream-counts", *map(str, args.counts), "--short-clip", args.clip, "--json", str(out_json), *extra]
+    subprocess.run(cmd, check=True, cwd=REPO)
+    return json.loads(out_json.read_text())["models"][str(model_dir)]
+
+
+def markdown(report: dict) -> str:
+    """The capacities as a table (the JSON holds every run)."""
+    from oasr.cli.bench_streaming import markdown_table
+
+    models = {}
+    for family, entry in report["families"].items():
+        models[family] = {k: v for k, v in entry.items() if k not in ("shape", "parameters", "sherpa_onnx")}
+    transports = ["engine", "ws", "realtime"]
+    lines = [
+        f"Command: `{report['command']}`; {report['threads']} threads, {report['seconds_per_stream']:g} s per stream, "
+        f"clip {report['clip']}; load average {report['machine']['load_average_at_start']} at the start, "
+        f"{report['machine']['load_average_at_end']} at the end (the machine is shared: figures are noisy).",
+        "",
+        markdown_table({"settings": {"transports": transports}, "models": models}),
+    ]
+    for family, entry in report["families"].items():
+        lines.append(f"- {family}: {entry['shape']}, {entry['parameters'] / 1e6:.1f} M parameters")
+        peer = entry.get("sherpa_onnx")
+        if peer is None:
+            continue
+        if "skipped" in peer:
+            lines.append(f"- sherpa-onnx on {family}: not run: {peer['skipped']}")
+            continue
+        t = peer["tokens"]
+        lines.append(
+            f"- sherpa-onnx on the same {family} weights ({peer['export']}), {peer['chunk_ms']:g}-ms chunks: "
+            f"batched {peer['batched']['capacity']}, one-stream loop {peer['one_stream_loop']['capacity']} streams; "
+            f"tokens on the clip: oasr {t['oasr']}, sherpa-onnx {t['sherpa_onnx']}, equal: {t['equal_sequences']}, "
+            f"common prefix {t['common_prefix']}, {t['matched_in_alignment']} matched in alignment"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--seconds", type=float, default=6.0, help="audio per stream")
+    p.add_argument("--counts", type=int, nargs="+", default=[1, 2, 4, 6, 8, 12, 16, 24])
+    p.add_argument("--families", nargs="+", default=["wenet", "zipformer"], choices=["wenet", "zipformer"])
+    p.add_argument("--no-sherpa", action="store_true", help="skip the sherpa-onnx peer")
+    p.add_argument("--clip", default=str(REPO / "data" / "jfk.flac"))
+    p.add_argument("--out", type=Path, default=None, help="write OUT.json and OUT.md")
+    args = p.parse_args()
+    torch.set_num_threads(args.threads)
+
+    import streaming_bench
+
+    from oasr.audio import load_audio
+
+    log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
+    audio = load_audio(args.clip, 16000)
+    report: dict = {
+        "command": " ".join(["python", "benchmarks/streaming_capacity.py", *sys.argv[1:]]),
+        "clip": os.path.basename(args.clip),
+        "threads": args.threads,
+        "seconds_per_stream": args.seconds,
+        "machine": {
+            "cpus": os.cpu_count(),
+            "platform": platform.platform(),
+            "torch": torch.__version__,
+            "load_average_at_start": os.getloadavg(),
+        },
+        "families": {},
+    }
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        for family in args.families:
+            d = work / family
+            if family == "wenet":
+                params = streaming_bench.build_wenet(d)
+                extra: list[str] = []
+                shape = "WenetSpeech U2++ conformer (output 512, 12 blocks, 8 heads, 2048 FFN, 3+3 decoder, 5000 units)"
+            else:
+                from oasr.audio.fbank import KaldiFbank
+
+                params = streaming_bench.build_zipformer(d, KaldiFbank(snip_edges=False)(audio))
+                extra = ["--architecture", "transducer"]
+                shape = "icefall Zipformer2 medium, causal (LibriSpeech zipformer/train.py defaults, 500 BPE)"
+            log(f"{family}: {params / 1e6:.1f} M parameters")
+            entry = {"shape": shape, "parameters": params}
+            entry.update(bench_cli(d, extra, args, work / f"{family}.json"))
+            if family == "zipformer" and not args.no_sherpa:
+                entry["sherpa_onnx"] = sherpa_peer(d, work, audio, args, log)
+            report["families"][family] = entry
+    report["machine"]["load_average_at_end"] = os.getloadavg()
+    text = json.dumps(report, indent=2)
+    print(text)
+    if args.out is not None:
+        args.out.with_suffix(".json").write_text(text + "\n", encoding="utf-8")
+        args.out.with_suffix(".md").write_text(markdown(report), encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
