@@ -6,7 +6,14 @@ loaded through oasr's loaders:
 * ``wenet``: WeNet U2++ conformer at WenetSpeech's recipe shape (~121M with its attention
   decoder), causal, CTC greedy, 160-ms chunks;
 * ``zipformer``: icefall's causal Zipformer transducer "medium", greedy, 160-ms chunks (icefall
-  chunk 8), left context 128 frames.
+  chunk 8), left context 128 frames;
+* ``cache_aware``: NeMo's cache-aware streaming FastConformer at the shape of
+  ``stt_en_fastconformer_hybrid_large_streaming_multi`` (17 x 512, 8 heads, ``chunked_limited``
+  contexts [70, 13] / [70, 6] / [70, 1] / [70, 0], causal convolutions), RNN-T head, built by
+  NeMo's own classes (``tests/models/parakeet/nemo_reference.py``; its small test tokenizer, not
+  the release's 1,024 pieces), the family's default chunk (lookahead 13: 1.12 s);
+* ``nemotron``: Nemotron 3.5 ASR at the ``nemotron-3.5-asr-streaming-0.6b`` shape
+  (``nemo_transducer_bench.build``: transformers' classes, 24 x 1024, 638M), its default chunk.
 
 For each, ``oasr bench --workload streaming`` (``oasr.cli.bench_streaming``) runs its three
 transports (the engine in-process, ``/v1/audio/stream`` and ``/v1/realtime`` through an ``oasr
@@ -54,6 +61,67 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 
 SHERPA_CHUNK = 8  # icefall chunk (50-Hz frames): 16 feature frames, 160 ms
 LEFT_CONTEXT = 128
+FAMILIES = ("wenet", "zipformer", "cache_aware", "nemotron")
+CACHE_AWARE_CONTEXTS = [[70, 13], [70, 6], [70, 1], [70, 0]]
+
+
+EMIT_RATE = 0.3  # share of encoder frames whose best CTC label is not blank (~4 labels a second at 40 ms)
+
+
+def shape_wenet_ctc_(directory: Path, audio: np.ndarray) -> float:
+    """Lower the blank logit of the saved WeNet's CTC head so that ``EMIT_RATE`` of the clip's
+    frames emit a label, as a trained model's do (random weights leave blank best nearly
+    everywhere: the text would rarely change and the clients would see few partials)."""
+    import oasr
+    from oasr.audio.frontends import build_frontend
+
+    loaded = oasr.load_pretrained(str(directory))
+    feats = build_frontend(loaded.feature_spec)(audio)
+    with torch.no_grad():
+        enc, _ = loaded.model.encode_offline(feats[None], torch.tensor([feats.shape[0]]))
+        logp = loaded.model.ctc_log_probs(enc)[0]
+    blank = int(getattr(loaded.model, "blank_id", 0))
+    margin = torch.cat([logp[:, :blank], logp[:, blank + 1 :]], -1).amax(-1) - logp[:, blank]
+    shift = float(torch.quantile(margin, 1 - EMIT_RATE))
+    ckpt = torch.load(directory / "final.pt", map_location="cpu")
+    ckpt["ctc.ctc_lo.bias"][blank] -= shift
+    torch.save(ckpt, directory / "final.pt")
+    return shift
+
+
+def build_cache_aware(directory: Path) -> tuple[Path, int]:
+    """NeMo's cache-aware FastConformer at the large streaming release's shape, RNN-T head."""
+    import warnings
+
+    from tests.models.parakeet import nemo_reference
+
+    def release(cfg: dict) -> None:
+        cfg["preprocessor"]["normalize"] = "NA"
+        cfg["encoder"].update(
+            n_layers=17,
+            d_model=512,
+            n_heads=8,
+            subsampling_conv_channels=256,
+            conv_kernel_size=9,
+            causal_downsampling=True,
+            att_context_size=CACHE_AWARE_CONTEXTS,
+            att_context_style="chunked_limited",
+            conv_context_size="causal",
+            conv_norm_type="layer_norm",
+        )
+        cfg["decoding"]["greedy"]["max_symbols"] = 2
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        path, model = nemo_reference.build("rnnt", directory, edit=release, blank_bias=1.5)
+    return path, sum(p.numel() for p in model.parameters())
+
+
+def build_nemotron(directory: Path, wave: np.ndarray) -> tuple[Path, int]:
+    import nemo_transducer_bench
+
+    _, _, params = nemo_transducer_bench.build("nemotron", directory, wave)
+    return directory, params
 
 
 def export_sherpa(pretrained: Path, out: Path) -> dict:
@@ -243,7 +311,7 @@ def sherpa_peer(model_dir: Path, work: Path, audio: np.ndarray, args, log) -> di
 def bench_cli(model_dir: Path, extra: list[str], args, out_json: Path) -> dict:
     """``oasr bench --workload streaming`` on one model, as a command (its JSON)."""
     cmd = [sys.executable, "-m", "oasr.cli.main", "bench", "--workload", "streaming", "--model", str(model_dir)]
-    cmd += ["--threads", str(args.threads), "--stream-seconds", str(args.seconds), "--chunk-ms", "160"]
+    cmd += ["--threads", str(args.threads), "--stream-seconds", str(args.seconds)]
     cmd += ["--stream-counts", *map(str, args.counts), "--short-clip", args.clip, "--json", str(out_json), *extra]
     subprocess.run(cmd, check=True, cwd=REPO)
     return json.loads(out_json.read_text())["models"][str(model_dir)]
@@ -287,7 +355,8 @@ def main() -> int:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--seconds", type=float, default=6.0, help="audio per stream")
     p.add_argument("--counts", type=int, nargs="+", default=[1, 2, 4, 6, 8, 12, 16, 24])
-    p.add_argument("--families", nargs="+", default=["wenet", "zipformer"], choices=["wenet", "zipformer"])
+    p.add_argument("--families", nargs="+", default=list(FAMILIES), choices=list(FAMILIES))
+    p.add_argument("--merge", action="store_true", help="add to OUT.json's families instead of replacing it")
     p.add_argument("--no-sherpa", action="store_true", help="skip the sherpa-onnx peer")
     p.add_argument("--clip", default=str(REPO / "data" / "jfk.flac"))
     p.add_argument("--out", type=Path, default=None, help="write OUT.json and OUT.md")
@@ -317,16 +386,27 @@ def main() -> int:
         work = Path(tmp)
         for family in args.families:
             d = work / family
+            extra: list[str] = ["--chunk-ms", "160"]
             if family == "wenet":
                 params = streaming_bench.build_wenet(d)
-                extra: list[str] = []
+                shape_wenet_ctc_(d, audio)
                 shape = "WenetSpeech U2++ conformer (output 512, 12 blocks, 8 heads, 2048 FFN, 3+3 decoder, 5000 units)"
-            else:
+            elif family == "zipformer":
                 from oasr.audio.fbank import KaldiFbank
 
                 params = streaming_bench.build_zipformer(d, KaldiFbank(snip_edges=False)(audio))
-                extra = ["--architecture", "transducer"]
+                extra += ["--architecture", "transducer"]
                 shape = "icefall Zipformer2 medium, causal (LibriSpeech zipformer/train.py defaults, 500 BPE)"
+            elif family == "cache_aware":
+                d, params = build_cache_aware(d)
+                extra = []
+                shape = (
+                    "NeMo cache-aware FastConformer 17 x 512 (stt_en_fastconformer_hybrid_large_streaming_multi), RNN-T"
+                )
+            else:
+                d, params = build_nemotron(d, audio)
+                extra = []
+                shape = "Nemotron 3.5 ASR streaming 0.6B (24 x 1024, transformers' classes)"
             log(f"{family}: {params / 1e6:.1f} M parameters")
             entry = {"shape": shape, "parameters": params}
             entry.update(bench_cli(d, extra, args, work / f"{family}.json"))
@@ -334,6 +414,11 @@ def main() -> int:
                 entry["sherpa_onnx"] = sherpa_peer(d, work, audio, args, log)
             report["families"][family] = entry
     report["machine"]["load_average_at_end"] = os.getloadavg()
+    if args.merge and args.out is not None and args.out.with_suffix(".json").is_file():
+        before = json.loads(args.out.with_suffix(".json").read_text())
+        report["families"] = {**before["families"], **report["families"]}
+        report["command"] = f"{before['command']}; then {report['command']}"
+        report["machine"]["earlier_runs"] = [*before["machine"].get("earlier_runs", []), before["machine"]]
     text = json.dumps(report, indent=2)
     print(text)
     if args.out is not None:
