@@ -207,6 +207,7 @@ def capacity(
 
 
 TRANSPORTS = ("engine", "ws", "realtime")
+POLICY_CHUNK_MS = 1000.0  # the audio a client sends at a time to a model outside the chunked core
 PEERS = {False: "batched", True: "one_stream_loop"}
 
 
@@ -271,23 +272,34 @@ def _bench_model(args, model: str, clip: str, load_audio, counts: list[int], tra
     options = {"beam_size": args.beam_size} if args.beam_size and args.beam_size > 1 else {}
     try:
         core = engine._streaming()
-    except (ValueError, TypeError) as e:
-        out["skipped"] = f"the engine does not stream it: {e}"
-        log(f"{model}: skipped, {out['skipped']}")
-        return out
-    chunk_s = core.plan.stride_frames * core.frontend.frame_shift_s
-    sr = core.sampling_rate
+    except (ValueError, TypeError):
+        core = None  # not through the chunked core; a streaming policy may still open a stream
+        try:
+            engine.open_stream(sample_rate=engine.sampling_rate).close()
+        except (ValueError, TypeError) as e:
+            out["skipped"] = f"the engine does not stream it: {e}"
+            log(f"{model}: skipped, {out['skipped']}")
+            return out
+    if core is not None:
+        chunk_s = core.plan.stride_frames * core.frontend.frame_shift_s
+        out.update(runtime=core.runtime.kind, decode_type=core.decode_type)
+    else:
+        chunk_s = (args.chunk_ms or POLICY_CHUNK_MS) / 1000.0
+        out.update(runtime="open_stream")
+    sr = engine.sampling_rate
     audio = load_audio(clip, sr)
     signal = np.resize(audio.astype(np.float32), int(args.stream_seconds * sr))
-    out.update(chunk_ms=round(1000 * chunk_s, 3), runtime=core.runtime.kind, decode_type=core.decode_type)
-    log(f"{model} ({out['architecture']}): chunk {1000 * chunk_s:.0f} ms, {core.runtime.kind} runtime")
+    out["chunk_ms"] = round(1000 * chunk_s, 3)
+    log(f"{model} ({out['architecture']}): chunk {1000 * chunk_s:.0f} ms, {out['runtime']} runtime")
     for transport in transports:
         res: dict[str, Any] = {}
         out[transport] = res
         for loop, name in PEERS.items():
             label = f"{transport}, {name.replace('_', '-')}"
             try:
-                if transport == "engine":
+                if transport == "engine" and core is None:
+                    best, runs = _policy_sweep(engine, signal, sr, chunk_s, counts, loop, options, label, log)
+                elif transport == "engine":
                     best, runs = capacity(
                         engine,
                         audio,
@@ -321,10 +333,29 @@ def _bench_model(args, model: str, clip: str, load_audio, counts: list[int], tra
     return out
 
 
+def _policy_sweep(engine, signal, sr, chunk_s, counts, loop, options, label, log) -> tuple[int, list]:
+    """The engine transport of a model streamed outside the chunked core (``open_stream_clients``)."""
+    from oasr.cli.bench_transports import TransportUnavailable, open_stream_clients
+
+    if loop:
+        raise TransportUnavailable("one stream per forward: this model's streams are not batched by the chunked core")
+    timing = need(engine, sr)
+    return sweep(
+        lambda n: open_stream_clients(engine, signal, sr, n, chunk_s=chunk_s, need=timing, options=options),
+        counts,
+        chunk_s,
+        label,
+        log,
+    )
+
+
 def need(engine, rate: int):
     """``end_s -> samples``: how much audio at ``rate`` Hz the engine's decode of the stream up to
     ``end_s`` seconds read (its last feature frame's window), for the clients' latencies."""
-    core = engine._streaming()
+    try:
+        core = engine._streaming()
+    except (ValueError, TypeError):  # a policy's events: end is where the audio it read ends
+        return lambda end_s: math.ceil(end_s * rate)
     framing = core.frontend.framing
     shift = core.frontend.frame_shift_s
     scale = rate / core.sampling_rate

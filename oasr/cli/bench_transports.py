@@ -48,6 +48,7 @@ __all__ = [
     "ClientResult",
     "ServerChild",
     "TransportUnavailable",
+    "open_stream_clients",
     "pcm16",
     "reference_timeline",
     "realtime_clients",
@@ -229,6 +230,45 @@ def ws_clients(
 
     timings, wall, failed = asyncio.run(_play(n, one, chunk_s))
     return _result(n, timings, piece, need, wall, failed)
+
+
+def open_stream_clients(
+    engine, samples: np.ndarray, sr: int, n: int, *, chunk_s: float, need, options=None
+) -> ClientResult:
+    """N streams of ``samples`` through ``engine.open_stream`` in-process, timed as the server
+    transports time theirs (an event's ``end`` -> the chunk that completed it): the engine
+    transport of a model whose streams do not go through the chunked core (a streaming policy
+    over an offline model), whose steps run inside ``feed``."""
+    piece = int(round(chunk_s * sr))
+    pieces = [samples[a : a + piece] for a in range(0, len(samples), piece)]
+    streams = [engine.open_stream(sample_rate=sr, **(options or {})) for _ in range(n)]
+    timings = [_Timing() for _ in range(n)]
+    offsets = [i * chunk_s / n for i in range(n)]
+
+    def take(i: int, events) -> None:
+        now = time.perf_counter()
+        timings[i].covered += [
+            (now, float(e.end)) for e in events if e.type in ("partial", "final") and e.end is not None
+        ]
+
+    t0 = time.perf_counter()
+    try:
+        for k in range(len(pieces)):
+            for i in range(n):  # offsets ascend with i
+                delay = t0 + offsets[i] + k * chunk_s - time.perf_counter()
+                if delay > 0:
+                    time.sleep(delay)
+                timings[i].sent.append(time.perf_counter())
+                take(i, streams[i].feed(pieces[k]))
+                for j in range(n):  # the steps feed ran advanced the other streams too
+                    take(j, streams[j].events())
+        for i, stream in enumerate(streams):
+            take(i, stream.finish())
+            timings[i].final_s = time.perf_counter() - timings[i].sent[-1]
+    finally:
+        for stream in streams:
+            stream.close()
+    return _result(n, timings, piece, need, time.perf_counter() - t0, None)
 
 
 def reference_timeline(engine, samples: np.ndarray, sr: int, chunk_s: float, options=None) -> list[tuple[float, str]]:
