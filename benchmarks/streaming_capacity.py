@@ -39,14 +39,11 @@ from __future__ import annotations
 import argparse
 import functools
 import json
-import math
 import os
 import platform
-import statistics
 import subprocess
 import sys
 import tempfile
-import time
 import types
 from pathlib import Path
 
@@ -166,69 +163,54 @@ def export_sherpa(pretrained: Path, out: Path) -> dict:
 
 def sherpa_run(rec, audio: np.ndarray, n: int, *, chunk_s: float, seconds: float, batched: bool, sr: int = 16000):
     """N sherpa-onnx streams at real time (the harness of ``oasr.cli.bench_streaming.realtime_run``)."""
-    from oasr.cli.bench_transports import ClientResult
+    from oasr.cli.bench_streaming import Player
+    from oasr.cli.bench_transports import ClientResult, percentiles
 
-    piece = int(round(chunk_s * sr))
     total = int(seconds * sr)
-    signal = np.resize(audio.astype(np.float32), total)
-    n_pushes = math.ceil(total / piece)
     streams = [rec.create_stream() for _ in range(n)]
-    pushed = [0] * n
-    push_times: list[list[float]] = [[] for _ in range(n)]
     decoded = [0] * n  # chunks decoded per stream
     finished_at: dict[int, float] = {}
     latencies: list[float] = []
-    offsets = [i * chunk_s / n for i in range(n)]
     hop = sr // 100
     window = 2 * SHERPA_CHUNK + 13  # feature frames one chunk reads (sherpa's T: chunk + the embed's padding)
 
     def need(j: int) -> int:  # samples chunk j reads (Kaldi frames without snip_edges: (samples + hop/2) // hop)
         return (j * 2 * SHERPA_CHUNK + window) * hop - hop // 2
 
-    t0 = time.perf_counter()
+    player = Player(np.resize(audio.astype(np.float32), total), n, int(round(chunk_s * sr)), chunk_s)
     while True:
-        now = time.perf_counter() - t0
-        for i, s in enumerate(streams):
-            while pushed[i] < n_pushes and offsets[i] + pushed[i] * chunk_s <= now:
-                a = pushed[i] * piece
-                s.accept_waveform(sr, signal[a : a + piece])
-                push_times[i].append(time.perf_counter() - t0)
-                pushed[i] += 1
-                if pushed[i] == n_pushes:
-                    s.input_finished()
+        for i, samples, last in player.due():
+            streams[i].accept_waveform(sr, samples)
+            if last:
+                streams[i].input_finished()
         ready = [i for i, s in enumerate(streams) if rec.is_ready(s)]
         if ready:
+            ends = {}
             if batched:
                 rec.decode_streams([streams[i] for i in ready])
-                ends = {i: time.perf_counter() - t0 for i in ready}
+                ends = dict.fromkeys(ready, player.now())
             else:
-                ends = {}
                 for i in ready:
                     rec.decode_stream(streams[i])
-                    ends[i] = time.perf_counter() - t0
+                    ends[i] = player.now()
             for i, end in ends.items():
                 j = decoded[i]
                 decoded[i] += 1
                 if need(j) <= total:  # the tail padding's chunks are timed as the final
-                    k = min(len(push_times[i]) - 1, max(0, math.ceil(need(j) / piece) - 1))
-                    latencies.append(end - push_times[i][k])
+                    latencies.append(end - player.pushed_at(i, need(j)))
             continue
         for i in range(n):
-            if pushed[i] == n_pushes and i not in finished_at:
-                finished_at[i] = time.perf_counter() - t0 - push_times[i][-1]
+            if player.done(i) and i not in finished_at:
+                finished_at[i] = player.now() - player.push_times[i][-1]
         if len(finished_at) == n:
             break
-        nxt = min((offsets[i] + pushed[i] * chunk_s for i in range(n) if pushed[i] < n_pushes), default=None)
-        time.sleep(0.001 if nxt is None else max(0.0, min(0.005, nxt - (time.perf_counter() - t0))))
-    lat = sorted(latencies) or [0.0]
+        player.wait()
     return ClientResult(
         streams=n,
         chunks=len(latencies),
-        p50_ms=1000 * statistics.median(lat),
-        p95_ms=1000 * lat[min(len(lat) - 1, int(0.95 * len(lat)))],
-        max_ms=1000 * lat[-1],
+        **percentiles(latencies),
         final_ms=1000 * max(finished_at.values(), default=0.0),
-        wall_s=time.perf_counter() - t0,
+        wall_s=player.now(),
     )
 
 

@@ -24,7 +24,9 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["RealtimeResult", "capacity", "realtime_run"]
+from oasr.cli.bench_transports import percentiles
+
+__all__ = ["Player", "RealtimeResult", "capacity", "realtime_run", "sweep"]
 
 
 @dataclass
@@ -52,6 +54,51 @@ def _rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
+class Player:
+    """The pieces N streams push at real speed: one ``chunk_s`` piece of ``signal`` each chunk
+    period, starts staggered across the period; when each was pushed (seconds from ``t0``)."""
+
+    def __init__(self, signal: np.ndarray, n: int, piece: int, chunk_s: float) -> None:
+        self.signal = signal
+        self.piece = piece
+        self.chunk_s = chunk_s
+        self.n_pushes = math.ceil(len(signal) / piece)
+        self.offsets = [i * chunk_s / n for i in range(n)]
+        self.pushed = [0] * n
+        self.push_times: list[list[float]] = [[] for _ in range(n)]
+        self.t0 = time.perf_counter()
+
+    def now(self) -> float:
+        return time.perf_counter() - self.t0
+
+    def due(self):
+        """``(stream, samples, last)`` for every piece due now; each is noted as pushed once
+        the caller asks for the next."""
+        now = self.now()
+        for i in range(len(self.pushed)):
+            while self.pushed[i] < self.n_pushes and self.offsets[i] + self.pushed[i] * self.chunk_s <= now:
+                a = self.pushed[i] * self.piece
+                yield i, self.signal[a : a + self.piece], self.pushed[i] + 1 == self.n_pushes
+                self.push_times[i].append(self.now())
+                self.pushed[i] += 1
+
+    def done(self, i: int | None = None) -> bool:
+        """Whether stream ``i`` (every stream) has pushed all its pieces."""
+        idx = range(len(self.pushed)) if i is None else [i]
+        return all(self.pushed[j] == self.n_pushes for j in idx)
+
+    def pushed_at(self, i: int, samples: int) -> float:
+        """When stream ``i`` pushed the piece holding its sample ``samples - 1``."""
+        return self.push_times[i][min(len(self.push_times[i]) - 1, max(0, math.ceil(samples / self.piece) - 1))]
+
+    def wait(self) -> None:
+        """Sleep until the next piece is due (at most 5 ms; 1 ms once all are pushed)."""
+        nxt = min(
+            (self.offsets[i] + p * self.chunk_s for i, p in enumerate(self.pushed) if p < self.n_pushes), default=None
+        )
+        time.sleep(0.001 if nxt is None else max(0.0, min(0.005, nxt - self.now())))
+
+
 def realtime_run(
     engine,
     audio: np.ndarray,
@@ -77,39 +124,30 @@ def realtime_run(
     opts, sopts = validate_stream_options(engine, {"partials": True, **(options or {})})
     core.max_batch = 1 if one_stream_loop else max(1, core.runtime.max_streams)
     sids = [core.open(opts, sopts) for _ in range(n_streams)]
-    n_pushes = math.ceil(total / piece)
 
     def need(k: int) -> int:  # samples chunk k reads (its window starts head_frames of padding early)
         last = max(0, k * plan.stride_frames + plan.window_frames - 1 - plan.head_frames)
         return last * framing.hop - framing.left_pad + framing.length
 
-    pushed = [0] * n_streams
-    push_times: list[list[float]] = [[] for _ in range(n_streams)]
     final_at: dict[int, float] = {}  # stream -> seconds from its last sample to its last final
     peak_bytes = 0
     latencies: list[float] = []
     batches: list[int] = []
     busy = 0.0
-    offsets = [i * chunk_s / n_streams for i in range(n_streams)]
-    t0 = time.perf_counter()
+    player = Player(signal, n_streams, piece, chunk_s)
     try:
         while True:
-            now = time.perf_counter() - t0
-            for i, sid in enumerate(sids):
-                while pushed[i] < n_pushes and offsets[i] + pushed[i] * chunk_s <= now:
-                    a = pushed[i] * piece
-                    core.push(sid, signal[a : a + piece])
-                    push_times[i].append(time.perf_counter() - t0)
-                    pushed[i] += 1
-                    if pushed[i] == n_pushes:
-                        core.finish(sid)
+            for i, samples, last in player.due():
+                core.push(sids[i], samples)
+                if last:
+                    core.finish(sids[i])
             if core.has_work():
                 before = [core.chunks_encoded_of(sid) for sid in sids]
                 s0 = time.perf_counter()
                 core.step()
-                end = time.perf_counter()
+                busy += time.perf_counter() - s0
+                end = player.now()
                 peak_bytes = max(peak_bytes, core.runtime.bytes_in_use())
-                busy += end - s0
                 n = 0
                 for i, sid in enumerate(sids):
                     after = core.chunks_encoded_of(sid)
@@ -117,36 +155,24 @@ def realtime_run(
                         n += 1
                         if need(k) > total:  # the end-of-stream flush (tail padding): timed as final_ms
                             continue
-                        j = min(len(push_times[i]) - 1, max(0, math.ceil(need(k) / piece) - 1))
-                        latencies.append(end - t0 - push_times[i][j])
-                    if pushed[i] == n_pushes and i not in final_at and sid not in core.streams:
-                        final_at[i] = end - t0 - push_times[i][-1]
+                        latencies.append(end - player.pushed_at(i, need(k)))
+                    if player.done(i) and i not in final_at and sid not in core.streams:
+                        final_at[i] = end - player.push_times[i][-1]
                 if n:
                     batches.append(n)
                 continue
-            if all(p == n_pushes for p in pushed) and not core.streams:
+            if player.done() and not core.streams:
                 break
-            nxt = min(
-                (offsets[i] + pushed[i] * chunk_s for i in range(n_streams) if pushed[i] < n_pushes), default=None
-            )
-            if nxt is None:
-                if not core.has_work() and not core.streams:
-                    break
-                time.sleep(0.001)
-            else:
-                time.sleep(max(0.0, min(0.005, nxt - (time.perf_counter() - t0))))
-        wall = time.perf_counter() - t0
+            player.wait()
+        wall = player.now()
     finally:
         for sid in sids:
             core.close(sid)
             core.pop_result(sid)
-    lat = sorted(latencies) or [0.0]
     return RealtimeResult(
         streams=n_streams,
         chunks=len(latencies),
-        p50_ms=1000 * statistics.median(lat),
-        p95_ms=1000 * lat[min(len(lat) - 1, int(0.95 * len(lat)))],
-        max_ms=1000 * lat[-1],
+        **percentiles(latencies),
         wall_s=wall,
         busy_fraction=busy / wall if wall else 0.0,
         mean_batch=statistics.mean(batches) if batches else 0.0,

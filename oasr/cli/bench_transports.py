@@ -50,6 +50,7 @@ __all__ = [
     "TransportUnavailable",
     "open_stream_clients",
     "pcm16",
+    "percentiles",
     "reference_timeline",
     "realtime_clients",
     "ws_clients",
@@ -103,6 +104,16 @@ def pcm16(samples: np.ndarray) -> np.ndarray:
     return np.clip(np.round(samples * 32768.0), -32768, 32767).astype("<i2")
 
 
+def percentiles(latencies: list[float]) -> dict[str, float]:
+    """p50 / p95 / max in ms (0 when nothing was timed)."""
+    lat = sorted(latencies) or [0.0]
+    return {
+        "p50_ms": 1000 * statistics.median(lat),
+        "p95_ms": 1000 * lat[min(len(lat) - 1, int(0.95 * len(lat)))],
+        "max_ms": 1000 * lat[-1],
+    }
+
+
 def _result(n: int, timings: list[_Timing], piece: int, need, wall: float, failed: str | None) -> ClientResult:
     latencies = []
     for t in timings:
@@ -117,14 +128,11 @@ def _result(n: int, timings: list[_Timing], piece: int, need, wall: float, faile
                 continue
             seen.add(k)
             latencies.append(got_at - t.sent[k])
-    lat = sorted(latencies) or [0.0]
     finals = [t.final_s for t in timings if t.final_s is not None]
     return ClientResult(
         streams=n,
         chunks=len(latencies),
-        p50_ms=1000 * statistics.median(lat),
-        p95_ms=1000 * lat[min(len(lat) - 1, int(0.95 * len(lat)))],
-        max_ms=1000 * lat[-1],
+        **percentiles(latencies),
         final_ms=1000 * max(finals, default=0.0),
         wall_s=wall,
         failed=failed,
@@ -151,6 +159,21 @@ def _refusal(e: Exception, route: str) -> Exception:
             return TransportUnavailable(f"the server does not stream this model: {body}")
         return StreamFailed(f"{route}: HTTP {status} {body}")
     return StreamFailed(f"{route}: {type(e).__name__}: {e}")
+
+
+async def _send_at_real_time(ws, messages, end, receive, start_at: float, chunk_s: float, t: _Timing) -> None:
+    """Send message k at ``start_at + k * chunk_s`` (noting when in ``t.sent``), then ``end``,
+    while ``receive`` (a coroutine) takes the events; its error, if any, is raised."""
+    rx = asyncio.create_task(receive)
+    for k, message in enumerate(messages):
+        await _sleep_until(start_at + k * chunk_s)
+        if rx.done():
+            break
+        await ws.send(message)
+        t.sent.append(time.perf_counter())
+    if not rx.done():
+        await ws.send(end)
+    await rx
 
 
 async def _play(n: int, one, chunk_s: float) -> tuple[list[_Timing], float, str | None]:
@@ -217,16 +240,7 @@ def ws_clients(
                         return
                 raise StreamFailed(f"{route}: closed ({ws.close_code}) before done")
 
-            rx = asyncio.create_task(receive())
-            for k, p in enumerate(pieces):
-                await _sleep_until(start_at + k * chunk_s)
-                if rx.done():
-                    break
-                await ws.send(p)
-                t.sent.append(time.perf_counter())
-            if not rx.done():
-                await ws.send("done")
-            await rx
+            await _send_at_real_time(ws, pieces, "done", receive(), start_at, chunk_s, t)
 
     timings, wall, failed = asyncio.run(_play(n, one, chunk_s))
     return _result(n, timings, piece, need, wall, failed)
@@ -378,16 +392,8 @@ def realtime_clients(
                         raise StreamFailed(f"{route}: {event}")
                 raise StreamFailed(f"{route}: closed ({ws.close_code}) before the transcription completed")
 
-            rx = asyncio.create_task(receive())
-            for k, message in enumerate(appends):
-                await _sleep_until(start_at + k * chunk_s)
-                if rx.done():
-                    break
-                await ws.send(message)
-                t.sent.append(time.perf_counter())
-            if not rx.done():
-                await ws.send(json.dumps({"type": "input_audio_buffer.commit"}))
-            await rx
+            commit = json.dumps({"type": "input_audio_buffer.commit"})
+            await _send_at_real_time(ws, appends, commit, receive(), start_at, chunk_s, t)
 
     timings, wall, failed = asyncio.run(_play(n, one, chunk_s))
     return _result(n, timings, piece, need, wall, failed)
