@@ -231,7 +231,7 @@ def oasr_tokens(model_dir: Path, audio: np.ndarray, threads: int) -> list[str]:
     events = stream.feed(audio) + stream.finish()
     ids = [t for e in events if e.type == "final" for t in e.tokens]
     table = dict((int(i), t) for t, i in (line.split() for line in (model_dir / "tokens.txt").read_text().splitlines()))
-    return [table[i] for i in ids]
+    return [table[i].replace("\u2581", " ") for i in ids]  # sherpa-onnx shows a word start as a space
 
 
 def sherpa_peer(model_dir: Path, work: Path, audio: np.ndarray, args, log) -> dict:

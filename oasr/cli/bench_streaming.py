@@ -297,15 +297,12 @@ def _bench_model(args, model: str, clip: str, load_audio, counts: list[int], tra
     out: dict[str, Any] = {"architecture": engine.loaded.architecture, "format": engine.loaded.format}
     options = {"beam_size": args.beam_size} if args.beam_size and args.beam_size > 1 else {}
     try:
-        core = engine._streaming()
-    except (ValueError, TypeError):
-        core = None  # not through the chunked core; a streaming policy may still open a stream
-        try:
-            engine.open_stream(sample_rate=engine.sampling_rate).close()
-        except (ValueError, TypeError) as e:
-            out["skipped"] = f"the engine does not stream it: {e}"
-            log(f"{model}: skipped, {out['skipped']}")
-            return out
+        engine.open_stream(sample_rate=engine.sampling_rate).close()
+    except (ValueError, TypeError) as e:
+        out["skipped"] = f"the engine does not stream it: {e}"
+        log(f"{model}: skipped, {out['skipped']}")
+        return out
+    core = _chunked_core(engine)  # None: a streaming policy over an offline model (timed through open_stream)
     if core is not None:
         chunk_s = core.plan.stride_frames * core.frontend.frame_shift_s
         out.update(runtime=core.runtime.kind, decode_type=core.decode_type)
@@ -359,6 +356,18 @@ def _bench_model(args, model: str, clip: str, load_audio, counts: list[int], tra
     return out
 
 
+def _chunked_core(engine):
+    """The engine's ``StreamingCore`` (chunks of a streaming encoder), or None when its streams
+    are scheduled otherwise (a policy over an offline model) or it cannot stream."""
+    from oasr.engine.streaming.core import StreamingCore
+
+    try:
+        core = engine._streaming()
+    except (ValueError, TypeError):
+        return None
+    return core if isinstance(core, StreamingCore) else None
+
+
 def _policy_sweep(engine, signal, sr, chunk_s, counts, loop, options, label, log) -> tuple[int, list]:
     """The engine transport of a model streamed outside the chunked core (``open_stream_clients``)."""
     from oasr.cli.bench_transports import TransportUnavailable, open_stream_clients
@@ -378,9 +387,8 @@ def _policy_sweep(engine, signal, sr, chunk_s, counts, loop, options, label, log
 def need(engine, rate: int):
     """``end_s -> samples``: how much audio at ``rate`` Hz the engine's decode of the stream up to
     ``end_s`` seconds read (its last feature frame's window), for the clients' latencies."""
-    try:
-        core = engine._streaming()
-    except (ValueError, TypeError):  # a policy's events: end is where the audio it read ends
+    core = _chunked_core(engine)
+    if core is None:  # a policy's events: end is where the audio it read ends
         return lambda end_s: math.ceil(end_s * rate)
     framing = core.frontend.framing
     shift = core.frontend.frame_shift_s
