@@ -17,9 +17,13 @@ sending one chunk of PCM16 audio every chunk period, starts staggered across the
   the end; ``conversation.item.input_audio_transcription.delta`` / ``.completed`` back.
   A delta carries no audio time, so each is placed by its text: the stream's transcript so
   far is looked up in a reference timeline (``reference_timeline``: the same samples streamed
-  in-process, chunk by chunk, each partial's text and ``end``) and timed from the chunk that
-  made the reference reach that text. Deltas whose text the reference never had (a
-  different decode) are counted in ``unplaced``, not timed.
+  in-process, chunk by chunk, each partial's text and ``end``). A server that sends only text
+  two successive partials agree on (oasr's route: no sent text is taken back) cannot send a
+  chunk's text before the next chunk is decoded, so a delta is timed from the chunk at which
+  the reference's partials first agreed on its text (``p95_ms``: the server's own delay, what
+  load moves; N is kept on it) and also from the chunk whose partial first showed it
+  (``first_seen_p95_ms``: what a user waits, about one chunk more). Deltas whose text the
+  reference never had (a different decode) are counted in ``unplaced``, not timed.
 
 A stream's final latency runs from its last chunk sent to ``done`` / ``.completed``. N is kept
 when every stream was served and the p95 chunk latency stays under the chunk.
@@ -82,6 +86,7 @@ class ClientResult:
     wall_s: float
     failed: str | None = None  # the first refusal or error, if a stream was not served
     unplaced: int = 0  # realtime: deltas whose text the reference timeline never had
+    first_seen_p95_ms: float | None = None  # realtime: timed from the partial that first showed the text
 
     def keeps_up(self, chunk_s: float) -> bool:
         return self.failed is None and self.chunks > 0 and self.p95_ms < chunk_s * 1000.0
@@ -94,6 +99,7 @@ class ClientResult:
 class _Timing:
     sent: list[float] = field(default_factory=list)  # perf_counter when chunk k was sent
     covered: list[tuple[float, float]] = field(default_factory=list)  # (received at, audio seconds covered)
+    first_seen: list[tuple[float, float]] = field(default_factory=list)  # realtime: placed by first sight
     final_s: float | None = None
     unplaced: int = 0
 
@@ -114,20 +120,25 @@ def percentiles(latencies: list[float]) -> dict[str, float]:
     }
 
 
-def _result(n: int, timings: list[_Timing], piece: int, need, wall: float, failed: str | None) -> ClientResult:
-    latencies = []
-    for t in timings:
-        seen: set[int] = set()
-        total = len(t.sent) * piece
-        for got_at, end_s in t.covered:
-            e = need(end_s)  # the samples the decode up to end_s read (its last frame's window)
-            if end_s <= 0 or e > total:  # nothing decoded yet, or the tail padding (timed as the final)
-                continue
-            k = max(0, math.ceil(e / piece) - 1)
-            if k in seen:
-                continue
+def _chunk_latencies(covered: list[tuple[float, float]], sent: list[float], piece: int, need) -> list[float]:
+    """Each chunk's latency: its last needed sample sent -> the first event covering it."""
+    out = []
+    seen: set[int] = set()
+    total = len(sent) * piece
+    for got_at, end_s in covered:
+        e = need(end_s)  # the samples the decode up to end_s read (its last frame's window)
+        if end_s <= 0 or e > total:  # nothing decoded yet, or the tail padding (timed as the final)
+            continue
+        k = max(0, math.ceil(e / piece) - 1)
+        if k not in seen:
             seen.add(k)
-            latencies.append(got_at - t.sent[k])
+            out.append(got_at - sent[k])
+    return out
+
+
+def _result(n: int, timings: list[_Timing], piece: int, need, wall: float, failed: str | None) -> ClientResult:
+    latencies = [x for t in timings for x in _chunk_latencies(t.covered, t.sent, piece, need)]
+    first = [x for t in timings for x in _chunk_latencies(t.first_seen, t.sent, piece, need)]
     finals = [t.final_s for t in timings if t.final_s is not None]
     return ClientResult(
         streams=n,
@@ -137,6 +148,7 @@ def _result(n: int, timings: list[_Timing], piece: int, need, wall: float, faile
         wall_s=wall,
         failed=failed,
         unplaced=sum(t.unplaced for t in timings),
+        first_seen_p95_ms=percentiles(first)["p95_ms"] if first else None,
     )
 
 
@@ -304,13 +316,20 @@ def reference_timeline(engine, samples: np.ndarray, sr: int, chunk_s: float, opt
     return out
 
 
-def _place(timeline: list[tuple[float, str]], text: str) -> float | None:
-    """The audio seconds at which the reference first had ``text`` (or more of it), or None."""
+def _place(timeline: list[tuple[float, str]], text: str) -> tuple[float, float] | None:
+    """(audio seconds at which two successive reference partials first both had ``text``, at
+    which one first had it), or None when none had it."""
     text = " ".join(text.split())
+    first = None
+    previous = None
     for end, ref in timeline:
         if ref.startswith(text):
-            return end
-    return None
+            if first is None:
+                first = end
+            if previous is not None and previous.startswith(text):
+                return end, first
+        previous = ref
+    return None if first is None else (timeline[-1][0], first)
 
 
 def realtime_clients(
@@ -380,11 +399,12 @@ def realtime_clients(
                     now = time.perf_counter()
                     if kind == "conversation.item.input_audio_transcription.delta":
                         text += event.get("delta") or ""
-                        end = _place(timeline, text)
-                        if end is None:
+                        placed = _place(timeline, text)
+                        if placed is None:
                             t.unplaced += 1
                         else:
-                            t.covered.append((now, end))
+                            t.covered.append((now, placed[0]))
+                            t.first_seen.append((now, placed[1]))
                     elif kind == "conversation.item.input_audio_transcription.completed":
                         t.final_s = now - t.sent[-1]
                         return
