@@ -463,6 +463,8 @@ def markdown_table(report: dict) -> str:
             b, p = t["batched"], t["one_stream_loop"]
             kept = [r for r in b["runs"] if r["streams"] == max(1, b["capacity"])]
             p95 = f"{kept[0]['p95_ms']:.0f}" if kept else ""
+            if kept and kept[0]["chunks"] == 0:
+                p95 = "no chunk timed: no text came before the input ended"
             if kept and kept[0].get("first_seen_p95_ms") is not None:
                 p95 += f" ({kept[0]['first_seen_p95_ms']:.0f} from first sight)"
             ratio = f"{t['capacity_ratio']:.2f}" if t.get("capacity_ratio") else ""
