@@ -62,30 +62,6 @@ FAMILIES = ("wenet", "zipformer", "cache_aware", "nemotron")
 CACHE_AWARE_CONTEXTS = [[70, 13], [70, 6], [70, 1], [70, 0]]
 
 
-EMIT_RATE = 0.3  # share of encoder frames whose best CTC label is not blank (~4 labels a second at 40 ms)
-
-
-def shape_wenet_ctc_(directory: Path, audio: np.ndarray) -> float:
-    """Lower the blank logit of the saved WeNet's CTC head so that ``EMIT_RATE`` of the clip's
-    frames emit a label, as a trained model's do (random weights leave blank best nearly
-    everywhere: the text would rarely change and the clients would see few partials)."""
-    import oasr
-    from oasr.audio.frontends import build_frontend
-
-    loaded = oasr.load_pretrained(str(directory))
-    feats = build_frontend(loaded.feature_spec)(audio)
-    with torch.no_grad():
-        enc, _ = loaded.model.encode_offline(feats[None], torch.tensor([feats.shape[0]]))
-        logp = loaded.model.ctc_log_probs(enc)[0]
-    blank = int(getattr(loaded.model, "blank_id", 0))
-    margin = torch.cat([logp[:, :blank], logp[:, blank + 1 :]], -1).amax(-1) - logp[:, blank]
-    shift = float(torch.quantile(margin, 1 - EMIT_RATE))
-    ckpt = torch.load(directory / "final.pt", map_location="cpu")
-    ckpt["ctc.ctc_lo.bias"][blank] -= shift
-    torch.save(ckpt, directory / "final.pt")
-    return shift
-
-
 def build_cache_aware(directory: Path) -> tuple[Path, int]:
     """NeMo's cache-aware FastConformer at the large streaming release's shape, RNN-T head."""
     import warnings
@@ -371,7 +347,6 @@ def main() -> int:
             extra: list[str] = ["--chunk-ms", "160"]
             if family == "wenet":
                 params = streaming_bench.build_wenet(d)
-                shape_wenet_ctc_(d, audio)
                 shape = "WenetSpeech U2++ conformer (output 512, 12 blocks, 8 heads, 2048 FFN, 3+3 decoder, 5000 units)"
             elif family == "zipformer":
                 from oasr.audio.fbank import KaldiFbank
