@@ -9,7 +9,7 @@ loaded through oasr's loaders:
   chunk 8), left context 128 frames;
 * ``cache_aware``: NeMo's cache-aware streaming FastConformer at the shape of
   ``stt_en_fastconformer_hybrid_large_streaming_multi`` (17 x 512, 8 heads, ``chunked_limited``
-  contexts [70, 13] / [70, 6] / [70, 1] / [70, 0], causal convolutions), RNN-T head, built by
+  contexts [70, 13] / [70, 6] / [70, 1] / [70, 0], causal convolutions; LSTM 640, joint 640), RNN-T head, built by
   NeMo's own classes (``tests/models/parakeet/nemo_reference.py``; its small test tokenizer, not
   the release's 1,024 pieces), the family's default chunk (lookahead 13: 1.12 s);
 * ``nemotron``: Nemotron 3.5 ASR at the ``nemotron-3.5-asr-streaming-0.6b`` shape
@@ -82,6 +82,9 @@ def build_cache_aware(directory: Path) -> tuple[Path, int]:
             conv_context_size="causal",
             conv_norm_type="layer_norm",
         )
+        cfg["model_defaults"].update(enc_hidden=512, pred_hidden=640, joint_hidden=640)
+        cfg["decoder"]["prednet"].update(pred_hidden=640, pred_rnn_layers=1)
+        cfg["joint"]["jointnet"]["joint_hidden"] = 640
         cfg["decoding"]["greedy"]["max_symbols"] = 2
 
     with warnings.catch_warnings():
@@ -281,17 +284,22 @@ def markdown(report: dict) -> str:
 
     models = {}
     for family, entry in report["families"].items():
-        models[family] = {k: v for k, v in entry.items() if k not in ("shape", "parameters", "sherpa_onnx")}
+        if "failed" not in entry:
+            models[family] = {k: v for k, v in entry.items() if k not in ("shape", "parameters", "sherpa_onnx")}
     transports = ["engine", "ws", "realtime"]
+    load = " / ".join(f"{x:.1f}" for x in report["machine"]["load_average_at_start"])
+    load_end = " / ".join(f"{x:.1f}" for x in report["machine"]["load_average_at_end"])
     lines = [
         f"Command: `{report['command']}`; {report['threads']} threads, {report['seconds_per_stream']:g} s per stream, "
-        f"clip {report['clip']}; load average {report['machine']['load_average_at_start']} at the start, "
-        f"{report['machine']['load_average_at_end']} at the end (the machine is shared: figures are noisy).",
+        f"clip {report['clip']}; load average {load} at the start, {load_end} at the end (2 cores shared with "
+        "other runs: figures are noisy).",
         "",
         markdown_table({"settings": {"transports": transports}, "models": models}),
     ]
     for family, entry in report["families"].items():
         lines.append(f"- {family}: {entry['shape']}, {entry['parameters'] / 1e6:.1f} M parameters")
+        if "failed" in entry:
+            lines.append(f"- {family}: not measured: {entry['failed']}")
         peer = entry.get("sherpa_onnx")
         if peer is None:
             continue
@@ -366,22 +374,32 @@ def main() -> int:
                 shape = "Nemotron 3.5 ASR streaming 0.6B (24 x 1024, transformers' classes)"
             log(f"{family}: {params / 1e6:.1f} M parameters")
             entry = {"shape": shape, "parameters": params}
-            entry.update(bench_cli(d, extra, args, work / f"{family}.json"))
+            try:
+                entry.update(bench_cli(d, extra, args, work / f"{family}.json"))
+            except subprocess.CalledProcessError as e:  # one family failing is a result; the others still run
+                entry["failed"] = f"oasr bench exited with {e.returncode} (its stderr above)"
             if family == "zipformer" and not args.no_sherpa:
                 entry["sherpa_onnx"] = sherpa_peer(d, work, audio, args, log)
             report["families"][family] = entry
+            write(report, args)  # after each family: a later failure loses nothing
+    return 0
+
+
+def write(report: dict, args) -> None:
+    """Print the report and write OUT.json / OUT.md (merged into an earlier OUT.json with --merge)."""
     report["machine"]["load_average_at_end"] = os.getloadavg()
+    out = dict(report)
     if args.merge and args.out is not None and args.out.with_suffix(".json").is_file():
         before = json.loads(args.out.with_suffix(".json").read_text())
-        report["families"] = {**before["families"], **report["families"]}
-        report["command"] = f"{before['command']}; then {report['command']}"
-        report["machine"]["earlier_runs"] = [*before["machine"].get("earlier_runs", []), before["machine"]]
-    text = json.dumps(report, indent=2)
+        if before.get("command") != report["command"]:
+            out["families"] = {**before["families"], **report["families"]}
+            out["command"] = f"{before['command']}; then {report['command']}"
+            out["machine"] = {**report["machine"], "earlier_run": before["machine"]}
+    text = json.dumps(out, indent=2)
     print(text)
     if args.out is not None:
         args.out.with_suffix(".json").write_text(text + "\n", encoding="utf-8")
-        args.out.with_suffix(".md").write_text(markdown(report), encoding="utf-8")
-    return 0
+        args.out.with_suffix(".md").write_text(markdown(out), encoding="utf-8")
 
 
 if __name__ == "__main__":
