@@ -389,17 +389,20 @@ def _policy_sweep(engine, signal, sr, chunk_s, counts, loop, options, label, log
 
 def need(engine, rate: int):
     """``end_s -> samples``: how much audio at ``rate`` Hz the engine's decode of the stream up to
-    ``end_s`` seconds read (its last feature frame's window), for the clients' latencies."""
+    ``end_s`` seconds read, for the clients' latencies: the chunks encoded by then
+    (``end_s / chunk``) and the last sample their windows read (as ``realtime_run`` times them)."""
     core = _chunked_core(engine)
     if core is None:  # a policy's events: end is where the audio it read ends
         return lambda end_s: math.ceil(end_s * rate)
     framing = core.frontend.framing
-    shift = core.frontend.frame_shift_s
+    plan = core.plan
+    chunk_s = plan.stride_frames * core.frontend.frame_shift_s
     scale = rate / core.sampling_rate
 
     def samples(end_s: float) -> int:
-        frames = int(round(end_s / shift))
-        return math.ceil((max(0, frames - 1) * framing.hop - framing.left_pad + framing.length) * scale)
+        k = max(1, round(end_s / chunk_s))  # chunks encoded when the decode reached end_s
+        last = max(0, (k - 1) * plan.stride_frames + plan.window_frames - 1 - plan.head_frames)
+        return math.ceil((last * framing.hop - framing.left_pad + framing.length) * scale)
 
     return samples
 
