@@ -6,11 +6,11 @@ process. The two server transports put an ``oasr serve`` application in a child 
 optionally with one stream per forward) and play N clients against it from this process, each
 sending one chunk of PCM16 audio every chunk period, starts staggered across the period:
 
-* ``ws``: oasr's ``/v1/audio/stream``. A ``partial`` / ``final`` event carries ``end``, the
-  audio decoded so far; its latency runs from the moment the client sent the chunk holding
-  that sample to the moment the event arrived. Events come when the text changes, so the
-  chunks timed are those whose decode changed the text (``chunks`` in the result; every
-  chunk is decoded the same way).
+* ``ws``: oasr's ``/v1/audio/stream``. A ``partial`` event carries ``end``, the audio decoded
+  so far (a ``final``'s ``end`` is its last token's time, not that); its latency runs from the
+  moment the client sent the last sample that decode read to the moment the event arrived.
+  Partials come when the text changes, so the chunks timed are those whose decode changed the
+  text (``chunks`` in the result; every chunk is decoded the same way).
 * ``realtime``: OpenAI's ``/v1/realtime?intent=transcription``: ``session.update`` (a
   transcription session, ``audio/pcm`` at 24 kHz, no turn detection), then
   ``input_audio_buffer.append`` (base64 PCM16) per chunk, ``input_audio_buffer.commit`` at
@@ -241,7 +241,7 @@ def ws_clients(
                 async for message in ws:
                     event = json.loads(message)
                     kind = event.get("type")
-                    if kind in ("partial", "final") and event.get("end") is not None:
+                    if kind == "partial" and event.get("end") is not None:
                         t.covered.append((time.perf_counter(), float(event["end"])))
                     elif kind == "error":
                         if event.get("code") == "streaming_unsupported":
@@ -273,9 +273,7 @@ def open_stream_clients(
 
     def take(i: int, events) -> None:
         now = time.perf_counter()
-        timings[i].covered += [
-            (now, float(e.end)) for e in events if e.type in ("partial", "final") and e.end is not None
-        ]
+        timings[i].covered += [(now, float(e.end)) for e in events if e.type == "partial" and e.end is not None]
 
     t0 = time.perf_counter()
     try:
@@ -306,10 +304,10 @@ def reference_timeline(engine, samples: np.ndarray, sr: int, chunk_s: float, opt
     try:
         for a in range(0, len(samples), piece):
             for e in stream.feed(samples[a : a + piece]):
-                if e.type in ("partial", "final") and e.end is not None:
+                if e.type == "partial" and e.end is not None:
                     out.append((float(e.end), " ".join(e.text.split())))
         for e in stream.finish():
-            if e.type in ("partial", "final") and e.end is not None:
+            if e.type == "partial" and e.end is not None:
                 out.append((float(e.end), " ".join(e.text.split())))
     finally:
         stream.close()
