@@ -297,7 +297,8 @@ def open_stream_clients(
 
 def reference_timeline(engine, samples: np.ndarray, sr: int, chunk_s: float, options=None) -> list[tuple[float, str]]:
     """(audio seconds decoded, transcript so far) after each partial of ``samples`` streamed
-    in-process chunk by chunk (``engine.open_stream``): where a Realtime delta's text was reached."""
+    in-process chunk by chunk (``engine.open_stream``; partials only, a final's ``end`` being its
+    last token's time): where a Realtime delta's text was reached."""
     piece = int(round(chunk_s * sr))
     stream = engine.open_stream(sample_rate=sr, **(options or {}))
     out: list[tuple[float, str]] = []
