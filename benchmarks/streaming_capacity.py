@@ -308,6 +308,12 @@ def markdown(report: dict) -> str:
             continue
         t = peer["tokens"]
         lines.append(
+            "- sherpa-onnx's files come from the zipformer package's own streaming export, with two workarounds: "
+            "`zipformer.bin.export` imports `ssentencepiece` (its command line's tokenizer; not on PyPI) at the top, "
+            "so a stand-in module is registered first, and torch 2.13's `torch.onnx.export` defaults to the dynamo "
+            "exporter (needs `onnxscript`), so `dynamo=False` (the TorchScript exporter the package was written for)."
+        )
+        lines.append(
             f"- sherpa-onnx on the same {family} weights ({peer['export']}), {peer['chunk_ms']:g}-ms chunks: "
             f"batched {peer['batched']['capacity']}, one-stream loop {peer['one_stream_loop']['capacity']} streams; "
             f"tokens on the clip: oasr {t['oasr']}, sherpa-onnx {t['sherpa_onnx']}, equal: {t['equal_sequences']}, "
