@@ -333,6 +333,8 @@ def main() -> int:
     p.add_argument("--clip", default=str(REPO / "data" / "jfk.flac"))
     p.add_argument("--out", type=Path, default=None, help="write OUT.json and OUT.md")
     args = p.parse_args()
+    earlier = args.out.with_suffix(".json") if args.out is not None else None
+    args.earlier = json.loads(earlier.read_text()) if args.merge and earlier.is_file() else None
     torch.set_num_threads(args.threads)
 
     import streaming_bench
@@ -392,15 +394,15 @@ def main() -> int:
 
 
 def write(report: dict, args) -> None:
-    """Print the report and write OUT.json / OUT.md (merged into an earlier OUT.json with --merge)."""
+    """Print the report and write OUT.json / OUT.md (with --merge: over OUT.json as it was when
+    the run started, this run's families replacing the same ones there)."""
     report["machine"]["load_average_at_end"] = os.getloadavg()
     out = dict(report)
-    if args.merge and args.out is not None and args.out.with_suffix(".json").is_file():
-        before = json.loads(args.out.with_suffix(".json").read_text())
-        if before.get("command") != report["command"]:
-            out["families"] = {**before["families"], **report["families"]}
-            out["command"] = f"{before['command']}; then {report['command']}"
-            out["machine"] = {**report["machine"], "earlier_run": before["machine"]}
+    before = args.earlier
+    if before is not None:
+        out["families"] = {**before["families"], **report["families"]}
+        out["command"] = f"{before['command']}; then {report['command']}"
+        out["machine"] = {**report["machine"], "earlier_run": before["machine"]}
     text = json.dumps(out, indent=2)
     print(text)
     if args.out is not None:
