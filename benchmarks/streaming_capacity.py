@@ -290,7 +290,7 @@ def markdown(report: dict) -> str:
     load = " / ".join(f"{x:.1f}" for x in report["machine"]["load_average_at_start"])
     load_end = " / ".join(f"{x:.1f}" for x in report["machine"]["load_average_at_end"])
     lines = [
-        f"Command: `{report['command']}`; {report['threads']} threads, {report['seconds_per_stream']:g} s per stream, "
+        f"Command: `{report['command']}`; {report['threads']} threads, the audio per stream each command's --seconds, "
         f"clip {report['clip']}; load average {load} at the start, {load_end} at the end (2 cores shared with "
         "other runs: figures are noisy).",
         "",
