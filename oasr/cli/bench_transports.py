@@ -173,6 +173,21 @@ def _refusal(e: Exception, route: str) -> Exception:
     return StreamFailed(f"{route}: {type(e).__name__}: {e}")
 
 
+async def _connect(base_url: str, route: str, query: str, headers: dict | None):
+    """A WebSocket to ``route`` on the server; a refused upgrade raised as ``_refusal`` says."""
+    from websockets.asyncio.client import connect
+
+    try:
+        return await connect(
+            base_url.replace("http", "ws", 1) + route + query,
+            additional_headers=headers or {},
+            max_size=None,
+            open_timeout=CONNECT_TIMEOUT_S,
+        )
+    except Exception as e:
+        raise _refusal(e, route) from None
+
+
 async def _send_at_real_time(ws, messages, end, receive, start_at: float, chunk_s: float, t: _Timing) -> None:
     """Send message k at ``start_at + k * chunk_s`` (noting when in ``t.sent``), then ``end``,
     while ``receive`` (a coroutine) takes the events; its error, if any, is raised."""
@@ -216,7 +231,6 @@ def ws_clients(
 ) -> ClientResult:
     """N streams of ``samples`` (float, ``sr`` Hz) through ``/v1/audio/stream`` at real time;
     ``need(end_s)``: the samples the decode of the audio up to ``end_s`` reads."""
-    from websockets.asyncio.client import connect
 
     route = "/v1/audio/stream"
     piece = int(round(chunk_s * sr))
@@ -225,16 +239,7 @@ def ws_clients(
     config = json.dumps({"sample_rate": sr, "sample_format": "pcm16", **(options or {})})
 
     async def one(i: int, start_at: float, t: _Timing) -> None:
-        try:
-            ws = await connect(
-                base_url.replace("http", "ws", 1) + route,
-                additional_headers=headers or {},
-                max_size=None,
-                open_timeout=CONNECT_TIMEOUT_S,
-            )
-        except Exception as e:
-            raise _refusal(e, route) from None
-        async with ws:
+        async with await _connect(base_url, route, "", headers) as ws:
             await ws.send(config)
 
             async def receive() -> None:
@@ -343,7 +348,6 @@ def realtime_clients(
     headers: dict | None = None,
 ) -> ClientResult:
     """N Realtime transcription sessions of ``samples`` (float, 24 kHz) at real time."""
-    from websockets.asyncio.client import connect
 
     route = "/v1/realtime"
     sr = REALTIME_RATE
@@ -371,16 +375,7 @@ def realtime_clients(
     )
 
     async def one(i: int, start_at: float, t: _Timing) -> None:
-        try:
-            ws = await connect(
-                base_url.replace("http", "ws", 1) + route + "?intent=transcription",
-                additional_headers=headers or {},
-                max_size=None,
-                open_timeout=CONNECT_TIMEOUT_S,
-            )
-        except Exception as e:
-            raise _refusal(e, route) from None
-        async with ws:
+        async with await _connect(base_url, route, "?intent=transcription", headers) as ws:
             await ws.send(update)
             while True:  # session.created, then session.updated (or an error naming what it refused)
                 event = json.loads(await asyncio.wait_for(ws.recv(), CONNECT_TIMEOUT_S))
