@@ -319,6 +319,12 @@ def markdown(report: dict) -> str:
             f"tokens on the clip: oasr {t['oasr']}, sherpa-onnx {t['sherpa_onnx']}, equal: {t['equal_sequences']}, "
             f"common prefix {t['common_prefix']}, {t['matched_in_alignment']} matched in alignment"
         )
+    merged = report.get("on_merge")
+    if merged:  # runs on a local merge with the branches that add /v1/realtime and Whisper live
+        lines += ["", f"On a local merge ({merged['what']}):", ""]
+        for run in merged["runs"]:
+            lines += [f"Command: `{run['command']}`", "", markdown_table(run["report"])]
+        lines += [merged["notes"]]
     return "\n".join(lines) + "\n"
 
 
