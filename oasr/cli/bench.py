@@ -578,7 +578,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="long: faster-whisper's WhisperModel.transcribe, its BatchedInferencePipeline, or both (default)",
     )
     g = p.add_argument_group("model and decoding (the same on both sides)")
-    g.add_argument("-m", "--model", default="whisper-base", help="bundled name or CTranslate2 directory")
+    g.add_argument(
+        "-m",
+        "--model",
+        nargs="+",
+        default="whisper-base",
+        help="bundled name or CTranslate2 directory; streaming: one or more models (a family each)",
+    )
     g.add_argument("--compute-type", choices=("float32", "int8"), default="float32", help="default float32")
     g.add_argument("--beam-size", type=positive_int, default=1, metavar="N", help="default 1 (greedy)")
     g.add_argument(
@@ -627,6 +633,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--stream-seconds", type=positive_float, default=8.0, metavar="S", help="audio per stream (default 8)"
     )
     st.add_argument("--architecture", default=None, help="load the checkpoint as this architecture (e.g. transducer)")
+    st.add_argument(
+        "--transports",
+        nargs="+",
+        choices=("engine", "ws", "realtime"),
+        default=["engine", "ws", "realtime"],
+        help="how the streams reach the engine: in-process, oasr's /v1/audio/stream, OpenAI's /v1/realtime "
+        "(the last two through an oasr serve child process and WebSocket clients; default all three)",
+    )
     o = p.add_argument_group("output")
     o.add_argument("--json", type=Path, default=None, metavar="PATH", help="write the results as JSON")
     o.add_argument("--markdown", type=Path, default=None, metavar="PATH", help="write the markdown table")
@@ -779,6 +793,10 @@ def run(args: argparse.Namespace) -> int:
         from oasr.cli.bench_streaming import run_streaming
 
         return run_streaming(args, args.audio_dir or default_audio_dir())
+    if isinstance(args.model, list):
+        if len(args.model) > 1:
+            raise _error(f"--model: one model for --workload {args.workload} (several only with streaming)", 2)
+        args.model = args.model[0]
     check_requirements(args)
     report = run_benchmark(args)
     table = markdown_table(report)
