@@ -120,6 +120,8 @@ class StreamOptions:
         endpoint_vad: measure the rules' trailing silence with Silero VAD (32-ms windows under
             ``VAD_THRESHOLD`` since the last speech) instead of the decoder's blank frames (needs
             the silero-vad package).
+        min_chunk_s, buffer_trimming_s: the local-agreement policy's (an offline model's stream,
+            ``local_agreement.LiveOptions``; None: its defaults); refused by encoder streaming.
     """
 
     sample_rate: int | None = None
@@ -127,6 +129,8 @@ class StreamOptions:
     endpoint_config: EndpointConfig = field(default_factory=EndpointConfig)
     partials: bool = True
     endpoint_vad: bool = False
+    min_chunk_s: float | None = None
+    buffer_trimming_s: float | None = None
 
 
 VAD_THRESHOLD = 0.5  # Silero's speech threshold (faster-whisper's and silero's default)
@@ -239,6 +243,12 @@ class StreamingCore:
                 "the engine's n-gram LM (lm_path) is not fused into live streams; open an engine without "
                 "lm_path to stream"
             )
+        for name in ("min_chunk_s", "buffer_trimming_s"):
+            if getattr(sopts, name) is not None:
+                raise ValueError(
+                    f"{name} is an option of offline models streamed by local agreement; "
+                    f"{type(self.model).__name__} streams its encoder chunk by chunk (see stream_chunk_ms)"
+                )
         conditioning = self._conditioning(options)
         with self.lock:
             slot = self.runtime.admit(conditioning)
