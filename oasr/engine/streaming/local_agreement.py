@@ -466,12 +466,8 @@ class LocalAgreementCore:
             for w in seg.words or ()
         ]
         s.segment_ends = [round(seg.end + s.offset, 3) for seg in out.segments]
-        last = s.input_done and s.decoded >= s.audio.size
-        confirmed = s.agreement.update(words)
-        if last:
-            confirmed += s.agreement.confirm_rest()
-        self._confirm(s, confirmed, events)
-        if last:
+        self._confirm(s, s.agreement.update(words), events)
+        if s.input_done and s.decoded >= s.audio.size:
             self._end(s, events)
             return
         end_time = s.offset + audio_size / self.sampling_rate
@@ -559,7 +555,9 @@ class LocalAgreementCore:
         s.scrolled = sum(1 for w in s.confirmed if w.end <= s.offset)
 
     def _end(self, s: _Live, events: list[StreamEvent]) -> None:
-        """Everything is decoded and confirmed: ``done``; the stream leaves."""
+        """Everything is decoded: what is still unconfirmed is confirmed (the last final), then
+        ``done``; the stream leaves."""
+        self._confirm(s, s.agreement.confirm_rest(), events)
         events.append(StreamEvent("done", s.id, s.segment))
         self._retire(s)
 
