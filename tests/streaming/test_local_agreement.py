@@ -144,7 +144,7 @@ def test_finals_are_confirmed_pieces_that_make_the_result_and_agree_with_the_off
 def test_the_buffer_is_trimmed_at_confirmed_segment_ends(engine, speech):
     pause = np.zeros(16000, np.float32)
     audio = np.concatenate([speech, pause, speech])  # two sentences' worth, 23 s
-    stream = engine.open_stream(sample_rate=16000, beam_size=1, buffer_trimming_s=5.0, min_chunk_s=2.0)
+    stream = engine.open_stream(sample_rate=16000, beam_size=1, buffer_trimming_s=5.0, min_chunk_s=3.0)
     core = engine._streaming()
     longest, offsets = 0.0, []
     for a in range(0, len(audio), 16000):
@@ -198,8 +198,8 @@ def test_options_a_local_agreement_stream_refuses(engine):
 
 
 def test_endpoints_cut_the_stream_at_confirmed_silence(engine, speech):
-    audio = np.concatenate([speech, np.zeros(3 * 16000, np.float32), speech[: 4 * 16000]])
-    stream = engine.open_stream(sample_rate=16000, beam_size=1, endpoint=True, min_chunk_s=1.5)
+    audio = np.concatenate([speech, np.zeros(3 * 16000, np.float32), speech[: 3 * 16000]])
+    stream = engine.open_stream(sample_rate=16000, beam_size=1, endpoint=True, min_chunk_s=2.0)
     events, _ = feed_live(stream, audio, piece=8000)
     kinds = [e.type for e in events]
     assert "endpoint" in kinds and kinds[-1] == "done"

@@ -26,17 +26,18 @@ encoder only runs offline (Whisper, and any offline strategy that times words):
 Events: each ``final`` is a piece of confirmed words and a segment of its own (its index is
 the next segment's; the result's segments are the finals); ``partial`` carries the segment
 after them. ``final`` events carry no token ids (``tokens`` is empty: a confirmed piece is words
-cut out of a decode). With ``endpoint=True`` the endpoint rules read the confirmed words:
-trailing silence is the audio after the last word of a decode in which every word is
-confirmed; rule 2 (or rule 3, the longest segment) cuts the buffer at the last confirmed word
-(an ``endpoint`` event); rule 1 (no words at all) drops the silence but the last
-``min_chunk_s``.
+cut out of a decode). With ``endpoint=True`` the endpoint rules read the latest decode:
+trailing silence is the audio after its last word; rule 2 confirms the unconfirmed tail (a
+``final``) and cuts the buffer after that word (an ``endpoint`` event), rule 3 (the longest
+segment) cuts it after the last confirmed word, rule 1 (no words at all) drops the silence but
+the last ``min_chunk_s``.
 
 Batching: a ``step`` transcribes the buffers of every stream with a decode due in one batched
 offline decode, through a decode strategy of its own (``engine.build_strategy()``: a second
 instance over the same weights; the engine's strategy, driven by another thread, is never
-touched). Threads, locking and fault guards are ``StreamingCore``'s: ``open`` / ``push`` /
-``finish`` / ``close`` and the step's bookkeeping run under ``lock``; the decode runs unlocked.
+touched). Threads, locking and fault guards are ``StreamingCore``'s (``core.StreamTable``, shared): ``open``
+/ ``push`` / ``finish`` / ``close`` and the step's bookkeeping run under ``lock``; the decode runs
+unlocked.
 """
 
 from __future__ import annotations
@@ -44,16 +45,14 @@ from __future__ import annotations
 import itertools
 import logging
 import math
-import threading
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from oasr.audio.io import AudioDecodeError, check_samples
 from oasr.engine.decode.base import EngineOverloaded, Request
 from oasr.engine.outputs import RequestOutput, Segment, Word
-from oasr.engine.streaming.core import StreamError, StreamEvent, StreamOptions
+from oasr.engine.streaming.core import StreamEvent, StreamOptions, StreamTable
 
 __all__ = ["LiveOptions", "LocalAgreement", "LocalAgreementCore"]
 
@@ -190,7 +189,7 @@ class _Live:
     rate = 16000  # set per core (the model's rate)
 
 
-class LocalAgreementCore:
+class LocalAgreementCore(StreamTable):
     """Live streams of an offline model (see the module); ``StreamingCore``'s interface.
 
     Args:
@@ -205,11 +204,6 @@ class LocalAgreementCore:
                     f"{name} sets an encoder's streaming chunks; {type(engine.model).__name__} streams by local "
                     f"agreement over an offline decode: set min_chunk_s (seconds of audio between decodes) instead"
                 )
-        if config.lm_path is not None:
-            raise ValueError(
-                "the engine's n-gram LM (lm_path) is not fused into live streams; open an engine without "
-                "lm_path to stream"
-            )
         self.engine = engine
         # The stream loop's own decode path: a second strategy over the same weights (the
         # engine's strategy belongs to the engine thread; its request table is not thread-safe).
@@ -217,12 +211,8 @@ class LocalAgreementCore:
         self.sampling_rate = int(engine.sampling_rate)
         self.takes_prompt = self.strategy.prompt_option == "initial_prompt"
         self.max_batch = max(1, int(config.max_streams))
-        self.max_samples = None if config.max_audio_s is None else int(config.max_audio_s * self.sampling_rate)
-        self.lock = threading.RLock()
-        self.streams: dict[str, _Live] = {}
-        self._ids = itertools.count()
+        self._init_table()
         self._rids = itertools.count()
-        self.result_cache: dict[str, RequestOutput] = {}
         self.decodes = 0  # buffers decoded
         self.steps = 0  # batched decodes
 
@@ -230,9 +220,7 @@ class LocalAgreementCore:
 
     def open(self, options: Any, sopts: StreamOptions, stream_id: str | None = None) -> str:
         """Admit a stream (its decoding ``options`` already validated). Raises ``EngineOverloaded``."""
-        rate = sopts.sample_rate or self.sampling_rate
-        if rate < 4000 or rate > 384_000:
-            raise ValueError(f"sample_rate {rate} Hz is outside 4000-384000 Hz")
+        resampler = self._admission_checks(sopts)
         if sopts.endpoint_vad:
             raise ValueError(
                 "endpoint_vad is for encoder-streaming models; a local-agreement stream's endpoints "
@@ -244,38 +232,12 @@ class LocalAgreementCore:
         with self.lock:
             if len(self.streams) >= self.max_batch:
                 raise EngineOverloaded(f"all {self.max_batch} live streams (max_streams) are in use")
-            sid = stream_id or f"stream-{next(self._ids)}"
-            if sid in self.streams:
-                raise ValueError(f"a stream with id {sid!r} is already open")
+            sid = self._new_id(stream_id)
             stream = _Live(sid, options, sopts, live, want_words)
             stream.rate = self.sampling_rate
-            if rate != self.sampling_rate:
-                import soxr
-
-                stream.resampler = soxr.ResampleStream(rate, self.sampling_rate, 1, dtype="float32", quality="HQ")
+            stream.resampler = resampler
             self.streams[sid] = stream
         return sid
-
-    def push(self, sid: str, samples: np.ndarray) -> None:
-        """Queue samples (float32 mono at the stream's rate). Raises ``StreamError`` for bad ones."""
-        with self.lock:
-            stream = self._get(sid)
-            if stream.input_done:
-                raise StreamError("bad_request", "samples after the end of the stream")
-            x = np.asarray(samples).reshape(-1)
-            try:
-                check_samples(x, "the stream's samples")
-            except AudioDecodeError as e:
-                raise StreamError("invalid_audio", str(e)) from None
-            x = x.astype(np.float32, copy=False)
-            if x.size:
-                stream.pending.append(x)
-                stream.pending_samples += x.size
-
-    def finish(self, sid: str) -> None:
-        """No more samples: the rest is decoded, everything left confirmed (the last final)."""
-        with self.lock:
-            self._get(sid).input_done = True
 
     def close(self, sid: str) -> None:
         """Drop a stream now (a hang-up), no events; a decode under way for it is discarded."""
@@ -284,28 +246,17 @@ class LocalAgreementCore:
             if stream is not None:
                 stream.closed = True
 
-    def _get(self, sid: str) -> _Live:
-        stream = self.streams.get(sid)
-        if stream is None or stream.closed:
-            raise KeyError(f"no open stream {sid!r}")
-        return stream
-
     def backlog_s(self, sid: str) -> float:
         """Seconds of a stream's audio received and not yet decoded (0 for one not open)."""
         with self.lock:
             s = self.streams.get(sid)
             if s is None:
                 return 0.0
-            queued = s.pending_samples / (s.sopts.sample_rate or self.sampling_rate)
-            return queued + (s.audio.size - s.decoded) / self.sampling_rate
+            return self._queued_s(s) + (s.audio.size - s.decoded) / self.sampling_rate
 
     def can_admit(self) -> bool:
         with self.lock:
             return len(self.streams) < self.max_batch
-
-    @property
-    def num_streams(self) -> int:
-        return len(self.streams)
 
     def has_work(self) -> bool:
         """Whether a step would do anything (samples to take in, a decode due, a stream to end)."""
@@ -360,25 +311,9 @@ class LocalAgreementCore:
         return jobs
 
     def _take_samples(self, s: _Live) -> None:
-        if s.pending:
-            x = s.pending[0] if len(s.pending) == 1 else np.concatenate(s.pending)
-            s.pending, s.pending_samples = [], 0
-            if s.resampler is not None:
-                x = s.resampler.resample_chunk(x)
-            self._add(s, x)
-        if s.input_done and s.resampler is not None:
-            self._add(s, s.resampler.resample_chunk(np.zeros(0, np.float32), last=True))
-            s.resampler = None
-
-    def _add(self, s: _Live, x: np.ndarray) -> None:
-        if not x.size:
-            return
-        s.samples_in += x.size
-        if self.max_samples is not None and s.samples_in > self.max_samples:
-            raise StreamError(
-                "audio_too_long", f"the stream is longer than the {self.engine.config.max_audio_s:g}-s limit"
-            )
-        s.audio = np.concatenate([s.audio, x.astype(np.float32, copy=False)])
+        x = self._take_pending(s)
+        if x.size:
+            s.audio = np.concatenate([s.audio, x.astype(np.float32, copy=False)])
 
     def _request(self, s: _Live) -> Request:
         """The decode of ``s``'s buffer: its options with the prompt and the kept language."""
@@ -434,24 +369,6 @@ class LocalAgreementCore:
             for rid in waiting:
                 strategy.abort(rid)
         return [results[request.request_id] for _, _, request in jobs]
-
-    def _guarded(self, s: _Live, events: list[StreamEvent], fn, *args) -> None:
-        """``fn(*args)``, one stream's part of a step: an exception fails that stream alone."""
-        try:
-            fn(*args)
-        except StreamError as e:
-            self._fail(s, e.code, str(e), events)
-        except Exception as e:  # noqa: BLE001 - a bug or a hostile option: this stream ends, the others go on
-            log.error("stream %s failed", s.id, exc_info=e)
-            self._fail(s, "engine_error", f"the stream failed: {type(e).__name__}: {e}", events)
-
-    def fail_all(self, code: str, message: str) -> list[StreamEvent]:
-        """Fail every open stream; their events."""
-        events: list[StreamEvent] = []
-        with self.lock:
-            for s in list(self.streams.values()):
-                self._fail(s, code, message, events)
-        return events
 
     # -- after a decode -------------------------------------------------------------------
 
@@ -510,17 +427,20 @@ class LocalAgreementCore:
         s.last_partial = ""
 
     def _endpoint(self, s: _Live, words: list[Word], end_time: float, events: list[StreamEvent]) -> bool:
-        """The endpoint rules over the confirmed words; whether one fired (the buffer was cut)."""
+        """The endpoint rules over the latest decode; whether one fired (the buffer was cut)."""
         rules = s.sopts.endpoint_config
-        if s.agreement.tail:
-            return False  # words still unconfirmed: speech goes on
-        has_text = s.utterance_words > 0
-        since = max(s.utterance_start, s.agreement.last_end) if has_text else s.utterance_start
-        trailing = end_time - since
-        length = end_time - s.utterance_start
-        if has_text and (trailing >= rules.rule2_min_trailing_silence or length >= rules.rule3_min_utterance_length):
-            cut = s.agreement.last_end
-        elif not has_text and not words and trailing >= rules.rule1_min_trailing_silence:
+        has_text = s.utterance_words > 0 or bool(s.agreement.tail)
+        speech_end = max([s.utterance_start, s.agreement.last_end, *(w.end for w in words)])
+        trailing = end_time - speech_end
+        if has_text and trailing >= rules.rule2_min_trailing_silence:
+            # Silence after the last word: the segment is over, its unconfirmed tail with it.
+            self._confirm(s, s.agreement.confirm_rest(), events)
+            cut = speech_end
+        elif has_text and end_time - s.utterance_start >= rules.rule3_min_utterance_length:
+            cut = s.agreement.last_end  # the longest segment: cut after its confirmed words
+            if cut <= s.utterance_start:
+                return False
+        elif not has_text and trailing >= rules.rule1_min_trailing_silence:
             cut = end_time - s.live.min_chunk_s  # keep the last chunk: a word may be starting in it
         else:
             return False
@@ -561,30 +481,12 @@ class LocalAgreementCore:
         events.append(StreamEvent("done", s.id, s.segment))
         self._retire(s)
 
-    def _fail(self, s: _Live, code: str, message: str, events: list[StreamEvent]) -> None:
-        events.append(StreamEvent("error", s.id, s.segment, code=code, message=message))
-        self._retire(s)
-
     def _retire(self, s: _Live) -> None:
         s.closed = True
         self.result_cache[s.id] = self._result(s)
         self.streams.pop(s.id, None)
 
     # -- results --------------------------------------------------------------------------
-
-    def _result(self, s: _Live) -> RequestOutput:
-        return RequestOutput(
-            request_id=s.id,
-            text="".join(seg.text for seg in s.finals).strip(),
-            segments=list(s.finals),
-            language=s.language,
-            duration=s.samples_in / self.sampling_rate,
-        )
-
-    def pop_result(self, sid: str) -> RequestOutput | None:
-        """The whole result of a stream that ended (its finals as segments), once."""
-        with self.lock:
-            return self.result_cache.pop(sid, None)
 
     def chunks_encoded_of(self, sid: str) -> int:
         """Decodes of a stream's buffer so far (0 for a stream that is not open)."""
