@@ -98,7 +98,7 @@ def stream_clip(engine, audio: np.ndarray, options: dict, min_chunk_s: float) ->
     }
 
 
-def run(threads: int, rows: list[dict], options: dict, min_chunk_s: float) -> dict:
+def run(threads: int, rows: list[dict], options: dict, min_chunk_s: float, quantize: str | None = None) -> dict:
     import torch
 
     from oasr.audio import load_audio
@@ -106,7 +106,7 @@ def run(threads: int, rows: list[dict], options: dict, min_chunk_s: float) -> di
     from oasr.metrics import error_rates
 
     torch.set_num_threads(threads)
-    engine = ASREngine("whisper-base", num_threads=threads)
+    engine = ASREngine("whisper-base", num_threads=threads, quantize=quantize)
     warm = load_audio(rows[0]["path"], RATE)
     engine.transcribe(warm[: 2 * RATE], **options)  # first-call costs out of the figures
     per_clip = []
@@ -150,6 +150,7 @@ def run(threads: int, rows: list[dict], options: dict, min_chunk_s: float) -> di
     compute_s = sum(c["compute_s"] for c in per_clip)
     out = {
         "threads": threads,
+        "quantize": quantize,
         "clips": len(per_clip),
         "audio_s": round(audio_s, 1),
         "words": int(lat.size),
@@ -182,14 +183,15 @@ def markdown(report: dict) -> str:
         "streamed text against the offline decode of the same file (same options); `vs reference`: against "
         "the manifest text (corpus clips only). Whisper's English normaliser.",
         "",
-        "| torch threads | clips | audio s | words | latency p50 s | p95 s | mean s | stream compute RTF "
+        "| torch threads | weights | clips | audio s | words | latency p50 s | p95 s | mean s | stream compute RTF "
         "| offline RTF | WER vs offline | WER stream / offline vs reference |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in report["runs"]:
         ref = f"{r.get('wer_stream_vs_reference', '-')} / {r.get('wer_offline_vs_reference', '-')}"
         lines.append(
-            f"| {r['threads']} | {r['clips']} | {r['audio_s']} | {r['words']} | {r['latency_p50_s']} | "
+            f"| {r['threads']} | {r.get('quantize') or 'float32'} | {r['clips']} | {r['audio_s']} | {r['words']} | "
+            f"{r['latency_p50_s']} | "
             f"{r['latency_p95_s']} | {r['latency_mean_s']} | {r['stream_compute_rtf']} | {r['offline_rtf']} | "
             f"{r['wer_stream_vs_offline']} | {ref} |"
         )
@@ -217,6 +219,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, nargs="+", default=[2])
     p.add_argument("--min-chunk-s", type=float, default=1.0)
     p.add_argument("--beam-size", type=int, default=5, help="whisper_streaming's faster-whisper backend: 5")
+    p.add_argument("--quantize", default=None, help="EngineConfig.quantize (int8: both the stream and offline)")
     p.add_argument("--limit", type=int, default=None, help="at most this many clips (jfk.flac, then spread evenly)")
     p.add_argument("--json", type=Path, default=None)
     p.add_argument("--markdown", type=Path, default=None)
@@ -230,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"corpus skipped: {skipped}", flush=True)
     options = {"language": "en", "beam_size": args.beam_size}
     load_before = os.getloadavg()
-    runs = [run(t, rows, options, args.min_chunk_s) for t in args.threads]
+    runs = [run(t, rows, options, args.min_chunk_s, args.quantize) for t in args.threads]
     report = {
         "command": "python benchmarks/whisper_live.py " + " ".join(sys.argv[1:] if argv is None else argv),
         "machine": {
