@@ -198,7 +198,7 @@ def test_options_a_local_agreement_stream_refuses(engine):
 
 
 def test_endpoints_cut_the_stream_at_confirmed_silence(engine, speech):
-    audio = np.concatenate([speech, np.zeros(3 * 16000, np.float32), speech[: 3 * 16000]])
+    audio = np.concatenate([speech, np.zeros(2 * 16000, np.float32), speech[: 3 * 16000]])
     stream = engine.open_stream(sample_rate=16000, beam_size=1, endpoint=True, min_chunk_s=2.0)
     events, _ = feed_live(stream, audio, piece=8000)
     kinds = [e.type for e in events]
