@@ -3,8 +3,11 @@
 ``open_stream(**options)`` takes the engine's decoding options (validated by its decode
 strategy, as ``transcribe`` does: ``beam_size``, ``ctc_weight``, ``language``,
 ``word_timestamps``, ...) and the stream's own (``StreamOptions``: ``sample_rate``,
-``endpoint``, the endpoint rules, ``partials``). Options a live stream cannot honour
-(``vad_filter``, ``clip_timestamps``, ``task="translate"``) are refused.
+``endpoint``, the endpoint rules, ``partials``; for an offline model, streamed by local
+agreement, ``min_chunk_s`` and ``buffer_trimming_s``). Options a live stream cannot honour
+(``vad_filter``, ``clip_timestamps``, ``task="translate"``) are refused. ``build_stream_core``
+picks the scheduler (``StreamingCore`` for an encoder that streams, ``LocalAgreementCore`` for
+an offline one) and ``stream_support`` says why a model cannot stream at all.
 
 Sync: ``Stream.feed(samples)`` queues samples and runs the engine's streaming steps until
 nothing is ready, returning this stream's events (the other open streams advanced in the
