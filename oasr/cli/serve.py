@@ -129,6 +129,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="do not serve the browser page at / (microphone and file transcription; default: served)",
     )
     s.add_argument(
+        "--realtime-live",
+        action="store_true",
+        help="/v1/realtime with an offline model (Whisper ...): send deltas while the user speaks, confirmed by "
+        "local agreement (Whisper live), instead of transcribing each turn once it ends (default: per turn)",
+    )
+    s.add_argument(
         "--max-upload-mb",
         type=positive_float,
         default=DEFAULT_MAX_UPLOAD_MB,
@@ -297,6 +303,7 @@ def settings_from_args(args: argparse.Namespace):
         port=args.port,
         api_key=args.api_key,
         ui=args.ui,
+        realtime_live=args.realtime_live,
         max_upload_mb=args.max_upload_mb,
         max_queue=args.max_queue,
         request_timeout_s=args.request_timeout,

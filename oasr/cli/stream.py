@@ -18,6 +18,11 @@ Endpointing is off unless ``--endpoint``: a file is then one segment, comparable
 whole-stream decode of the reference. With it, each endpoint closes a segment, and each
 segment's final is one more segment of the result (``-f verbose_json``, ``srt``, ...).
 
+An offline model (Whisper) streams by local agreement (``oasr.engine.streaming.local_agreement``):
+its buffer is transcribed again every ``--min-chunk-s`` seconds of audio and each final is a
+piece of confirmed words (a segment of the result); ``--buffer-trimming-s`` bounds the buffer.
+``--chunk-ms`` / ``--left-chunks`` are encoder-streaming settings and refused there.
+
 Decoding options are ``oasr transcribe``'s (``--decode-type``, ``--beam-size``,
 ``--ctc-weight``, ``--word-timestamps``, ...); those a live stream cannot honour (``--vad``,
 ``--task translate``) are refused. A file that cannot be read, or whose stream fails, is
@@ -37,6 +42,7 @@ from oasr.cli.common import (
     decode_kwargs,
     load_engine,
     plan_files,
+    positive_float,
 )
 from oasr.cli.serve import add_stream_flags
 from oasr.serving.common import describe_error
@@ -73,6 +79,22 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--endpoint",
         action="store_true",
         help="cut the stream into segments where an endpoint rule fires (default: one segment per file)",
+    )
+    s.add_argument(
+        "--min-chunk-s",
+        type=positive_float,
+        default=None,
+        metavar="S",
+        help="offline models (Whisper), streamed by local agreement: seconds of new audio between decodes "
+        "of the buffer (default: 1.0, whisper_streaming's)",
+    )
+    s.add_argument(
+        "--buffer-trimming-s",
+        type=positive_float,
+        default=None,
+        metavar="S",
+        help="offline models: trim the audio buffer at a confirmed segment end once it is longer than this "
+        "(default: 15, whisper_streaming's)",
     )
     add_transcription_options(p)
     p.set_defaults(func=run, parser=p)
@@ -173,6 +195,9 @@ def run(args: argparse.Namespace) -> int:
         args, stream_chunk_ms=args.stream_chunk_ms, stream_left_chunks=args.stream_left_chunks, max_streams=1
     )
     options["endpoint"] = args.endpoint
+    for name in ("min_chunk_s", "buffer_trimming_s"):
+        if getattr(args, name) is not None:
+            options[name] = getattr(args, name)
     try:  # options, chunk and history the model refuses: a usage error before any input is read
         engine.open_stream(sample_rate=engine.sampling_rate, **options).close()
     except (TypeError, ValueError) as e:

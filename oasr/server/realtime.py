@@ -31,6 +31,10 @@ How a turn becomes text is chosen by ``live_policy`` (one function, the one plac
   on, up to a word boundary, so no sent text is taken back; ``completed`` carries the stream's
   final once the turn is committed (the deltas concatenate to it unless the final revised what
   two partials agreed on).
+* ``"live"``, an offline model served with ``--realtime-live`` that ``open_stream`` takes
+  (Whisper live, ``oasr.engine.streaming.local_agreement``): each turn is one such stream; a
+  delta is each newly confirmed piece (local agreement never takes confirmed words back);
+  ``completed`` is every piece once the turn is committed.
 * ``"turns"``, an offline model (Whisper, Parakeet, Qwen3-ASR ...): each turn is transcribed when
   it ends (committed by the client or by the VAD) as ``POST /v1/audio/transcriptions`` would
   transcribe it (the same options, the same admission; a turn refused or failed gets
@@ -78,6 +82,7 @@ from starlette.websockets import WebSocket
 from oasr.engine.async_engine import EngineStopped
 from oasr.engine.decode.base import EngineOverloaded
 from oasr.engine.decode.deltas import TranscriptDeltas
+from oasr.engine.streaming.api import stream_support
 from oasr.languages import LanguageError
 from oasr.server.errors import APIError
 from oasr.server.metrics import ServerMetrics
@@ -111,10 +116,13 @@ VAD_WINDOW_MS = 32  # Silero's window (512 samples at 16 kHz, 256 at 8 kHz)
 VAD_HYSTERESIS = 0.15  # speech ends under threshold - this (Silero's get_speech_timestamps)
 
 
-def live_policy(engine) -> str:
+def live_policy(engine, settings: ServerSettings) -> str:
     """How a session turns audio into text (see the module): ``"stream"`` through the engine's
-    live streams, or ``"turns"``, each turn transcribed once it ends."""
-    return "stream" if engine.model.encoder.streaming_kind != "none" else "turns"
+    live streams, ``"live"`` through its local-agreement streams (an offline model, with
+    ``settings.realtime_live``), or ``"turns"``, each turn transcribed once it ends."""
+    if engine.model.encoder.streaming_kind != "none":
+        return "stream"
+    return "live" if settings.realtime_live and stream_support(engine) is None else "turns"
 
 
 def _new_id(prefix: str) -> str:
@@ -226,7 +234,7 @@ class RealtimeSession:
         self.ws = ws
         self.beta = beta
         self.id = _new_id("sess")
-        self.policy = live_policy(self.engine)
+        self.policy = live_policy(self.engine, self.settings)
         self.config = config
         self.decode = self.decode_options(config, beta)
         self.chunks: list[np.ndarray] = []  # the uncommitted audio, 16-bit, from self.start
@@ -376,7 +384,7 @@ class RealtimeSession:
         if speech:
             started = {"type": "input_audio_buffer.speech_started", "audio_start_ms": self.ms(start)}
             await self.send({**started, "item_id": turn.item_id})
-        if self.policy != "stream":
+        if self.policy == "turns":
             return
         try:
             turn.stream = await self.engine.open_stream(sample_rate=self.config.format.rate, **self.decode)
@@ -450,14 +458,17 @@ class RealtimeSession:
     # -- transcription ---------------------------------------------------------------------
 
     async def _stream_events(self, turn: _Turn) -> None:
-        """A turn's live stream: deltas as two partials agree, ``completed`` on its final."""
+        """A turn's live stream: deltas as two partials agree (``"live"``: as its finals confirm
+        words), ``completed`` on its last final."""
         previous, finals = "", []
         async for event in turn.stream:
-            if event.type == "partial":
+            if event.type == "partial" and self.policy == "stream":
                 stable, previous = stable_prefix(previous, event.text), event.text
                 await self.delta(turn, stable)
             elif event.type == "final":
                 finals.append(event.text)
+                if self.policy == "live":  # each final is a confirmed piece of the turn
+                    await self.delta(turn, " ".join(t for t in finals if t))
             elif event.type == "error":
                 await self.failed(
                     turn, EventError(event.code or "engine_error", event.message or "", type="server_error")
@@ -624,7 +635,7 @@ class RealtimeEndpoint(StreamingEndpoint):
         return SUBPROTOCOL if SUBPROTOCOL in ws.scope.get("subprotocols", ()) else None
 
     def refusal(self, engine_stream: bool = True) -> APIError | None:
-        return super().refusal(engine_stream=live_policy(self.engine) == "stream")
+        return super().refusal(engine_stream=live_policy(self.engine, self.settings) != "turns")
 
     def default_config(self) -> SessionConfig:
         from oasr.audio.vad import require_silero

@@ -35,6 +35,9 @@ class ServerSettings:
         host, port: where uvicorn listens.
         api_key: when set, every ``/v1/...`` request needs ``Authorization: Bearer <key>``.
         ui: serve the browser page at ``/`` (``oasr.server.ui``; ``oasr serve --no-ui``: off, ``/`` is 404).
+        realtime_live: ``/v1/realtime`` sessions of an offline model (Whisper ...) stream their
+            deltas through the local-agreement policy (Whisper live) while the user speaks, instead
+            of transcribing each turn once it ends (``oasr serve --realtime-live``).
         max_upload_mb: request bodies over this many MiB are refused with 413.
         max_queue: requests admitted (decoding audio, queued or running) before new
             ones are refused with 429 (``EngineConfig.max_queue_size``).
@@ -73,6 +76,7 @@ class ServerSettings:
     port: int = 8000
     api_key: str | None = None
     ui: bool = True
+    realtime_live: bool = False
     max_upload_mb: float = DEFAULT_MAX_UPLOAD_MB
     max_queue: int = DEFAULT_MAX_QUEUE
     request_timeout_s: float | None = None

@@ -4,9 +4,11 @@ The life of a session:
 
 1. Upgrade. Refused before it, with an HTTP answer in OpenAI's error shape: 401 without the
    API key (when one is set; checked by ``GateMiddleware``), 400 ``streaming_unsupported`` when
-   the model's encoder is offline-only, 429 ``streams_full`` with ``Retry-After`` when every
-   stream slot (``--max-streams``) is taken by an open connection or the engine has no encoder
-   cache slot (or K/V pool room) for one more stream, 503 when the engine or its streaming
+   the model cannot stream (``oasr.engine.streaming.api.stream_support``: an offline-only encoder
+   whose decode strategy cannot time words; Whisper streams by local agreement), 429
+   ``streams_full`` with ``Retry-After`` when every stream slot (``--max-streams``) is taken by
+   an open connection or the engine has no encoder cache slot (or K/V pool room) for one more
+   stream, 503 when the engine or its streaming
    loop has stopped. A stream is refused before any of its audio is decoded, never cut later
    for want of room, except one whose unlimited attention history outgrows the shared pool.
 2. The first message, text: a JSON object with ``sample_rate`` (Hz of the samples that follow;
@@ -15,8 +17,10 @@ The life of a session:
    names) and the stream's options: the decoding options ``/v1/audio/transcriptions`` takes
    (``language``, ``beam_size``, ``ctc_weight``, ``word_timestamps``, ...) and ``endpoint``,
    ``partials``, ``rule1_min_trailing_silence``, ``rule2_min_trailing_silence``,
-   ``rule3_min_utterance_length``. What ``oasr serve`` set for every request (``--beam-size``)
-   applies unless the message sets it. The stream opens then (its encoder cache slot is taken).
+   ``rule3_min_utterance_length``, and for an offline model (Whisper, streamed by local
+   agreement) ``min_chunk_s`` and ``buffer_trimming_s``. What ``oasr serve`` set for every
+   request (``--beam-size``) applies unless the message sets it. The stream opens then (its
+   encoder cache slot is taken).
 3. Binary messages: mono samples in that format, of any length. Messages shorter than
    ``MIN_PUSH_S`` of audio are joined before they reach the engine (held at most
    ``FLUSH_S``), so a flood of tiny messages costs the engine no more than their audio does.
@@ -76,6 +80,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
 from oasr.engine.async_engine import EngineStopped
 from oasr.engine.decode.base import EngineOverloaded
+from oasr.engine.streaming.api import stream_support
 from oasr.engine.streaming.core import StreamError
 from oasr.languages import LanguageError
 from oasr.server.errors import APIError
@@ -295,14 +300,9 @@ class StreamingEndpoint:
             return APIError(503, "the engine is not running", code="engine_stopped")
         if engine_stream and not streaming_alive(self.engine):
             return APIError(503, "the engine's streaming loop has stopped", code="streaming_stopped")
-        model = self.engine.model
-        if engine_stream and model.encoder.streaming_kind == "none":
-            return APIError(
-                400,
-                f"this server's model ({type(model).__name__}) cannot stream: its encoder is offline-only; "
-                "use /v1/audio/transcriptions",
-                code="streaming_unsupported",
-            )
+        reason = stream_support(self.engine) if engine_stream else None
+        if reason is not None:
+            return APIError(400, f"{reason}; use /v1/audio/transcriptions", code="streaming_unsupported")
         retry = {"Retry-After": str(RETRY_AFTER_S)}
         if self.sessions.n >= self.settings.max_streams:
             return APIError(

@@ -161,7 +161,7 @@ def test_streaming_options_are_checked(engine):
         engine.open_stream(sample_rate=1000)
 
 
-def test_an_offline_model_cannot_stream(tmp_path):
+def test_an_offline_ctc_model_streams_by_local_agreement(tmp_path):
     import torch
 
     from oasr.engine.engine import ASREngine
@@ -173,8 +173,14 @@ def test_an_offline_model_cannot_stream(tmp_path):
     save_wenet_experiment(ConformerModel({"vocab_size": 16, "encoder": enc}), tmp_path, decoder_type=None)
     engine = ASREngine(str(tmp_path))
     assert engine.model.encoder.streaming_kind == "none"
-    with pytest.raises(ValueError, match="cannot stream"):
-        engine.open_stream()
+    from oasr.engine.streaming.local_agreement import LocalAgreementCore
+
+    stream = engine.open_stream(min_chunk_s=0.5)  # its CTC decode times words: the policy fits
+    assert isinstance(engine._streaming(), LocalAgreementCore)
+    stream.feed(np.zeros(16000, np.float32))
+    assert engine._streaming().decodes == 1 and stream.finish()[-1].type == "done"
+    with pytest.raises(ValueError, match="stream_chunk_ms"):
+        ASREngine(engine.loaded, stream_chunk_ms=640).open_stream()
 
 
 def test_resampled_input_decodes(engine, speech):

@@ -770,22 +770,6 @@ def test_a_step_that_fails_closes_its_stream_with_1011_and_the_next_stream_decod
         engine.shutdown()
 
 
-def test_a_model_that_cannot_stream_refuses_the_upgrade_with_400(tmp_path):
-    from oasr.models.bundled import bundled_path
-
-    if bundled_path("tiny.en") is None:
-        pytest.skip("tiny.en is not installed (oasr's whisper-tiny-en extra)")
-    proc = ServerProcess(["--model", "tiny.en", "--beam-size", "1"], tmp_path / "log")
-    try:
-        with pytest.raises(InvalidStatus) as e:
-            run(session(proc, {"sample_rate": 16000}))
-        assert e.value.response.status_code == 400
-        assert json.loads(e.value.response.body)["error"]["code"] == "streaming_unsupported"
-        assert proc.healthy()
-    finally:
-        proc.stop()
-
-
 def test_a_chunk_the_model_cannot_serve_stops_serve_at_start():
     import subprocess
     import sys

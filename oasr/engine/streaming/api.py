@@ -3,8 +3,11 @@
 ``open_stream(**options)`` takes the engine's decoding options (validated by its decode
 strategy, as ``transcribe`` does: ``beam_size``, ``ctc_weight``, ``language``,
 ``word_timestamps``, ...) and the stream's own (``StreamOptions``: ``sample_rate``,
-``endpoint``, the endpoint rules, ``partials``). Options a live stream cannot honour
-(``vad_filter``, ``clip_timestamps``, ``task="translate"``) are refused.
+``endpoint``, the endpoint rules, ``partials``; for an offline model, streamed by local
+agreement, ``min_chunk_s`` and ``buffer_trimming_s``). Options a live stream cannot honour
+(``vad_filter``, ``clip_timestamps``, ``task="translate"``) are refused. ``build_stream_core``
+picks the scheduler (``StreamingCore`` for an encoder that streams, ``LocalAgreementCore`` for
+an offline one) and ``stream_support`` says why a model cannot stream at all.
 
 Sync: ``Stream.feed(samples)`` queues samples and runs the engine's streaming steps until
 nothing is ready, returning this stream's events (the other open streams advanced in the
@@ -29,13 +32,14 @@ from oasr.engine.outputs import RequestOutput
 from oasr.engine.streaming.core import StreamEvent, StreamingCore, StreamOptions
 from oasr.engine.streaming.endpoint import EndpointConfig
 
-__all__ = ["AsyncStream", "Stream", "StreamingLoop", "split_stream_options"]
+__all__ = ["AsyncStream", "Stream", "StreamingLoop", "build_stream_core", "split_stream_options", "stream_support"]
 
 log = logging.getLogger("oasr.engine")
 
 _ENDPOINT_FIELDS = ("rule1_min_trailing_silence", "rule2_min_trailing_silence", "rule3_min_utterance_length")
+_LIVE_FIELDS = ("min_chunk_s", "buffer_trimming_s")  # the local-agreement policy's (offline models)
 STREAM_OPTION_NAMES = frozenset(
-    {"sample_rate", "endpoint", "partials", "endpoint_vad", "endpoint_config", *_ENDPOINT_FIELDS}
+    {"sample_rate", "endpoint", "partials", "endpoint_vad", "endpoint_config", *_ENDPOINT_FIELDS, *_LIVE_FIELDS}
 )
 
 
@@ -69,9 +73,52 @@ def split_stream_options(options: dict[str, Any]) -> tuple[dict[str, Any], Strea
         raise ValueError(f"sample_rate must be an integer number of Hz, got {rate!r}")
     if endpoint_vad and not endpoint:
         raise ValueError("endpoint_vad chooses how endpoints are detected: it needs endpoint=true")
+    live = {k: options[k] for k in _LIVE_FIELDS if options.get(k) is not None}
+    for name, value in live.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
+            raise ValueError(f"{name} must be a positive number of seconds, got {value!r}")
     return decode, StreamOptions(
-        sample_rate=rate, endpoint=endpoint, endpoint_config=config, partials=partials, endpoint_vad=endpoint_vad
+        sample_rate=rate,
+        endpoint=endpoint,
+        endpoint_config=config,
+        partials=partials,
+        endpoint_vad=endpoint_vad,
+        **live,
     )
+
+
+def stream_support(engine) -> str | None:
+    """Why ``engine`` cannot stream, or None when it can: an encoder that streams
+    (``StreamingCore``), or an offline model whose decode strategy times words (the
+    local-agreement policy, ``LocalAgreementCore``)."""
+    model = engine.model
+    if model.encoder.streaming_kind != "none":
+        return None
+    if not engine.strategy.word_timing_modes:
+        return (
+            f"{type(model).__name__} cannot stream: its encoder is offline-only and its decode strategy "
+            f"({str(engine.strategy.decode_type)!r}) cannot time words, which live streaming by local agreement "
+            f"needs; transcribe it offline instead"
+        )
+    return None
+
+
+def build_stream_core(engine):
+    """The live-stream scheduler for ``engine``'s model: ``StreamingCore`` over an encoder that
+    streams, ``LocalAgreementCore`` over an offline one (the one place that chooses).
+
+    Raises:
+        ValueError: the model cannot stream (``stream_support``'s reason) or the engine's
+            streaming settings do not fit it.
+    """
+    reason = stream_support(engine)
+    if reason is not None:
+        raise ValueError(reason)
+    if engine.model.encoder.streaming_kind == "none":
+        from oasr.engine.streaming.local_agreement import LocalAgreementCore
+
+        return LocalAgreementCore(engine)
+    return StreamingCore(engine)
 
 
 def validate_stream_options(engine, options: dict[str, Any]):
@@ -146,7 +193,7 @@ class StreamingEngineMixin:
 
     def _streaming(self) -> StreamingCore:
         if self._stream_core is None:
-            self._stream_core = StreamingCore(self)
+            self._stream_core = build_stream_core(self)
             self._open: dict[str, Stream] = {}
         return self._stream_core
 
@@ -245,7 +292,7 @@ class StreamingLoop:
     """
 
     def __init__(self, engine) -> None:
-        self.core = StreamingCore(engine)
+        self.core = build_stream_core(engine)
         self._streams: dict[str, AsyncStream] = {}
         self._wake = threading.Event()
         self._stop = threading.Event()

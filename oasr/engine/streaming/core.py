@@ -57,7 +57,7 @@ from oasr.engine.streaming.endpoint import EndpointConfig
 from oasr.engine.streaming.runtime import EncoderRuntime, build_runtime
 from oasr.engine.streaming.search import Hypothesis, StreamSearch, build_stream_search
 
-__all__ = ["StreamEvent", "StreamOptions", "StreamingCore"]
+__all__ = ["StreamEvent", "StreamOptions", "StreamTable", "StreamingCore"]
 
 log = logging.getLogger("oasr.engine")
 
@@ -120,6 +120,8 @@ class StreamOptions:
         endpoint_vad: measure the rules' trailing silence with Silero VAD (32-ms windows under
             ``VAD_THRESHOLD`` since the last speech) instead of the decoder's blank frames (needs
             the silero-vad package).
+        min_chunk_s, buffer_trimming_s: the local-agreement policy's (an offline model's stream,
+            ``local_agreement.LiveOptions``; None: its defaults); refused by encoder streaming.
     """
 
     sample_rate: int | None = None
@@ -127,6 +129,8 @@ class StreamOptions:
     endpoint_config: EndpointConfig = field(default_factory=EndpointConfig)
     partials: bool = True
     endpoint_vad: bool = False
+    min_chunk_s: float | None = None
+    buffer_trimming_s: float | None = None
 
 
 VAD_THRESHOLD = 0.5  # Silero's speech threshold (faster-whisper's and silero's default)
@@ -162,12 +166,155 @@ class _Stream:
         self.segment_frame0 = 0  # encoder frame (stream timeline) where the segment started
         self.last_partial = ""
         self.finals: list[Segment] = []
+        self.language = getattr(options, "language", None)
         self.chunks = 0  # chunks encoded
         self.vad = None  # a SpeechProbabilityStream when the rules read Silero's silence
         self.vad_trailing = 0  # VAD windows since the last speech window (or the segment's start)
 
 
-class StreamingCore:
+class StreamTable:
+    """What the live-stream schedulers share (``StreamingCore`` here, ``LocalAgreementCore`` for
+    offline models): the open streams by id under ``lock``, ``push`` / ``finish``, the samples
+    a step takes in (resampled to the model's rate, bounded by ``max_audio_s``), the per-stream
+    fault guard, ``fail_all`` and the results of ended streams. A subclass calls
+    ``_init_table`` and implements ``_retire`` (the stream leaves and its result is kept).
+
+    A stream record has ``id``, ``options``, ``sopts``, ``pending`` / ``pending_samples``,
+    ``resampler``, ``samples_in``, ``input_done``, ``closed``, ``segment``, ``finals`` and
+    ``language``.
+    """
+
+    engine: Any
+    sampling_rate: int
+
+    def _init_table(self) -> None:
+        config = self.engine.config
+        self.max_samples = None if config.max_audio_s is None else int(config.max_audio_s * self.sampling_rate)
+        self.lock = threading.RLock()
+        self.streams: dict[str, Any] = {}
+        self._ids = itertools.count()
+        self.result_cache: dict[str, RequestOutput] = {}  # ended streams' results until popped
+
+    def _admission_checks(self, sopts: StreamOptions):
+        """The stream's rate checked; its resampler to the model's rate (None when equal)."""
+        rate = sopts.sample_rate or self.sampling_rate
+        if rate < 4000 or rate > 384_000:
+            raise ValueError(f"sample_rate {rate} Hz is outside 4000-384000 Hz")
+        if self.engine.config.lm_path is not None:
+            raise ValueError(
+                "the engine's n-gram LM (lm_path) is not fused into live streams; open an engine without "
+                "lm_path to stream"
+            )
+        if rate == self.sampling_rate:
+            return None
+        import soxr
+
+        return soxr.ResampleStream(rate, self.sampling_rate, 1, dtype="float32", quality="HQ")
+
+    def _new_id(self, stream_id: str | None) -> str:
+        sid = stream_id or f"stream-{next(self._ids)}"
+        if sid in self.streams:
+            raise ValueError(f"a stream with id {sid!r} is already open")
+        return sid
+
+    def push(self, sid: str, samples: np.ndarray) -> None:
+        """Queue samples (float32 mono at the stream's rate). Raises ``StreamError`` for bad ones."""
+        with self.lock:
+            stream = self._get(sid)
+            if stream.input_done:
+                raise StreamError("bad_request", "samples after the end of the stream")
+            x = np.asarray(samples).reshape(-1)
+            try:
+                check_samples(x, "the stream's samples")  # before the cast: a float64 1e300 is not "inf"
+            except AudioDecodeError as e:
+                raise StreamError("invalid_audio", str(e)) from None
+            x = x.astype(np.float32, copy=False)
+            if x.size:
+                stream.pending.append(x)
+                stream.pending_samples += x.size
+
+    def finish(self, sid: str) -> None:
+        """No more samples: the rest is decoded and the stream's last final sent."""
+        with self.lock:
+            self._get(sid).input_done = True
+
+    def _get(self, sid: str):
+        stream = self.streams.get(sid)
+        if stream is None or stream.closed:
+            raise KeyError(f"no open stream {sid!r}")
+        return stream
+
+    def _queued_s(self, s) -> float:
+        """Seconds of ``s``'s pushed samples not yet taken in."""
+        return s.pending_samples / (s.sopts.sample_rate or self.sampling_rate)
+
+    @property
+    def num_streams(self) -> int:
+        return len(self.streams)
+
+    def _take_pending(self, s) -> np.ndarray:
+        """(Under the lock) the samples pushed since the last step, at the model's rate (with the
+        resampler's tail once the input is done); counted against ``max_audio_s``. Whatever
+        was pushed is taken at once: the cost per step does not grow with the number of pieces."""
+        parts = []
+        if s.pending:
+            x = s.pending[0] if len(s.pending) == 1 else np.concatenate(s.pending)
+            s.pending, s.pending_samples = [], 0
+            parts.append(s.resampler.resample_chunk(x) if s.resampler is not None else x)
+        if s.input_done and s.resampler is not None:
+            parts.append(s.resampler.resample_chunk(np.zeros(0, np.float32), last=True))
+            s.resampler = None
+        x = np.concatenate(parts) if len(parts) > 1 else parts[0] if parts else np.zeros(0, np.float32)
+        s.samples_in += x.size
+        if self.max_samples is not None and s.samples_in > self.max_samples:
+            raise StreamError(
+                "audio_too_long", f"the stream is longer than the {self.engine.config.max_audio_s:g}-s limit"
+            )
+        return x
+
+    def _guarded(self, s, events: list[StreamEvent], fn, *args) -> None:
+        """``fn(*args)``, one stream's part of a step: an exception fails that stream alone."""
+        try:
+            fn(*args)
+        except StreamError as e:
+            self._fail(s, e.code, str(e), events)
+        except AudioDecodeError as e:  # non-finite features (``Frontend`` checks them)
+            self._fail(s, "invalid_audio", str(e), events)
+        except Exception as e:  # noqa: BLE001 - a bug or a hostile option: this stream ends, the others go on
+            log.error("stream %s failed", s.id, exc_info=e)
+            self._fail(s, "engine_error", f"the stream failed: {type(e).__name__}: {e}", events)
+
+    def fail_all(self, code: str, message: str) -> list[StreamEvent]:
+        """Fail every open stream (a fault the step's guards did not contain); their events."""
+        events: list[StreamEvent] = []
+        with self.lock:
+            for s in list(self.streams.values()):
+                self._fail(s, code, message, events)
+        return events
+
+    def _fail(self, s, code: str, message: str, events: list[StreamEvent]) -> None:
+        events.append(StreamEvent("error", s.id, s.segment, code=code, message=message))
+        self._retire(s)
+
+    def _retire(self, s) -> None:
+        raise NotImplementedError
+
+    def _result(self, s) -> RequestOutput:
+        return RequestOutput(
+            request_id=s.id,
+            text="".join(seg.text for seg in s.finals).strip(),
+            segments=list(s.finals),
+            language=s.language,
+            duration=s.samples_in / self.sampling_rate,
+        )
+
+    def pop_result(self, sid: str) -> RequestOutput | None:
+        """The whole result of a stream that ended (its finals as segments), once."""
+        with self.lock:
+            return self.result_cache.pop(sid, None)
+
+
+class StreamingCore(StreamTable):
     """Live streams of one model (see the module).
 
     Args:
@@ -211,16 +358,12 @@ class StreamingCore:
         self.tokenizer = loaded.tokenizer
         self.pieces = TokenPieces(self.tokenizer, self.skip_ids | {self.blank_id})
         self.max_batch = max(1, int(config.max_streams))
-        self.max_samples = None if config.max_audio_s is None else int(config.max_audio_s * self.sampling_rate)
-        self.lock = threading.RLock()
-        self.streams: dict[str, _Stream] = {}
-        self._ids = itertools.count()
+        self._init_table()
         self.chunks_encoded = 0
         self.steps = 0
         self._retired_chunks: dict[str, int] = {}
         self._in_call: frozenset[int] = frozenset()  # slots the step's unlocked model call writes
         self._release_after_call: list[int] = []  # slots of streams closed during that call
-        self.result_cache: dict[str, RequestOutput] = {}  # ended streams' results until popped
 
     def _max_frames(self, config) -> int:
         seconds = config.max_audio_s if config.max_audio_s is not None else 4 * 3600.0
@@ -231,21 +374,18 @@ class StreamingCore:
 
     def open(self, options: Any, sopts: StreamOptions, stream_id: str | None = None) -> str:
         """Admit a stream (its decoding ``options`` already validated). Raises ``EngineOverloaded``."""
-        rate = sopts.sample_rate or self.sampling_rate
-        if rate < 4000 or rate > 384_000:
-            raise ValueError(f"sample_rate {rate} Hz is outside 4000-384000 Hz")
-        if self.engine.config.lm_path is not None:
-            raise ValueError(
-                "the engine's n-gram LM (lm_path) is not fused into live streams; open an engine without "
-                "lm_path to stream"
-            )
+        resampler = self._admission_checks(sopts)
+        for name in ("min_chunk_s", "buffer_trimming_s"):
+            if getattr(sopts, name) is not None:
+                raise ValueError(
+                    f"{name} is an option of offline models streamed by local agreement; "
+                    f"{type(self.model).__name__} streams its encoder chunk by chunk (see stream_chunk_ms)"
+                )
         conditioning = self._conditioning(options)
         with self.lock:
             slot = self.runtime.admit(conditioning)
             try:
-                sid = stream_id or f"stream-{next(self._ids)}"
-                if sid in self.streams:
-                    raise ValueError(f"a stream with id {sid!r} is already open")
+                sid = self._new_id(stream_id)
                 stream = _Stream(
                     sid, slot, options, sopts, FeatureStream(self.frontend), self.search.new_state(options)
                 )
@@ -256,10 +396,7 @@ class StreamingCore:
                     if self.sampling_rate not in (8000, 16000):
                         raise ValueError(f"endpoint_vad needs a model at 8 or 16 kHz, not {self.sampling_rate} Hz")
                     stream.vad = SpeechProbabilityStream(self.sampling_rate)
-                if rate != self.sampling_rate:
-                    import soxr
-
-                    stream.resampler = soxr.ResampleStream(rate, self.sampling_rate, 1, dtype="float32", quality="HQ")
+                stream.resampler = resampler
             except BaseException:
                 self.runtime.release(slot)
                 raise
@@ -270,27 +407,6 @@ class StreamingCore:
         """Persistent per-stream states a request sets (a language prompt), by state name."""
         hook = getattr(self.model, "streaming_conditioning", None)
         return dict(hook(options)) if hook is not None else {}
-
-    def push(self, sid: str, samples: np.ndarray) -> None:
-        """Queue samples (float32 mono at the stream's rate). Raises ``StreamError`` for bad ones."""
-        with self.lock:
-            stream = self._get(sid)
-            if stream.input_done:
-                raise StreamError("bad_request", "samples after the end of the stream")
-            x = np.asarray(samples).reshape(-1)
-            try:
-                check_samples(x, "the stream's samples")  # before the cast: a float64 1e300 is not "inf"
-            except AudioDecodeError as e:
-                raise StreamError("invalid_audio", str(e)) from None
-            x = x.astype(np.float32, copy=False)
-            if x.size:
-                stream.pending.append(x)
-                stream.pending_samples += x.size
-
-    def finish(self, sid: str) -> None:
-        """No more samples: the stream's last chunk is encoded and its final result sent."""
-        with self.lock:
-            self._get(sid).input_done = True
 
     def close(self, sid: str) -> None:
         """Drop a stream now (a hang-up): its slot and cache are freed at once, no events."""
@@ -307,12 +423,6 @@ class StreamingCore:
         else:
             self.runtime.release(slot)
 
-    def _get(self, sid: str) -> _Stream:
-        stream = self.streams.get(sid)
-        if stream is None or stream.closed:
-            raise KeyError(f"no open stream {sid!r}")
-        return stream
-
     def backlog_s(self, sid: str) -> float:
         """Seconds of a stream's audio received and not yet encoded (0 for a stream that is not
         open): what a server reads to stop taking audio from a client that sends faster than
@@ -321,8 +431,7 @@ class StreamingCore:
             s = self.streams.get(sid)
             if s is None:
                 return 0.0
-            queued = s.pending_samples / (s.sopts.sample_rate or self.sampling_rate)
-            return queued + s.buffer.shape[0] * self.frontend.frame_shift_s
+            return self._queued_s(s) + s.buffer.shape[0] * self.frontend.frame_shift_s
 
     def chunks_encoded_of(self, sid: str) -> int:
         """Chunks of a stream encoded so far (0 for a stream that is not open)."""
@@ -335,10 +444,6 @@ class StreamingCore:
         """Whether ``open`` would find room for one more stream now (a slot, and pool blocks)."""
         with self.lock:
             return self.runtime.room() is None
-
-    @property
-    def num_streams(self) -> int:
-        return len(self.streams)
 
     def has_work(self) -> bool:
         """Whether a step would do anything (a chunk ready, samples to featurise, a stream to end)."""
@@ -414,18 +519,6 @@ class StreamingCore:
         elif s.features_done:
             self._end(s, events)
 
-    def _guarded(self, s: _Stream, events: list[StreamEvent], fn, *args) -> None:
-        """``fn(*args)``, one stream's part of a step: an exception fails that stream alone."""
-        try:
-            fn(*args)
-        except StreamError as e:
-            self._fail(s, e.code, str(e), events)
-        except AudioDecodeError as e:  # non-finite features (``Frontend`` checks them)
-            self._fail(s, "invalid_audio", str(e), events)
-        except Exception as e:  # noqa: BLE001 - a bug or a hostile option: this stream ends, the others go on
-            log.error("stream %s failed", s.id, exc_info=e)
-            self._fail(s, "engine_error", f"the stream failed: {type(e).__name__}: {e}", events)
-
     def _end_call(self) -> None:
         """(Under the lock) the model call returned: its slots are the scheduler's again."""
         self._in_call = frozenset()
@@ -435,25 +528,14 @@ class StreamingCore:
 
     def fail_all(self, code: str, message: str) -> list[StreamEvent]:
         """Fail every open stream (a fault the step's guards did not contain); their events."""
-        events: list[StreamEvent] = []
         with self.lock:
             self._end_call()
-            for s in list(self.streams.values()):
-                self._fail(s, code, message, events)
-        return events
+            return super().fail_all(code, message)
 
     def _featurize(self, s: _Stream) -> None:
-        if s.pending:
-            # Whatever was pushed since the last step goes through the front end at once: the
-            # cost per step does not grow with the number of pieces it came in.
-            x = s.pending[0] if len(s.pending) == 1 else np.concatenate(s.pending)
-            s.pending, s.pending_samples = [], 0
-            if s.resampler is not None:
-                x = s.resampler.resample_chunk(x)
-            self._add_samples(s, x)
+        if s.pending or (s.input_done and not s.features_done):
+            self._add_samples(s, self._take_pending(s))
         if s.input_done and not s.features_done:
-            if s.resampler is not None:
-                self._add_samples(s, s.resampler.resample_chunk(np.zeros(0, np.float32), last=True))
             tail = s.features.finish()
             pad = (
                 torch.full((self.plan.tail_frames, tail.shape[1]), self.plan.pad_value)
@@ -472,11 +554,6 @@ class StreamingCore:
     def _add_samples(self, s: _Stream, x: np.ndarray) -> None:
         if not x.size:
             return
-        s.samples_in += x.size
-        if self.max_samples is not None and s.samples_in > self.max_samples:
-            raise StreamError(
-                "audio_too_long", f"the stream is longer than the {self.engine.config.max_audio_s:g}-s limit"
-            )
         if s.vad is not None:
             s.vad.feed(x)
             for p in s.vad.flush():
@@ -587,10 +664,6 @@ class StreamingCore:
         events.append(StreamEvent("done", s.id, s.segment))
         self._retire(s)
 
-    def _fail(self, s: _Stream, code: str, message: str, events: list[StreamEvent]) -> None:
-        events.append(StreamEvent("error", s.id, s.segment, code=code, message=message))
-        self._retire(s)
-
     def _retire(self, s: _Stream) -> None:
         if not s.closed:
             s.closed = True
@@ -601,21 +674,11 @@ class StreamingCore:
 
     # -- results ------------------------------------------------------------------------
 
-    def _result(self, s: _Stream) -> RequestOutput:
-        text = "".join(seg.text for seg in s.finals).strip()
-        return RequestOutput(
-            request_id=s.id,
-            text=text,
-            segments=list(s.finals),
-            language=getattr(s.options, "language", None),
-            duration=s.samples_in / self.sampling_rate,
-        )
-
     def pop_result(self, sid: str) -> RequestOutput | None:
         """The whole result of a stream that ended (its finals as segments), once."""
         with self.lock:
             self._retired_chunks.pop(sid, None)
-            return self.result_cache.pop(sid, None)
+            return super().pop_result(sid)
 
     def stats(self) -> dict[str, Any]:
         return {

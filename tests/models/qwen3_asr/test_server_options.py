@@ -94,3 +94,20 @@ def test_bad_extension_values_are_400_naming_the_field(server, audio_dir, field,
         server.client().audio.transcriptions.create(model=NAME, file=f, extra_body={field: value})
     assert err.value.body["param"] == field and err.value.body["code"] == "invalid_value"
     assert server.alive()
+
+
+def test_a_model_that_cannot_stream_refuses_the_websocket_upgrade_with_400(server, engine):
+    """A speech-LLM times no words, so neither its encoder nor local agreement can stream it."""
+    pytest.importorskip("websockets")
+    from websockets.exceptions import InvalidStatus
+
+    from tests.streaming.test_websocket import run, session
+
+    with pytest.raises(ValueError, match="cannot time words"):
+        engine.open_stream()
+    with pytest.raises(InvalidStatus) as e:
+        run(session(server, {"sample_rate": 16000}))
+    assert e.value.response.status_code == 400
+    error = __import__("json").loads(e.value.response.body)["error"]
+    assert error["code"] == "streaming_unsupported" and "cannot time words" in error["message"]
+    assert server.healthy()
