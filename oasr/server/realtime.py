@@ -204,7 +204,7 @@ class _Turn:
     item_id: str
     start: int
     end: int | None = None
-    stream: Any = None  # the engine live stream ("stream" policy)
+    stream: Any = None  # the engine live stream ("stream" and "live" policies)
     fed: int = 0  # the session sample its stream has audio up to
     task: asyncio.Task | None = None
     wav: bytes = b""  # its audio once committed ("turns" policy)
@@ -426,7 +426,7 @@ class RealtimeSession:
         self.previous_item, self.turn = turn.item_id, None
         if self.vad is not None:
             self.vad.reset()
-        if self.policy == "stream":
+        if self.policy != "turns":
             if turn.stream is not None and not turn.stream.done:
                 with contextlib.suppress(KeyError):
                     turn.stream.finish()
@@ -439,7 +439,7 @@ class RealtimeSession:
     def clear(self) -> None:
         """Drop the uncommitted audio and the turn in progress (its stream is closed)."""
         turn, self.turn = self.turn, None
-        if turn is not None and self.policy == "stream" and turn.stream is not None:
+        if turn is not None and self.policy != "turns" and turn.stream is not None:
             turn.stream.close()
             if turn.task is not None:
                 turn.task.cancel()
@@ -561,7 +561,7 @@ class RealtimeSession:
 
     async def close(self) -> None:
         """End the session's work: its live stream is closed, its pending turns dropped."""
-        if self.turn is not None and self.turn.stream is not None and self.policy == "stream":
+        if self.turn is not None and self.turn.stream is not None and self.policy != "turns":
             self.turn.stream.close()
         for task in list(self.tasks):
             task.cancel()

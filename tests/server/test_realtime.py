@@ -36,6 +36,7 @@ from openai.types.realtime import (  # noqa: E402
 from websockets.asyncio.client import connect  # noqa: E402
 from websockets.exceptions import ConnectionClosed, InvalidStatus  # noqa: E402
 
+from oasr.metrics import error_rates  # noqa: E402
 from oasr.models.bundled import bundled_path  # noqa: E402
 from oasr.server.realtime import _wav  # noqa: E402
 from oasr.server.realtime_protocol import G711  # noqa: E402
@@ -234,6 +235,65 @@ def test_openai_client_whisper_manual_commit_equals_http(whisper, jfk):
     assert "ask not what your country can do for you" in completed.transcript.lower()
     deltas = [e.delta for e in events if e.type == "conversation.item.input_audio_transcription.delta"]
     assert len(deltas) > 1 and "".join(deltas) == completed.transcript  # Whisper streams its text
+
+
+@pytest.fixture(scope="module")
+def whisper_live():
+    """tiny.en served with ``realtime_live``: sessions stream by local agreement (Whisper live)."""
+    from oasr.engine.async_engine import AsyncEngine
+    from oasr.server.settings import ServerSettings
+
+    if bundled_path("tiny.en") is None:
+        pytest.skip("tiny.en is not installed (oasr's whisper-tiny-en extra)")
+    settings = ServerSettings(
+        model="tiny.en", served_model_names=("whisper-1",), request_options={"beam_size": 1}, realtime_live=True
+    )
+    server = InProcessServer(settings, AsyncEngine("tiny.en"))
+    yield server
+    server.stop()
+
+
+def test_openai_client_whisper_live_deltas_are_confirmed_pieces(whisper_live, whisper, jfk):
+    """With ``--realtime-live`` the deltas come while the audio is still arriving (pieces local
+    agreement confirmed), and the turn's transcript is Whisper's text of the whole turn."""
+
+    async def session():
+        async with whisper_live.client().realtime.connect(extra_query={"intent": "transcription"}) as conn:
+            await conn.recv()
+            await conn.session.update(
+                session={
+                    "type": "transcription",
+                    "audio": {"input": {"transcription": {"model": "whisper-1"}, "turn_detection": None}},
+                }
+            )
+            await conn.recv()
+            events, sent = [], {"commit": False}
+
+            async def read():
+                while True:
+                    event = await conn.recv()
+                    events.append((sent["commit"], event))
+                    if event.type in DONE:
+                        return
+
+            reader = asyncio.create_task(read())
+            for i in range(0, len(jfk), PIECE):  # at twice the speed of a live source
+                await conn.input_audio_buffer.append(audio=b64(jfk[i : i + PIECE]))
+                await asyncio.sleep(PIECE / RATE / 2)
+            sent["commit"] = True
+            await conn.input_audio_buffer.commit()
+            await asyncio.wait_for(reader, 120)
+            return [e for after, e in events if not after], [e for _, e in events]
+
+    before_commit, events = asyncio.run(session())
+    kind = "conversation.item.input_audio_transcription.delta"
+    completed = events[-1]
+    assert completed.type == "conversation.item.input_audio_transcription.completed"
+    deltas = [e.delta for e in events if e.type == kind]
+    assert "".join(deltas) == completed.transcript  # confirmed pieces are never taken back
+    assert any(e.type == kind for e in before_commit), "no delta came before the commit"
+    rates = error_rates([(http_text(whisper, jfk, "whisper-1"), completed.transcript, "en")])
+    assert rates["en"].rate <= 0.1, completed.transcript
 
 
 def test_the_docs_example_prints_what_http_transcribes(whisper, jfk):
