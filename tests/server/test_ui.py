@@ -271,14 +271,34 @@ def test_a_refused_stream_is_explained_on_the_page(browser, streaming_server):
 
 
 @needs_chromium
-def test_an_offline_model_says_so_and_files_are_transcribed(browser, offline_server, audio_dir, tmp_path):
+def test_whisper_streams_live_and_files_are_transcribed(browser, offline_server, clip, audio_dir, tmp_path):
+    """An offline model (Whisper tiny.en) streams from the microphone by local agreement (Whisper
+    live): the page shows the clip's words as the stream confirms them; files go over HTTP."""
     import httpx
 
     page = browser.new_page()
+    frames = Frames(page)
     page.goto(offline_server.base_url + "/")
-    page.get_by_text("cannot transcribe live (it is offline-only)").wait_for()
-    assert page.is_disabled("#record")
+    page.get_by_text("Ready: press Start").wait_for()
     assert page.locator("#model option").all_text_contents() == ["tiny.en"]
+    page.click("#record")
+    page.get_by_text("Listening").wait_for()
+    seconds = len(clip) / 16000 + 0.5
+    _wait(
+        lambda: bool(frames.sent) and len(frames.samples()) >= seconds * frames.config()["sample_rate"],
+        40,
+        "audio",
+        page,
+    )
+    page.click("#record")
+    page.locator("#live-status", has_text="Done.").wait_for(timeout=60_000)
+    _wait(lambda: "done" in frames.sent and frames.received[-1]["type"] == "done", 10, "the last frames", page)
+    finals = [e["text"] for e in frames.received if e["type"] == "final"]
+    assert len(finals) > 1  # confirmed piece by piece while the audio played
+    assert page.locator("#transcript .final").all_text_contents() == finals
+    heard = " ".join(finals).lower()
+    assert "fellow americans" in heard and "your country" in heard
+    page.screenshot(path=tmp_path / "ui-whisper-live.png", full_page=True)
 
     def expected(path: Path) -> str:
         with path.open("rb") as f:

@@ -117,13 +117,20 @@ class LocalAgreement:
 
     def update(self, words: list[Word]) -> list[Word]:
         """Take a new hypothesis (words on the stream's timeline); the words it confirms."""
-        new = [w for w in words if w.start > self.last_end - BACK_TOLERANCE_S]
-        if new and self.confirmed_in_buffer and abs(new[0].start - self.last_end) < REPEAT_WINDOW_S:
-            # The hypothesis may begin by repeating the confirmed text's last words: drop them.
-            for n in range(1, min(len(self.confirmed_in_buffer), len(new), MAX_REPEAT_WORDS) + 1):
-                if all(_same(a, b) for a, b in zip(self.confirmed_in_buffer[-n:], new[:n])):
-                    new = new[n:]
-                    break
+        done = self.confirmed_in_buffer
+        if done and len(words) > len(done) and all(_same(a, b) for a, b in zip(done, words)):
+            # The hypothesis re-transcribes the confirmed words still in the buffer as they were:
+            # what follows them is new, wherever the word times put its first word (they may
+            # overlap the last confirmed word's end by more than the time rule's tolerance).
+            new = words[len(done) :]
+        else:
+            new = [w for w in words if w.start > self.last_end - BACK_TOLERANCE_S]
+            if new and done and abs(new[0].start - self.last_end) < REPEAT_WINDOW_S:
+                # The hypothesis may begin by repeating the confirmed text's last words: drop them.
+                for n in range(1, min(len(done), len(new), MAX_REPEAT_WORDS) + 1):
+                    if all(_same(a, b) for a, b in zip(done[-n:], new[:n])):
+                        new = new[n:]
+                        break
         agreed = 0
         while agreed < min(len(new), len(self.tail)) and _same(new[agreed], self.tail[agreed]):
             agreed += 1
