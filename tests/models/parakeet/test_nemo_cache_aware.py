@@ -253,9 +253,10 @@ def test_an_untrained_context_and_a_non_causal_subsampling_are_refused(archives,
 
 
 @torch.no_grad()
-def test_regular_style_decodes_offline_as_nemo_and_refuses_to_stream(archives, clips, tmp_path):
-    """``att_context_style: regular`` with a [left, right] band: NeMo's band mask offline; it streams
-    only by recomputing its lookahead, which oasr does not do (the engine says so)."""
+def test_regular_style_decodes_offline_as_nemo_and_streams_only_by_local_agreement(archives, clips, tmp_path):
+    """``att_context_style: regular`` with a [left, right] band: NeMo's band mask offline; NeMo
+    streams it only by recomputing its lookahead, which oasr does not do: its encoder is offline
+    (``streaming_kind`` "none"), so a live stream is the offline model's local-agreement policy."""
     from tests.models.parakeet import nemo_reference
     from tests.models.parakeet.test_nemo_archive import _exact_filters, _nemo_features, _repack
 
@@ -274,6 +275,9 @@ def test_regular_style_decodes_offline_as_nemo_and_refuses_to_stream(archives, c
     want, _ = ref.encoder(audio_signal=feats.transpose(1, 2), length=n)
     cos, err = parity(model.encode_offline(feats, n)[0], want.transpose(1, 2))
     assert cos > 1 - 1e-12 and err < 1e-6, (cos, err)
+    from oasr.engine.streaming.local_agreement import LocalAgreementCore
+
+    assert model.encoder.streaming_kind == "none"
     engine = oasr.ASREngine(str(regular))
-    with pytest.raises(Exception, match="stream"):
-        engine.open_stream(sample_rate=16000)
+    engine.open_stream(sample_rate=16000).close()
+    assert isinstance(engine._streaming(), LocalAgreementCore)
