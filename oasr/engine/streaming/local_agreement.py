@@ -391,7 +391,9 @@ class LocalAgreementCore(StreamTable):
         ]
         s.segment_ends = [round(seg.end + s.offset, 3) for seg in out.segments]
         self._confirm(s, s.agreement.update(words), events)
-        if s.input_done and s.decoded >= s.audio.size:
+        # Samples pushed during the decode wait in ``pending`` (and a resampler's tail in it):
+        # the stream ends only once they are in the buffer and decoded too.
+        if s.input_done and not s.pending and s.resampler is None and s.decoded >= s.audio.size:
             self._end(s, events)
             return
         end_time = s.offset + audio_size / self.sampling_rate
