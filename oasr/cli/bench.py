@@ -81,6 +81,7 @@ WORKLOADS = ("short", "long", "corpus")
 OASR = "oasr"
 FW = "faster-whisper"  # WhisperModel.transcribe, file by file
 FW_BATCHED = "faster-whisper-batched"  # BatchedInferencePipeline.transcribe, file by file
+WCPP = "whisper.cpp"  # pywhispercpp's Model.transcribe, file by file, on oasr's ggml file of the weights
 RESULT_MARKER = "OASR_BENCH_RESULT "
 METRICS = ("wall_s", "rtfx", "tokens_per_s", "peak_rss_mb", "load_s")
 THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
@@ -269,11 +270,36 @@ def ct2_model_dir(model: str, cache_dir: Path) -> str:
     return str(dst)
 
 
+def ggml_model_file(model: str, cache_dir: Path, file_type: str) -> str:
+    """``model`` written once by oasr's ggml writer as whisper.cpp's ``ggml-*.bin`` of ``file_type``
+    (f32, f16 or q8_0) into ``cache_dir``, named by the checkpoint's path."""
+    from oasr.models.bundled import bundled_path
+    from oasr.models.whisper.ggml import write_ggml
+
+    src = (bundled_path(model) or Path(model)).resolve()
+    key = hashlib.sha1(str(src).encode()).hexdigest()[:12]
+    path = cache_dir / f"ggml-{src.name}-{key}-{file_type}.bin"
+    if not path.is_file():
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        write_ggml(str(src), path, file_type)
+    return str(path)
+
+
 # ---------------------------------------------------------------------------
 # The child process
 
 
 def _peak_rss_mb() -> float:
+    """This process's peak resident memory. On Linux ``VmHWM``: ``ru_maxrss`` survives ``execve``, so a
+    child would report at least the RSS its parent had when it forked (the parent that wrote a peer's
+    weights holds hundreds of MB)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 2**10  # kB
+    except OSError:
+        pass
     import resource
 
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
@@ -382,10 +408,118 @@ def _faster_whisper_child(spec: dict) -> dict:
     return result
 
 
+def _decode_16k(path: str):
+    """``path`` decoded and resampled by PyAV to 16 kHz mono float32 (as faster-whisper decodes):
+    the audio the whisper.cpp child passes in, since pywhispercpp reads only 16-kHz WAV itself."""
+    import av
+    import numpy as np
+
+    resampler = av.AudioResampler(format="s16", layout="mono", rate=16000)
+    pieces = []
+    with av.open(path) as container:
+        for frame in container.decode(audio=0):
+            pieces += [f.to_ndarray().reshape(-1) for f in resampler.resample(frame)]
+        pieces += [f.to_ndarray().reshape(-1) for f in resampler.resample(None)]  # flush
+    return np.concatenate(pieces).astype(np.float32) / 32768.0
+
+
+def _whisper_cpp_child(spec: dict) -> dict:
+    """pywhispercpp (whisper.cpp) on ``spec["ggml_path"]``: one ``whisper_full`` per file, in order."""
+    t0 = time.perf_counter()
+    import _pywhispercpp as pw
+    from pywhispercpp.model import Model
+
+    t1 = time.perf_counter()
+    beam = spec["beam_size"] > 1
+    model = Model(
+        spec["ggml_path"],
+        params_sampling_strategy=int(beam),
+        redirect_whispercpp_logs_to=None,
+        n_threads=spec["threads"],
+        language=spec["language"] or "auto",
+        no_timestamps=not spec["timestamps"],
+        no_context=False,  # condition_on_previous_text, as the sequential sides
+        temperature=0.0,
+        temperature_inc=0.0,  # no fallback
+        print_progress=False,
+        print_realtime=False,
+        greedy={"best_of": 1},
+        beam_search={"beam_size": spec["beam_size"] if beam else -1, "patience": -1.0},
+    )
+    t2 = time.perf_counter()
+    ctx = model._ctx  # the token ids: pywhispercpp's segments carry text only
+    eot, beg = pw.whisper_token_eot(ctx), pw.whisper_token_beg(ctx)
+
+    def one(path: str) -> tuple[str, int]:
+        segments = model.transcribe(_decode_16k(path))
+        ids = [
+            pw.whisper_full_get_token_id(ctx, i, j)
+            for i in range(pw.whisper_full_n_segments(ctx))
+            for j in range(pw.whisper_full_n_tokens(ctx, i))
+        ]
+        return " ".join(s.text.strip() for s in segments).strip(), sum(1 for t in ids if t < eot or t >= beg)
+
+    return _timed(spec, (t0, t1, t2), one, lambda paths: [one(path) for path in paths])
+
+
+# ---------------------------------------------------------------------------
+# The peers: one row each (a new peer is a row here and its child in CHILDREN)
+
+
+@dataclasses.dataclass(frozen=True)
+class Peer:
+    """A system oasr is timed against.
+
+    Attributes:
+        package: the module its child imports (refused before any work when missing).
+        systems: ``(args, workload name) -> systems`` it runs in each round of that workload.
+        prepare: in the parent, once per compute type: ``(args, cache_dir, compute_type) -> spec fields``
+            (the same weights in its own format: a path its child reads).
+        weights: ``(args, compute_type) -> what its weights are``, for the table.
+    """
+
+    package: str
+    systems: Callable[[argparse.Namespace, str], list[str]]
+    prepare: Callable[[argparse.Namespace, Path, str], dict[str, Any]]
+    weights: Callable[[argparse.Namespace, str], str]
+
+
+def _fw_systems(args: argparse.Namespace, workload: str) -> list[str]:
+    long_peers = {"sequential": [FW], "batched": [FW_BATCHED], "both": [FW, FW_BATCHED]}[args.long_peer]
+    return {"short": [FW], "long": long_peers, "corpus": [FW_BATCHED]}[workload]
+
+
+def ggml_type(args: argparse.Namespace, compute_type: str) -> str:
+    """whisper.cpp's weights for ``compute_type``: q8_0 for int8, else ``--ggml-float`` (f16 or f32)."""
+    return "q8_0" if compute_type == "int8" else args.ggml_float
+
+
+PEERS: dict[str, Peer] = {
+    FW: Peer(
+        "faster_whisper",
+        _fw_systems,
+        lambda args, cache_dir, ct: {"ct2_dir": ct2_model_dir(args.model, cache_dir)},
+        lambda args, ct: ct,
+    ),
+    WCPP: Peer(
+        "pywhispercpp",
+        lambda args, workload: [WCPP],
+        lambda args, cache_dir, ct: {"ggml_path": ggml_model_file(args.model, cache_dir, ggml_type(args, ct))},
+        ggml_type,
+    ),
+}
+CHILDREN: dict[str, Callable[[dict], dict]] = {
+    OASR: _oasr_child,
+    FW: _faster_whisper_child,
+    FW_BATCHED: _faster_whisper_child,
+    WCPP: _whisper_cpp_child,
+}
+
+
 def child_main() -> int:
     """Entry of a timed child: a JSON spec on stdin, one ``RESULT_MARKER`` JSON line on stdout."""
     spec = json.loads(sys.stdin.read())
-    result = _oasr_child(spec) if spec["system"] == OASR else _faster_whisper_child(spec)
+    result = CHILDREN[spec["system"]](spec)
     result["peak_rss_mb"] = _peak_rss_mb()
     result["load_average_1m"] = os.getloadavg()[0]  # other work on the machine skews the timing
     print(RESULT_MARKER + json.dumps(result), flush=True)
@@ -466,13 +600,22 @@ def _cell(s: dict[str, float], spec: str) -> str:
     return f"{s['median']:{spec}} [{s['min']:{spec}}–{s['max']:{spec}}]"
 
 
+def _system_label(r: dict) -> str:
+    """The system, with its weights where they are not the compute type (whisper.cpp's f16, q8_0)."""
+    weights = r.get("weights")
+    return r["system"] if weights in (None, r.get("compute_type")) else f"{r['system']} ({weights})"
+
+
 def markdown_table(report: dict) -> str:
-    """The results as a markdown table (median [min–max] over the rounds)."""
+    """The results as a markdown table, a row per cell and system (median [min–max] over the rounds);
+    each peer's row ends with oasr's lead: the peer's wall / oasr's wall (> 1: oasr faster) and
+    oasr's peak RSS / the peer's, both of the medians in the same cell."""
     lines = [
-        "| workload | audio s | batch | system | wall s | first text s | RTFx | tokens/s | peak RSS MiB | load s | WER "
-        "| oasr/peer RTFx | oasr/peer RSS |",
-        "|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| compute | threads | workload | audio s | batch | system | wall s | first text s | RTFx | tokens/s "
+        "| peak RSS MiB | load s | WER | oasr ahead by (peer wall / oasr wall) | oasr/peer RSS |",
+        "|---|---:|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
+    s = report["settings"]
     for r in report["results"]:
         st = r["stats"]
         rates = r.get("error_rate") or {}
@@ -482,24 +625,27 @@ def markdown_table(report: dict) -> str:
         rtfx_ratio = "-" if vs is None else f"{vs['rtfx']:.2f}×"
         rss_ratio = "-" if vs is None else f"{vs['peak_rss_mb']:.2f}×"
         lines.append(
-            f"| {r['workload']} | {r['audio_s']:.1f} | {r['batch_size']} | {r['system']} "
+            f"| {r['compute_type']} | {r['threads']} "
+            f"| {r['workload']} | {r['audio_s']:.1f} | {r['batch_size']} | {_system_label(r)} "
             f"| {_cell(st['wall_s'], '.2f')} | {_cell(st['first_delta_s'], '.2f') if 'first_delta_s' in st else '-'} "
             f"| {_cell(st['rtfx'], '.1f')} | {st['tokens_per_s']['median']:.1f} "
             f"| {st['peak_rss_mb']['median']:.0f} | {st['load_s']['median']:.2f} | {wer} | {rtfx_ratio} | {rss_ratio} |"
         )
-    s = report["settings"]
     lines += [
         "",
-        f"{s['model']}, {s['compute_type']}, beam {s['beam_size']}, temperature 0, language {s['language']}, "
+        f"{s['model']}, beam {s['beam_size']}, temperature 0, language {s['language']}, "
         f"timestamps {'on' if s['timestamps'] else 'off'}, oasr VAD {'on' if s.get('oasr_vad') else 'off'}, "
-        f"{s['threads']} threads, {s['rounds']} rounds "
-        f"(median [min–max]); {report['machine']['cpus']} CPUs, {report['machine']['platform']}.",
+        f"{s['rounds']} rounds, one fresh process per run, systems interleaved in each round "
+        f"(median [min–max]); WER of every side by one normaliser (openai-whisper's English normaliser, "
+        f"whisper_normalizer) against the references; {report['machine']['cpus']} CPUs, "
+        f"{report['machine']['platform']}.",
     ]
     return "\n".join(lines) + "\n"
 
 
 def plot_rtfx(report: dict, path: Path) -> bool:
-    """RTFx (median, min–max bars) against batch size for the corpus workload; False if there is none."""
+    """RTFx (median, min–max bars) against batch size for the corpus workload, a line per system,
+    compute type and thread count; False if there is none."""
     rows = [r for r in report["results"] if r["workload"] == "corpus"]
     if not rows:
         return False
@@ -508,26 +654,30 @@ def plot_rtfx(report: dict, path: Path) -> bool:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6, 4), dpi=100)
-    for system in dict.fromkeys(r["system"] for r in rows):
-        mine = sorted((r for r in rows if r["system"] == system), key=lambda r: r["batch_size"])
+    s = report["settings"]
+
+    def line(r: dict) -> str:
+        return f"{_system_label(r)}, {r['compute_type']}, {r['threads']} threads"
+
+    fig, ax = plt.subplots(figsize=(7, 4.5), dpi=100)
+    for label in dict.fromkeys(line(r) for r in rows):
+        mine = sorted((r for r in rows if line(r) == label), key=lambda r: r["batch_size"])
         xs = [r["batch_size"] for r in mine]
         med = [r["stats"]["rtfx"]["median"] for r in mine]
         err = [
             [m - r["stats"]["rtfx"]["min"] for m, r in zip(med, mine)],
             [r["stats"]["rtfx"]["max"] - m for m, r in zip(med, mine)],
         ]
-        ax.errorbar(xs, med, yerr=err, marker="o", capsize=3, label=system)
-    s = report["settings"]
+        ax.errorbar(xs, med, yerr=err, marker="o", capsize=3, label=label)
     ax.set_xscale("log", base=2)  # batch sizes are usually powers of two
     sizes = sorted({r["batch_size"] for r in rows})
     ax.set_xticks(sizes, labels=[str(b) for b in sizes])
     ax.set_xlabel("batch size")
     ax.set_ylabel("RTFx (audio s / wall s)")
     ax.set_ylim(bottom=0)
-    ax.set_title(f"corpus throughput: {s['model']} {s['compute_type']}, beam {s['beam_size']}, {s['threads']} threads")
+    ax.set_title(f"corpus throughput: {s['model']}, beam {s['beam_size']}")
     ax.grid(alpha=0.3)
-    ax.legend()
+    ax.legend(fontsize="small")
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
@@ -543,9 +693,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     p = subparsers.add_parser(
         NAME,
-        help="benchmark oasr against faster-whisper (separate processes, alternating rounds)",
-        description="Time oasr and faster-whisper on the same audio, weights and decode settings, each run a "
-        "fresh process, alternating; print median and spread of wall time, RTFx, tokens/s and peak memory.",
+        help="benchmark oasr against faster-whisper, whisper.cpp, ... (separate processes, alternating rounds)",
+        description="Time oasr and its peers on the same audio, weights and decode settings, each run a "
+        "fresh process, alternating; print median and spread of wall time, RTFx, tokens/s, peak memory and WER "
+        "for every cell of compute types x thread counts x workloads x batch sizes.",
     )
     p.add_argument(
         "--workload",
@@ -554,7 +705,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="what to time (default all: short, long, corpus); streaming: live streams kept at real time by "
         "--model (a streaming checkpoint), batched against a one-stream-per-forward loop",
     )
-    p.add_argument("--peer", choices=(FW, "none"), default=FW, help="the system to compare with (default %(default)s)")
+    p.add_argument(
+        "--peer",
+        nargs="+",
+        choices=(*PEERS, "none"),
+        default=[FW],
+        help="the systems to compare with, each timed in every cell (default %(default)s; none: oasr alone)",
+    )
     p.add_argument("--rounds", type=positive_int, default=3, metavar="K", help="timed runs per system (default 3)")
     p.add_argument(
         "--batch-sizes",
@@ -585,7 +742,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default="whisper-base",
         help="bundled name or CTranslate2 directory; streaming: one or more models (a family each)",
     )
-    g.add_argument("--compute-type", choices=("float32", "int8"), default="float32", help="default float32")
+    g.add_argument(
+        "--compute-type",
+        nargs="+",
+        choices=("float32", "int8"),
+        default=["float32"],
+        help="one or more (default float32); int8: oasr's quantize, faster-whisper's int8, whisper.cpp's q8_0",
+    )
+    g.add_argument(
+        "--ggml-float",
+        choices=("f16", "f32"),
+        default="f16",
+        help="whisper.cpp's weights for float32 (default f16, whisper.cpp's usual; f32 needs whisper.cpp >= 1.8.6)",
+    )
     g.add_argument("--beam-size", type=positive_int, default=1, metavar="N", help="default 1 (greedy)")
     g.add_argument(
         "-l", "--language", default="en", metavar="L", help="language of the clips and the decode; auto: detect"
@@ -598,7 +767,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "faster-whisper's batched pipeline does; its sequential transcribe stays without VAD",
     )
     g.add_argument(
-        "--threads", type=nonnegative_int, default=0, metavar="N", help="CPU threads for each side (0: all cores)"
+        "--threads",
+        type=nonnegative_int,
+        nargs="+",
+        default=[0],
+        metavar="N",
+        help="CPU threads for each side, one or more values (default 0: all cores)",
     )
     a = p.add_argument_group("audio")
     a.add_argument("--audio-dir", type=Path, default=None, help="folder with manifest.jsonl (default: shared corpus)")
@@ -614,7 +788,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--corpus-limit", type=positive_int, default=None, metavar="N", help="corpus: N clips, spread evenly"
     )
     a.add_argument(
-        "--cache-dir", type=Path, default=None, help="long recording and joined weights (~/.cache/oasr-bench)"
+        "--cache-dir", type=Path, default=None, help="long recording and the peers' weights (~/.cache/oasr-bench)"
     )
     st = p.add_argument_group("streaming workload")
     st.add_argument(
@@ -664,11 +838,14 @@ def check_requirements(args: argparse.Namespace) -> None:
     Raises:
         CliError: (exit code 2) naming the option and the fix.
     """
-    if args.peer == FW and importlib.util.find_spec("faster_whisper") is None:
-        raise _error(f"--peer {FW} needs the faster-whisper package: {_bench_hint()} (or --peer none)", 2)
+    if "none" in args.peer and len(args.peer) > 1:
+        raise _error("--peer none: oasr alone, with no other peer", 2)
+    for name in args.peer:
+        if name != "none" and importlib.util.find_spec(PEERS[name].package) is None:
+            raise _error(f"--peer {name} needs the {PEERS[name].package} package: {_bench_hint()} (or --peer none)", 2)
     if args.plot is not None and importlib.util.find_spec("matplotlib") is None:
         raise _error(f"--plot needs matplotlib: {_bench_hint()}", 2)
-    if args.compute_type == "int8" and not oasr_quantizes():
+    if "int8" in args.compute_type and not oasr_quantizes():
         raise _error("--compute-type int8: this oasr has no int8 quantisation (EngineConfig.quantize)", 2)
     from oasr.models.bundled import bundled_path, install_hint, is_bundled_name
 
@@ -692,15 +869,16 @@ def _workloads(args: argparse.Namespace, rows: list[dict], cache_dir: Path) -> l
     return [made[name]() for name in names]
 
 
-def _plan(args: argparse.Namespace, workload: Workload) -> list[tuple[int, list[str]]]:
-    """``(batch size, systems)`` groups for ``workload``, systems in their per-round order."""
-    if args.peer == "none":
-        peers: dict[str, list[str]] = {"short": [], "long": [], "corpus": []}
-    else:
-        long_peers = {"sequential": [FW], "batched": [FW_BATCHED], "both": [FW, FW_BATCHED]}[args.long_peer]
-        peers = {"short": [FW], "long": long_peers, "corpus": [FW_BATCHED]}
+def _peers(args: argparse.Namespace) -> list[str]:
+    return [name for name in dict.fromkeys(args.peer) if name != "none"]
+
+
+def _plan(args: argparse.Namespace, workload: Workload) -> list[tuple[int, list[tuple[str, str]]]]:
+    """``(batch size, [(system, its PEERS row or oasr)])`` groups for ``workload``, systems in their
+    per-round order: oasr first, then each ``--peer``'s systems."""
+    systems = [(OASR, OASR)] + [(s, name) for name in _peers(args) for s in PEERS[name].systems(args, workload.name)]
     sizes = args.batch_sizes if workload.name == "corpus" else [args.batch_size]
-    return [(b, [OASR, *peers[workload.name]]) for b in sizes]
+    return [(b, systems) for b in sizes]
 
 
 def _result(workload: Workload, batch_size: int, system: str, runs: list[dict], stats: dict) -> dict:
@@ -721,7 +899,8 @@ def _result(workload: Workload, batch_size: int, system: str, runs: list[dict], 
 
 
 def run_benchmark(args: argparse.Namespace) -> dict:
-    """Run every planned child, round by round, and return the report (settings, workloads, results)."""
+    """Run every planned child, cell by cell (compute type x threads x workload x batch size) and round
+    by round within a cell, and return the report (settings, workloads, results)."""
     audio_dir = args.audio_dir or default_audio_dir()
     if audio_dir is None or not (audio_dir / "manifest.jsonl").is_file():
         raise _error("no benchmark audio: give --audio-dir DIR (a folder with manifest.jsonl)", 2)
@@ -732,18 +911,20 @@ def run_benchmark(args: argparse.Namespace) -> dict:
         raise _error(f"no clips of language {args.language} in {audio_dir / 'manifest.jsonl'}", 2)
     workloads = _workloads(args, rows, cache_dir)
     warmup = short_workload(rows, args.short_clip).paths[0]
-    peer_dir = ct2_model_dir(args.model, cache_dir) if args.peer == FW else None
+    thread_counts = list(dict.fromkeys(t or _all_cores() for t in args.threads))
+    compute_types = list(dict.fromkeys(args.compute_type))
     settings = {
         "model": args.model,
-        "compute_type": args.compute_type,
+        "compute_types": compute_types,
         "beam_size": args.beam_size,
         "temperature": 0.0,
         "language": args.language,
         "timestamps": args.timestamps,
         "oasr_vad": args.vad,
-        "threads": args.threads or _all_cores(),
+        "thread_counts": thread_counts,
         "rounds": args.rounds,
-        "peer": args.peer,
+        "peers": _peers(args),
+        "ggml_float": args.ggml_float,
         "batch_size": args.batch_size,
         "batch_sizes": args.batch_sizes,
         "warmup": Path(warmup).name,
@@ -754,37 +935,46 @@ def run_benchmark(args: argparse.Namespace) -> dict:
         "workloads": {w.name: {"audio_s": w.audio_s, "files": [Path(p).name for p in w.paths]} for w in workloads},
         "results": [],
     }
-    for workload in workloads:
-        for batch_size, systems in _plan(args, workload):
-            runs: dict[str, list[dict]] = {s: [] for s in systems}
-            for k in range(args.rounds):
-                for system in systems:
-                    spec = {
-                        "system": system,
-                        "workload": workload.name,
-                        "model": args.model,
-                        "ct2_dir": peer_dir,
-                        "files": workload.paths,
-                        "warmup": warmup,
-                        "batch_size": batch_size,
-                        "threads": settings["threads"],
-                        "compute_type": args.compute_type,
-                        "beam_size": args.beam_size,
-                        "language": language,
-                        "timestamps": args.timestamps,
-                        "vad": args.vad,
-                    }
-                    result = run_child(spec, args.timeout)
-                    runs[system].append(result)
-                    print(
-                        f"oasr {NAME}: {workload.name} batch {batch_size} round {k + 1}/{args.rounds} {system}: "
-                        f"{result['wall_s']:.2f} s, RTFx {workload.audio_s / result['wall_s']:.1f}, "
-                        f"{result['peak_rss_mb']:.0f} MiB",
-                        file=sys.stderr,
-                        flush=True,
-                    )
-            stats = {s: summarize(r, workload.audio_s) for s, r in runs.items()}
-            report["results"] += [_result(workload, batch_size, s, runs[s], stats) for s in systems]
+    for compute_type in compute_types:
+        weights = {name: PEERS[name].prepare(args, cache_dir, compute_type) for name in _peers(args)}
+        for threads in thread_counts:
+            for workload in workloads:
+                for batch_size, systems in _plan(args, workload):
+                    runs: dict[str, list[dict]] = {s: [] for s, _ in systems}
+                    for k in range(args.rounds):
+                        for system, peer in systems:
+                            spec = {
+                                **weights.get(peer, {}),
+                                "system": system,
+                                "workload": workload.name,
+                                "model": args.model,
+                                "files": workload.paths,
+                                "warmup": warmup,
+                                "batch_size": batch_size,
+                                "threads": threads,
+                                "compute_type": compute_type,
+                                "beam_size": args.beam_size,
+                                "language": language,
+                                "timestamps": args.timestamps,
+                                "vad": args.vad,
+                            }
+                            result = run_child(spec, args.timeout)
+                            runs[system].append(result)
+                            print(
+                                f"oasr {NAME}: {compute_type} {threads} thr {workload.name} batch {batch_size} "
+                                f"round {k + 1}/{args.rounds} {system}: {result['wall_s']:.2f} s, "
+                                f"RTFx {workload.audio_s / result['wall_s']:.1f}, {result['peak_rss_mb']:.0f} MiB",
+                                file=sys.stderr,
+                                flush=True,
+                            )
+                    stats = {s: summarize(r, workload.audio_s) for s, r in runs.items()}
+                    for system, peer in systems:
+                        cell = {
+                            "compute_type": compute_type,
+                            "threads": threads,
+                            "weights": compute_type if peer == OASR else PEERS[peer].weights(args, compute_type),
+                        }
+                        report["results"].append({**cell, **_result(workload, batch_size, system, runs[system], stats)})
     return report
 
 
@@ -792,6 +982,9 @@ def run(args: argparse.Namespace) -> int:
     if args.workload == "streaming":
         from oasr.cli.bench_streaming import run_streaming
 
+        if len(args.threads) > 1:
+            raise _error("--threads: one value for --workload streaming", 2)
+        args.threads = args.threads[0]
         return run_streaming(args, args.audio_dir or default_audio_dir())
     if isinstance(args.model, list):
         if len(args.model) > 1:
