@@ -91,7 +91,7 @@ SILENCE_S = 0.5  # between the clips of the long recording
 def _bench_hint() -> str:
     from oasr.install import install_hint
 
-    return install_hint("bench", ["faster-whisper", "soundfile", "matplotlib"])
+    return install_hint("bench", ["faster-whisper", "pywhispercpp", "soundfile", "matplotlib"])
 
 
 def _error(message: str, exit_code: int = 1) -> Exception:

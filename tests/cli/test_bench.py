@@ -31,7 +31,6 @@ def _report(results: list[dict]) -> dict:
         "beam_size": 1,
         "language": "en",
         "timestamps": False,
-        "threads": 2,
         "rounds": 3,
     }
     return {"settings": settings, "machine": {"cpus": 2, "platform": "Linux"}, "results": results}
@@ -64,41 +63,47 @@ def test_ratios_are_oasr_over_peer_of_the_medians():
 def test_markdown_table():
     oasr_stats = bench.summarize([_run(1.0, first=0.2), _run(1.5, first=0.3), _run(2.0, first=0.4)], audio_s=11.0)
     peer_stats = bench.summarize([_run(3.0, rss=1000.0)] * 3, audio_s=11.0)
-    common = {"workload": "short", "batch_size": 8, "audio_s": 11.0, "files": 1}
+    common = {"workload": "short", "batch_size": 8, "audio_s": 11.0, "files": 1, "compute_type": "int8", "threads": 2}
+    oasr_row = {**common, "system": "oasr", "weights": "int8", "stats": oasr_stats, "vs_oasr": None}
+    peer_row = {**common, "stats": peer_stats, "vs_oasr": bench.ratios(oasr_stats, peer_stats), "error_rate": {}}
     table = bench.markdown_table(
         _report(
             [
-                {**common, "system": "oasr", "stats": oasr_stats, "vs_oasr": None, "error_rate": {"en": 0.0}},
-                {
-                    **common,
-                    "system": "faster-whisper",
-                    "stats": peer_stats,
-                    "vs_oasr": bench.ratios(oasr_stats, peer_stats),
-                    "error_rate": {},
-                },
+                {**oasr_row, "error_rate": {"en": 0.0}},
+                {**peer_row, "system": "faster-whisper", "weights": "int8"},
+                {**peer_row, "system": "whisper.cpp", "weights": "q8_0"},
             ]
         )
     )
     lines = table.splitlines()
-    assert lines[0].startswith("| workload | audio s | batch | system | wall s | first text s | RTFx |")
+    assert lines[0].startswith("| compute | threads | workload | audio s | batch | system | wall s | first text s |")
     assert lines[1].startswith("|---|")
-    assert lines[0].count("|") == lines[1].count("|") == lines[2].count("|") == lines[3].count("|")
+    assert len({line.count("|") for line in lines[:5]}) == 1
     assert lines[2] == (
-        "| short | 11.0 | 8 | oasr | 1.50 [1.00–2.00] | 0.30 [0.20–0.40] | 7.3 [5.5–11.0] | 66.7 | 500 | 1.00 "
-        "| 0.0% | - | - |"
+        "| int8 | 2 | short | 11.0 | 8 | oasr | 1.50 [1.00–2.00] | 0.30 [0.20–0.40] | 7.3 [5.5–11.0] | 66.7 | 500 "
+        "| 1.00 | 0.0% | - | - |"
     )
     assert lines[3] == (
-        "| short | 11.0 | 8 | faster-whisper | 3.00 [3.00–3.00] | - | 3.7 [3.7–3.7] | 33.3 | 1000 | 1.00 | - "
-        "| 2.00× | 0.50× |"
+        "| int8 | 2 | short | 11.0 | 8 | faster-whisper | 3.00 [3.00–3.00] | - | 3.7 [3.7–3.7] | 33.3 | 1000 | 1.00 "
+        "| - | 2.00× | 0.50× |"
     )
-    assert "whisper-base, float32, beam 1" in table and "3 rounds" in table
+    assert lines[4].startswith("| int8 | 2 | short | 11.0 | 8 | whisper.cpp (q8_0) | 3.00")  # its weights named
+    assert "whisper-base, beam 1" in table and "3 rounds" in table and "one normaliser" in table
 
 
 def test_plot_rtfx_against_batch_size(tmp_path):
     pytest.importorskip("matplotlib")
     results = [
-        {"workload": "corpus", "batch_size": b, "system": s, "stats": bench.summarize([_run(w / b)], 100.0)}
+        {
+            "workload": "corpus",
+            "batch_size": b,
+            "system": s,
+            "compute_type": "float32",
+            "threads": t,
+            "stats": bench.summarize([_run(w / b / t)], 100.0),
+        }
         for b in (1, 4, 8)
+        for t in (1, 2)
         for s, w in (("oasr", 10.0), ("faster-whisper-batched", 20.0))
     ]
     out = tmp_path / "rtfx.png"
@@ -146,6 +151,45 @@ def test_rounds_alternate_oasr_and_peer_in_fresh_children(audio_dir, monkeypatch
     json.dumps(report)
 
 
+def test_the_matrix_runs_every_peer_in_every_cell_on_its_own_weights(audio_dir, monkeypatch):
+    calls = []
+
+    def fake_child(spec: dict, timeout_s: float) -> dict:
+        calls.append((spec["compute_type"], spec["threads"], spec["system"], spec.get("ggml_path")))
+        wall = {bench.OASR: 1.0, bench.FW_BATCHED: 2.0, bench.WCPP: 4.0}[spec["system"]]
+        return {**_run(wall * spec["threads"]), "texts": ["x"] * len(spec["files"])}
+
+    prepared = []
+
+    def fake_ggml(model: str, cache_dir, file_type: str) -> str:
+        prepared.append(file_type)
+        return f"ggml-{file_type}.bin"
+
+    monkeypatch.setattr(bench, "run_child", fake_child)
+    monkeypatch.setattr(bench, "ct2_model_dir", lambda model, cache: "ct2")
+    monkeypatch.setattr(bench, "ggml_model_file", fake_ggml)
+    argv = ["bench", "--workload", "corpus", "--corpus-limit", "2", "--batch-sizes", "1", "--rounds", "1"]
+    argv += ["--peer", "faster-whisper", "whisper.cpp", "--threads", "1", "2", "--compute-type", "float32", "int8"]
+    report = bench.run_benchmark(build_parser().parse_args([*argv, "--audio-dir", str(audio_dir)]))
+    assert prepared == ["f16", "q8_0"]  # once per compute type, q8_0 for int8
+    systems = [bench.OASR, bench.FW_BATCHED, bench.WCPP]
+    cells = [(c, t) for c in ("float32", "int8") for t in (1, 2)]
+    ggml_file = {"float32": "ggml-f16.bin", "int8": "ggml-q8_0.bin"}
+    assert calls == [(c, t, s, ggml_file[c] if s == bench.WCPP else None) for c, t in cells for s in systems]
+    rows = report["results"]
+    assert [(r["compute_type"], r["threads"], r["system"]) for r in rows] == [
+        (*cell, s) for cell in cells for s in systems
+    ]
+    assert [r["weights"] for r in rows[:3]] == ["float32", "float32", "f16"]
+    assert [r["weights"] for r in rows[-3:]] == ["int8", "int8", "q8_0"]
+    assert [r["vs_oasr"]["wall_s"] for r in rows if r["system"] == bench.WCPP] == [0.25] * 4  # within each cell
+    assert report["settings"]["thread_counts"] == [1, 2] and report["settings"]["peers"] == [
+        "faster-whisper",
+        "whisper.cpp",
+    ]
+    assert "whisper.cpp (q8_0)" in bench.markdown_table(report)
+
+
 # ---------------------------------------------------------------------------
 # Refusals
 
@@ -157,6 +201,13 @@ def test_missing_peer_names_the_bench_extra(monkeypatch, capsys):
     assert code == 2
     assert "--peer faster-whisper" in err and checkout_hint("bench") in err
     assert "Traceback" not in err
+
+
+def test_missing_whisper_cpp_peer_names_its_package(monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "pywhispercpp", None)
+    code = main(["bench", "--workload", "short", "--peer", "faster-whisper", "whisper.cpp"])
+    err = capsys.readouterr().err
+    assert code == 2 and "--peer whisper.cpp needs the pywhispercpp package" in err
 
 
 def test_int8_refused_when_oasr_cannot_quantize(monkeypatch, capsys):
