@@ -1,19 +1,24 @@
-"""``oasr bench``: time oasr against faster-whisper on the same audio, weights and decode settings.
+"""``oasr bench``: time oasr against its peers (faster-whisper, whisper.cpp, CrispASR) on the same
+audio, weights and decode settings.
 
 Method
 ------
 Every timed run is a fresh child process (this file run as a script, its spec on
-stdin; the faster-whisper child never imports oasr or torch) that imports its
+stdin; the peers' children never import oasr or torch) that imports its
 library and loads the model (both timed and reported, neither part of the wall
 time), transcribes the warm-up clip once, then times one transcription of the whole
 workload and prints one JSON line: wall seconds, output tokens, transcripts, load
-seconds and its peak RSS (``ru_maxrss``, so model load and warm-up included).
-For each workload (and batch size) the parent runs ``--rounds`` rounds, each round
-one child per system in a fixed order (oasr, peer, oasr, peer, ...), so slow drift
-of the machine hits both sides alike. Reported per system: median, min and max over
+seconds and its peak RSS (``VmHWM`` on Linux, so model load and warm-up included;
+not ``ru_maxrss``, which a child inherits from the parent across ``execve``).
+The runs form a matrix: for each ``--compute-type``, each ``--threads`` value, each
+workload and each batch size (a *cell*), the parent runs ``--rounds`` rounds, each round
+one child per system in a fixed order (oasr, then every ``--peer``'s systems), so slow
+drift of the machine hits every side alike. Reported per system: median, min and max over
 the rounds of wall time, RTFx (workload audio seconds / wall seconds), output
 tokens per wall second (the decoder's emitted text and timestamp tokens, prompt and
-end-of-text excluded) and peak RSS; and the oasr / peer ratios of the medians.
+end-of-text excluded), peak RSS and WER; and the oasr / peer ratios of the medians in
+the same cell. Every side's WER comes from the same normaliser (openai-whisper's
+English normaliser, ``oasr.metrics``) against the manifest's references.
 
 Workloads (``--audio-dir``: a folder with a ``manifest.jsonl`` of ``{"audio", "text",
 "language"}`` rows; by default the shared corpus; clips of ``--language``, all with ``auto``):
@@ -40,18 +45,31 @@ What each side runs (paths in, so audio decoding is timed on both sides):
   skipped). Used for ``long`` (batch ``--batch-size``) and for ``corpus`` at each batch size,
   where it batches within a file while oasr batches across files: for clips under 30 s
   it decodes one chunk at a time whatever B is.
+* ``whisper.cpp``: pywhispercpp's ``Model.transcribe(audio)`` per file (decoded by PyAV
+  in the child: pywhispercpp reads only 16-kHz WAV itself), sequential, no VAD.
+* ``crispasr``: CrispASR's ``CrispASR.transcribe_pcm(audio)`` per file, the same way;
+  its Python API sets neither ``no_timestamps`` nor the fallback increment, so it
+  decodes timestamps and may fall back to a higher temperature (greedy only).
+
+Both whisper.cpp peers read the same weights, written once into ``--cache-dir`` by
+oasr's own ggml writer (``oasr.models.whisper.ggml``): f16 for float32 (``--ggml-float
+f32``: f32, which pywhispercpp's whisper.cpp 1.8.5 cannot run) and q8_0 for int8; the
+table names them (``whisper.cpp (q8_0)``).
 
 Decode settings are the same everywhere: ``--beam-size`` (default 1, greedy),
 temperature 0.0 only (no fallback), ``language`` fixed (default ``en``; ``auto`` detects
 on both sides), timestamps off unless ``--timestamps``, condition_on_previous_text on
-(the sequential sides), ``--threads`` for both (oasr ``num_threads``, faster-whisper
-``cpu_threads``; ``OMP_NUM_THREADS`` and friends set alike in both children) and
-``--compute-type`` (faster-whisper ``compute_type``; oasr float32, or its ``quantize``
-engine option for int8). faster-whisper reads the CTranslate2 ``model.bin`` the bundled
-model ships (a split one is joined once into ``--cache-dir``), so both run the same weights.
+(the sequential sides), ``--threads`` for every side (oasr ``num_threads``, faster-whisper
+``cpu_threads``, whisper.cpp ``n_threads``; ``OMP_NUM_THREADS`` and friends set alike in
+every child) and ``--compute-type`` (faster-whisper ``compute_type``; oasr float32, or its
+``quantize`` engine option for int8; whisper.cpp's weights as above). faster-whisper reads
+the CTranslate2 ``model.bin`` the bundled model ships (a split one is joined once into
+``--cache-dir``), so every side runs the same weights.
 
-Results go to stdout as a markdown table, and optionally to ``--json``,
-``--markdown`` and ``--plot`` (RTFx against batch size for ``corpus``; needs matplotlib).
+Results go to stdout as a markdown table (a row per cell and system, each peer's row with
+oasr's lead: the peer's wall / oasr's wall, and oasr's RSS / the peer's), and optionally to
+``--json``, ``--markdown`` and ``--plot`` (RTFx against batch size for ``corpus``, a line per
+system, compute type and thread count; needs matplotlib).
 """
 
 from __future__ import annotations
@@ -73,8 +91,8 @@ from pathlib import Path
 from typing import Any
 
 # Only the standard library at module level: the timed children run this file as a script
-# (``python .../oasr/cli/bench.py``), and the faster-whisper child must not import oasr (and
-# with it torch: ~220 MB of RSS and a second OpenMP runtime beside CTranslate2's).
+# (``python .../oasr/cli/bench.py``), and the peers' children must not import oasr (and with
+# it torch: ~220 MB of RSS and a second OpenMP runtime beside CTranslate2's or ggml's).
 
 NAME = "bench"
 WORKLOADS = ("short", "long", "corpus")
@@ -82,6 +100,7 @@ OASR = "oasr"
 FW = "faster-whisper"  # WhisperModel.transcribe, file by file
 FW_BATCHED = "faster-whisper-batched"  # BatchedInferencePipeline.transcribe, file by file
 WCPP = "whisper.cpp"  # pywhispercpp's Model.transcribe, file by file, on oasr's ggml file of the weights
+CRISP = "crispasr"  # CrispASR's whisper.cpp (CrispASR.transcribe_pcm), file by file, on the same ggml file
 RESULT_MARKER = "OASR_BENCH_RESULT "
 METRICS = ("wall_s", "rtfx", "tokens_per_s", "peak_rss_mb", "load_s")
 THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
@@ -462,6 +481,29 @@ def _whisper_cpp_child(spec: dict) -> dict:
     return _timed(spec, (t0, t1, t2), one, lambda paths: [one(path) for path in paths])
 
 
+def _crispasr_child(spec: dict) -> dict:
+    """CrispASR's whisper.cpp on ``spec["ggml_path"]``: one ``transcribe_pcm`` per file, in order. Its
+    Python API sets no ``no_timestamps`` and no fallback increment: it decodes timestamps (the tokens
+    counted) and may fall back to higher temperatures on a failed window, as whisper.cpp's defaults do."""
+    t0 = time.perf_counter()
+    import crispasr
+
+    t1 = time.perf_counter()
+    model = crispasr.CrispASR(spec["ggml_path"])
+    options = {"n_threads": spec["threads"], "temperature": 0.0, "no_context": False, "best_of": 1}
+    t2 = time.perf_counter()
+
+    def counted(raw: bytes) -> bool:  # text and timestamp tokens, as the other sides count
+        return not raw.startswith(b"[_") or raw.startswith(b"[_TT_") or raw == b"[_BEG_]"
+
+    def one(path: str) -> tuple[str, int]:
+        segments = model.transcribe_pcm(_decode_16k(path), language=spec["language"] or "auto", decode_options=options)
+        tokens = sum(counted(t.raw_text) for s in segments for t in s.tokens)
+        return "".join(s.text for s in segments).strip(), tokens
+
+    return _timed(spec, (t0, t1, t2), one, lambda paths: [one(path) for path in paths])
+
+
 # ---------------------------------------------------------------------------
 # The peers: one row each (a new peer is a row here and its child in CHILDREN)
 
@@ -507,12 +549,19 @@ PEERS: dict[str, Peer] = {
         lambda args, cache_dir, ct: {"ggml_path": ggml_model_file(args.model, cache_dir, ggml_type(args, ct))},
         ggml_type,
     ),
+    CRISP: Peer(
+        "crispasr",
+        lambda args, workload: [CRISP],
+        lambda args, cache_dir, ct: {"ggml_path": ggml_model_file(args.model, cache_dir, ggml_type(args, ct))},
+        ggml_type,
+    ),
 }
 CHILDREN: dict[str, Callable[[dict], dict]] = {
     OASR: _oasr_child,
     FW: _faster_whisper_child,
     FW_BATCHED: _faster_whisper_child,
     WCPP: _whisper_cpp_child,
+    CRISP: _crispasr_child,
 }
 
 
@@ -753,7 +802,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--ggml-float",
         choices=("f16", "f32"),
         default="f16",
-        help="whisper.cpp's weights for float32 (default f16, whisper.cpp's usual; f32 needs whisper.cpp >= 1.8.6)",
+        help="the whisper.cpp peers' weights for float32 (default f16, whisper.cpp's usual; f32 runs in CrispASR, "
+        "not in pywhispercpp 1.5.1, whose whisper.cpp 1.8.5 convolves with f16 kernels only)",
     )
     g.add_argument("--beam-size", type=positive_int, default=1, metavar="N", help="default 1 (greedy)")
     g.add_argument(
@@ -843,6 +893,8 @@ def check_requirements(args: argparse.Namespace) -> None:
     for name in args.peer:
         if name != "none" and importlib.util.find_spec(PEERS[name].package) is None:
             raise _error(f"--peer {name} needs the {PEERS[name].package} package: {_bench_hint()} (or --peer none)", 2)
+    if CRISP in args.peer and args.beam_size > 1:
+        raise _error(f"--peer {CRISP}: greedy only (its Python API sets no beam size); drop --beam-size", 2)
     if args.plot is not None and importlib.util.find_spec("matplotlib") is None:
         raise _error(f"--plot needs matplotlib: {_bench_hint()}", 2)
     if "int8" in args.compute_type and not oasr_quantizes():
