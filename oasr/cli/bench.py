@@ -291,16 +291,26 @@ def ct2_model_dir(model: str, cache_dir: Path) -> str:
 
 def ggml_model_file(model: str, cache_dir: Path, file_type: str) -> str:
     """``model`` written once by oasr's ggml writer as whisper.cpp's ``ggml-*.bin`` of ``file_type``
-    (f32, f16 or q8_0) into ``cache_dir``, named by the checkpoint's path."""
+    (f32, f16 or q8_0) into ``cache_dir``, named by the checkpoint's path. The writer runs as its own
+    process (``python -m oasr.models.whisper.ggml``): the CLI imports no family, and the checkpoint
+    it loads is not held by this process while the children run.
+
+    Raises:
+        CliError: the writer failed (its message).
+    """
     from oasr.models.bundled import bundled_path
-    from oasr.models.whisper.ggml import write_ggml
 
     src = (bundled_path(model) or Path(model)).resolve()
     key = hashlib.sha1(str(src).encode()).hexdigest()[:12]
-    path = cache_dir / f"ggml-{src.name}-{key}-{file_type}.bin"
+    name = model if bundled_path(model) is not None else src.name
+    path = cache_dir / f"ggml-{name}-{key}-{file_type}.bin"
     if not path.is_file():
         cache_dir.mkdir(parents=True, exist_ok=True)
-        write_ggml(str(src), path, file_type)
+        cmd = [sys.executable, "-m", "oasr.models.whisper.ggml", str(src), str(path), "--type", file_type]
+        env = {**os.environ, "PYTHONPATH": _package_path()}
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
+        if proc.returncode != 0:
+            raise _error(f"writing {model} as whisper.cpp's {file_type} file failed:\n{proc.stderr[-2000:]}")
     return str(path)
 
 
@@ -575,15 +585,19 @@ def child_main() -> int:
     return 0
 
 
+def _package_path() -> str:
+    """``PYTHONPATH`` with this checkout first, so that a child imports this oasr."""
+    package_root = str(Path(__file__).resolve().parents[2])
+    return os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH")) if p)
+
+
 def run_child(spec: dict, timeout_s: float) -> dict:
     """Run one timed child and return its result.
 
     Raises:
         CliError: the child failed or timed out (with the end of its stderr).
     """
-    env = {**os.environ, **{name: str(spec["threads"]) for name in THREAD_ENV}}
-    package_root = str(Path(__file__).resolve().parents[2])  # so the oasr child imports this oasr
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH")) if p)
+    env = {**os.environ, **{name: str(spec["threads"]) for name in THREAD_ENV}, "PYTHONPATH": _package_path()}
     cmd = [sys.executable, str(Path(__file__).resolve())]
     try:
         proc = subprocess.run(

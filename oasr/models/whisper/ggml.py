@@ -220,6 +220,9 @@ def write_ggml(model: str | os.PathLike, out: str | os.PathLike, file_type: str 
 
 
 def main(argv: list[str] | None = None) -> int:
+    from oasr.models.base import LoadError
+    from oasr.models.bundled import BundledModelCorrupt
+
     p = argparse.ArgumentParser(
         prog="python -m oasr.models.whisper.ggml",
         description="Write a Whisper checkpoint (bundled name or directory) as whisper.cpp's ggml model file.",
@@ -230,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     try:
         path = write_ggml(args.model, args.out, args.type)
-    except (ValueError, FileNotFoundError) as e:
+    except (ValueError, OSError, LoadError, BundledModelCorrupt) as e:  # a bad checkpoint or path: one line
         print(f"error: {e}", file=sys.stderr)
         return 2
     print(f"{path} ({path.stat().st_size / 2**20:.1f} MiB, {args.type})")
