@@ -144,6 +144,7 @@ def test_the_file_holds_every_tensor_at_whisper_cpps_type(tiny_files):
 
 
 @pytest.mark.real_weights
+@pytest.mark.slow
 @needs_tiny_en
 def test_whisper_cpp_transcribes_oasrs_files_as_oasr_does(tiny_files, oasr_text):
     pytest.importorskip("pywhispercpp")
@@ -160,6 +161,7 @@ def test_whisper_cpp_transcribes_oasrs_files_as_oasr_does(tiny_files, oasr_text)
 
 
 @pytest.mark.real_weights
+@pytest.mark.slow
 @needs_tiny_en
 def test_crispasr_on_the_f32_file_gives_oasrs_text(tiny_files, oasr_text):
     crispasr = pytest.importorskip("crispasr")
