@@ -40,6 +40,12 @@ What each side runs (paths in, so audio decoding is timed on both sides):
   skipped). Used for ``long`` (batch ``--batch-size``) and for ``corpus`` at each batch size,
   where it batches within a file while oasr batches across files: for clips under 30 s
   it decodes one chunk at a time whatever B is.
+* ``sherpa-onnx`` (``--peer sherpa-onnx``): ``OfflineRecognizer.from_whisper`` on the same
+  weights exported by oasr to sherpa-onnx's Whisper ONNX layout (once, into ``--cache-dir``;
+  float32 graphs, or the int8 ones for ``--compute-type int8``), one ``decode_stream`` per
+  file (audio read by soundfile, resampled by sherpa-onnx), greedy, ``num_threads`` =
+  ``--threads``. Its Whisper decodes at most 29.5 s a call and drops the rest, so it has no
+  ``long`` cell, and its corpus keeps the clips of at most 29.5 s (for oasr too).
 
 Decode settings are the same everywhere: ``--beam-size`` (default 1, greedy),
 temperature 0.0 only (no fallback), ``language`` fixed (default ``en``; ``auto`` detects
@@ -85,6 +91,8 @@ RESULT_MARKER = "OASR_BENCH_RESULT "
 METRICS = ("wall_s", "rtfx", "tokens_per_s", "peak_rss_mb", "load_s")
 THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 SILENCE_S = 0.5  # between the clips of the long recording
+SHERPA = "sherpa-onnx"  # OfflineRecognizer.from_whisper on oasr's ONNX export of the weights, file by file
+SHERPA_MAX_S = 29.5  # sherpa-onnx's Whisper takes the first 2950 frames of a call and drops the rest
 
 
 def _bench_hint() -> str:
@@ -229,6 +237,11 @@ def long_workload(rows: list[dict], cache_dir: Path, min_seconds: float) -> Work
     return Workload("long", (clip,), ((clip.text, language),))
 
 
+def sherpa_onnx_rows(rows: list[dict]) -> list[dict]:
+    """The rows sherpa-onnx's Whisper decodes whole: at most ``SHERPA_MAX_S`` seconds."""
+    return [r for r in rows if r.get("duration_s", _clip(r).duration_s) <= SHERPA_MAX_S]
+
+
 def corpus_workload(rows: list[dict], limit: int | None = None) -> Workload:
     """Every clip, or ``limit`` of them spread evenly over the list (sorted by name)."""
     if limit is not None and limit < len(rows):
@@ -269,15 +282,46 @@ def ct2_model_dir(model: str, cache_dir: Path) -> str:
     return str(dst)
 
 
+def sherpa_onnx_model(model: str, cache_dir: Path, compute_type: str) -> dict[str, str]:
+    """``model`` exported once by oasr in sherpa-onnx's Whisper layout (float32 and int8 graphs)
+    into ``cache_dir``; the spec's ``sherpa_encoder`` / ``sherpa_decoder`` / ``sherpa_tokens``
+    paths for ``compute_type``."""
+    from oasr.models import export_sherpa_onnx
+    from oasr.models.bundled import bundled_path
+
+    src = bundled_path(model) or Path(model)
+    key = hashlib.sha1(str(src.resolve()).encode()).hexdigest()[:12]
+    out = cache_dir / f"sherpa-onnx-{src.name}-{key}"
+    graphs = ".int8.onnx" if compute_type == "int8" else ".onnx"
+    paths = {
+        "sherpa_encoder": out / f"model-encoder{graphs}",
+        "sherpa_decoder": out / f"model-decoder{graphs}",
+        "sherpa_tokens": out / "model-tokens.txt",
+    }
+    if not all(p.is_file() for p in paths.values()):
+        tmp = out.with_name(out.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        export_sherpa_onnx(model, tmp, prefix="model", int8=True)
+        shutil.rmtree(out, ignore_errors=True)
+        tmp.rename(out)
+    return {k: str(p) for k, p in paths.items()}
+
+
 # ---------------------------------------------------------------------------
 # The child process
 
 
 def _peak_rss_mb() -> float:
-    import resource
+    """This process's peak RSS. On Linux ``VmHWM``: ``ru_maxrss`` carries the parent's peak over
+    fork and exec, so a large parent (one that exported the peer's weights) would inflate it."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            return next(int(line.split()[1]) for line in f if line.startswith("VmHWM:")) / 2**10  # kB
+    except (OSError, StopIteration):
+        import resource
 
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return peak / 2**20 if sys.platform == "darwin" else peak / 2**10  # bytes on macOS, KiB on Linux
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return peak / 2**20 if sys.platform == "darwin" else peak / 2**10  # bytes on macOS, KiB on Linux
 
 
 def _decode_options(spec: dict) -> dict[str, Any]:
@@ -382,10 +426,43 @@ def _faster_whisper_child(spec: dict) -> dict:
     return result
 
 
+def _sherpa_onnx_child(spec: dict) -> dict:
+    """sherpa-onnx's Whisper on oasr's export: one ``decode_stream`` per file, in order."""
+    t0 = time.perf_counter()
+    import sherpa_onnx
+    import soundfile
+
+    t1 = time.perf_counter()
+    recognizer = sherpa_onnx.OfflineRecognizer.from_whisper(
+        encoder=spec["sherpa_encoder"],
+        decoder=spec["sherpa_decoder"],
+        tokens=spec["sherpa_tokens"],
+        language=spec["language"] or "",  # "": sherpa-onnx detects it
+        task="transcribe",
+        num_threads=spec["threads"],
+    )
+    t2 = time.perf_counter()
+
+    def one(path: str) -> tuple[str, int]:
+        samples, rate = soundfile.read(path, dtype="float32", always_2d=True)
+        stream = recognizer.create_stream()
+        stream.accept_waveform(rate, samples.mean(axis=1))  # mono; sherpa-onnx resamples to 16 kHz
+        recognizer.decode_stream(stream)
+        return stream.result.text.strip(), len(stream.result.tokens)
+
+    return _timed(spec, (t0, t1, t2), one, lambda paths: [one(path) for path in paths])
+
+
+CHILDREN: dict[str, Callable[[dict], dict]] = {SHERPA: _sherpa_onnx_child}
+
+
 def child_main() -> int:
     """Entry of a timed child: a JSON spec on stdin, one ``RESULT_MARKER`` JSON line on stdout."""
     spec = json.loads(sys.stdin.read())
-    result = _oasr_child(spec) if spec["system"] == OASR else _faster_whisper_child(spec)
+    if spec["system"] in CHILDREN:
+        result = CHILDREN[spec["system"]](spec)
+    else:
+        result = _oasr_child(spec) if spec["system"] == OASR else _faster_whisper_child(spec)
     result["peak_rss_mb"] = _peak_rss_mb()
     result["load_average_1m"] = os.getloadavg()[0]  # other work on the machine skews the timing
     print(RESULT_MARKER + json.dumps(result), flush=True)
@@ -494,6 +571,7 @@ def markdown_table(report: dict) -> str:
         f"timestamps {'on' if s['timestamps'] else 'off'}, oasr VAD {'on' if s.get('oasr_vad') else 'off'}, "
         f"{s['threads']} threads, {s['rounds']} rounds "
         f"(median [min–max]); {report['machine']['cpus']} CPUs, {report['machine']['platform']}.",
+        *([s["note"] + "."] if s.get("note") else []),
     ]
     return "\n".join(lines) + "\n"
 
@@ -554,7 +632,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="what to time (default all: short, long, corpus); streaming: live streams kept at real time by "
         "--model (a streaming checkpoint), batched against a one-stream-per-forward loop",
     )
-    p.add_argument("--peer", choices=(FW, "none"), default=FW, help="the system to compare with (default %(default)s)")
+    p.add_argument(
+        "--peer", choices=(FW, SHERPA, "none"), default=FW, help="the system to compare with (default %(default)s)"
+    )
     p.add_argument("--rounds", type=positive_int, default=3, metavar="K", help="timed runs per system (default 3)")
     p.add_argument(
         "--batch-sizes",
@@ -666,6 +746,8 @@ def check_requirements(args: argparse.Namespace) -> None:
     """
     if args.peer == FW and importlib.util.find_spec("faster_whisper") is None:
         raise _error(f"--peer {FW} needs the faster-whisper package: {_bench_hint()} (or --peer none)", 2)
+    if args.peer == SHERPA:
+        check_sherpa_onnx(args)
     if args.plot is not None and importlib.util.find_spec("matplotlib") is None:
         raise _error(f"--plot needs matplotlib: {_bench_hint()}", 2)
     if args.compute_type == "int8" and not oasr_quantizes():
@@ -674,6 +756,27 @@ def check_requirements(args: argparse.Namespace) -> None:
 
     if is_bundled_name(args.model) and bundled_path(args.model) is None:
         raise _error(f"model {args.model} is not installed: {install_hint(args.model)}", 2)
+
+
+def check_sherpa_onnx(args: argparse.Namespace) -> None:
+    """What ``--peer sherpa-onnx`` cannot run: its packages missing, beam search, timestamps, long-form.
+
+    Raises:
+        CliError: (exit code 2) naming the option and the reason.
+    """
+    for package in ("sherpa_onnx", "onnx", "onnxruntime", "soundfile"):
+        if importlib.util.find_spec(package) is None:
+            raise _error(f"--peer {SHERPA} needs the {package} package: pip install sherpa-onnx onnx soundfile", 2)
+    if args.beam_size != 1:
+        raise _error(f"--peer {SHERPA}: its Whisper decodes greedily only; use --beam-size 1", 2)
+    if args.timestamps:
+        raise _error(f"--peer {SHERPA}: timed without timestamps only (drop --timestamps)", 2)
+    if args.workload == "long":
+        raise _error(
+            f"--peer {SHERPA}: no long-form cell: its Whisper decodes at most {SHERPA_MAX_S:g} s a call and drops "
+            "the rest",
+            2,
+        )
 
 
 def _all_cores() -> int:
@@ -687,15 +790,33 @@ def _workloads(args: argparse.Namespace, rows: list[dict], cache_dir: Path) -> l
     made = {
         "short": lambda: short_workload(rows, args.short_clip),
         "long": lambda: long_workload(rows, cache_dir, args.long_min_seconds),
-        "corpus": lambda: corpus_workload(rows, args.corpus_limit),
+        "corpus": lambda: corpus_workload(sherpa_onnx_rows(rows) if args.peer == SHERPA else rows, args.corpus_limit),
     }
     return [made[name]() for name in names]
+
+
+def sherpa_onnx_prepare(args: argparse.Namespace, workloads: list[Workload], cache_dir: Path) -> dict[str, str]:
+    """Refuse a clip sherpa-onnx would cut, then export the weights once: the spec's paths.
+
+    Raises:
+        CliError: (exit code 2) a clip of a workload it runs is over ``SHERPA_MAX_S``.
+    """
+    too_long = [
+        Path(c.path).name for w in workloads if w.name != "long" for c in w.clips if c.duration_s > SHERPA_MAX_S
+    ]
+    if too_long:
+        raise _error(
+            f"--peer {SHERPA}: its Whisper decodes at most {SHERPA_MAX_S:g} s a call: {', '.join(too_long)}", 2
+        )
+    return sherpa_onnx_model(args.model, cache_dir, args.compute_type)
 
 
 def _plan(args: argparse.Namespace, workload: Workload) -> list[tuple[int, list[str]]]:
     """``(batch size, systems)`` groups for ``workload``, systems in their per-round order."""
     if args.peer == "none":
         peers: dict[str, list[str]] = {"short": [], "long": [], "corpus": []}
+    elif args.peer == SHERPA:
+        peers = {"short": [SHERPA], "long": [], "corpus": [SHERPA]}
     else:
         long_peers = {"sequential": [FW], "batched": [FW_BATCHED], "both": [FW, FW_BATCHED]}[args.long_peer]
         peers = {"short": [FW], "long": long_peers, "corpus": [FW_BATCHED]}
@@ -733,6 +854,7 @@ def run_benchmark(args: argparse.Namespace) -> dict:
     workloads = _workloads(args, rows, cache_dir)
     warmup = short_workload(rows, args.short_clip).paths[0]
     peer_dir = ct2_model_dir(args.model, cache_dir) if args.peer == FW else None
+    peer_files = sherpa_onnx_prepare(args, workloads, cache_dir) if args.peer == SHERPA else {}
     settings = {
         "model": args.model,
         "compute_type": args.compute_type,
@@ -748,6 +870,11 @@ def run_benchmark(args: argparse.Namespace) -> dict:
         "batch_sizes": args.batch_sizes,
         "warmup": Path(warmup).name,
     }
+    if args.peer == SHERPA:
+        settings["note"] = (
+            f"{SHERPA}: no long-form cell (its Whisper decodes at most {SHERPA_MAX_S:g} s a call); "
+            f"the corpus holds the clips of at most {SHERPA_MAX_S:g} s"
+        )
     report: dict[str, Any] = {
         "settings": settings,
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
@@ -773,6 +900,7 @@ def run_benchmark(args: argparse.Namespace) -> dict:
                         "language": language,
                         "timestamps": args.timestamps,
                         "vad": args.vad,
+                        **peer_files,
                     }
                     result = run_child(spec, args.timeout)
                     runs[system].append(result)

@@ -116,18 +116,7 @@ def test_metadata_and_tokens_are_what_sherpa_onnx_reads(exported, oasr_hf):
     assert int(i) == 440 and base64.b64decode(piece) == oasr_hf.tokenizer.decode_bytes([440])
 
 
-@pytest.fixture(scope="module")
-def tiny_en_export(tmp_path_factory):
-    pytest.importorskip("sherpa_onnx")
-    from oasr.models.bundled import bundled_path
-    from oasr.models.whisper.export_onnx import export_sherpa_onnx
-
-    if bundled_path("tiny.en") is None:
-        pytest.skip("tiny.en is not installed (oasr's whisper-tiny-en extra)")
-    return export_sherpa_onnx("tiny.en", tmp_path_factory.mktemp("sherpa_tiny_en"))
-
-
-def test_sherpa_onnx_transcribes_the_export_as_oasr_does(tiny_en_export):
+def test_sherpa_onnx_transcribes_the_export_as_oasr_does(sherpa_onnx_tiny_en):
     import sherpa_onnx
 
     from oasr.audio import SAMPLE_RATE, load_audio
@@ -135,9 +124,9 @@ def test_sherpa_onnx_transcribes_the_export_as_oasr_does(tiny_en_export):
 
     clip = AUDIO_DIR / "jfk.wav"
     recognizer = sherpa_onnx.OfflineRecognizer.from_whisper(
-        encoder=str(tiny_en_export.encoder),
-        decoder=str(tiny_en_export.decoder),
-        tokens=str(tiny_en_export.tokens),
+        encoder=str(sherpa_onnx_tiny_en.encoder),
+        decoder=str(sherpa_onnx_tiny_en.decoder),
+        tokens=str(sherpa_onnx_tiny_en.tokens),
         language="en",
         task="transcribe",
         num_threads=1,
