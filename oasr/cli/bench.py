@@ -239,7 +239,7 @@ def long_workload(rows: list[dict], cache_dir: Path, min_seconds: float) -> Work
 
 def sherpa_onnx_rows(rows: list[dict]) -> list[dict]:
     """The rows sherpa-onnx's Whisper decodes whole: at most ``SHERPA_MAX_S`` seconds."""
-    return [r for r in rows if r.get("duration_s", _clip(r).duration_s) <= SHERPA_MAX_S]
+    return [r for r in rows if (r["duration_s"] if "duration_s" in r else _clip(r).duration_s) <= SHERPA_MAX_S]
 
 
 def corpus_workload(rows: list[dict], limit: int | None = None) -> Workload:
@@ -766,7 +766,9 @@ def check_sherpa_onnx(args: argparse.Namespace) -> None:
     """
     for package in ("sherpa_onnx", "onnx", "onnxruntime", "soundfile"):
         if importlib.util.find_spec(package) is None:
-            raise _error(f"--peer {SHERPA} needs the {package} package: pip install sherpa-onnx onnx soundfile", 2)
+            raise _error(
+                f"--peer {SHERPA} needs the {package} package: pip install sherpa-onnx onnx onnxruntime soundfile", 2
+            )
     if args.beam_size != 1:
         raise _error(f"--peer {SHERPA}: its Whisper decodes greedily only; use --beam-size 1", 2)
     if args.timestamps:
