@@ -5,6 +5,8 @@ and sherpa-onnx's own recognizer transcribes the exported tiny.en as oasr does."
 from __future__ import annotations
 
 import base64
+import contextlib
+import io
 
 import pytest
 import torch
@@ -18,9 +20,18 @@ pytest.importorskip("onnx")
 
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory, hf_dir):
-    from oasr.models.whisper.export_onnx import export_sherpa_onnx
+    """The tiny checkpoint exported by ``oasr models export-sherpa-onnx ... --int8``."""
+    from oasr.cli.main import main
+    from oasr.models.whisper.export_onnx import SherpaOnnxFiles
 
-    return export_sherpa_onnx(hf_dir, tmp_path_factory.mktemp("sherpa_onnx"), prefix="tiny", int8=True)
+    out = tmp_path_factory.mktemp("sherpa_onnx")
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        assert main(["models", "export-sherpa-onnx", str(hf_dir), str(out), "--prefix", "tiny", "--int8"]) == 0
+    names = ("encoder.onnx", "decoder.onnx", "tokens.txt", "encoder.int8.onnx", "decoder.int8.onnx")
+    files = SherpaOnnxFiles(*(out / f"tiny-{name}" for name in names))
+    assert sorted(printed.getvalue().split()) == sorted(str(out / f"tiny-{name}") for name in names)
+    return files
 
 
 def _session(path):
