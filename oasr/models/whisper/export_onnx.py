@@ -280,7 +280,7 @@ def export_sherpa_onnx(
     )
     cfg = model.config
     with torch.inference_mode():
-        mel = torch.zeros(1, cfg.n_mels, 2 * cfg.n_audio_ctx)
+        mel = torch.zeros(1, cfg.n_mels, 200)  # any even length: the frame axis is symbolic (and tracing is quicker)
         encoder = SherpaWhisperEncoder(model.encoder, model.decoder)
         cross_k, cross_v = encoder(mel)
         _trace(
