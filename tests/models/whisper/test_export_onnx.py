@@ -150,3 +150,12 @@ def test_sherpa_onnx_transcribes_the_export_as_oasr_does(sherpa_onnx_tiny_en):
     )
     assert stream.result.text.strip() == out.text.strip()
     assert len(stream.result.tokens) == sum(len(s.tokens) for s in out.segments)
+
+
+def test_export_command_refuses_a_model_it_cannot_load(tmp_path, capsys):
+    from oasr.cli.main import main
+
+    assert main(["models", "export-sherpa-onnx", str(tmp_path / "nothing"), str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert "oasr models: error:" in err and "nothing" in err and "Traceback" not in err
+    assert not (tmp_path / "out").exists()
