@@ -119,3 +119,17 @@ def vad_recording(manifest) -> SpeechWithSilences:
 def checkout_hint(extra: str) -> str:
     """The install command oasr's hints give for ``extra`` when it runs from this source checkout."""
     return f"pip install -e '{REPO_ROOT}[{extra}]'"
+
+
+@pytest.fixture(scope="session")
+def sherpa_onnx_tiny_en(tmp_path_factory):
+    """tiny.en exported by oasr in sherpa-onnx's Whisper layout (float32): what the export's
+    end-to-end test and the bench's sherpa-onnx child decode; skipped without sherpa-onnx."""
+    pytest.importorskip("sherpa_onnx")
+    pytest.importorskip("onnx")
+    from oasr.models import export_sherpa_onnx
+    from oasr.models.bundled import bundled_path
+
+    if bundled_path("tiny.en") is None:
+        pytest.skip("tiny.en is not installed (oasr's whisper-tiny-en extra)")
+    return export_sherpa_onnx("tiny.en", tmp_path_factory.mktemp("sherpa_onnx_tiny_en"))

@@ -55,6 +55,12 @@ Both whisper.cpp peers read the same weights, written once into ``--cache-dir`` 
 oasr's own ggml writer (``oasr.models.whisper.ggml``): f16 for float32 (``--ggml-float
 f32``: f32, which pywhispercpp's whisper.cpp 1.8.5 cannot run) and q8_0 for int8; the
 table names them (``whisper.cpp (q8_0)``).
+* ``sherpa-onnx`` (``--peer sherpa-onnx``): ``OfflineRecognizer.from_whisper`` on the same
+  weights exported by oasr to sherpa-onnx's Whisper ONNX layout (once, into ``--cache-dir``;
+  float32 graphs, or the int8 ones for ``--compute-type int8``), one ``decode_stream`` per
+  file (audio read by soundfile, resampled by sherpa-onnx), greedy, ``num_threads`` =
+  ``--threads``. Its Whisper decodes at most 29.5 s a call and drops the rest, so it has no
+  ``long`` cell, and with it the corpus keeps the clips of at most 29.5 s (for every side).
 
 Decode settings are the same everywhere: ``--beam-size`` (default 1, greedy),
 temperature 0.0 only (no fallback), ``language`` fixed (default ``en``; ``auto`` detects
@@ -101,6 +107,8 @@ FW = "faster-whisper"  # WhisperModel.transcribe, file by file
 FW_BATCHED = "faster-whisper-batched"  # BatchedInferencePipeline.transcribe, file by file
 WCPP = "whisper.cpp"  # pywhispercpp's Model.transcribe, file by file, on oasr's ggml file of the weights
 CRISP = "crispasr"  # CrispASR's whisper.cpp (CrispASR.transcribe_pcm), file by file, on the same ggml file
+SHERPA = "sherpa-onnx"  # OfflineRecognizer.from_whisper on oasr's ONNX export of the weights, file by file
+SHERPA_MAX_S = 29.5  # sherpa-onnx's Whisper takes the first 2950 frames of a call and drops the rest
 RESULT_MARKER = "OASR_BENCH_RESULT "
 METRICS = ("wall_s", "rtfx", "tokens_per_s", "peak_rss_mb", "load_s")
 THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
@@ -249,6 +257,11 @@ def long_workload(rows: list[dict], cache_dir: Path, min_seconds: float) -> Work
     return Workload("long", (clip,), ((clip.text, language),))
 
 
+def sherpa_onnx_rows(rows: list[dict]) -> list[dict]:
+    """The rows sherpa-onnx's Whisper decodes whole: at most ``SHERPA_MAX_S`` seconds."""
+    return [r for r in rows if (r["duration_s"] if "duration_s" in r else _clip(r).duration_s) <= SHERPA_MAX_S]
+
+
 def corpus_workload(rows: list[dict], limit: int | None = None) -> Workload:
     """Every clip, or ``limit`` of them spread evenly over the list (sorted by name)."""
     if limit is not None and limit < len(rows):
@@ -316,6 +329,31 @@ def ggml_model_file(model: str, cache_dir: Path, file_type: str) -> str:
 
 # ---------------------------------------------------------------------------
 # The child process
+
+
+def sherpa_onnx_model(model: str, cache_dir: Path, compute_type: str) -> dict[str, str]:
+    """``model`` exported once by oasr in sherpa-onnx's Whisper layout (float32 and int8 graphs)
+    into ``cache_dir``; the spec's ``sherpa_encoder`` / ``sherpa_decoder`` / ``sherpa_tokens``
+    paths for ``compute_type``."""
+    from oasr.models import export_sherpa_onnx
+    from oasr.models.bundled import bundled_path
+
+    src = bundled_path(model) or Path(model)
+    key = hashlib.sha1(str(src.resolve()).encode()).hexdigest()[:12]
+    out = cache_dir / f"sherpa-onnx-{src.name}-{key}"
+    graphs = ".int8.onnx" if compute_type == "int8" else ".onnx"
+    paths = {
+        "sherpa_encoder": out / f"model-encoder{graphs}",
+        "sherpa_decoder": out / f"model-decoder{graphs}",
+        "sherpa_tokens": out / "model-tokens.txt",
+    }
+    if not all(p.is_file() for p in paths.values()):
+        tmp = out.with_name(out.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        export_sherpa_onnx(model, tmp, prefix="model", int8=True)
+        shutil.rmtree(out, ignore_errors=True)
+        tmp.rename(out)
+    return {k: str(p) for k, p in paths.items()}
 
 
 def _peak_rss_mb() -> float:
@@ -514,6 +552,33 @@ def _crispasr_child(spec: dict) -> dict:
     return _timed(spec, (t0, t1, t2), one, lambda paths: [one(path) for path in paths])
 
 
+def _sherpa_onnx_child(spec: dict) -> dict:
+    """sherpa-onnx's Whisper on oasr's export: one ``decode_stream`` per file, in order."""
+    t0 = time.perf_counter()
+    import sherpa_onnx
+    import soundfile
+
+    t1 = time.perf_counter()
+    recognizer = sherpa_onnx.OfflineRecognizer.from_whisper(
+        encoder=spec["sherpa_encoder"],
+        decoder=spec["sherpa_decoder"],
+        tokens=spec["sherpa_tokens"],
+        language=spec["language"] or "",  # "": sherpa-onnx detects it
+        task="transcribe",
+        num_threads=spec["threads"],
+    )
+    t2 = time.perf_counter()
+
+    def one(path: str) -> tuple[str, int]:
+        samples, rate = soundfile.read(path, dtype="float32", always_2d=True)
+        stream = recognizer.create_stream()
+        stream.accept_waveform(rate, samples.mean(axis=1))  # mono; sherpa-onnx resamples to 16 kHz
+        recognizer.decode_stream(stream)
+        return stream.result.text.strip(), len(stream.result.tokens)
+
+    return _timed(spec, (t0, t1, t2), one, lambda paths: [one(path) for path in paths])
+
+
 # ---------------------------------------------------------------------------
 # The peers: one row each (a new peer is a row here and its child in CHILDREN)
 
@@ -565,6 +630,12 @@ PEERS: dict[str, Peer] = {
         lambda args, cache_dir, ct: {"ggml_path": ggml_model_file(args.model, cache_dir, ggml_type(args, ct))},
         ggml_type,
     ),
+    SHERPA: Peer(
+        "sherpa_onnx",
+        lambda args, workload: [] if workload == "long" else [SHERPA],  # it decodes 29.5 s a call at most
+        lambda args, cache_dir, ct: sherpa_onnx_model(args.model, cache_dir, ct),
+        lambda args, ct: ct,
+    ),
 }
 CHILDREN: dict[str, Callable[[dict], dict]] = {
     OASR: _oasr_child,
@@ -572,6 +643,7 @@ CHILDREN: dict[str, Callable[[dict], dict]] = {
     FW_BATCHED: _faster_whisper_child,
     WCPP: _whisper_cpp_child,
     CRISP: _crispasr_child,
+    SHERPA: _sherpa_onnx_child,
 }
 
 
@@ -702,6 +774,7 @@ def markdown_table(report: dict) -> str:
         f"(median [min–max]); WER of every side by one normaliser (openai-whisper's English normaliser, "
         f"whisper_normalizer) against the references; {report['machine']['cpus']} CPUs, "
         f"{report['machine']['platform']}.",
+        *([s["note"] + "."] if s.get("note") else []),
     ]
     return "\n".join(lines) + "\n"
 
@@ -909,6 +982,8 @@ def check_requirements(args: argparse.Namespace) -> None:
             raise _error(f"--peer {name} needs the {PEERS[name].package} package: {_bench_hint()} (or --peer none)", 2)
     if CRISP in args.peer and args.beam_size > 1:
         raise _error(f"--peer {CRISP}: greedy only (its Python API sets no beam size); drop --beam-size", 2)
+    if SHERPA in args.peer:
+        check_sherpa_onnx(args)
     if args.plot is not None and importlib.util.find_spec("matplotlib") is None:
         raise _error(f"--plot needs matplotlib: {_bench_hint()}", 2)
     if "int8" in args.compute_type and not oasr_quantizes():
@@ -917,6 +992,30 @@ def check_requirements(args: argparse.Namespace) -> None:
 
     if is_bundled_name(args.model) and bundled_path(args.model) is None:
         raise _error(f"model {args.model} is not installed: {install_hint(args.model)}", 2)
+
+
+def check_sherpa_onnx(args: argparse.Namespace) -> None:
+    """What ``--peer sherpa-onnx`` cannot run: its packages missing, beam search, timestamps, long-form
+    alone, a short clip it would cut.
+
+    Raises:
+        CliError: (exit code 2) naming the option and the reason.
+    """
+    for package in ("sherpa_onnx", "onnx", "onnxruntime", "soundfile"):
+        if importlib.util.find_spec(package) is None:
+            raise _error(
+                f"--peer {SHERPA} needs the {package} package: pip install sherpa-onnx onnx onnxruntime soundfile", 2
+            )
+    if args.beam_size != 1:
+        raise _error(f"--peer {SHERPA}: its Whisper decodes greedily only; use --beam-size 1", 2)
+    if args.timestamps:
+        raise _error(f"--peer {SHERPA}: timed without timestamps only (drop --timestamps)", 2)
+    if args.workload == "long" and _peers(args) == [SHERPA]:
+        raise _error(
+            f"--peer {SHERPA}: no long-form cell: its Whisper decodes at most {SHERPA_MAX_S:g} s a call and drops "
+            "the rest",
+            2,
+        )
 
 
 def _all_cores() -> int:
@@ -930,9 +1029,18 @@ def _workloads(args: argparse.Namespace, rows: list[dict], cache_dir: Path) -> l
     made = {
         "short": lambda: short_workload(rows, args.short_clip),
         "long": lambda: long_workload(rows, cache_dir, args.long_min_seconds),
-        "corpus": lambda: corpus_workload(rows, args.corpus_limit),
+        "corpus": lambda: corpus_workload(sherpa_onnx_rows(rows) if SHERPA in args.peer else rows, args.corpus_limit),
     }
-    return [made[name]() for name in names]
+    workloads = [made[name]() for name in names]
+    if SHERPA in args.peer:
+        too_long = [
+            Path(c.path).name for w in workloads if w.name == "short" for c in w.clips if c.duration_s > SHERPA_MAX_S
+        ]
+        if too_long:
+            raise _error(
+                f"--peer {SHERPA}: its Whisper decodes at most {SHERPA_MAX_S:g} s a call: {', '.join(too_long)}", 2
+            )
+    return workloads
 
 
 def _peers(args: argparse.Namespace) -> list[str]:
@@ -995,6 +1103,11 @@ def run_benchmark(args: argparse.Namespace) -> dict:
         "batch_sizes": args.batch_sizes,
         "warmup": Path(warmup).name,
     }
+    if SHERPA in args.peer:
+        settings["note"] = (
+            f"{SHERPA}: no long-form cell (its Whisper decodes at most {SHERPA_MAX_S:g} s a call); "
+            f"the corpus holds the clips of at most {SHERPA_MAX_S:g} s"
+        )
     report: dict[str, Any] = {
         "settings": settings,
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},

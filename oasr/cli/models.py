@@ -1,9 +1,12 @@
-"""``oasr models``: the registered architectures and the bundled real-weight models."""
+"""``oasr models``: the registered architectures and the bundled real-weight models;
+``oasr models export-sherpa-onnx``: a Whisper checkpoint in sherpa-onnx's ONNX layout."""
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import sys
+from pathlib import Path
 
 NAME = "models"
 
@@ -17,6 +20,44 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "(model, origin, licence, format, digest).",
     )
     p.set_defaults(func=run, parser=p)
+    actions = p.add_subparsers(title="actions", dest="action", metavar="ACTION")
+    _register_export_sherpa_onnx(actions)
+
+
+def _register_export_sherpa_onnx(actions: argparse._SubParsersAction) -> None:
+    p = actions.add_parser(
+        "export-sherpa-onnx",
+        help="write a Whisper checkpoint in sherpa-onnx's Whisper ONNX layout",
+        description="Write a Whisper checkpoint oasr loads as sherpa-onnx's Whisper files: PREFIX-encoder.onnx, "
+        "PREFIX-decoder.onnx (float32), PREFIX-tokens.txt and with --int8 their .int8.onnx versions, for "
+        "sherpa_onnx.OfflineRecognizer.from_whisper (and sherpa-onnx's other front ends).",
+    )
+    p.add_argument("model", metavar="MODEL", help="bundled name (whisper-base, tiny.en) or a Whisper checkpoint")
+    p.add_argument("out_dir", metavar="OUTDIR", type=Path, help="where the files go (created if missing)")
+    p.add_argument("--prefix", default=None, help="the files' common prefix (default: the model's name)")
+    p.add_argument(
+        "--int8", action="store_true", help="also write .int8.onnx graphs (onnxruntime dynamic int8 of the MatMuls)"
+    )
+    p.set_defaults(func=run_export_sherpa_onnx, parser=p)
+
+
+def run_export_sherpa_onnx(args: argparse.Namespace) -> int:
+    from oasr.cli.common import CliError
+
+    missing = [m for m in ("onnx", "onnxruntime") if importlib.util.find_spec(m) is None]
+    if missing:
+        raise CliError(f"export-sherpa-onnx needs {' and '.join(missing)}: pip install onnx onnxruntime", 2)
+    from oasr.models import export_sherpa_onnx
+    from oasr.models.loaders import ModelNotFoundError
+
+    try:
+        files = export_sherpa_onnx(args.model, args.out_dir, prefix=args.prefix, int8=args.int8)
+    except (ModelNotFoundError, ValueError) as e:
+        raise CliError(str(e), 2) from None
+    for path in (files.encoder, files.decoder, files.encoder_int8, files.decoder_int8, files.tokens):
+        if path is not None:
+            print(path)
+    return 0
 
 
 def _short(ref) -> str:

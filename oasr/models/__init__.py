@@ -24,6 +24,8 @@ _EXPORTS: dict[str, str] = {
         ),
         "oasr.models.registry",
     ),
+    # Whisper in sherpa-onnx's ONNX layout, for `oasr models export-sherpa-onnx` and `oasr bench --peer sherpa-onnx`
+    "export_sherpa_onnx": "oasr.models.whisper.export_onnx",
 }
 
 __all__ = [
@@ -42,6 +44,7 @@ __all__ = [
     "StreamStateSpec",
     "build_model_from_checkpoint",
     "coerce_config",
+    "export_sherpa_onnx",
     "from_pretrained",
     "list_models",
     "load_checkpoint_bundle",

@@ -190,6 +190,46 @@ def test_the_matrix_runs_every_peer_in_every_cell_on_its_own_weights(audio_dir, 
     assert "whisper.cpp (q8_0)" in bench.markdown_table(report)
 
 
+def test_sherpa_onnx_peer_alternates_on_its_export_for_the_compute_type(audio_dir, monkeypatch):
+    calls = []
+
+    def fake_child(spec: dict, timeout_s: float) -> dict:
+        calls.append((spec["system"], spec.get("sherpa_encoder")))
+        return {**_run(1.0), "texts": ["x"] * len(spec["files"])}
+
+    monkeypatch.setattr(bench, "run_child", fake_child)
+    monkeypatch.setattr(bench, "sherpa_onnx_model", lambda model, cache, ct: {"sherpa_encoder": f"enc-{ct}"})
+    argv = ["bench", "--workload", "corpus", "--corpus-limit", "3", "--batch-sizes", "1", "--rounds", "2"]
+    args = build_parser().parse_args(
+        [*argv, "--peer", "sherpa-onnx", "--compute-type", "int8", "--audio-dir", str(audio_dir)]
+    )
+    report = bench.run_benchmark(args)
+    assert calls == [(bench.OASR, None), (bench.SHERPA, "enc-int8")] * 2  # the export goes to its own child
+    assert [r["system"] for r in report["results"]] == ["oasr", "sherpa-onnx"]
+    assert "no long-form cell" in bench.markdown_table(report)
+
+
+def test_sherpa_onnx_corpus_keeps_the_clips_it_decodes_whole(audio_dir):
+    rows = bench.read_manifest(audio_dir, "en")
+    kept = bench.sherpa_onnx_rows(rows)
+    assert kept and all(r["duration_s"] <= bench.SHERPA_MAX_S for r in kept)
+    assert {r["audio"] for r in rows} - {r["audio"] for r in kept} >= {"moonshine_a_tale_of_two_cities.wav"}  # 86 s
+
+
+@pytest.mark.real_weights
+def test_sherpa_onnx_child_transcribes_without_torch(sherpa_onnx_tiny_en, audio_dir, tmp_path, monkeypatch):
+    (tmp_path / "torch.py").write_text("raise ImportError('the sherpa-onnx child imported torch')\n")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))  # after the checkout in the child's path, before site-packages
+    clip = str(audio_dir / "jfk.wav")
+    files = sherpa_onnx_tiny_en
+    spec = {"system": bench.SHERPA, "workload": "short", "files": [clip], "warmup": clip, "threads": 1}
+    spec |= {"language": "en", "sherpa_encoder": str(files.encoder), "sherpa_decoder": str(files.decoder)}
+    result = bench.run_child({**spec, "sherpa_tokens": str(files.tokens)}, timeout_s=300.0)
+    [text] = result["texts"]
+    assert "ask not what your country can do for you" in text and result["tokens"] > 10
+    assert result["wall_s"] > 0 and 50 < result["peak_rss_mb"] < 2000
+
+
 # ---------------------------------------------------------------------------
 # Refusals
 
@@ -215,6 +255,23 @@ def test_int8_refused_when_oasr_cannot_quantize(monkeypatch, capsys):
     code = main(["bench", "--workload", "short", "--peer", "none", "--compute-type", "int8"])
     assert code == 2
     assert "--compute-type int8" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("extra", "said"),
+    [
+        (["--workload", "long"], "no long-form cell"),
+        (["--workload", "short", "--beam-size", "2"], "greedily only"),
+        (["--workload", "short", "--short-clip", "MOONSHINE"], "at most 29.5 s a call: moonshine_a_tale_of_two_cities"),
+    ],
+)
+def test_sherpa_onnx_refuses_what_it_cannot_decode(extra, said, audio_dir, monkeypatch, capsys):
+    pytest.importorskip("sherpa_onnx")
+    monkeypatch.setattr(bench, "sherpa_onnx_model", lambda *a: pytest.fail("exported before the refusal"))
+    extra = [str(audio_dir / "moonshine_a_tale_of_two_cities.wav") if a == "MOONSHINE" else a for a in extra]
+    code = main(["bench", "--peer", "sherpa-onnx", "--audio-dir", str(audio_dir), *extra])
+    err = capsys.readouterr().err
+    assert code == 2 and "--peer sherpa-onnx" in err and said in err and "Traceback" not in err
 
 
 # ---------------------------------------------------------------------------

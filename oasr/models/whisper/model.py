@@ -119,10 +119,11 @@ class WhisperStyleEncoder(BaseEncoder):
         self.layer_norm = LayerNorm(d_model, eps)
 
     def embed(self, feats: torch.Tensor) -> torch.Tensor:
-        """The convolutions and the learned positions: (B, n_mels, T) -> (B, T // 2, D)."""
+        """The convolutions and the learned positions: (B, n_mels, T) -> (B, T // 2, D). A window
+        shorter than n_positions takes the first positions (sherpa-onnx's export feeds such)."""
         x = self.gelu(self.conv1(feats))
         x = self.gelu(self.conv2(x))
-        return x.transpose(1, 2) + self.embed_positions.weight  # (B, T', D)
+        return x.transpose(1, 2) + self.embed_positions.weight[: x.shape[2]]  # (B, T', D)
 
 
 class WhisperEncoder(WhisperStyleEncoder):
