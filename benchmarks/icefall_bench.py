@@ -185,22 +185,30 @@ def main() -> int:
         search.modified_beam_search(ref, enc, enc_lens, beam=4)
 
     times: dict[str, list[float]] = {k: [] for k in sides}
+    cpu: dict[str, list[float]] = {k: [] for k in sides}  # process CPU seconds: steadier on a shared machine
     tokens: dict[str, list[list[int]]] = {}
     for r in range(args.rounds):
         order = list(sides) if r % 2 == 0 else list(reversed(sides))
         for name in order:
+            c0 = time.process_time()
             seconds, out = timed(sides[name])
+            cpu[name].append(time.process_time() - c0)
             times[name].append(seconds)
             tokens[name] = out
-            print(f"round {r + 1} {name}: {seconds:.1f} s, RTFx {audio_s / seconds:.2f}", flush=True)
+            print(
+                f"round {r + 1} {name}: {seconds:.1f} s ({cpu[name][-1]:.1f} s CPU), RTFx {audio_s / seconds:.2f}",
+                flush=True,
+            )
 
     rtfx = {k: audio_s / statistics.median(v) for k, v in times.items()}
-    ratios, agree = {}, {}
+    cpu_s = {k: statistics.median(v) for k, v in cpu.items()}
+    ratios, cpu_ratios, agree = {}, {}, {}
     for what in ("greedy", "modified beam 4"):
         base = tokens[f"icefall {what} batch 1"]
         for batch in (1, 8):
             key = f"{what} batch {batch}"
             ratios[f"oasr {key} / icefall {key}"] = round(rtfx[f"oasr {key}"] / rtfx[f"icefall {key}"], 2)
+            cpu_ratios[f"oasr {key} / icefall {key}"] = round(cpu_s[f"icefall {key}"] / cpu_s[f"oasr {key}"], 2)
             ratios[f"oasr {key} / icefall {what} batch 1"] = round(
                 rtfx[f"oasr {key}"] / rtfx[f"icefall {what} batch 1"], 2
             )
@@ -225,12 +233,19 @@ def main() -> int:
         },
         "rounds": args.rounds,
         "seconds": times,
+        "cpu_seconds": cpu,
         "rtfx": {k: round(v, 2) for k, v in rtfx.items()},
         "ratio": ratios,
+        "ratio_cpu_seconds": cpu_ratios,
         "token_sequences_equal_to_icefall_batch_1": agree,
         "tokens_icefall_greedy": sum(len(t) for t in tokens["icefall greedy batch 1"]),
     }
-    print(json.dumps({k: result[k] for k in ("rtfx", "ratio", "token_sequences_equal_to_icefall_batch_1")}, indent=2))
+    print(
+        json.dumps(
+            {k: result[k] for k in ("rtfx", "ratio", "ratio_cpu_seconds", "token_sequences_equal_to_icefall_batch_1")},
+            indent=2,
+        )
+    )
     if args.json:
         args.json.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     tmp.cleanup()

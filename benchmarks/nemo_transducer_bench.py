@@ -245,12 +245,15 @@ def bench_model(kind: str, clips, rounds: int, threads: int, layers: int) -> dic
         _oasr(engines[8], [clips[0][:16000]])
         _oasr(int8, [clips[0][:16000]])
         times: dict[str, list[float]] = {k: [] for k in sides}
+        cpu: dict[str, list[float]] = {k: [] for k in sides}  # process CPU seconds: steadier on a shared machine
         rss: dict[str, float] = {}
         labels: dict[str, list[list[int]]] = {}
         for r in range(rounds):
             order = list(sides) if r % 2 == 0 else list(reversed(sides))
             for name in order:
+                c0 = time.process_time()
                 seconds, out, grew = timed(sides[name])
+                cpu[name].append(time.process_time() - c0)
                 times[name].append(seconds)
                 rss[name] = max(rss.get(name, 0.0), grew)
                 labels[name] = out
@@ -263,7 +266,14 @@ def bench_model(kind: str, clips, rounds: int, threads: int, layers: int) -> dic
         "encoder_layers": layers,
         "parameters": params,
         "seconds": times,
+        "cpu_seconds": cpu,
         "rtfx": {k: round(v, 2) for k, v in rtfx.items()},
+        "cpu_ratio_oasr_vs_transformers": {
+            f"batch {b}": round(
+                statistics.median(cpu[f"transformers batch {b}"]) / statistics.median(cpu[f"oasr batch {b}"]), 2
+            )
+            for b in (1, 8)
+        },
         "ratio_oasr_vs_transformers": {
             "batch 1": round(rtfx["oasr batch 1"] / rtfx["transformers batch 1"], 2),
             "batch 8": round(rtfx["oasr batch 8"] / rtfx["transformers batch 8"], 2),

@@ -179,14 +179,17 @@ def main() -> int:
         e.transcribe(clips[0])
 
     times: dict[str, list[float]] = {k: [] for k in sides}
+    cpu: dict[str, list[float]] = {k: [] for k in sides}  # process CPU seconds: steadier on a shared machine
     texts: dict[str, list[str]] = {}
     for r in range(args.rounds):
         order = list(sides) if r % 2 == 0 else list(reversed(sides))
         for name in order:
+            c0 = time.process_time()
             seconds, out = timed(sides[name])
+            cpu[name].append(time.process_time() - c0)
             times[name].append(seconds)
             texts[name] = out
-            print(f"round {r + 1} {name}: {seconds:.1f} s, RTFx {audio_s / seconds:.2f}", flush=True)
+            print(f"round {r + 1} {name}: {seconds:.1f} s ({cpu[name][-1]:.1f} s CPU), RTFx {audio_s / seconds:.2f}")
 
     base = texts["funasr batch_size_s=300"]
     agree = {k: sum(a == b for a, b in zip(v, base)) for k, v in texts.items()}
@@ -215,7 +218,12 @@ def main() -> int:
         "rounds": args.rounds,
         "seconds": times,
         "rtfx": {k: round(v, 2) for k, v in rtfx.items()},
+        "cpu_seconds": cpu,
         "ratio_vs_funasr_default": {k: round(v / rtfx["funasr batch_size_s=300"], 2) for k, v in rtfx.items()},
+        "cpu_ratio_vs_funasr_default": {
+            k: round(statistics.median(cpu["funasr batch_size_s=300"]) / statistics.median(v), 2)
+            for k, v in cpu.items()
+        },
         "ratio_oasr_b8_vs_funasr_batch_size_8": round(rtfx["oasr batch 8"] / rtfx["funasr batch_size=8"], 2),
         "texts_equal_to_funasr_default": {k: f"{v}/{len(clips)}" for k, v in agree.items()},
         "characters_equal_to_funasr_default": {k: round(v, 4) for k, v in chars.items()},
