@@ -58,6 +58,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import hashlib
 import importlib.util
 import json
@@ -392,16 +393,21 @@ def child_main() -> int:
     return 0
 
 
+def child_command(spec: dict) -> tuple[list[str], dict[str, str]]:
+    """The command line and environment of a timed child (its spec goes on stdin)."""
+    env = {**os.environ, **{name: str(spec["threads"]) for name in THREAD_ENV}}
+    package_root = str(Path(__file__).resolve().parents[2])  # so the oasr child imports this oasr
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH")) if p)
+    return [sys.executable, str(Path(__file__).resolve())], env
+
+
 def run_child(spec: dict, timeout_s: float) -> dict:
     """Run one timed child and return its result.
 
     Raises:
         CliError: the child failed or timed out (with the end of its stderr).
     """
-    env = {**os.environ, **{name: str(spec["threads"]) for name in THREAD_ENV}}
-    package_root = str(Path(__file__).resolve().parents[2])  # so the oasr child imports this oasr
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH")) if p)
-    cmd = [sys.executable, str(Path(__file__).resolve())]
+    cmd, env = child_command(spec)
     try:
         proc = subprocess.run(
             cmd, input=json.dumps(spec), capture_output=True, text=True, env=env, timeout=timeout_s, check=False
@@ -641,6 +647,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="how the streams reach the engine: in-process, oasr's /v1/audio/stream, OpenAI's /v1/realtime "
         "(the last two through an oasr serve child process and WebSocket clients; default all three)",
     )
+    from oasr.cli.bench_contention import add_arguments as contention_arguments
+
+    contention_arguments(p)
     o = p.add_argument_group("output")
     o.add_argument("--json", type=Path, default=None, metavar="PATH", help="write the results as JSON")
     o.add_argument("--markdown", type=Path, default=None, metavar="PATH", help="write the markdown table")
@@ -722,6 +731,8 @@ def _result(workload: Workload, batch_size: int, system: str, runs: list[dict], 
 
 def run_benchmark(args: argparse.Namespace) -> dict:
     """Run every planned child, round by round, and return the report (settings, workloads, results)."""
+    from oasr.cli import bench_contention  # each child quiet, then beside competitors (--contention)
+
     audio_dir = args.audio_dir or default_audio_dir()
     if audio_dir is None or not (audio_dir / "manifest.jsonl").is_file():
         raise _error("no benchmark audio: give --audio-dir DIR (a folder with manifest.jsonl)", 2)
@@ -747,6 +758,7 @@ def run_benchmark(args: argparse.Namespace) -> dict:
         "batch_size": args.batch_size,
         "batch_sizes": args.batch_sizes,
         "warmup": Path(warmup).name,
+        **bench_contention.settings(args),
     }
     report: dict[str, Any] = {
         "settings": settings,
@@ -774,7 +786,8 @@ def run_benchmark(args: argparse.Namespace) -> dict:
                         "timestamps": args.timestamps,
                         "vad": args.vad,
                     }
-                    result = run_child(spec, args.timeout)
+                    timed = functools.partial(run_child, timeout_s=args.timeout)
+                    result = bench_contention.run_contended(args, spec, timed, child_command(spec))
                     runs[system].append(result)
                     print(
                         f"oasr {NAME}: {workload.name} batch {batch_size} round {k + 1}/{args.rounds} {system}: "
@@ -799,7 +812,9 @@ def run(args: argparse.Namespace) -> int:
         args.model = args.model[0]
     check_requirements(args)
     report = run_benchmark(args)
-    table = markdown_table(report)
+    from oasr.cli.bench_contention import slowdown_table
+
+    table = markdown_table(report) + slowdown_table(report)
     print(table)
     if args.json is not None:
         args.json.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
