@@ -82,6 +82,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import hashlib
 import importlib.util
 import json
@@ -663,14 +664,19 @@ def _package_path() -> str:
     return os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH")) if p)
 
 
+def child_command(spec: dict) -> tuple[list[str], dict[str, str]]:
+    """The command line and environment of a timed child (its spec goes on stdin)."""
+    env = {**os.environ, **{name: str(spec["threads"]) for name in THREAD_ENV}, "PYTHONPATH": _package_path()}
+    return [sys.executable, str(Path(__file__).resolve())], env
+
+
 def run_child(spec: dict, timeout_s: float) -> dict:
     """Run one timed child and return its result.
 
     Raises:
         CliError: the child failed or timed out (with the end of its stderr).
     """
-    env = {**os.environ, **{name: str(spec["threads"]) for name in THREAD_ENV}, "PYTHONPATH": _package_path()}
-    cmd = [sys.executable, str(Path(__file__).resolve())]
+    cmd, env = child_command(spec)
     try:
         proc = subprocess.run(
             cmd, input=json.dumps(spec), capture_output=True, text=True, env=env, timeout=timeout_s, check=False
@@ -952,6 +958,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="how the streams reach the engine: in-process, oasr's /v1/audio/stream, OpenAI's /v1/realtime "
         "(the last two through an oasr serve child process and WebSocket clients; default all three)",
     )
+    from oasr.cli.bench_contention import add_arguments as contention_arguments
+
+    contention_arguments(p)
     o = p.add_argument_group("output")
     o.add_argument("--json", type=Path, default=None, metavar="PATH", help="write the results as JSON")
     o.add_argument("--markdown", type=Path, default=None, metavar="PATH", help="write the markdown table")
@@ -1075,6 +1084,8 @@ def _result(workload: Workload, batch_size: int, system: str, runs: list[dict], 
 def run_benchmark(args: argparse.Namespace) -> dict:
     """Run every planned child, cell by cell (compute type x threads x workload x batch size) and round
     by round within a cell, and return the report (settings, workloads, results)."""
+    from oasr.cli import bench_contention  # each child quiet, then beside competitors (--contention)
+
     audio_dir = args.audio_dir or default_audio_dir()
     if audio_dir is None or not (audio_dir / "manifest.jsonl").is_file():
         raise _error("no benchmark audio: give --audio-dir DIR (a folder with manifest.jsonl)", 2)
@@ -1102,6 +1113,7 @@ def run_benchmark(args: argparse.Namespace) -> dict:
         "batch_size": args.batch_size,
         "batch_sizes": args.batch_sizes,
         "warmup": Path(warmup).name,
+        **bench_contention.settings(args),
     }
     if SHERPA in args.peer:
         settings["note"] = (
@@ -1137,7 +1149,8 @@ def run_benchmark(args: argparse.Namespace) -> dict:
                                 "timestamps": args.timestamps,
                                 "vad": args.vad,
                             }
-                            result = run_child(spec, args.timeout)
+                            timed = functools.partial(run_child, timeout_s=args.timeout)
+                            result = bench_contention.run_contended(args, spec, timed, child_command(spec))
                             runs[system].append(result)
                             print(
                                 f"oasr {NAME}: {compute_type} {threads} thr {workload.name} batch {batch_size} "
@@ -1171,7 +1184,9 @@ def run(args: argparse.Namespace) -> int:
         args.model = args.model[0]
     check_requirements(args)
     report = run_benchmark(args)
-    table = markdown_table(report)
+    from oasr.cli.bench_contention import slowdown_table
+
+    table = markdown_table(report) + slowdown_table(report)
     print(table)
     if args.json is not None:
         args.json.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")

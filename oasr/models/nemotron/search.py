@@ -28,6 +28,7 @@ from typing import Any
 import torch
 
 from oasr.models.decoders.base import greedy_advance
+from oasr.models.decoders.threads import one_intra_op_thread
 from oasr.models.nemotron.beam import BeamResult, default_beam_search, maes_search, malsd_search
 from oasr.models.nemotron.predictor import AdditiveJoint, LstmPredictor
 
@@ -176,15 +177,8 @@ def search_threads(device: torch.device) -> Iterator[None]:
     rows of a few hundred values each, too small for a second thread to speed up, and every
     parallel region waits for all its threads: on a busy machine for a whole time slice (the tiny
     NeMo RNN-T archive's search over 4 rows: 7.6 s on 2 threads, 1.3 s on one, load 6 on 2 cores)."""
-    n = torch.get_num_threads()
-    if device.type != "cpu" or n == 1:
+    with one_intra_op_thread(device):
         yield
-        return
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(n)
 
 
 NEMO_SEARCHES = ("greedy", "malsd", "maes", "beam")

@@ -62,6 +62,7 @@ from oasr.engine.decode.requests import RequestTable, TableEntry
 from oasr.engine.outputs import FinishReason, RequestOutput, Segment, Word, compression_ratio
 from oasr.models.base import DecodeType
 from oasr.models.decoders.graphs import step_graphs_for
+from oasr.models.decoders.threads import one_intra_op_thread
 from oasr.models.loaders import LoadedModel
 from oasr.specs import FeatureSpec
 
@@ -69,6 +70,8 @@ FRAMES_PER_SECOND = 100
 TIME_PER_FRAME = 0.01
 TIME_PRECISION = 0.02
 INPUT_STRIDE = 2
+# Decode steps over at most this many encoder windows run on one intra-op thread on a CPU.
+SERIAL_STEP_GROUPS = 1
 PUNCTUATION = "\"'“¿([{-\"'.。,，!！?？:：”)]}、"
 
 
@@ -530,8 +533,11 @@ class AedDecodeStrategy(RequestTable[_Req]):
     def _advance(self, cohort: Cohort[_Task], events: list[StepEvent]) -> None:
         if cohort.n_rows == 0:
             return
-        logits = cohort.step(self.step_graphs or self.decoder)
-        cohort.keep(*self._select_next(cohort.tasks, logits, first=False, events=events))
+        # One window's step (a sequential long-form decode, greedy or beam) is too small for a
+        # second CPU thread, whose every wait costs more than it brings (models/decoders/threads.py).
+        with one_intra_op_thread(self.device, enabled=cohort.n_groups <= SERIAL_STEP_GROUPS):
+            logits = cohort.step(self.step_graphs or self.decoder)
+            cohort.keep(*self._select_next(cohort.tasks, logits, first=False, events=events))
 
     def _select_next(
         self, tasks: list[_Task], logits: torch.Tensor, *, first: bool, events: list[StepEvent]
