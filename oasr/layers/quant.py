@@ -5,16 +5,23 @@ tied output projections a decoder declares through a ``tied_head`` slot) for an
 ``Int8Linear``: weights stored as int8 with one float32 scale per output channel
 (symmetric, round to nearest), a quarter of the float32 memory.
 
-An ``Int8Linear`` runs one of two kernels, chosen per call by the number of rows:
+An ``Int8Linear`` on CPU with float32 activations runs dynamic int8: the activations
+quantised per call (per tensor, asymmetric uint8) and the GEMM in int8 through PyTorch's
+FBGEMM kernels (``torch.ops.quantized.linear_dynamic`` on a weight prepacked once,
+``prepack_int8_`` at load). Which rows take it was decided by measurement
+(``benchmarks/int8_kernels.py``, ``benchmarks/results/int8_kernels_cpu2.md``):
 
-* few rows (decoder steps, prompt prefill, the vocabulary projection: memory bound):
-  dynamic int8, the activations quantised per call and the GEMM in int8 through
-  PyTorch's FBGEMM x86 kernels (``torch.ops.quantized.linear_dynamic``), on CPU with
-  float32 activations;
-* many rows (encoder windows: compute bound, where FBGEMM's int8 GEMM is slower than
-  float32 BLAS on CPUs without VNNI): the int8 weight is dequantised once per call
-  (``N * K`` multiplies, under 1 % of the GEMM) and multiplied in the activation dtype.
+* on a CPU with VNNI (int8 dot products that accumulate in int32), every row count: the
+  encoder's 1500-row windows 2-6x faster than float32 BLAS, the decoder's few-row steps
+  and its vocabulary projection 3-30x (memory bound: a quarter of the bytes); the
+  activations keep their full 8 bits (``reduce_range`` off: VNNI does not saturate);
+* without VNNI (AVX2's int16 pair sums saturate, so the activations lose a bit to
+  ``reduce_range``), only up to ``DYNAMIC_MAX_ROWS`` rows, where int8 is memory bound and
+  pays; larger row counts dequantise the weight once per call (``N * K`` multiplies,
+  under 1 % of the GEMM) and multiply in float32, as FBGEMM's int8 GEMM was slower than
+  float32 BLAS there.
 
+Other dtypes (bfloat16, float16), other devices and autograd take the dequantised path.
 Both read the same int8 weight, so the result differs from float32 only by the weight
 rounding (and, on the dynamic path, the activation rounding).
 
@@ -28,6 +35,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import sys
 import warnings
 from collections.abc import Iterator
@@ -42,7 +50,8 @@ from oasr.layers.linear import Linear, LinearActivation
 
 QUANT_MODES = ("int8",)
 
-# Rows (flattened leading dimensions) up to which the dynamic int8 kernel is used.
+# Rows (flattened leading dimensions) up to which the dynamic int8 kernel is used on a CPU
+# without VNNI (with VNNI: every row count).
 DYNAMIC_MAX_ROWS = 256
 
 # Rows quantised at a time: bounds the float temporaries of quantising a large matrix (a
@@ -50,11 +59,31 @@ DYNAMIC_MAX_ROWS = 256
 QUANT_BLOCK_ROWS = 4096
 
 
+@functools.cache
 def _fbgemm_available() -> bool:
     try:
         return "fbgemm" in torch.backends.quantized.supported_engines and hasattr(torch.ops.quantized, "linear_dynamic")
     except Exception:  # pragma: no cover - builds without the quantized backend
         return False
+
+
+@functools.cache
+def cpu_has_vnni() -> bool:
+    """Whether this CPU has int8 dot products accumulating in int32 (AVX512_VNNI or
+    AVX_VNNI), read from /proc/cpuinfo; False where it cannot be read (other OSes)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    flags = set(line.split(":", 1)[1].split())
+                    return bool(flags & {"avx512_vnni", "avx_vnni"})
+    except OSError:
+        pass
+    return False
+
+
+def _dynamic_max_rows() -> float:
+    return float("inf") if cpu_has_vnni() else DYNAMIC_MAX_ROWS
 
 
 class Int8Linear(nn.Module):
@@ -85,7 +114,7 @@ class Int8Linear(nn.Module):
         self.register_buffer("scale", scale.to(torch.float32))
         self.register_buffer("bias", None if bias is None else bias.detach().clone())
         self.activation = activation
-        self._packed = None  # FBGEMM's prepacked weight, built on the first dynamic call
+        self._packed = None  # FBGEMM's prepacked weight: prepack_int8_ at load, else on the first dynamic call
 
     @classmethod
     def from_weight(
@@ -124,6 +153,12 @@ class Int8Linear(nn.Module):
         w = self.qweight.to(torch.float32) * self.scale[:, None]
         return w if dtype is None else w.to(dtype)
 
+    def prepack(self) -> None:
+        """Build FBGEMM's packed weight now (done at load by ``prepack_int8_``), where the
+        dynamic int8 kernel can run: CPU weights, FBGEMM present."""
+        if self.qweight.device.type == "cpu" and _fbgemm_available():
+            self._packed_weight()
+
     def _packed_weight(self):
         if self._packed is None:
             with warnings.catch_warnings():
@@ -151,15 +186,16 @@ class Int8Linear(nn.Module):
         return out
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        rows = x.numel() // max(self.in_features, 1)
         if (
             x.device.type == "cpu"
             and x.dtype == torch.float32
-            and rows <= DYNAMIC_MAX_ROWS
             and not torch.is_grad_enabled()
             and _fbgemm_available()
+            and x.numel() <= self.in_features * _dynamic_max_rows()
         ):
-            y = torch.ops.quantized.linear_dynamic(x.contiguous(), self._packed_weight(), True)
+            # Without VNNI the activations drop to 7 bits (reduce_range), so that FBGEMM's
+            # int16 pair sums cannot saturate.
+            y = torch.ops.quantized.linear_dynamic(x.contiguous(), self._packed_weight(), not cpu_has_vnni())
         else:
             bias = None if self.bias is None else self.bias.to(x.dtype)
             y = F.linear(x, self.dequantized_weight(x.dtype), bias)
@@ -198,6 +234,22 @@ def quantize_linears_(model: nn.Module, mode: str = "int8", *, skip: tuple[str, 
             module.tied_head = Int8Linear.from_weight(module.embed_tokens.weight)
             swapped += 1
     return swapped
+
+
+def prepack_int8_(model: nn.Module) -> int:
+    """Prepack every ``Int8Linear`` of ``model`` for the dynamic int8 kernel, now rather than
+    on its first call (inside a timed request); returns how many were packed. Nothing is
+    packed for a model whose activations are not float32 (its ``compute_dtype``): those take
+    the dequantised path. A layer later moved or cast repacks on its next dynamic call. The
+    packed weight is a second int8 copy (FBGEMM's blocked layout): a quarter of float32."""
+    if getattr(model, "compute_dtype", torch.float32) != torch.float32:
+        return 0
+    packed = 0
+    for module in model.modules():
+        if isinstance(module, Int8Linear):
+            module.prepack()
+            packed += module._packed is not None
+    return packed
 
 
 @contextmanager
