@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from collections import defaultdict
 from pathlib import Path
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "audio"
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's oasr, not an installed one
 
 # op name fragment -> group, first match wins
 GROUPS = [
