@@ -5,29 +5,25 @@ tied output projections a decoder declares through a ``tied_head`` slot) for an
 ``Int8Linear``: weights stored as int8 with one float32 scale per output channel
 (symmetric, round to nearest), a quarter of the float32 memory.
 
-An ``Int8Linear`` on CPU with float32 activations runs dynamic int8: the activations
-quantised per call (per tensor, asymmetric uint8) and the GEMM in int8 through PyTorch's
-FBGEMM kernels (``torch.ops.quantized.linear_dynamic`` on a weight prepacked once,
-``prepack_int8_`` at load). Which rows take it was decided by measurement
-(``benchmarks/int8_kernels.py``, ``benchmarks/results/int8_kernels_cpu2.md``):
+An ``Int8Linear`` runs one of two kernels, chosen per call by the number of rows:
 
-* on a CPU with VNNI (int8 dot products that accumulate in int32), every row count for
-  layers that do not narrow (``in_features <= out_features``: attention projections, an
-  FFN's first layer, vocabulary heads): the encoder's 1500-row windows 2-6x faster than
-  float32 BLAS, the decoder's few-row steps and its vocabulary projection 3-30x (memory
-  bound: a quarter of the bytes); the activations keep their full 8 bits
-  (``reduce_range`` off: VNNI does not saturate);
-* narrowing layers (an FFN's second layer, fed by its activation function) only up to
-  ``DYNAMIC_MAX_ROWS`` rows: their inputs have outliers that one per-tensor activation
-  scale resolves poorly over many rows (whisper-base's encoder output drifted 0.036 ->
-  0.20 relative to float32 with its ``fc2`` dynamic, and English WER rose ~0.9 points
-  with every encoder GEMM dynamic; ``benchmarks/results/README.md``);
-* without VNNI (AVX2's int16 pair sums saturate, so the activations lose a bit to
-  ``reduce_range``), every layer only up to ``DYNAMIC_MAX_ROWS`` rows, where int8 is
-  memory bound and pays.
+* few rows (up to ``DYNAMIC_MAX_ROWS``: decoder steps, prompt prefill, the vocabulary
+  projection; memory bound), on CPU with float32 activations: dynamic int8, the
+  activations quantised per call (one asymmetric uint8 scale per call) and the GEMM in
+  int8 through PyTorch's FBGEMM kernels (``torch.ops.quantized.linear_dynamic``) on a
+  weight prepacked once (``prepack_int8_``, at load): 2-30x float32 on whisper-base's
+  decoder shapes. On a CPU with VNNI (int8 dot products accumulating in int32) the
+  activations keep all 8 bits; without it they drop to 7 (``reduce_range``), so that
+  AVX2's int16 pair sums cannot saturate.
+* many rows (encoder windows): the int8 weight is dequantised once per call (``N * K``
+  multiplies, under 1 % of the GEMM) and multiplied in the activation dtype. With VNNI,
+  FBGEMM's int8 GEMM is 2-6x float32 BLAS at 1500 rows too
+  (``benchmarks/results/int8_kernels_cpu2.md``), but one per-call activation scale over
+  a whole encoder window costs accuracy: whisper-base's English WER rose 6.62 -> 7.55 %
+  with every encoder GEMM dynamic, and stayed ~1.5 points up with the FFN's second
+  layers kept in float (``benchmarks/results/README.md``), so those rows stay float32
+  GEMMs until a kernel with per-row activation scales pays.
 
-Larger row counts dequantise the weight once per call (``N * K`` multiplies, under 1 %
-of the GEMM) and multiply in float32.
 Other dtypes (bfloat16, float16), other devices and autograd take the dequantised path.
 Both read the same int8 weight, so the result differs from float32 only by the weight
 rounding (and, on the dynamic path, the activation rounding).
@@ -57,8 +53,7 @@ from oasr.layers.linear import Linear, LinearActivation
 
 QUANT_MODES = ("int8",)
 
-# Rows (flattened leading dimensions) up to which the dynamic int8 kernel is used on a CPU
-# without VNNI and by narrowing layers (with VNNI, other layers: every row count).
+# Rows (flattened leading dimensions) up to which the dynamic int8 kernel is used.
 DYNAMIC_MAX_ROWS = 256
 
 # Rows quantised at a time: bounds the float temporaries of quantising a large matrix (a
@@ -87,11 +82,6 @@ def cpu_has_vnni() -> bool:
     except OSError:
         pass
     return False
-
-
-def _dynamic_max_rows(in_features: int, out_features: int) -> float:
-    """Rows up to which a layer of this shape runs dynamic int8 (see the module docstring)."""
-    return float("inf") if cpu_has_vnni() and in_features <= out_features else DYNAMIC_MAX_ROWS
 
 
 class Int8Linear(nn.Module):
@@ -199,7 +189,7 @@ class Int8Linear(nn.Module):
             and x.dtype == torch.float32
             and not torch.is_grad_enabled()
             and _fbgemm_available()
-            and x.numel() <= self.in_features * _dynamic_max_rows(self.in_features, self.out_features)
+            and x.numel() <= self.in_features * DYNAMIC_MAX_ROWS
         ):
             # Without VNNI the activations drop to 7 bits (reduce_range), so that FBGEMM's
             # int16 pair sums cannot saturate.
