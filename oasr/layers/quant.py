@@ -16,15 +16,18 @@ An ``Int8Linear`` runs one of two kernels, chosen per call by the number of rows
   activations keep all 8 bits; without it they drop to 7 (``reduce_range``), so that
   AVX2's int16 pair sums cannot saturate.
 * many rows (encoder windows): the int8 weight is dequantised once per call (``N * K``
-  multiplies, under 1 % of the GEMM) and multiplied in the activation dtype. With VNNI,
-  FBGEMM's int8 GEMM is 2-6x float32 BLAS at 1500 rows too
+  multiplies, under 1 % of the GEMM) and multiplied in the activation dtype, or, on CPU
+  with float32 activations and bf16 dot products (AVX512_BF16, AMX), in bfloat16 with
+  float32 accumulation: 1.6-2.3x float32 at 1500 rows, a 0.6 % relative error on top of
+  the weight rounding. With VNNI, FBGEMM's int8 GEMM is 2-6x float32 at 1500 rows
   (``benchmarks/results/int8_kernels_cpu2.md``), but one per-call activation scale over
   a whole encoder window costs accuracy: whisper-base's English WER rose 6.62 -> 7.55 %
   with every encoder GEMM dynamic, and stayed ~1.5 points up with the FFN's second
-  layers kept in float (``benchmarks/results/README.md``), so those rows stay float32
-  GEMMs until a kernel with per-row activation scales pays.
+  layers kept in float (``benchmarks/results/README.md``), so those rows stay off it
+  until a kernel with per-row activation scales pays.
 
-Other dtypes (bfloat16, float16), other devices and autograd take the dequantised path.
+Other dtypes (bfloat16, float16), other devices and autograd take the dequantised path
+in the activation dtype.
 Both read the same int8 weight, so the result differs from float32 only by the weight
 rounding (and, on the dynamic path, the activation rounding).
 
@@ -70,18 +73,27 @@ def _fbgemm_available() -> bool:
 
 
 @functools.cache
-def cpu_has_vnni() -> bool:
-    """Whether this CPU has int8 dot products accumulating in int32 (AVX512_VNNI or
-    AVX_VNNI), read from /proc/cpuinfo; False where it cannot be read (other OSes)."""
+def _cpu_flags() -> frozenset[str]:
+    """This CPU's feature flags from /proc/cpuinfo; empty where it cannot be read (other OSes)."""
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
                 if line.startswith("flags"):
-                    flags = set(line.split(":", 1)[1].split())
-                    return bool(flags & {"avx512_vnni", "avx_vnni"})
+                    return frozenset(line.split(":", 1)[1].split())
     except OSError:
         pass
-    return False
+    return frozenset()
+
+
+def cpu_has_vnni() -> bool:
+    """Whether this CPU has int8 dot products accumulating in int32 (AVX512_VNNI, AVX_VNNI)."""
+    return bool(_cpu_flags() & {"avx512_vnni", "avx_vnni"})
+
+
+def cpu_has_bf16() -> bool:
+    """Whether this CPU has bfloat16 dot products (AVX512_BF16, AMX): oneDNN's bf16 GEMM is
+    then ~2x float32's."""
+    return bool(_cpu_flags() & {"avx512_bf16", "amx_bf16"})
 
 
 class Int8Linear(nn.Module):
@@ -194,6 +206,12 @@ class Int8Linear(nn.Module):
             # Without VNNI the activations drop to 7 bits (reduce_range), so that FBGEMM's
             # int16 pair sums cannot saturate.
             y = torch.ops.quantized.linear_dynamic(x.contiguous(), self._packed_weight(), not cpu_has_vnni())
+        elif x.device.type == "cpu" and x.dtype == torch.float32 and not torch.is_grad_enabled() and cpu_has_bf16():
+            # Many rows with bf16 dot products: the GEMM in bf16 (float32 accumulation), the
+            # bias added in float32.
+            y = F.linear(x.to(torch.bfloat16), self.dequantized_weight(torch.bfloat16)).float()
+            if self.bias is not None:
+                y += self.bias
         else:
             bias = None if self.bias is None else self.bias.to(x.dtype)
             y = F.linear(x, self.dequantized_weight(x.dtype), bias)

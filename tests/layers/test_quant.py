@@ -31,27 +31,28 @@ def test_rounding_is_per_channel_and_within_half_a_step():
     assert int(q.qweight.abs().amax(1).min()) == 127  # every channel uses the full range
 
 
-@pytest.mark.parametrize("vnni", [True, False], ids=["vnni", "no-vnni"])
+@pytest.mark.parametrize("cpu", ["vnni+bf16", "vnni", "avx2"])
 @pytest.mark.parametrize("rows", [1, 7, DYNAMIC_MAX_ROWS, DYNAMIC_MAX_ROWS + 1, 900])
-def test_both_kernels_match_the_float_layer(rows, vnni, monkeypatch):
-    # The activations' bits on the dynamic path depend on the CPU: both are checked on this one.
-    monkeypatch.setattr(quant, "cpu_has_vnni", lambda: vnni)
+def test_every_kernel_matches_the_float_layer(rows, cpu, monkeypatch):
+    # Which kernel runs (and in what precision) depends on the CPU: each choice on this one.
+    monkeypatch.setattr(quant, "cpu_has_vnni", lambda: "vnni" in cpu)
+    monkeypatch.setattr(quant, "cpu_has_bf16", lambda: "bf16" in cpu)
     torch.manual_seed(rows)
-    k, n = 64, 96
-    lin = LinearActivation(k, n, "gelu")
+    lin = LinearActivation(64, 96, "gelu")
     q = Int8Linear.from_linear(lin)
-    x = torch.randn(rows, k)
+    x = torch.randn(rows, 64)
     with torch.no_grad():
         ref = lin(x)
         dequant = F.gelu(F.linear(x, q.dequantized_weight(), lin.bias))
-        got = q(x.view(1, rows, k)).view(rows, n)
-    assert got.shape == ref.shape
+        got = q(x.view(1, rows, 64)).view(rows, 96)
+    assert got.shape == ref.shape and got.dtype == torch.float32
     assert _cos(got, ref) > 0.999
-    if rows > DYNAMIC_MAX_ROWS:
+    if rows > DYNAMIC_MAX_ROWS and "bf16" not in cpu:
         # The large-row path is exactly the float GEMM on the dequantised weight.
         torch.testing.assert_close(got, dequant, rtol=1e-5, atol=1e-5)
     else:
-        # The dynamic path also rounds the activations: close, not equal.
+        # The dynamic path rounds the activations to 8 (or 7) bits, the bf16 GEMM to 8
+        # significant bits: close, not equal.
         assert (got - dequant).abs().max().item() < 0.05 * dequant.abs().max().item()
 
 
