@@ -32,7 +32,7 @@ from oasr.engine.decode.base import (
 from oasr.engine.faults import with_faults
 from oasr.engine.outputs import RequestOutput, Segment
 from oasr.engine.streaming.api import StreamingEngineMixin
-from oasr.layers.quant import quantize_linears_
+from oasr.layers.quant import prepack_int8_, quantize_linears_
 from oasr.models.base import BaseAsrModel, check_compute_dtype, parse_dtype
 from oasr.models.loaders import LoadedModel, load_pretrained
 
@@ -106,6 +106,7 @@ class EngineCore:
         if config.quantize is not None:
             # In place: a LoadedModel passed in is quantized too (and tied heads, which the load leaves).
             quantize_linears_(self.loaded.model, config.quantize)
+            prepack_int8_(self.loaded.model)  # at load, not inside the first request
         self.strategy: DecodeStrategy = self.build_strategy()
         self.splitter = VadSplitter(self.strategy, self.sampling_rate)
         self._ids = itertools.count()

@@ -7,14 +7,27 @@ tied output projections a decoder declares through a ``tied_head`` slot) for an
 
 An ``Int8Linear`` runs one of two kernels, chosen per call by the number of rows:
 
-* few rows (decoder steps, prompt prefill, the vocabulary projection: memory bound):
-  dynamic int8, the activations quantised per call and the GEMM in int8 through
-  PyTorch's FBGEMM x86 kernels (``torch.ops.quantized.linear_dynamic``), on CPU with
-  float32 activations;
-* many rows (encoder windows: compute bound, where FBGEMM's int8 GEMM is slower than
-  float32 BLAS on CPUs without VNNI): the int8 weight is dequantised once per call
-  (``N * K`` multiplies, under 1 % of the GEMM) and multiplied in the activation dtype.
+* few rows (up to ``DYNAMIC_MAX_ROWS``: decoder steps, prompt prefill, the vocabulary
+  projection; memory bound), on CPU with float32 activations: dynamic int8, the
+  activations quantised per call (one asymmetric uint8 scale per call) and the GEMM in
+  int8 through PyTorch's FBGEMM kernels (``torch.ops.quantized.linear_dynamic``) on a
+  weight prepacked once (``prepack_int8_``, at load): 2-30x float32 on whisper-base's
+  decoder shapes. On a CPU with VNNI (int8 dot products accumulating in int32) the
+  activations keep all 8 bits; without it they drop to 7 (``reduce_range``), so that
+  AVX2's int16 pair sums cannot saturate.
+* many rows (encoder windows): the int8 weight is dequantised once per call (``N * K``
+  multiplies, under 1 % of the GEMM) and multiplied in the activation dtype, or, on CPU
+  with float32 activations and bf16 dot products (AVX512_BF16, AMX), in bfloat16 with
+  float32 accumulation: 1.6-2.3x float32 at 1500 rows, a 0.6 % relative error on top of
+  the weight rounding. With VNNI, FBGEMM's int8 GEMM is 2-6x float32 at 1500 rows
+  (``benchmarks/results/int8_kernels_cpu2.md``), but one per-call activation scale over
+  a whole encoder window costs accuracy: whisper-base's English WER rose 6.62 -> 7.55 %
+  with every encoder GEMM dynamic, and stayed ~1.5 points up with the FFN's second
+  layers kept in float (``benchmarks/results/README.md``), so those rows stay off it
+  until a kernel with per-row activation scales pays.
 
+Other dtypes (bfloat16, float16), other devices and autograd take the dequantised path
+in the activation dtype.
 Both read the same int8 weight, so the result differs from float32 only by the weight
 rounding (and, on the dynamic path, the activation rounding).
 
@@ -28,6 +41,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import sys
 import warnings
 from collections.abc import Iterator
@@ -50,11 +64,36 @@ DYNAMIC_MAX_ROWS = 256
 QUANT_BLOCK_ROWS = 4096
 
 
+@functools.cache
 def _fbgemm_available() -> bool:
     try:
         return "fbgemm" in torch.backends.quantized.supported_engines and hasattr(torch.ops.quantized, "linear_dynamic")
     except Exception:  # pragma: no cover - builds without the quantized backend
         return False
+
+
+@functools.cache
+def _cpu_flags() -> frozenset[str]:
+    """This CPU's feature flags from /proc/cpuinfo; empty where it cannot be read (other OSes)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return frozenset(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return frozenset()
+
+
+def cpu_has_vnni() -> bool:
+    """Whether this CPU has int8 dot products accumulating in int32 (AVX512_VNNI, AVX_VNNI)."""
+    return bool(_cpu_flags() & {"avx512_vnni", "avx_vnni"})
+
+
+def cpu_has_bf16() -> bool:
+    """Whether this CPU has bfloat16 dot products (AVX512_BF16, AMX): oneDNN's bf16 GEMM is
+    then ~2x float32's."""
+    return bool(_cpu_flags() & {"avx512_bf16", "amx_bf16"})
 
 
 class Int8Linear(nn.Module):
@@ -85,7 +124,7 @@ class Int8Linear(nn.Module):
         self.register_buffer("scale", scale.to(torch.float32))
         self.register_buffer("bias", None if bias is None else bias.detach().clone())
         self.activation = activation
-        self._packed = None  # FBGEMM's prepacked weight, built on the first dynamic call
+        self._packed = None  # FBGEMM's prepacked weight: prepack_int8_ at load, else on the first dynamic call
 
     @classmethod
     def from_weight(
@@ -124,6 +163,12 @@ class Int8Linear(nn.Module):
         w = self.qweight.to(torch.float32) * self.scale[:, None]
         return w if dtype is None else w.to(dtype)
 
+    def prepack(self) -> None:
+        """Build FBGEMM's packed weight now (done at load by ``prepack_int8_``), where the
+        dynamic int8 kernel can run: CPU weights, FBGEMM present."""
+        if self.qweight.device.type == "cpu" and _fbgemm_available():
+            self._packed_weight()
+
     def _packed_weight(self):
         if self._packed is None:
             with warnings.catch_warnings():
@@ -151,15 +196,22 @@ class Int8Linear(nn.Module):
         return out
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        rows = x.numel() // max(self.in_features, 1)
         if (
             x.device.type == "cpu"
             and x.dtype == torch.float32
-            and rows <= DYNAMIC_MAX_ROWS
             and not torch.is_grad_enabled()
             and _fbgemm_available()
+            and x.numel() <= self.in_features * DYNAMIC_MAX_ROWS
         ):
-            y = torch.ops.quantized.linear_dynamic(x.contiguous(), self._packed_weight(), True)
+            # Without VNNI the activations drop to 7 bits (reduce_range), so that FBGEMM's
+            # int16 pair sums cannot saturate.
+            y = torch.ops.quantized.linear_dynamic(x.contiguous(), self._packed_weight(), not cpu_has_vnni())
+        elif x.device.type == "cpu" and x.dtype == torch.float32 and not torch.is_grad_enabled() and cpu_has_bf16():
+            # Many rows with bf16 dot products: the GEMM in bf16 (float32 accumulation), the
+            # bias added in float32.
+            y = F.linear(x.to(torch.bfloat16), self.dequantized_weight(torch.bfloat16)).float()
+            if self.bias is not None:
+                y += self.bias
         else:
             bias = None if self.bias is None else self.bias.to(x.dtype)
             y = F.linear(x, self.dequantized_weight(x.dtype), bias)
@@ -198,6 +250,22 @@ def quantize_linears_(model: nn.Module, mode: str = "int8", *, skip: tuple[str, 
             module.tied_head = Int8Linear.from_weight(module.embed_tokens.weight)
             swapped += 1
     return swapped
+
+
+def prepack_int8_(model: nn.Module) -> int:
+    """Prepack every ``Int8Linear`` of ``model`` for the dynamic int8 kernel, now rather than
+    on its first call (inside a timed request); returns how many were packed. Nothing is
+    packed for a model whose activations are not float32 (its ``compute_dtype``): those take
+    the dequantised path. A layer later moved or cast repacks on its next dynamic call. The
+    packed weight is a second int8 copy (FBGEMM's blocked layout): a quarter of float32."""
+    if getattr(model, "compute_dtype", torch.float32) != torch.float32:
+        return 0
+    packed = 0
+    for module in model.modules():
+        if isinstance(module, Int8Linear):
+            module.prepack()
+            packed += module._packed is not None
+    return packed
 
 
 @contextmanager

@@ -10,9 +10,9 @@ import torch
 import torch.nn.functional as F
 
 from oasr.engine.config import EngineConfig
-from oasr.layers import Linear
+from oasr.layers import Linear, quant
 from oasr.layers.linear import LinearActivation
-from oasr.layers.quant import DYNAMIC_MAX_ROWS, Int8Linear, quantize_linears_
+from oasr.layers.quant import DYNAMIC_MAX_ROWS, Int8Linear, prepack_int8_, quantize_linears_
 from oasr.models.registry import get_model_info
 from tests.models.tiny_configs import TINY_CONFIGS
 
@@ -31,8 +31,12 @@ def test_rounding_is_per_channel_and_within_half_a_step():
     assert int(q.qweight.abs().amax(1).min()) == 127  # every channel uses the full range
 
 
+@pytest.mark.parametrize("cpu", ["vnni+bf16", "vnni", "avx2"])
 @pytest.mark.parametrize("rows", [1, 7, DYNAMIC_MAX_ROWS, DYNAMIC_MAX_ROWS + 1, 900])
-def test_both_kernels_match_the_float_layer(rows):
+def test_every_kernel_matches_the_float_layer(rows, cpu, monkeypatch):
+    # Which kernel runs (and in what precision) depends on the CPU: each choice on this one.
+    monkeypatch.setattr(quant, "cpu_has_vnni", lambda: "vnni" in cpu)
+    monkeypatch.setattr(quant, "cpu_has_bf16", lambda: "bf16" in cpu)
     torch.manual_seed(rows)
     lin = LinearActivation(64, 96, "gelu")
     q = Int8Linear.from_linear(lin)
@@ -41,14 +45,47 @@ def test_both_kernels_match_the_float_layer(rows):
         ref = lin(x)
         dequant = F.gelu(F.linear(x, q.dequantized_weight(), lin.bias))
         got = q(x.view(1, rows, 64)).view(rows, 96)
-    assert got.shape == ref.shape
+    assert got.shape == ref.shape and got.dtype == torch.float32
     assert _cos(got, ref) > 0.999
-    if rows > DYNAMIC_MAX_ROWS:
+    if rows > DYNAMIC_MAX_ROWS and "bf16" not in cpu:
         # The large-row path is exactly the float GEMM on the dequantised weight.
         torch.testing.assert_close(got, dequant, rtol=1e-5, atol=1e-5)
     else:
-        # The dynamic path also rounds the activations: close, not equal.
+        # The dynamic path rounds the activations to 8 (or 7) bits, the bf16 GEMM to 8
+        # significant bits: close, not equal.
         assert (got - dequant).abs().max().item() < 0.05 * dequant.abs().max().item()
+
+
+def test_dynamic_kernel_does_not_saturate_on_this_cpu():
+    # The worst case for int8 pair sums: every activation at the top of its range and every
+    # weight at +127, so each output is in*127*255 in the integer domain. Full 8-bit
+    # activations (reduce_range off) are only taken where the CPU accumulates them in int32.
+    k = 512
+    q = Int8Linear(torch.full((16, k), 127, dtype=torch.int8), torch.full((16,), 0.01))
+    x = torch.cat([torch.full((3, k), 4.0), torch.full((1, k), -4.0)])  # 4 rows: the dynamic kernel
+    with torch.no_grad():
+        got = q(x)
+    want = F.linear(x, q.dequantized_weight())
+    torch.testing.assert_close(got, want, rtol=0.02, atol=0.02 * want.abs().max().item())
+
+
+def test_prepack_builds_every_packed_weight_once_and_a_cast_drops_them():
+    torch.manual_seed(0)
+    model = get_model_info("whisper").model_class().from_config(TINY_CONFIGS["whisper"]()).eval()
+    quantize_linears_(model)
+    layers = [m for m in model.modules() if isinstance(m, Int8Linear)]
+    if not quant._fbgemm_available():
+        assert prepack_int8_(model) == 0
+        return
+    assert prepack_int8_(model) == len(layers) > 0
+    packed = [m._packed for m in layers]
+    x = torch.randn(2, 5, layers[0].in_features)
+    with torch.no_grad():
+        layers[0](x)
+    assert [m._packed for m in layers] == packed  # a call uses the load's packing, no repack
+    model.to(torch.bfloat16)  # bf16 activations take the dequantised path: nothing to pack
+    assert all(m._packed is None for m in layers)
+    assert prepack_int8_(model) == 0
 
 
 def test_grad_mode_and_half_inputs_take_the_dequantised_path():
