@@ -166,6 +166,9 @@ def main() -> int:
     ap.add_argument("--language", default="en")
     ap.add_argument("--max-batch-size", type=int, default=8, help="oasr serve --max-batch-size")
     ap.add_argument("--threads", type=int, default=0, help="CPU threads for both (0: all / library default)")
+    ap.add_argument(
+        "--request-timeout", type=float, default=None, help="oasr serve --request-timeout (a busy machine: a long one)"
+    )
     ap.add_argument("--peer-workers", type=int, default=1, help="CTranslate2 workers of the faster-whisper server")
     ap.add_argument("--systems", nargs="+", default=["oasr", "faster-whisper"], choices=["oasr", "faster-whisper"])
     ap.add_argument("--json", default="serve_bench.json", help="where to write the results")
@@ -199,6 +202,8 @@ def main() -> int:
             cmd = [sys.executable, "-m", "oasr.cli.main", "serve", "--model", args.model, "--port", str(port)]
             cmd += ["--max-queue", "1024", "--max-batch-size", str(args.max_batch_size), "--log-level", "warning"]
             cmd += ["--device", "cpu", "--threads", str(args.threads)]
+            if args.request_timeout is not None:
+                cmd += ["--request-timeout", str(args.request_timeout)]
             served = args.model
         else:
             cmd = [
