@@ -45,6 +45,14 @@ class ServeProcess:
         self.stop()
         raise RuntimeError(f"the server did not start:\n{log.read_text()[-3000:]}")
 
+    def peak_rss_mb(self) -> float | None:
+        """The server's peak resident set so far (``VmHWM``, MiB); None where /proc has none."""
+        try:
+            with open(f"/proc/{self.proc.pid}/status") as f:
+                return next(int(line.split()[1]) / 1024 for line in f if line.startswith("VmHWM:"))
+        except (OSError, StopIteration):
+            return None
+
     def stop(self) -> None:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)

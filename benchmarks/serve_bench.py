@@ -20,7 +20,7 @@ multipart ``POST /v1/audio/transcriptions`` as soon as the previous one is answe
 
 Decoding is the same on both sides: beam 1, temperature fallback (0.0 ... 1.0,
 best_of 5), ``language=en`` (no detection). Reported per concurrency level: requests /
-second, audio seconds / second, latency p50 / p95, and the WER of the transcripts
+second, audio seconds / second, latency p50 / p95, the server process's peak RSS so far, and the WER of the transcripts
 against the clips' reference texts (a sanity check that both did the same work).
 A table is printed and everything is written as JSON.
 """
@@ -166,6 +166,9 @@ def main() -> int:
     ap.add_argument("--language", default="en")
     ap.add_argument("--max-batch-size", type=int, default=8, help="oasr serve --max-batch-size")
     ap.add_argument("--threads", type=int, default=0, help="CPU threads for both (0: all / library default)")
+    ap.add_argument(
+        "--request-timeout", type=float, default=None, help="oasr serve --request-timeout (a busy machine: a long one)"
+    )
     ap.add_argument("--peer-workers", type=int, default=1, help="CTranslate2 workers of the faster-whisper server")
     ap.add_argument("--systems", nargs="+", default=["oasr", "faster-whisper"], choices=["oasr", "faster-whisper"])
     ap.add_argument("--json", default="serve_bench.json", help="where to write the results")
@@ -199,6 +202,8 @@ def main() -> int:
             cmd = [sys.executable, "-m", "oasr.cli.main", "serve", "--model", args.model, "--port", str(port)]
             cmd += ["--max-queue", "1024", "--max-batch-size", str(args.max_batch_size), "--log-level", "warning"]
             cmd += ["--device", "cpu", "--threads", str(args.threads)]
+            if args.request_timeout is not None:
+                cmd += ["--request-timeout", str(args.request_timeout)]
             served = args.model
         else:
             cmd = [
@@ -219,6 +224,7 @@ def main() -> int:
             rows = []
             for c, n in zip(levels, per_level):
                 row = asyncio.run(_drive(port, served, clips, n, c, args.language))
+                row["server_peak_rss_mb"] = server.peak_rss_mb()  # since start: load, warm-up, levels so far
                 rows.append(row)
                 print(
                     f"   C={c:<3d} {row['requests']} requests in {row['wall_s']:.1f} s: "
@@ -230,7 +236,8 @@ def main() -> int:
             server.stop()
 
     header = (
-        f"{'system':<16}{'C':>4}{'req':>6}{'wall s':>9}{'req/s':>8}{'audio-s/s':>11}{'p50 s':>8}{'p95 s':>8}{'WER':>7}"
+        f"{'system':<16}{'C':>4}{'req':>6}{'wall s':>9}{'req/s':>8}{'audio-s/s':>11}{'p50 s':>8}{'p95 s':>8}"
+        f"{'WER':>7}{'peak MiB':>10}"
     )
     print(header)
     print("-" * len(header))
@@ -243,7 +250,7 @@ def main() -> int:
             print(
                 f"{system:<16}{r['concurrency']:>4}{r['requests']:>6}{r['wall_s']:>9.1f}{r['requests_per_s']:>8.2f}"
                 f"{r['audio_s_per_s']:>11.1f}{num(r['latency_p50_s'], '.2f'):>8}{num(r['latency_p95_s'], '.2f'):>8}"
-                f"{num(r['wer'], '.1f', 100):>6}%"
+                f"{num(r['wer'], '.1f', 100):>6}%{num(r.get('server_peak_rss_mb'), '.0f'):>10}"
             )
             if r["errors"]:
                 print(f"    {r['errors']} failed requests, e.g. {r['error_samples'][0]}")

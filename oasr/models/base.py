@@ -646,7 +646,9 @@ class BaseAsrModel(ComputeDtypeModule):
         """
         return None
 
-    def load_weights(self, state_dict: Mapping[str, torch.Tensor]) -> LoadReport:
+    def load_weights(
+        self, state_dict: Mapping[str, torch.Tensor], *, copied: Callable[[torch.Tensor], None] | None = None
+    ) -> LoadReport:
         """Copy checkpoint tensors (already in this model's names) into the model.
 
         Shapes are checked; tensors the model does not have are reported as dropped,
@@ -654,6 +656,10 @@ class BaseAsrModel(ComputeDtypeModule):
         registry decides what a drop or a miss means for this converter. A CTC head
         (``ctc_projection``) may come at its real (V, D) width: it is widened to the
         GEMM-aligned width the model allocates.
+
+        Args:
+            copied: called with each checkpoint tensor once it is copied in (the bundle's
+                ``release``: its host pages go back as the load goes, not after it).
 
         Raises:
             LoadError: a tensor whose shape does not match the model's.
@@ -672,7 +678,9 @@ class BaseAsrModel(ComputeDtypeModule):
                 if tuple(target.shape) != tuple(tensor.shape):
                     mismatched.append(f"{name}: checkpoint {tuple(tensor.shape)} vs model {tuple(target.shape)}")
                     continue
-                target.copy_(tensor.to(dtype=target.dtype))
+                target.copy_(tensor)  # casts as it copies: no whole-tensor temporary in the model's dtype
+                if copied is not None:
+                    copied(tensor)
                 mapped.append(name)
         if mismatched:
             raise LoadError(

@@ -142,6 +142,9 @@ class CheckpointBundle:
         state_dict: tensors in the model's own names (host memory).
         tokenizer, features, decoding: the specs the checkpoint carries.
         source: where it was read from; format: its native format.
+        release: called with each checkpoint tensor once the model holds its contents: hands
+            its host pages back (a mapped file's), so the checkpoint and the model are not both
+            resident at the end of a load; None: nothing to hand back.
     """
 
     architecture: str
@@ -153,6 +156,7 @@ class CheckpointBundle:
     source: str = ""
     format: str = ""
     metadata: dict[str, Any] = field(default_factory=dict)
+    release: Callable[[torch.Tensor], None] | None = None
 
 
 @runtime_checkable
@@ -484,12 +488,26 @@ def check_finite(state_dict: Mapping[str, torch.Tensor], source: str) -> None:
     from oasr.models.base import LoadError
 
     for name, tensor in state_dict.items():
-        if tensor.is_floating_point() and not math.isfinite(torch.sum(tensor, dtype=torch.float64)):
+        if tensor.is_floating_point() and not _all_finite(tensor):
             bad = int((~torch.isfinite(tensor)).sum())
             raise LoadError(
                 f"{_weight_files(source)}: tensor {name!r} {tuple(tensor.shape)} has {bad} non-finite value(s) "
                 "(NaN or inf); the checkpoint is corrupted"
             )
+
+
+_FINITE_BLOCK = 1 << 20  # elements per float64 partial sum
+
+
+def _all_finite(tensor: torch.Tensor) -> bool:
+    """Whether a tensor holds no NaN / inf: float64 sums over blocks of rows (a sum over the whole
+    tensor converts all of it at once: a temporary as large as the tensor)."""
+    import torch
+
+    if tensor.dim() == 0 or tensor.numel() <= _FINITE_BLOCK:
+        return math.isfinite(torch.sum(tensor, dtype=torch.float64))
+    rows = max(1, _FINITE_BLOCK * tensor.shape[0] // tensor.numel())
+    return all(math.isfinite(torch.sum(block, dtype=torch.float64)) for block in tensor.split(rows))
 
 
 def _weight_files(source: str) -> str:
@@ -541,10 +559,13 @@ def build_model_from_checkpoint(
         from oasr.models.base import LoadReport
 
         used, int8_buffers = quantize_linears_from_checkpoint_(model, bundle.state_dict, quantize)
-        report = model.load_weights(bundle.state_dict)
+        if bundle.release is not None:
+            for name in used & bundle.state_dict.keys():
+                bundle.release(bundle.state_dict[name])
+        report = model.load_weights(bundle.state_dict, copied=bundle.release)
         report = LoadReport(mapped=report.mapped | used, dropped=report.dropped, missing=report.missing - int8_buffers)
     else:
-        report = model.load_weights(bundle.state_dict)
+        report = model.load_weights(bundle.state_dict, copied=bundle.release)
     account_load(report, converter, bundle.architecture)
     bundle.state_dict = {}  # the model owns the weights now; free the host copy
     model.eval()

@@ -3,8 +3,14 @@ cache intact, checked against decoding each row alone."""
 
 from __future__ import annotations
 
+import ctypes
+import mmap
+import sys
+
+import pytest
 import torch
 
+from oasr.models.decoders.kv_pool import zeros_on_demand
 from oasr.models.whisper.config import WhisperConfig
 from oasr.models.whisper.model import WhisperModel
 
@@ -98,3 +104,22 @@ def test_beam_groups_share_cross_attention():
     ]
     for i in range(6):
         torch.testing.assert_close(fast[i], ref[i][1])
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="mincore(2) is Linux's")
+def test_cpu_pool_takes_memory_only_where_written():
+    """A CPU pool is zeros that cost nothing until touched: of a 64 MiB buffer, writing one
+    element and reading a few makes at most a (huge) page resident, not the buffer
+    (``torch.zeros`` writes, and keeps, all of it)."""
+    t = zeros_on_demand((16, 1 << 20), "cpu", torch.float32)
+    assert t.shape == (16, 1 << 20) and t.dtype == torch.float32
+    t[5, 7] = 1.5
+    assert t[5, :16].tolist() == [0.0] * 7 + [1.5] + [0.0] * 8
+    page = mmap.PAGESIZE
+    n_pages = t.nbytes // page
+    vec = (ctypes.c_ubyte * n_pages)()
+    libc = ctypes.CDLL(None, use_errno=True)
+    assert libc.mincore(ctypes.c_void_p(t.data_ptr()), ctypes.c_size_t(t.nbytes), vec) == 0
+    resident = sum(b & 1 for b in vec)
+    assert 1 <= resident * page <= 2 * (1 << 20)
+    assert zeros_on_demand((2, 0, 3), "cpu", torch.bfloat16).shape == (2, 0, 3)

@@ -14,6 +14,7 @@ hypotheses per encoder window without copying the window's K/V k times.
 
 from __future__ import annotations
 
+import mmap
 from dataclasses import dataclass, field
 
 import torch
@@ -23,8 +24,27 @@ class PoolExhausted(RuntimeError):
     """A prefill or merge needs more rows / groups than the pool has free."""
 
 
+def zeros_on_demand(shape: tuple[int, ...], device: torch.device | str, dtype: torch.dtype) -> torch.Tensor:
+    """A zero tensor whose host memory is taken only where it is written.
+
+    On the CPU the storage is an anonymous mapping: the kernel hands out zero pages as they are
+    first touched, so a pool sized for the decoder's whole context and every group holds in RAM only
+    the rows, tokens and windows a decode has written (``torch.zeros`` writes, and so keeps, all of
+    it). Elsewhere it is ``torch.zeros``.
+    """
+    if torch.device(device).type != "cpu":
+        return torch.zeros(shape, device=device, dtype=dtype)
+    n = 1
+    for d in shape:
+        n *= d
+    nbytes = n * torch.empty((), dtype=dtype).element_size()
+    if nbytes == 0:
+        return torch.zeros(shape, dtype=dtype)
+    return torch.frombuffer(mmap.mmap(-1, nbytes), dtype=dtype).view(shape)  # the tensor keeps the map alive
+
+
 class KVPool:
-    """K/V buffers for one decoder.
+    """K/V buffers for one decoder (host memory is taken as rows are written: ``zeros_on_demand``).
 
     Layout:
         k, v: (n_layers, max_rows, n_heads, max_len, head_dim)
@@ -52,12 +72,12 @@ class KVPool:
         dtype: torch.dtype = torch.float32,
     ) -> None:
         shape = (n_layers, max_rows, n_heads, max_len, head_dim)
-        self.k = torch.zeros(shape, device=device, dtype=dtype)
-        self.v = torch.zeros(shape, device=device, dtype=dtype)
+        self.k = zeros_on_demand(shape, device, dtype)
+        self.v = zeros_on_demand(shape, device, dtype)
         if max_groups > 0:
             cshape = (n_layers, max_groups, n_heads, cross_len, head_dim)
-            self.cross_k: torch.Tensor | None = torch.zeros(cshape, device=device, dtype=dtype)
-            self.cross_v: torch.Tensor | None = torch.zeros(cshape, device=device, dtype=dtype)
+            self.cross_k: torch.Tensor | None = zeros_on_demand(cshape, device, dtype)
+            self.cross_v: torch.Tensor | None = zeros_on_demand(cshape, device, dtype)
         else:
             self.cross_k = self.cross_v = None
         self.n_layers = n_layers

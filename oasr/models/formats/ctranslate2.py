@@ -17,11 +17,12 @@ locates them.
 
 from __future__ import annotations
 
+import ctypes
 import mmap
 import re
 import struct
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -58,6 +59,7 @@ class CT2Model:
         spec_name: e.g. "WhisperSpec"; spec_revision: its revision.
         variables: name -> tensor (CPU, stored dtype).
         aliases: alias name -> variable name.
+        maps: the parts' copy-on-write maps the variables are views of.
     """
 
     binary_version: int
@@ -65,6 +67,25 @@ class CT2Model:
     spec_revision: int
     variables: dict[str, torch.Tensor]
     aliases: dict[str, str]
+    maps: list[mmap.mmap] = field(default_factory=list)
+
+    def release(self, tensor: torch.Tensor) -> None:
+        """Drop the resident pages under ``tensor``, whose contents were copied out: they leave
+        the process's RSS, and are read from the file again should anything touch them (the map
+        is copy-on-write and the reader never writes it, so nothing is lost). A tensor outside
+        the maps (a copy across two parts) is left to the garbage collector."""
+        if tensor.numel() == 0:
+            return
+        lo = tensor.data_ptr()
+        hi = lo + tensor.numel() * tensor.element_size()
+        for m in self.maps:
+            base = _address(m)
+            if base <= lo and hi <= base + len(m):
+                first = -(-(lo - base) // mmap.PAGESIZE) * mmap.PAGESIZE  # the whole pages inside it only
+                last = (hi - base) // mmap.PAGESIZE * mmap.PAGESIZE
+                if last > first:
+                    m.madvise(mmap.MADV_DONTNEED, first, last - first)
+                return
 
     def get(self, name: str) -> torch.Tensor:
         """A variable by name or alias."""
@@ -76,6 +97,14 @@ class CT2Model:
 
     def __contains__(self, name: str) -> bool:
         return name in self.variables or name in self.aliases
+
+
+def _address(m: mmap.mmap) -> int:
+    view = ctypes.c_char.from_buffer(m)
+    try:
+        return ctypes.addressof(view)
+    finally:
+        del view  # the export pins the map while it lives
 
 
 _PART_RE = re.compile(r"^model\.bin\.part(\d+)$")
@@ -134,16 +163,31 @@ def glob_escape(text: str) -> str:
 
 
 class _Reader:
-    def __init__(self, buf: memoryview) -> None:
-        self.buf = buf
+    """Reads the concatenation of the parts' bytes: a take inside one part is a view of its map,
+    one across a part boundary a copy of its own."""
+
+    def __init__(self, bufs: Sequence[memoryview]) -> None:
+        self.bufs = list(bufs)
+        self.ends: list[int] = []
+        total = 0
+        for b in self.bufs:
+            total += len(b)
+            self.ends.append(total)
         self.pos = 0
 
     def take(self, n: int) -> memoryview:
-        if self.pos + n > len(self.buf):
+        end = self.pos + n
+        if end > (self.ends[-1] if self.ends else 0):
             raise CT2Truncated(f"unexpected end of data at byte {self.pos} (needed {n} more)")
-        out = self.buf[self.pos : self.pos + n]
-        self.pos += n
-        return out
+        pieces = []
+        for buf, stop in zip(self.bufs, self.ends):
+            start = stop - len(buf)
+            if self.pos < stop and end > start:
+                pieces.append(buf[max(self.pos, start) - start : min(end, stop) - start])
+        self.pos = end
+        if len(pieces) == 1:
+            return pieces[0]
+        return memoryview(bytearray(b"".join(pieces)))  # writable, as the views are
 
     def unpack(self, fmt: str):
         size = struct.calcsize(fmt)
@@ -155,22 +199,14 @@ class _Reader:
         return raw.rstrip(b"\x00").decode("utf-8")
 
 
-def _read_bytes(parts: Sequence[Path]) -> memoryview:
-    """The model bytes, writable (tensors are views into them, not copies)."""
-    if len(parts) == 1:
-        with open(parts[0], "rb") as f:
-            try:  # copy-on-write map: pages are read lazily and never written back
-                return memoryview(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY))
-            except ValueError:  # empty file
-                return memoryview(bytearray())
-    buf = bytearray(sum(p.stat().st_size for p in parts))
-    view = memoryview(buf)
-    pos = 0
+def _map_parts(parts: Sequence[Path]) -> list[mmap.mmap]:
+    """Each non-empty part mapped copy-on-write: pages are read as tensors touch them, never written back."""
+    maps = []
     for p in parts:
         with open(p, "rb") as f:
-            while n := f.readinto(view[pos:]):
-                pos += n
-    return view[:pos]
+            if p.stat().st_size:
+                maps.append(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY))
+    return maps
 
 
 def read_ct2_model(parts: Sequence[str | Path] | str | Path) -> CT2Model:
@@ -178,7 +214,8 @@ def read_ct2_model(parts: Sequence[str | Path] | str | Path) -> CT2Model:
 
     Returns:
         the model's variables as CPU tensors in their stored dtype: views into the
-        file's bytes (mapped copy-on-write, or read once for a split model).
+        parts' bytes, mapped copy-on-write (a tensor across two parts of a split model is
+        a copy). ``CT2Model.release`` hands a copied-out tensor's pages back.
 
     Raises:
         CT2FormatError: the bytes are not a CTranslate2 model this reader understands.
@@ -186,8 +223,9 @@ def read_ct2_model(parts: Sequence[str | Path] | str | Path) -> CT2Model:
     if isinstance(parts, (str, Path)):
         parts = [Path(parts)]
     parts = [Path(p) for p in parts]
+    maps = _map_parts(parts)
     try:
-        return _parse(_Reader(_read_bytes(parts)), parts)
+        model = _parse(_Reader([memoryview(m) for m in maps]), parts)
     except CT2Truncated as e:
         names = ", ".join(p.name for p in parts)
         if len(parts) > 1:
@@ -196,6 +234,8 @@ def read_ct2_model(parts: Sequence[str | Path] | str | Path) -> CT2Model:
                 f"model.bin.part{len(parts) + 1} (or a later part) is missing"
             ) from e
         raise CT2FormatError(f"{parts[0]}: truncated CTranslate2 model ({e})") from e
+    model.maps = maps
+    return model
 
 
 def _parse(r: _Reader, parts: list[Path]) -> CT2Model:

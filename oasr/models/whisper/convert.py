@@ -268,7 +268,9 @@ class CT2WhisperConverter:
             "alignment_heads": _pairs(cfg.get("alignment_heads")),
             "lang_ids": list(cfg.get("lang_ids") or []),
         }
-        return _directory_bundle(path, config, state, params, "ctranslate2", parts=[str(p) for p in parts])
+        bundle = _directory_bundle(path, config, state, params, "ctranslate2", parts=[str(p) for p in parts])
+        bundle.release = m.release  # the state's tensors are views of m's maps
+        return bundle
 
 
 # ---------------------------------------------------------------------------

@@ -304,8 +304,10 @@ class WhisperDecoder(BaseDecoder):
                 raise ValueError(f"memory has {memory.shape[0]} windows for {n_groups} groups")
             for li, layer in enumerate(self.layers):
                 att = layer.encoder_attn
-                pool.cross_k[li, group0 : group0 + n_groups] = att.heads(att.k_proj(memory))
-                pool.cross_v[li, group0 : group0 + n_groups] = att.heads(att.v_proj(memory))
+                for g in range(n_groups):  # a window at a time: temporaries of one window, not of the batch
+                    window = memory[g : g + 1]
+                    pool.cross_k[li, group0 + g] = att.heads(att.k_proj(window))[0]
+                    pool.cross_v[li, group0 + g] = att.heads(att.v_proj(window))[0]
         token_lens = token_lens.to(device=tokens.device, dtype=torch.long)
         lengths = [int(x) for x in token_lens.tolist()]
         state = DecoderState(
