@@ -106,7 +106,9 @@ class EngineCore:
         if config.quantize is not None:
             # In place: a LoadedModel passed in is quantized too (and tied heads, which the load leaves).
             quantize_linears_(self.loaded.model, config.quantize)
-            prepack_int8_(self.loaded.model)  # at load, not inside the first request
+            # At load, not inside the first request; the encoder's layers pack on a first call with few
+            # rows (a streaming chunk), if they get one.
+            prepack_int8_(self.loaded.model, skip=("encoder",))
         self.strategy: DecodeStrategy = self.build_strategy()
         self.splitter = VadSplitter(self.strategy, self.sampling_rate)
         self._ids = itertools.count()

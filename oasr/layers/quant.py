@@ -44,7 +44,7 @@ import ctypes.util
 import functools
 import sys
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import torch
@@ -252,17 +252,24 @@ def quantize_linears_(model: nn.Module, mode: str = "int8", *, skip: tuple[str, 
     return swapped
 
 
-def prepack_int8_(model: nn.Module) -> int:
+def prepack_int8_(model: nn.Module, *, skip: tuple[str, ...] = ()) -> int:
     """Prepack every ``Int8Linear`` of ``model`` for the dynamic int8 kernel, now rather than
     on its first call (inside a timed request); returns how many were packed. Nothing is
     packed for a model whose activations are not float32 (its ``compute_dtype``): those take
     the dequantised path. A layer later moved or cast repacks on its next dynamic call. The
-    packed weight is a second int8 copy (FBGEMM's blocked layout): a quarter of float32."""
+    packed weight is a second int8 copy (FBGEMM's blocked layout): a quarter of float32.
+
+    Args:
+        skip: module names (and their submodules) left to pack on their first dynamic call,
+            if any: an offline encoder sees a whole window per call (more rows than
+            ``DYNAMIC_MAX_ROWS``) and takes the dequantised path, so a copy packed for it at
+            load would be memory spent for nothing (~19 MB for whisper-base).
+    """
     if getattr(model, "compute_dtype", torch.float32) != torch.float32:
         return 0
     packed = 0
-    for module in model.modules():
-        if isinstance(module, Int8Linear):
+    for name, module in model.named_modules():
+        if isinstance(module, Int8Linear) and not any(name == s or name.startswith(s + ".") for s in skip):
             module.prepack()
             packed += module._packed is not None
     return packed
@@ -286,7 +293,11 @@ def linear_weights_on_meta() -> Iterator[None]:
 
 
 def quantize_linears_from_checkpoint_(
-    model: nn.Module, state_dict: dict[str, torch.Tensor], mode: str = "int8"
+    model: nn.Module,
+    state_dict: dict[str, torch.Tensor],
+    mode: str = "int8",
+    *,
+    release: Callable[[torch.Tensor], None] | None = None,
 ) -> tuple[set[str], set[str]]:
     """Swap ``model``'s linear layers for int8 ones built straight from ``state_dict``, in
     place, before the rest of the checkpoint is loaded: the float weights the layers were
@@ -296,6 +307,11 @@ def quantize_linears_from_checkpoint_(
     first). Layers whose checkpoint tensor is absent or of another shape (a head a load hook
     widens) are left for the load and ``quantize_linears_``, tied heads too; a parameter
     still on the meta device (``linear_weights_on_meta``) is allocated for the load.
+
+    Args:
+        release: called with each checkpoint tensor once it is quantised (a mapped
+            checkpoint's ``CheckpointBundle.release``: its pages leave the RSS layer by layer,
+            not after the whole swap).
 
     Returns:
         (the checkpoint names used, the int8 layers' buffer names), for the load report.
@@ -328,7 +344,9 @@ def quantize_linears_from_checkpoint_(
                 )
             setattr(module, child_name, q)
             for key in ("weight", "bias") if child.bias is not None else ("weight",):
-                state_dict.pop(f"{prefix}.{key}")
+                tensor = state_dict.pop(f"{prefix}.{key}")
+                if release is not None:
+                    release(tensor)
                 used.add(f"{prefix}.{key}")
             buffers.update(f"{prefix}.{b}" for b, value in q.named_buffers(recurse=False) if value is not None)
     for module in model.modules():

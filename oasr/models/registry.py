@@ -558,10 +558,9 @@ def build_model_from_checkpoint(
         from oasr.layers.quant import quantize_linears_from_checkpoint_
         from oasr.models.base import LoadReport
 
-        used, int8_buffers = quantize_linears_from_checkpoint_(model, bundle.state_dict, quantize)
-        if bundle.release is not None:
-            for name in used & bundle.state_dict.keys():
-                bundle.release(bundle.state_dict[name])
+        used, int8_buffers = quantize_linears_from_checkpoint_(
+            model, bundle.state_dict, quantize, release=bundle.release
+        )
         report = model.load_weights(bundle.state_dict, copied=bundle.release)
         report = LoadReport(mapped=report.mapped | used, dropped=report.dropped, missing=report.missing - int8_buffers)
     else:

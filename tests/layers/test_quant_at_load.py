@@ -72,8 +72,8 @@ def test_quantised_at_load_equals_quantised_after(name):
 # fork and exec), so a child of a large pytest process would report pytest's size.
 _PEAK = """
 import sys
-import oasr
-oasr.ASREngine("whisper-base", device="cpu", quantize=None if sys.argv[1] == "float32" else sys.argv[1])
+from oasr.models.loaders import load_pretrained
+load_pretrained("whisper-base", device="cpu", quantize=None if sys.argv[1] == "float32" else sys.argv[1])
 with open("/proc/self/status") as f:
     print(next(line.split()[1] for line in f if line.startswith("VmHWM:")))
 """
