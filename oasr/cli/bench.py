@@ -786,8 +786,9 @@ def markdown_table(report: dict) -> str:
 
 
 def plot_rtfx(report: dict, path: Path) -> bool:
-    """RTFx (median, min–max bars) against batch size for the corpus workload, a line per system,
-    compute type and thread count; False if there is none."""
+    """RTFx (median, min–max bars) of the corpus workload; False if there is none. Against batch
+    size, a line per system, compute type and thread count, when several batch sizes ran; with one
+    batch size, grouped bars: a group per compute type and thread count, a bar per system."""
     rows = [r for r in report["results"] if r["workload"] == "corpus"]
     if not rows:
         return False
@@ -797,28 +798,46 @@ def plot_rtfx(report: dict, path: Path) -> bool:
     import matplotlib.pyplot as plt
 
     s = report["settings"]
+    sizes = sorted({r["batch_size"] for r in rows})
 
-    def line(r: dict) -> str:
-        return f"{_system_label(r)}, {r['compute_type']}, {r['threads']} threads"
-
-    fig, ax = plt.subplots(figsize=(7, 4.5), dpi=100)
-    for label in dict.fromkeys(line(r) for r in rows):
-        mine = sorted((r for r in rows if line(r) == label), key=lambda r: r["batch_size"])
-        xs = [r["batch_size"] for r in mine]
+    def spread(mine: list[dict]) -> tuple[list[float], list[list[float]]]:
         med = [r["stats"]["rtfx"]["median"] for r in mine]
         err = [
             [m - r["stats"]["rtfx"]["min"] for m, r in zip(med, mine)],
             [r["stats"]["rtfx"]["max"] - m for m, r in zip(med, mine)],
         ]
-        ax.errorbar(xs, med, yerr=err, marker="o", capsize=3, label=label)
-    ax.set_xscale("log", base=2)  # batch sizes are usually powers of two
-    sizes = sorted({r["batch_size"] for r in rows})
-    ax.set_xticks(sizes, labels=[str(b) for b in sizes])
-    ax.set_xlabel("batch size")
+        return med, err
+
+    fig, ax = plt.subplots(figsize=(8, 4.5), dpi=100)
+    if len(sizes) > 1:
+        for label in dict.fromkeys(f"{_system_label(r)}, {r['compute_type']}, {r['threads']} threads" for r in rows):
+            mine = sorted(
+                (r for r in rows if f"{_system_label(r)}, {r['compute_type']}, {r['threads']} threads" == label),
+                key=lambda r: r["batch_size"],
+            )
+            med, err = spread(mine)
+            ax.errorbar([r["batch_size"] for r in mine], med, yerr=err, marker="o", capsize=3, label=label)
+        ax.set_xscale("log", base=2)  # batch sizes are usually powers of two
+        ax.set_xticks(sizes, labels=[str(b) for b in sizes])
+        ax.set_xlabel("batch size")
+    else:
+        cells = list(dict.fromkeys((r["compute_type"], r["threads"]) for r in rows))
+        systems = list(dict.fromkeys(r["system"] for r in rows))
+        width = 0.8 / len(systems)
+        for k, system in enumerate(systems):
+            mine = [
+                next((r for r in rows if r["system"] == system and (r["compute_type"], r["threads"]) == c), None)
+                for c in cells
+            ]
+            xs = [i + (k - (len(systems) - 1) / 2) * width for i, r in enumerate(mine) if r is not None]
+            med, err = spread([r for r in mine if r is not None])
+            ax.bar(xs, med, width, yerr=err, capsize=2, label=system)
+        ax.set_xticks(range(len(cells)), labels=[f"{c}, {t} thr" for c, t in cells])
+        ax.set_xlabel(f"compute type, threads (batch {sizes[0]})")
     ax.set_ylabel("RTFx (audio s / wall s)")
     ax.set_ylim(bottom=0)
     ax.set_title(f"corpus throughput: {s['model']}, beam {s['beam_size']}")
-    ax.grid(alpha=0.3)
+    ax.grid(alpha=0.3, axis="y")
     ax.legend(fontsize="small")
     fig.tight_layout()
     fig.savefig(path)

@@ -109,6 +109,9 @@ def test_plot_rtfx_against_batch_size(tmp_path):
     out = tmp_path / "rtfx.png"
     assert bench.plot_rtfx(_report(results), out)
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    one_size = [r for r in results if r["batch_size"] == 8]  # grouped bars, a group per cell
+    assert bench.plot_rtfx(_report(one_size), tmp_path / "bars.png")
+    assert (tmp_path / "bars.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert not bench.plot_rtfx(_report([]), tmp_path / "none.png")
 
 
