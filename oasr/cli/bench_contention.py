@@ -63,9 +63,17 @@ def _repeat_main() -> int:
 def competitors(level: str, count: int, command: Sequence[str], stdin: str | None = None):
     """``count`` processes running ``command`` (its ``stdin`` given to each), at normal priority
     or ``nice 19``, alive for the ``with`` block; each leads its own process group, which is
-    stopped at the end (its children with it)."""
+    stopped at the end (its children with it). They stay in this session: with the kernel's
+    autogroup scheduling (``/proc/sys/kernel/sched_autogroup_enabled``) a new session is a new
+    scheduling group, weighed equally with ours whatever its nice value, so ``nice 19`` in a
+    session of its own competed like normal priority."""
     procs: list[subprocess.Popen] = []
-    nice = (lambda: os.nice(LOW_NICE)) if level == "low" else None
+
+    def own_group() -> None:
+        os.setpgid(0, 0)
+        if level == "low":
+            os.nice(LOW_NICE)
+
     try:
         for _ in range(count):
             p = subprocess.Popen(
@@ -74,8 +82,7 @@ def competitors(level: str, count: int, command: Sequence[str], stdin: str | Non
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
                 text=True,
-                start_new_session=True,
-                preexec_fn=nice,
+                preexec_fn=own_group,
             )
             if stdin is not None:
                 p.stdin.write(stdin)
