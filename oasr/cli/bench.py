@@ -303,6 +303,16 @@ def ct2_model_dir(model: str, cache_dir: Path) -> str:
     return str(dst)
 
 
+def _cache_key(model: str) -> tuple[Path, str, str]:
+    """``model``'s checkpoint path (resolved), a short name and a key of that path: what names the
+    peers' converted copies of it in the cache."""
+    from oasr.models.bundled import bundled_path
+
+    bundled = bundled_path(model)
+    src = (bundled or Path(model)).resolve()
+    return src, model if bundled is not None else src.name, hashlib.sha1(str(src).encode()).hexdigest()[:12]
+
+
 def ggml_model_file(model: str, cache_dir: Path, file_type: str) -> str:
     """``model`` written once by oasr's ggml writer as whisper.cpp's ``ggml-*.bin`` of ``file_type``
     (f32, f16 or q8_0) into ``cache_dir``, named by the checkpoint's path. The writer runs as its own
@@ -312,11 +322,7 @@ def ggml_model_file(model: str, cache_dir: Path, file_type: str) -> str:
     Raises:
         CliError: the writer failed (its message).
     """
-    from oasr.models.bundled import bundled_path
-
-    src = (bundled_path(model) or Path(model)).resolve()
-    key = hashlib.sha1(str(src).encode()).hexdigest()[:12]
-    name = model if bundled_path(model) is not None else src.name
+    src, name, key = _cache_key(model)
     path = cache_dir / f"ggml-{name}-{key}-{file_type}.bin"
     if not path.is_file():
         cache_dir.mkdir(parents=True, exist_ok=True)
@@ -328,20 +334,14 @@ def ggml_model_file(model: str, cache_dir: Path, file_type: str) -> str:
     return str(path)
 
 
-# ---------------------------------------------------------------------------
-# The child process
-
-
 def sherpa_onnx_model(model: str, cache_dir: Path, compute_type: str) -> dict[str, str]:
     """``model`` exported once by oasr in sherpa-onnx's Whisper layout (float32 and int8 graphs)
     into ``cache_dir``; the spec's ``sherpa_encoder`` / ``sherpa_decoder`` / ``sherpa_tokens``
     paths for ``compute_type``."""
     from oasr.models import export_sherpa_onnx
-    from oasr.models.bundled import bundled_path
 
-    src = bundled_path(model) or Path(model)
-    key = hashlib.sha1(str(src.resolve()).encode()).hexdigest()[:12]
-    out = cache_dir / f"sherpa-onnx-{src.name}-{key}"
+    _, name, key = _cache_key(model)
+    out = cache_dir / f"sherpa-onnx-{name}-{key}"
     graphs = ".int8.onnx" if compute_type == "int8" else ".onnx"
     paths = {
         "sherpa_encoder": out / f"model-encoder{graphs}",
@@ -355,6 +355,10 @@ def sherpa_onnx_model(model: str, cache_dir: Path, compute_type: str) -> dict[st
         shutil.rmtree(out, ignore_errors=True)
         tmp.rename(out)
     return {k: str(p) for k, p in paths.items()}
+
+
+# ---------------------------------------------------------------------------
+# The child process
 
 
 def _peak_rss_mb() -> float:

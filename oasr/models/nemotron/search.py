@@ -20,8 +20,7 @@ This is NeMo's (and transformers' ``generate``'s) greedy decode, batched.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -142,7 +141,10 @@ def greedy_search(
         if blank_id != vocab - 1:
             raise ValueError(f"phrase boosting needs the blank last, got blank {blank_id} of {vocab} labels")
         boost_state = boosting.initial(b, device)
-    with search_threads(device):
+    # One intra-op thread on a CPU: a few rows of a few hundred values a step, and every parallel region
+    # waits for all its threads (the tiny NeMo RNN-T archive's search over 4 rows: 7.6 s on 2 threads,
+    # 1.3 s on one, load 6 on 2 cores).
+    with one_intra_op_thread(device):
         while True:
             active = t < lens
             if not bool(active.any()):
@@ -169,16 +171,6 @@ def greedy_search(
                 if boosting is not None:
                     boost_state = torch.where(emit, tree_next[rows, tokens.clamp(max=vocab - 2)], boost_state)
     return _collect(steps, b, dur_values is not None)
-
-
-@contextmanager
-def search_threads(device: torch.device) -> Iterator[None]:
-    """One intra-op thread for a search loop on a CPU, the count restored after. Its ops are a few
-    rows of a few hundred values each, too small for a second thread to speed up, and every
-    parallel region waits for all its threads: on a busy machine for a whole time slice (the tiny
-    NeMo RNN-T archive's search over 4 rows: 7.6 s on 2 threads, 1.3 s on one, load 6 on 2 cores)."""
-    with one_intra_op_thread(device):
-        yield
 
 
 NEMO_SEARCHES = ("greedy", "malsd", "maes", "beam")
