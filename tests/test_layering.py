@@ -1,5 +1,5 @@
 """The direction of imports (docs/architecture.md): cli -> serving -> server / compat -> engine ->
-models -> layers / audio / tokenizers. The engine, server, CLI and formatting import no model
+postprocess -> models -> layers / audio / tokenizers. The engine, server, CLI and formatting import no model
 family; the layers, audio and tokenizers import nothing from ``oasr.models``; nothing imports the
 CLI, and only the CLI imports ``oasr.serving``; no two modules import each other, directly or
 round a circle. Walks every import statement of the package, function-level ones included (a
@@ -64,7 +64,7 @@ def test_the_lower_layers_import_nothing_from_models(path):
 
 @pytest.mark.parametrize(
     "path",
-    _files("engine", "models", "server", "layers", "audio", "tokenizers", "formatting.py"),
+    _files("engine", "postprocess", "models", "server", "layers", "audio", "tokenizers", "formatting.py"),
     ids=lambda p: str(p.relative_to(PACKAGE)),
 )
 def test_only_the_cli_imports_the_scale_out_layer(path):
@@ -89,7 +89,7 @@ def test_nothing_below_the_cli_imports_it(path):
 
 @pytest.mark.parametrize(
     "path",
-    _files("engine", "models", "layers", "audio", "tokenizers", "formatting.py"),
+    _files("engine", "postprocess", "models", "layers", "audio", "tokenizers", "formatting.py"),
     ids=lambda p: str(p.relative_to(PACKAGE)),
 )
 def test_the_engine_and_below_import_no_surface(path):
@@ -99,6 +99,17 @@ def test_the_engine_and_below_import_no_surface(path):
         for line, name in _imports(path)
         if name.startswith(("oasr.server", "oasr.compat"))
     ]
+    assert not bad, bad
+
+
+@pytest.mark.parametrize(
+    "path", _files("postprocess", "models", "layers", "audio", "tokenizers"), ids=lambda p: str(p.relative_to(PACKAGE))
+)
+def test_the_post_processors_sit_between_the_engine_and_the_models(path):
+    """``oasr.postprocess`` (punctuation) runs on the engine's finished transcripts and builds on
+    the models' blocks: it imports no engine, and nothing under it imports it."""
+    above = "oasr.engine" if path.is_relative_to(PACKAGE / "postprocess") else "oasr.postprocess"
+    bad = [f"{path.relative_to(PACKAGE)}:{line}: {name}" for line, name in _imports(path) if name.startswith(above)]
     assert not bad, bad
 
 

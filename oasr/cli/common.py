@@ -216,6 +216,20 @@ def add_model_engine_options(g) -> None:
         default=None,
         help="CTC: encode batches of unequal windows packed end to end, no padding (auto: on when the model can)",
     )
+    g.add_argument(
+        "--punctuate",
+        default=None,
+        metavar="DIR",
+        help="restore punctuation with a FunASR CT-Transformer model directory (ct-punc: config.yaml, model.pt, "
+        "tokens.json) in every transcript that has none (Paraformer, WeNet, lowercase CTC, SenseVoice without ITN); "
+        "a transcript's segments are then written when it finishes",
+    )
+    g.add_argument(
+        "--punctuate-always",
+        action="store_true",
+        default=None,
+        help="with --punctuate: punctuate transcripts that already have punctuation too",
+    )
 
 
 def add_search_flags(g: argparse._ArgumentGroup, *, every_request: bool = False) -> None:
@@ -615,7 +629,13 @@ def resolve_device(device: str) -> str:
 
 
 def engine_extras(args: argparse.Namespace) -> dict[str, Any]:
-    """``EngineConfig`` fields beyond the basics that the user set (decode type, CTC LM)."""
+    """``EngineConfig`` fields beyond the basics that the user set (decode type, CTC LM).
+
+    Raises:
+        CliError: (exit code 2) ``--punctuate-always`` without ``--punctuate``.
+    """
+    if getattr(args, "punctuate_always", None) and getattr(args, "punctuate", None) is None:
+        raise CliError("--punctuate-always needs --punctuate DIR (the punctuation model)", exit_code=2)
     extras: dict[str, Any] = {}
     for arg, field_name in (
         ("decode_type", "decode_type"),
@@ -628,6 +648,8 @@ def engine_extras(args: argparse.Namespace) -> dict[str, Any]:
         ("attention_model", "attention_model"),
         ("att_context_size", "att_context_size"),
         ("window_seconds", "ctc_window_s"),
+        ("punctuate", "punc_model"),
+        ("punctuate_always", "punc_always"),
     ):
         value = getattr(args, arg, None)
         if value is not None:

@@ -48,7 +48,6 @@ import torch
 
 from oasr.audio.io import fingerprint, probe_duration
 from oasr.engine.admission import Admission, DecodeRate
-from oasr.engine.chunking import VadSplitter
 from oasr.engine.config import TranscribeOptions
 from oasr.engine.decode.base import EngineOverloaded, Request, StepEvent
 from oasr.engine.engine import EngineCore, audio_too_short
@@ -557,7 +556,7 @@ class AsyncEngine(EngineCore):
         failure, and everything it held is decoded again or has failed."""
         self._live.clear()
         self.strategy = self.build_strategy()
-        self.splitter = VadSplitter(self.strategy, self.sampling_rate)
+        self.splitter = self.new_splitter()
 
     def _next_in_quarantine(self) -> None:
         """Decode the next quarantined request alone (prepared again from its source); once

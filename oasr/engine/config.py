@@ -89,6 +89,12 @@ class EngineConfig:
             ``attention_model``, or, for a cache-aware checkpoint trained with several, which of
             its contexts runs (the lookahead, offline and streaming: NeMo's
             ``set_default_att_context_size``). None: the checkpoint's default (its first).
+        punc_model: a FunASR CT-Transformer punctuation model directory (``ct-punc``) applied to
+            every finished transcript without punctuation (``oasr.engine.punctuating``): its
+            text, its segments' and its words' text. A request's segments then go out when it
+            finishes. None: no punctuation restoration.
+        punc_always: with ``punc_model``, punctuate transcripts that already have punctuation
+            marks too (by default they are left as the model wrote them).
     """
 
     device: str = "cpu"
@@ -113,8 +119,12 @@ class EngineConfig:
     sequence_packing: bool | None = None
     attention_model: str | None = None
     att_context_size: tuple[int, int] | None = None
+    punc_model: str | None = None
+    punc_always: bool = False
 
     def __post_init__(self) -> None:
+        if self.punc_always and self.punc_model is None:
+            raise ValueError("EngineConfig.punc_always needs a punc_model to punctuate with")
         if self.att_context_size is not None:
             context = tuple(self.att_context_size)
             if len(context) != 2 or not all(isinstance(c, int) and not isinstance(c, bool) for c in context):

@@ -31,6 +31,7 @@ from oasr.engine.decode.base import (
 )
 from oasr.engine.faults import with_faults
 from oasr.engine.outputs import RequestOutput, Segment
+from oasr.engine.punctuating import Punctuating
 from oasr.engine.streaming.api import StreamingEngineMixin
 from oasr.layers.quant import prepack_int8_, quantize_linears_
 from oasr.models.base import BaseAsrModel, check_compute_dtype, parse_dtype
@@ -74,7 +75,8 @@ class EngineCore:
     Attributes:
         strategy: the decode strategy.
         splitter: what the engines drive: the strategy, with ``vad_filter`` requests
-            cut into VAD chunks.
+            cut into VAD chunks (and, with ``punc_model``, finished transcripts punctuated).
+        punctuator: the loaded ``punc_model`` (``oasr.postprocess.punctuation.Punctuator``), or None.
     """
 
     def __init__(
@@ -110,12 +112,25 @@ class EngineCore:
             # rows (a streaming chunk), if they get one.
             prepack_int8_(self.loaded.model, skip=("encoder",))
         self.strategy: DecodeStrategy = self.build_strategy()
-        self.splitter = VadSplitter(self.strategy, self.sampling_rate)
+        self.punctuator = None
+        if config.punc_model is not None:
+            from oasr.postprocess.punctuation import load_punctuator
+
+            self.punctuator = load_punctuator(config.punc_model, device=config.device)
+        self.splitter = self.new_splitter()
         self._ids = itertools.count()
 
     def build_strategy(self) -> DecodeStrategy:
         """A new decode strategy over the loaded model (checks the model's capability)."""
         return with_faults(build_decode_strategy(self.loaded, self.config))
+
+    def new_splitter(self) -> VadSplitter | Punctuating:
+        """What the engines drive over ``self.strategy``: the VAD splitter, behind punctuation
+        restoration when ``punc_model`` is set."""
+        splitter = VadSplitter(self.strategy, self.sampling_rate)
+        if self.punctuator is None:
+            return splitter
+        return Punctuating(splitter, self.punctuator, always=self.config.punc_always)
 
     @property
     def model(self):

@@ -1,0 +1,157 @@
+"""Punctuation restoration through the engine and the CLI: a tiny Paraformer (oasr's own
+random weights in FunASR's layout) with a tiny CT-Transformer over its characters. The engine's
+text is the post-processor's punctuation of the plain engine's text; segments, words and the
+live segments of ``oasr transcribe -v`` carry their share of it; transcripts that already have
+punctuation pass through untouched unless ``punc_always``; a failing post-processor fails its
+requests alone."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+import oasr
+from oasr.cli.main import main
+from oasr.engine.decode.base import StepEvent
+from oasr.engine.outputs import RequestOutput, Segment, Word
+from oasr.engine.punctuating import Punctuating, punctuate_output
+from oasr.postprocess.punctuation import load_punctuator
+from tests.conftest import AUDIO_DIR
+from tests.models.paraformer._funasr_format import CHARS
+from tests.postprocess.conftest import write_oasr_punc_dir
+
+CLIP = AUDIO_DIR / "funasr_asr_example.wav"
+
+
+@pytest.fixture(scope="module")
+def paraformer_dir(tmp_path_factory) -> Path:
+    """The Paraformer of the server tests: weights scaled so that its CIF fires on speech."""
+    from tests.models.paraformer.conftest import write_oasr_funasr_dir
+
+    d = write_oasr_funasr_dir(tmp_path_factory.mktemp("paraformer") / "model", seed=3)
+    state = torch.load(d / "model.pt", weights_only=True)
+    with torch.no_grad():
+        for v in state.values():
+            if v.is_floating_point():
+                v.mul_(1.5)
+        state["predictor.cif_output.weight"].mul_(0.3)
+        state["predictor.cif_output.bias"].fill_(-0.7)
+    torch.save(state, d / "model.pt")
+    return d
+
+
+@pytest.fixture(scope="module")
+def punc_dir(tmp_path_factory) -> Path:
+    return write_oasr_punc_dir(tmp_path_factory.mktemp("punc") / "ct-punc", CHARS, seed=1)
+
+
+@pytest.fixture(scope="module")
+def plain(paraformer_dir) -> RequestOutput:
+    if not CLIP.is_file():
+        pytest.skip(f"data/audio not found at {CLIP}")
+    return oasr.ASREngine(str(paraformer_dir)).transcribe(str(CLIP), word_timestamps=True)
+
+
+def test_the_engine_punctuates_text_segments_and_words(paraformer_dir, punc_dir, plain):
+    engine = oasr.ASREngine(str(paraformer_dir), punc_model=str(punc_dir))
+    out = engine.transcribe(str(CLIP), word_timestamps=True)
+    want = load_punctuator(punc_dir).punctuate([plain.text])[0]
+    assert plain.text and not engine.punctuator.has_punctuation(plain.text)
+    assert out.text == want.text and out.text != plain.text
+    assert "".join(s.text for s in out.segments) == out.text
+    words = [w.word for s in out.segments for w in s.words]
+    assert words == want.pieces and len(words) == len(plain.segments[0].words)
+    assert [(w.start, w.end) for w in out.segments[0].words] == [(w.start, w.end) for w in plain.segments[0].words]
+    assert out.segments[0].tokens == plain.segments[0].tokens
+
+
+def test_cli_transcribe_punctuate(paraformer_dir, punc_dir, plain, capsys):
+    capsys.readouterr()
+    argv = ["transcribe", "-m", paraformer_dir, "--punctuate", punc_dir, CLIP, "-f", "json", "-v", "--no-progress"]
+    assert main([str(a) for a in argv]) == 0
+    captured = capsys.readouterr()
+    want = load_punctuator(punc_dir).punctuate([plain.text])[0].text
+    assert json.loads(captured.out)["text"] == want
+    assert want in captured.err  # the live segment line, written when the transcript finished
+    assert main(["transcribe", "-m", str(paraformer_dir), "--punctuate-always", str(CLIP)]) == 2
+    assert "--punctuate-always needs --punctuate" in capsys.readouterr().err
+
+
+class _Inner:
+    """A splitter whose one step finishes the given outputs, their segments and deltas first."""
+
+    streams_text = True
+    prompt_option = None
+
+    def __init__(self, outputs: list[RequestOutput]) -> None:
+        self.outputs = outputs
+
+    def step(self) -> list[StepEvent]:
+        events = []
+        for out in self.outputs:
+            events += [StepEvent(out.request_id, "segment", segment=s) for s in out.segments]
+            events += [StepEvent(out.request_id, "delta", delta=s.text) for s in out.segments]
+        return events + [StepEvent(o.request_id, "finished", output=o) for o in self.outputs]
+
+    def stats(self) -> dict[str, float]:
+        return {}
+
+
+def _output(rid: str, *texts: str) -> RequestOutput:
+    segments = [
+        Segment(i, 0, i, i + 1, t, words=[Word(i, i + 1, w, 1.0) for w in re.findall(r"\s*\S+", t)])
+        for i, t in enumerate(texts)
+    ]
+    return RequestOutput(rid, "".join(texts), segments)
+
+
+def test_held_events_and_the_skip_rule(punc_dir):
+    punctuator = load_punctuator(punc_dir)
+    chars = "".join(CHARS)
+    bare, marked = _output("a", chars[:15], chars[15:33]), _output("b", "你好，", "世界")
+    driver = Punctuating(_Inner([bare, marked]), punctuator)
+    events = driver.step()
+    want = punctuator.punctuate([chars[:33]])[0]
+    assert bare.text == want.text
+    assert [s.text for s in bare.segments] == ["".join(want.pieces[:15]), "".join(want.pieces[15:])]
+    assert [e.kind for e in events if e.request_id == "a"] == ["segment", "segment", "delta", "finished"]
+    assert [e.delta for e in events if e.kind == "delta" and e.request_id == "a"] == [bare.text]
+    assert marked.text == "你好，世界"  # already punctuated: its deltas pass as they were
+    assert [e.delta for e in events if e.request_id == "b" and e.kind == "delta"] == ["你好，", "世界"]
+    forced = _output("c", "你好，", "世界")
+    Punctuating(_Inner([forced]), punctuator, always=True).step()
+    assert forced.text == punctuator.punctuate(["你好，世界"])[0].text
+    assert driver.stats()["transcripts_punctuated"] == 1
+
+
+def test_english_segments_keep_their_spaces(punc_dir):
+    punctuator = load_punctuator(punc_dir)
+    out = _output("e", " hello world", " how are you")
+    result = punctuator.punctuate([out.text])[0]
+    punctuate_output(out, result)
+    assert out.text == " " + result.text.lstrip() and out.text == "".join(s.text for s in out.segments)
+    assert all(s.text.startswith(" ") for s in out.segments)
+    assert all(w.word.startswith(" ") for s in out.segments for w in s.words)
+    assert [w.word.strip().rstrip(",.?、，。？").lower() for s in out.segments for w in s.words] == [
+        "hello",
+        "world",
+        "how",
+        "are",
+        "you",
+    ]
+
+
+def test_a_failing_punctuator_fails_its_requests_alone(punc_dir):
+    punctuator = load_punctuator(punc_dir)
+
+    def broken(texts):
+        raise RuntimeError("punctuation failed")
+
+    punctuator.punctuate = broken
+    events = Punctuating(_Inner([_output("a", "我们"), _output("b", "好，")]), punctuator).step()
+    kinds = [(e.request_id, e.kind) for e in events]
+    assert kinds == [("a", "error"), ("b", "segment"), ("b", "delta"), ("b", "finished")]
