@@ -15,10 +15,10 @@ Parakeet, SenseVoice with ITN) is left as it is, unless ``EngineConfig.punc_alwa
 
 What changes (``punctuate_output``): ``RequestOutput.text`` becomes funasr's punctuated text
 (with the leading whitespace of the original: funasr puts a space before an ASCII first word);
-each segment's text becomes its words' share of it (the words of the text are the segments'
-words in order, else the segments are left as they were); each ``Word``'s text takes its own
-share the same way (marks and capitals; the word keeps its leading space). Token ids and times
-do not change.
+each segment's text becomes its characters' share of it, with the marks written after its last
+character (``split_like``; the segments' characters must be the text's in order, else they are
+left as they were); each ``Word``'s text takes its share of its segment's the same way (marks
+and capitals; it keeps its leading space). Token ids and times do not change.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from collections import defaultdict
 from typing import TYPE_CHECKING, Any
 
 from oasr.engine.decode.base import Request, StepEvent
-from oasr.engine.outputs import RequestOutput, Segment
+from oasr.engine.outputs import RequestOutput, Segment, Word
 
 if TYPE_CHECKING:
     from oasr.engine.chunking import VadSplitter
@@ -38,44 +38,61 @@ def _lead(text: str) -> str:
     return text[: len(text) - len(text.lstrip())]
 
 
-def _share(original: str, pieces: list[str]) -> str:
-    """``original`` rewritten as its punctuated pieces, keeping its leading whitespace."""
-    return _lead(original) + "".join(pieces).lstrip()
+def split_like(punctuated: str, parts: list[str]) -> list[str] | None:
+    """``punctuated`` (the punctuation of the characters of ``parts`` in order) cut where the
+    parts meet: each part's characters (re-cased as written) with the marks after its last one;
+    the spaces between parts are dropped. None when its characters are not the parts'.
+
+    Example:
+        ``split_like(" Hello world, how.", [" hello world", " how"]) == ["Hello world,", "how."]``
+    """
+    chars = [c for part in parts for c in part if not c.isspace()]
+    at: list[int] = []  # where each of chars is in punctuated; the rest of it is inserted
+    for i, c in enumerate(punctuated):
+        if len(at) < len(chars) and c.lower() == chars[len(at)].lower():
+            at.append(i)
+    if len(at) < len(chars):
+        return None
+    out, start, seen = [], 0, 0
+    for part in parts:
+        n = sum(not c.isspace() for c in part)
+        if n == 0:
+            out.append("")
+            continue
+        seen += n
+        end, stop = at[seen - 1] + 1, at[seen] if seen < len(at) else len(punctuated)
+        while end < stop and not punctuated[end].isspace():  # the marks after its last character
+            end += 1
+        out.append(punctuated[start:end].strip())
+        start = end
+    return out
 
 
-def _take(texts: list[str], pieces: list[str], words: list[str]) -> list[list[str]] | None:
-    """Each text's run of ``pieces``, when the texts' words are ``words`` in order; else None."""
-    from oasr.postprocess.punctuation import split_words
-
-    out, at = [], 0
-    for text in texts:
-        own = split_words(text)
-        if words[at : at + len(own)] != own:
-            return None
-        out.append(pieces[at : at + len(own)])
-        at += len(own)
-    return out if at == len(words) else None
-
-
-def _punctuate_segment(segment: Segment, pieces: list[str], words: list[str]) -> None:
-    if segment.words:
-        shares = _take([w.word for w in segment.words], pieces, words)
-        if shares is not None:
-            for word, share in zip(segment.words, shares):
-                word.word = _share(word.word, share)
-    segment.text = _share(segment.text, pieces)
+def _rewrite(items: list, get, put, punctuated: str) -> bool:
+    """Give each item its share of ``punctuated`` (keeping its own leading whitespace)."""
+    shares = split_like(punctuated, [get(item) for item in items])
+    if shares is None:
+        return False
+    for item, share in zip(items, shares):
+        put(item, _lead(get(item)) + share)
+    return True
 
 
 def punctuate_output(output: RequestOutput, result: PunctuatedText) -> None:
     """Write ``result`` (the punctuation of ``output.text``) into the output, in place."""
-    output.text = _share(output.text, result.pieces)
-    shares = _take([s.text for s in output.segments], result.pieces, result.words)
-    if shares is None:
+    output.text = _lead(output.text) + result.text.lstrip()
+
+    def set_text(segment: Segment, text: str) -> None:
+        segment.text = text
+
+    def set_word(word: Word, text: str) -> None:
+        word.word = text
+
+    if not _rewrite(output.segments, lambda s: s.text, set_text, output.text):
         return
-    at = 0
-    for segment, pieces in zip(output.segments, shares):
-        _punctuate_segment(segment, pieces, result.words[at : at + len(pieces)])
-        at += len(pieces)
+    for segment in output.segments:
+        if segment.words:
+            _rewrite(segment.words, lambda w: w.word, set_word, segment.text)
 
 
 class Punctuating:

@@ -21,18 +21,26 @@ The life of a batch of transcripts (``Punctuator.punctuate``), as funasr's
    period: a trailing comma or enumeration comma becomes one, and a text that ends in no
    sentence end gets one.
 
+A word-level release (``ct-punc``, ``punc_ct-transformer_cn-en-common-vocab471067-large``: it
+ships a ``jieba_usr_dict``) cuts words otherwise (``JiebaWords``): runs of English
+whitespace-separated tokens (``[a-zA-Z']+``) stay as they are, runs of the other tokens are
+joined and cut by jieba (its default dictionary plus the user dictionary, no HMM), as funasr
+does; its ``punc_array`` then has one mark per character of a Chinese word (the word's mark on
+its last character, none on the others).
+
 The model (``CtTransformer``) is funasr's: a word embedding, the SANM encoder of
 ``oasr.models.paraformer.encoder`` with ``input_layer: pe`` (scaled by ``sqrt(D)``, FunASR's
 sinusoids, no CMVN) and a linear head over ``punc_list``. ``load_punctuator`` reads the
-released directory (``config.yaml``, ``model.pt``, ``tokens.json``); a word-level release
-(one that ships a ``jieba_usr_dict``) is refused: its jieba segmentation is not implemented.
+released directory (``config.yaml``, ``model.pt``, ``tokens.json``, ``jieba_usr_dict`` if any).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
-from collections.abc import Mapping, Sequence
+import re
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,6 +48,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from oasr.install import install_hint
 from oasr.layers import Embedding, LayerNorm, Linear
 from oasr.models.base import LoadError
 from oasr.models.formats.text import read_mapping
@@ -53,6 +62,9 @@ SENTENCE_ENDS = ("。", "？")
 ASCII_MARKS = {"，": ",", "。": ".", "？": "?"}
 NO_MARK = "_"
 RELEASE_FILES = ("config.yaml", "model.pt", "tokens.json")
+JIEBA_DICT = "jieba_usr_dict"
+_ENGLISH = re.compile(r"[a-zA-Z']+")
+_CJK = ("\u0e00", "\u9fa5")  # funasr's test for a Chinese word in the per-character punc_array
 _MODEL_FIELDS = ("punc_list", "sentence_end_id", "embed_unit", "att_unit")
 _MODEL_IGNORED = frozenset({"punc_weight", "ignore_id", "sos", "eos", "dropout_rate"})
 _ENC_IGNORED = frozenset({"padding_idx"})  # the embedding of input_layer "embed", which "pe" lacks
@@ -136,6 +148,40 @@ def split_words(text: str) -> list[str]:
     return words
 
 
+class JiebaWords:
+    """funasr's ``split_words`` with a jieba dictionary: English tokens as they are, the other
+    tokens' runs joined and cut by jieba with ``user_dict`` added (no HMM).
+
+    Raises:
+        ImportError: jieba is not installed (the ``punc`` extra).
+    """
+
+    def __init__(self, user_dict: Path) -> None:
+        try:
+            import jieba
+        except ImportError as e:
+            raise ImportError(
+                f"{user_dict}: a word-level punctuation model needs jieba: {install_hint('punc', ['jieba'])}"
+            ) from e
+        jieba.setLogLevel(logging.WARNING)  # not its start-up lines on stderr
+        self.tokenizer = jieba.Tokenizer()
+        self.tokenizer.load_userdict(str(user_dict))
+
+    def __call__(self, text: str) -> list[str]:
+        words: list[str] = []
+        run: list[str] = []
+        english = False
+        for token in [*text.split(), None]:
+            is_english = token is not None and _ENGLISH.fullmatch(token) is not None
+            if run and (token is None or is_english != english):
+                words += run if english else list(self.tokenizer.cut("".join(run), HMM=False))
+                run = []
+            if token is not None:
+                run.append(token)
+                english = is_english
+        return words
+
+
 def _chunks(items: list, size: int) -> list[list]:
     """funasr's ``split_to_mini_sentence``: ``size`` items at a time, the rest last."""
     return [items[i : i + size] for i in range(0, len(items), size)] or [items]
@@ -149,15 +195,18 @@ class PunctuatedText:
         text: the punctuated text, as funasr's ``generate`` returns it (an ASCII first word
             keeps the space funasr puts before it).
         words: the input's words (``split_words``).
-        marks: each word's mark id in ``punc_list`` (funasr's ``punc_array``).
+        marks: each word's mark id in ``punc_list``.
         pieces: each word as written in ``text``: its space, its capitalisation and its
             mark; ``"".join(pieces) == text``.
+        punc_array: funasr's ``punc_array``: ``marks``, with a word-level model's Chinese
+            words spread over their characters.
     """
 
     text: str
     words: list[str]
     marks: list[int]
     pieces: list[str]
+    punc_array: list[int]
 
 
 @dataclass
@@ -185,9 +234,18 @@ class Punctuator:
         tokens: ``tokens.json``'s words by id.
         unk: the word unknown words map to.
         split_size: words per mini-sentence.
+        words: how a text is cut into words: ``split_words``, or a word-level model's
+            ``JiebaWords``.
     """
 
-    def __init__(self, model: CtTransformer, tokens: Sequence[str], unk: str = "<unk>", split_size: int = SPLIT_SIZE):
+    def __init__(
+        self,
+        model: CtTransformer,
+        tokens: Sequence[str],
+        unk: str = "<unk>",
+        split_size: int = SPLIT_SIZE,
+        words: Callable[[str], list[str]] = split_words,
+    ) -> None:
         if split_size < 2:
             raise ValueError(f"split_size must be >= 2 (funasr asserts it), got {split_size}")
         if unk not in tokens:
@@ -196,6 +254,8 @@ class Punctuator:
         self.ids = {t: i for i, t in enumerate(tokens)}
         self.unk_id = self.ids[unk]
         self.split_size = split_size
+        self.split = words
+        self.word_level = words is not split_words
         self.punc_list = list(model.config.punc_list)
         self.marks = set(self.punc_list) - {NO_MARK, "<unk>"}
         self.marks |= {ASCII_MARKS.get(m, m) for m in self.marks}
@@ -227,7 +287,7 @@ class Punctuator:
         """
         runs: list[_Run | None] = []
         for text in texts:
-            words = split_words(text)
+            words = self.split(text)
             ids = [self.ids.get(w, self.unk_id) for w in words]
             runs.append(_Run(_chunks(words, self.split_size), _chunks(ids, self.split_size)) if words else None)
         active = [r for r in runs if r is not None]
@@ -237,12 +297,27 @@ class Punctuator:
             for run, row, marks in zip(active, rows, best):
                 self._advance(run, marks[: len(row)])
             active = [r for r in active if r.round < len(r.words)]
-        return [
-            PunctuatedText("".join(r.pieces), [w for c in r.words for w in c], r.marks, r.pieces)
-            if r is not None
-            else PunctuatedText("", [], [], [])
-            for r in runs
-        ]
+        results = []
+        for run in runs:
+            if run is None:
+                results.append(PunctuatedText("", [], [], [], []))
+                continue
+            words = [w for chunk in run.words for w in chunk]
+            results.append(PunctuatedText("".join(run.pieces), words, run.marks, run.pieces, self._array(words, run)))
+        return results
+
+    def _array(self, words: list[str], run: _Run) -> list[int]:
+        """funasr's ``punc_array``: a word-level model's Chinese word of n characters has n - 1
+        "no mark" entries before its own."""
+        if not self.word_level:
+            return list(run.marks)
+        none = self.punc_list.index(NO_MARK)
+        out: list[int] = []
+        for word, mark in zip(words, run.marks):
+            if _CJK[0] <= word[0] <= _CJK[1]:
+                out += [none] * (len(word) - 1)
+            out.append(mark)
+        return out
 
     def _advance(self, run: _Run, marks: list[int]) -> None:
         """One round of one text: keep what ends in a sentence end, carry the rest."""
@@ -342,14 +417,13 @@ def load_punctuator(
         split_size: words per mini-sentence.
 
     Raises:
+        ImportError: a word-level model (``jieba_usr_dict``) without jieba installed.
         LoadError: a missing file, an option not implemented, or weights that do not match
             the config (naming the tensors).
     """
     directory = Path(path)
     if not directory.is_dir():
         raise LoadError(f"{directory}: not a directory (a FunASR punctuation model is one)")
-    if (directory / "jieba_usr_dict").exists():
-        raise LoadError(f"{directory}: a word-level model (jieba_usr_dict): its jieba segmentation is not implemented")
     for name in RELEASE_FILES:
         if not (directory / name).is_file():
             raise LoadError(f"{directory}: no {name} (a FunASR punctuation model has {', '.join(RELEASE_FILES)})")
@@ -376,10 +450,19 @@ def load_punctuator(
         )
     model.load_state_dict({k: v.float() for k, v in state.items()})
     unk = str(dict(cfg.get("tokenizer_conf") or {}).get("unk_symbol", "<unk>"))
+    words = JiebaWords(directory / JIEBA_DICT) if (directory / JIEBA_DICT).is_file() else split_words
     try:
-        return Punctuator(model.to(device), tokens, unk=unk, split_size=split_size)
+        return Punctuator(model.to(device), tokens, unk=unk, split_size=split_size, words=words)
     except ValueError as e:
         raise LoadError(f"{directory}: {e}") from e
 
 
-__all__ = ["CtTransformer", "CtTransformerConfig", "PunctuatedText", "Punctuator", "load_punctuator", "split_words"]
+__all__ = [
+    "CtTransformer",
+    "CtTransformerConfig",
+    "JiebaWords",
+    "PunctuatedText",
+    "Punctuator",
+    "load_punctuator",
+    "split_words",
+]

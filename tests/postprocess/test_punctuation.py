@@ -83,7 +83,7 @@ def test_text_equals_funasr_generate(punc_dir, reference):
     for text, result in zip(TEXTS, got):
         want_text, want_marks = _generate(reference, text)
         assert result.text == want_text, text
-        assert result.marks == want_marks, text
+        assert result.punc_array == result.marks == want_marks, text
         assert "".join(result.pieces) == result.text
     # the fixture exercises what it claims: marks of every kind, a carried tail
     marks = {m for r in got for m in r.marks}
@@ -96,8 +96,26 @@ def test_long_tail_cut_at_a_comma_equals_funasr(comma_dir):
     ours = load_punctuator(comma_dir).punctuate([text, ZH])
     for t, result in zip([text, ZH], ours):
         want_text, want_marks = _generate(_reference(comma_dir), t)
-        assert (result.text, result.marks) == (want_text, want_marks)
+        assert (result.text, result.punc_array) == (want_text, want_marks)
     assert "。" in ours[0].text[:-1]  # the cut comma became a period before the end
+
+
+def test_word_level_model_equals_funasr(tmp_path):
+    """ct-punc's kind: a jieba_usr_dict in the directory; jieba cuts the Chinese runs into words."""
+    pytest.importorskip("jieba", reason="jieba is not installed (the punc extra): no word-level model")
+    from tests.postprocess._funasr_punc import write_funasr_punc_dir
+
+    directory = write_funasr_punc_dir(tmp_path / "large", seed=2, word_level=True)
+    texts = [ZH, MIXED, LONG_ZH, "我们 hello world 木头人不会讲话 i am fine 今天天气很好 x9 ok 你在做什么"]
+    ours = load_punctuator(directory)
+    assert ours.word_level
+    got = ours.punctuate(texts)
+    reference = _reference(directory)
+    assert reference.model.jieba_usr_dict is not None  # funasr took the word-level path too
+    for text, result in zip(texts, got):
+        want_text, want_array = _generate(reference, text)
+        assert (result.text, result.punc_array) == (want_text, want_array), text
+    assert "木头人不会" in got[0].words and len(got[0].punc_array) > len(got[0].marks)  # the user dictionary's word
 
 
 def test_batch_equals_one_at_a_time(punc_dir):
@@ -123,14 +141,10 @@ def test_bad_directories_are_refused(punc_dir, tmp_path):
                 (broken / other).write_bytes((punc_dir / other).read_bytes())
         with pytest.raises(LoadError, match=f"no {name}"):
             load_punctuator(broken)
-    word_level = tmp_path / "large"
-    word_level.mkdir()
-    for other in ("config.yaml", "model.pt", "tokens.json"):
-        (word_level / other).write_bytes((punc_dir / other).read_bytes())
-    (word_level / "jieba_usr_dict").write_text("我们 10\n", encoding="utf-8")
-    with pytest.raises(LoadError, match="jieba"):
-        load_punctuator(word_level)
-    (word_level / "jieba_usr_dict").unlink()
-    (word_level / "tokens.json").write_text(json.dumps(["<unk>", *WORDS]), encoding="utf-8")
+    other_table = tmp_path / "other"
+    other_table.mkdir()
+    for other in ("config.yaml", "model.pt"):
+        (other_table / other).write_bytes((punc_dir / other).read_bytes())
+    (other_table / "tokens.json").write_text(json.dumps(["<unk>", *WORDS]), encoding="utf-8")
     with pytest.raises(LoadError, match="does not match config.yaml"):
-        load_punctuator(word_level)
+        load_punctuator(other_table)

@@ -155,3 +155,13 @@ def test_a_failing_punctuator_fails_its_requests_alone(punc_dir):
     events = Punctuating(_Inner([_output("a", "我们"), _output("b", "好，")]), punctuator).step()
     kinds = [(e.request_id, e.kind) for e in events]
     assert kinds == [("a", "error"), ("b", "segment"), ("b", "delta"), ("b", "finished")]
+
+
+def test_split_like_gives_each_part_its_characters_and_their_marks():
+    from oasr.engine.punctuating import split_like
+
+    assert split_like(" Hello world, how.", [" hello world", " how"]) == ["Hello world,", "how."]
+    # a word-level model's word may straddle two segments: each keeps its characters
+    assert split_like("我们都，是木头人。", ["我们", "都是木", "头人"]) == ["我们", "都，是木", "头人。"]
+    assert split_like("你好，，世界。", ["你好，", "", "世界"]) == ["你好，，", "", "世界。"]
+    assert split_like("我们。", ["他们"]) is None  # not the same characters: the segments stay
