@@ -165,3 +165,34 @@ def test_split_like_gives_each_part_its_characters_and_their_marks():
     assert split_like("我们都，是木头人。", ["我们", "都是木", "头人"]) == ["我们", "都，是木", "头人。"]
     assert split_like("你好，，世界。", ["你好，", "", "世界"]) == ["你好，，", "", "世界。"]
     assert split_like("我们。", ["他们"]) is None  # not the same characters: the segments stay
+
+
+def test_serve_punctuate_applies_to_every_transcript(paraformer_dir, punc_dir, plain):
+    """``oasr serve --punctuate DIR``: the HTTP transcript (text and verbose_json segments) is the
+    engine's punctuated one, for every response format that carries text."""
+    pytest.importorskip("fastapi", reason="the server extra is not installed")
+    from starlette.testclient import TestClient
+
+    from oasr.cli import serve
+    from oasr.cli.main import build_parser
+    from oasr.server.app import create_app
+
+    args = build_parser().parse_args(["serve", "-m", str(paraformer_dir), "--punctuate", str(punc_dir)])
+    settings = serve.settings_from_args(args)
+    want = load_punctuator(punc_dir).punctuate([plain.text])[0].text
+    with TestClient(create_app(settings)) as http:
+        for fmt in ("json", "verbose_json", "text"):
+            with open(CLIP, "rb") as f:
+                r = http.post(
+                    "/v1/audio/transcriptions",
+                    files={"file": f},
+                    data={"model": settings.model, "response_format": fmt},
+                )
+            assert r.status_code == 200, r.text
+            if fmt == "text":
+                assert r.text.strip() == want
+                continue
+            body = r.json()
+            assert body["text"] == want
+            if fmt == "verbose_json":
+                assert "".join(s["text"] for s in body["segments"]) == want
