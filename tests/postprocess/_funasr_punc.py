@@ -10,6 +10,8 @@ from typing import Any
 
 import torch
 
+from tests.models.paraformer._funasr_format import config as paraformer_config
+
 D = 16
 PUNC_LIST = ["<unk>", "_", "，", "。", "？", "、"]
 CHARS = list("我们都是木头人不会讲话动今天气很好你在做什么吗他说的对")
@@ -35,21 +37,15 @@ def config() -> dict[str, Any]:
             "sentence_end_id": 3,
         },
         "encoder": "SANMEncoder",
+        # Paraformer's SANM encoder options (tests/models/paraformer), at this width, over embeddings.
         "encoder_conf": {
+            **paraformer_config()["encoder_conf"],
             "input_size": D,
             "output_size": D,
             "attention_heads": 2,
             "linear_units": 24,
             "num_blocks": 2,
-            "dropout_rate": 0.1,
-            "positional_dropout_rate": 0.1,
             "attention_dropout_rate": 0.0,
-            "input_layer": "pe",
-            "pos_enc_class": "SinusoidalPositionEncoder",
-            "normalize_before": True,
-            "kernel_size": 11,
-            "sanm_shfit": 0,
-            "selfattention_layer_type": "sanm",
             "padding_idx": 0,
         },
         "tokenizer": "CharTokenizer",

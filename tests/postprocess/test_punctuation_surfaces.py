@@ -12,7 +12,6 @@ import re
 from pathlib import Path
 
 import pytest
-import torch
 
 import oasr
 from oasr.cli.main import main
@@ -30,18 +29,9 @@ CLIP = AUDIO_DIR / "funasr_asr_example.wav"
 @pytest.fixture(scope="module")
 def paraformer_dir(tmp_path_factory) -> Path:
     """The Paraformer of the server tests: weights scaled so that its CIF fires on speech."""
-    from tests.models.paraformer.conftest import write_oasr_funasr_dir
+    from tests.models.paraformer.conftest import write_firing_paraformer_dir
 
-    d = write_oasr_funasr_dir(tmp_path_factory.mktemp("paraformer") / "model", seed=3)
-    state = torch.load(d / "model.pt", weights_only=True)
-    with torch.no_grad():
-        for v in state.values():
-            if v.is_floating_point():
-                v.mul_(1.5)
-        state["predictor.cif_output.weight"].mul_(0.3)
-        state["predictor.cif_output.bias"].fill_(-0.7)
-    torch.save(state, d / "model.pt")
-    return d
+    return write_firing_paraformer_dir(tmp_path_factory.mktemp("paraformer") / "model", seed=3)
 
 
 @pytest.fixture(scope="module")

@@ -65,6 +65,21 @@ def write_oasr_funasr_dir(directory: Path, kind: str = "Paraformer", seed: int =
     return directory
 
 
+def write_firing_paraformer_dir(directory: Path, seed: int = 3) -> Path:
+    """``write_oasr_funasr_dir`` with its weights scaled up and its CIF output biased so that it
+    fires on speech (about every third encoder frame): random text, but timed tokens on every clip."""
+    d = write_oasr_funasr_dir(directory, seed=seed)
+    state = torch.load(d / "model.pt", weights_only=True)
+    with torch.no_grad():
+        for v in state.values():
+            if v.is_floating_point():
+                v.mul_(1.5)
+        state["predictor.cif_output.weight"].mul_(0.3)
+        state["predictor.cif_output.bias"].fill_(-0.7)
+    torch.save(state, d / "model.pt")
+    return d
+
+
 @pytest.fixture
 def oasr_dir(tmp_path) -> Path:
     return write_oasr_funasr_dir(tmp_path / "paraformer")
