@@ -39,6 +39,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import pickle
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -417,9 +418,8 @@ def load_punctuator(
         split_size: words per mini-sentence.
 
     Raises:
-        ImportError: a word-level model (``jieba_usr_dict``) without jieba installed.
-        LoadError: a missing file, an option not implemented, or weights that do not match
-            the config (naming the tensors).
+        LoadError: a missing file, a word-level model (``jieba_usr_dict``) without jieba, an
+            option not implemented, or weights that do not match the config (naming the tensors).
     """
     directory = Path(path)
     if not directory.is_dir():
@@ -436,10 +436,15 @@ def load_punctuator(
         raise LoadError(f"{directory / 'tokens.json'}: not a JSON list of words")
     config = _model_config(directory / "config.yaml", cfg, len(tokens))
     model = CtTransformer(config)
-    state = torch.load(directory / "model.pt", map_location="cpu", weights_only=True)
+    try:
+        state = torch.load(directory / "model.pt", map_location="cpu", weights_only=True)
+    except (RuntimeError, EOFError, pickle.UnpicklingError) as e:
+        raise LoadError(f"{directory / 'model.pt'}: not a torch state dict: {e}") from e
     for wrapper in ("state_dict", "model_state_dict", "model"):
-        if isinstance(state.get(wrapper), Mapping):
+        if isinstance(state, Mapping) and isinstance(state.get(wrapper), Mapping):
             state = state[wrapper]
+    if not isinstance(state, Mapping):
+        raise LoadError(f"{directory / 'model.pt'}: not a torch state dict (a {type(state).__name__})")
     want = model.state_dict()
     missing, unexpected = sorted(set(want) - set(state)), sorted(set(state) - set(want))
     wrong = [k for k in want if k in state and tuple(state[k].shape) != tuple(want[k].shape)]
@@ -450,7 +455,10 @@ def load_punctuator(
         )
     model.load_state_dict({k: v.float() for k, v in state.items()})
     unk = str(dict(cfg.get("tokenizer_conf") or {}).get("unk_symbol", "<unk>"))
-    words = JiebaWords(directory / JIEBA_DICT) if (directory / JIEBA_DICT).is_file() else split_words
+    try:
+        words = JiebaWords(directory / JIEBA_DICT) if (directory / JIEBA_DICT).is_file() else split_words
+    except ImportError as e:
+        raise LoadError(str(e)) from e
     try:
         return Punctuator(model.to(device), tokens, unk=unk, split_size=split_size, words=words)
     except ValueError as e:

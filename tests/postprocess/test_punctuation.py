@@ -7,6 +7,7 @@ batch equal to its rows alone, and the punctuated text and ``punc_array`` of
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -130,6 +131,16 @@ def test_has_punctuation_reads_both_forms(punc_dir):
     assert not ours.has_punctuation("hello world 你好") and not ours.has_punctuation("don't")
 
 
+def test_a_word_level_model_without_jieba_says_how_to_get_it(punc_dir, tmp_path, monkeypatch):
+    import shutil
+
+    directory = shutil.copytree(punc_dir, tmp_path / "large")
+    (directory / "jieba_usr_dict").write_text("木头人 100 n\n", encoding="utf-8")
+    monkeypatch.setitem(sys.modules, "jieba", None)  # import jieba fails
+    with pytest.raises(LoadError, match=r"needs jieba: pip install"):
+        load_punctuator(directory)
+
+
 def test_bad_directories_are_refused(punc_dir, tmp_path):
     with pytest.raises(LoadError, match="not a directory"):
         load_punctuator(tmp_path / "nowhere")
@@ -141,6 +152,10 @@ def test_bad_directories_are_refused(punc_dir, tmp_path):
                 (broken / other).write_bytes((punc_dir / other).read_bytes())
         with pytest.raises(LoadError, match=f"no {name}"):
             load_punctuator(broken)
+    (broken / "model.pt").write_bytes(b"not a checkpoint")  # the directory without tokens.json, given them
+    (broken / "tokens.json").write_bytes((punc_dir / "tokens.json").read_bytes())
+    with pytest.raises(LoadError, match="not a torch state dict"):
+        load_punctuator(broken)
     other_table = tmp_path / "other"
     other_table.mkdir()
     for other in ("config.yaml", "model.pt"):
