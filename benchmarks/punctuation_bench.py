@@ -84,8 +84,11 @@ def main() -> None:
         chars = words[3:20003]
         lengths = torch.randint(40, 301, (args.texts,), generator=g).tolist()
         texts = ["".join(chars[i] for i in torch.randint(0, len(chars), (n,), generator=g).tolist()) for n in lengths]
-        reference = AutoModel(model=str(directory), disable_update=True, device="cpu", log_level="ERROR")
+        reference = AutoModel(
+            model=str(directory), disable_update=True, device="cpu", log_level="ERROR", ncpu=args.threads
+        )
         ours = load_punctuator(directory)
+    assert torch.get_num_threads() == args.threads, "funasr changed torch's thread count"
 
     def funasr_each() -> list[str]:
         return [reference.generate(input=t, disable_pbar=True)[0]["text"] for t in texts]

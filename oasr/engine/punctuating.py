@@ -8,6 +8,11 @@ that finished in it is punctuated in one batched call (``Punctuator.punctuate``:
 mini-sentences share each forward), then its segments, its text as one delta (for a strategy
 that streams text) and the output go out, in that order.
 
+Live streams (``engine/streaming/core.py::StreamingCore``, a streaming encoder's): each
+``final`` is punctuated alone as it goes out (``punctuate_finals``; an endpoint's segment is an
+utterance), partials stay as decoded. An offline model's live stream (local agreement) is not
+punctuated: its finals are confirmed runs of words, not utterances.
+
 Which transcripts: those without a mark the punctuation model writes (full-width or ASCII
 comma, period, question mark, enumeration comma): the output of Paraformer, WeNet, a lowercase
 CTC model, SenseVoice without ITN. A transcript that has one (Whisper, Canary, a punctuating
@@ -85,14 +90,53 @@ def punctuate_output(output: RequestOutput, result: PunctuatedText) -> None:
     def set_text(segment: Segment, text: str) -> None:
         segment.text = text
 
-    def set_word(word: Word, text: str) -> None:
-        word.word = text
-
     if not _rewrite(output.segments, lambda s: s.text, set_text, output.text):
         return
     for segment in output.segments:
         if segment.words:
-            _rewrite(segment.words, lambda w: w.word, set_word, segment.text)
+            _rewrite(segment.words, lambda w: w.word, _set_word, segment.text)
+
+
+def _set_word(word: Word, text: str) -> None:
+    word.word = text
+
+
+def wanted(punctuator: Punctuator, always: bool, text: str) -> bool:
+    """Whether ``text`` is punctuated: it has words, and no mark of the model's unless ``always``."""
+    return bool(text.strip()) and (always or not punctuator.has_punctuation(text))
+
+
+def punctuate_finals(punctuator: Punctuator, always: bool, events: list) -> set[str]:
+    """Punctuate a live stream step's ``final`` events (``StreamEvent``) in place, each alone
+    (an endpoint's segment is an utterance; partials stay as decoded), in one batched call.
+
+    Returns:
+        the ids of the streams whose punctuation failed: their final became an ``engine_error``
+        event and their later events of the step were dropped (the caller retires them).
+    """
+    finals = [e for e in events if e.type == "final" and wanted(punctuator, always, e.text)]
+    if not finals:
+        return set()
+    try:
+        results = punctuator.punctuate([e.text for e in finals])
+    except Exception as error:  # noqa: BLE001 - these streams fail; the others and the engine go on
+        failed = {e.stream_id for e in finals}
+        kept, ended = [], set()
+        for event in events:
+            if event.stream_id in ended:
+                continue
+            if event.type == "final" and event.stream_id in failed:
+                event.type, event.code = "error", "engine_error"
+                event.message = f"punctuation failed: {type(error).__name__}: {error}"
+                ended.add(event.stream_id)
+            kept.append(event)
+        events[:] = kept
+        return failed
+    for event, result in zip(finals, results):
+        event.text = result.text.strip()
+        if event.words:
+            _rewrite(event.words, lambda w: w.word, _set_word, event.text)
+    return set()
 
 
 class Punctuating:
@@ -133,9 +177,6 @@ class Punctuating:
     def stats(self) -> dict[str, float]:
         return {**self.inner.stats(), "transcripts_punctuated": self.punctuated}
 
-    def wanted(self, text: str) -> bool:
-        return bool(text.strip()) and (self.always or not self.punctuator.has_punctuation(text))
-
     def step(self) -> list[StepEvent]:
         """One step of the splitter; the transcripts finished in it punctuated in one batch."""
         events: list[StepEvent] = []
@@ -151,7 +192,7 @@ class Punctuating:
                 events.append(event)
         if not finished:
             return events
-        todo = [e for e in finished if self.wanted(e.output.text)]  # type: ignore[union-attr]
+        todo = [e for e in finished if wanted(self.punctuator, self.always, e.output.text)]  # type: ignore[union-attr]
         failed: Exception | None = None
         try:
             results = self.punctuator.punctuate([e.output.text for e in todo])  # type: ignore[union-attr]
@@ -175,4 +216,4 @@ class Punctuating:
         return events
 
 
-__all__ = ["Punctuating", "punctuate_output"]
+__all__ = ["Punctuating", "punctuate_finals", "punctuate_output", "split_like", "wanted"]

@@ -48,7 +48,15 @@ def comma_dir(tmp_path_factory) -> Path:
 def _reference(directory: Path):
     from funasr import AutoModel
 
-    return AutoModel(model=str(directory), disable_update=True, device="cpu", log_level="ERROR", disable_pbar=True)
+    # ncpu: funasr sets torch's thread count to it (default 4), which would outlive the fixture.
+    return AutoModel(
+        model=str(directory),
+        disable_update=True,
+        device="cpu",
+        log_level="ERROR",
+        disable_pbar=True,
+        ncpu=torch.get_num_threads(),
+    )
 
 
 @pytest.fixture(scope="module")

@@ -186,3 +186,54 @@ def test_serve_punctuate_applies_to_every_transcript(paraformer_dir, punc_dir, p
             assert body["text"] == want
             if fmt == "verbose_json":
                 assert "".join(s["text"] for s in body["segments"]) == want
+
+
+def test_live_stream_finals_are_punctuated_each_alone(tmp_path):
+    """A streaming encoder's live stream (WeNet's tiny causal U2++): each final is the
+    post-processor's punctuation of the plain engine's final; partials stay as decoded."""
+    from oasr.audio import load_audio
+    from tests.conftest import FIXTURES_DIR
+
+    causal = FIXTURES_DIR / "wenet-u2pp-tiny-causal"
+    if not (causal / "train.yaml").is_file() or not CLIP.is_file():
+        pytest.skip("the WeNet fixture or the clip is missing")
+    units = [line.split()[0] for line in (causal / "units.txt").read_text().splitlines()][2:-1]
+    punc = write_oasr_punc_dir(tmp_path / "punc", units, seed=2)
+    audio = load_audio(str(CLIP))
+
+    def finals(engine) -> list:
+        stream = engine.open_stream(endpoint=True, rule2_min_trailing_silence=0.3)
+        events = stream.feed(audio) + stream.finish()
+        return [e for e in events if e.type == "final"], [e.text for e in events if e.type == "partial"]
+
+    plain, plain_partials = finals(oasr.ASREngine(str(causal), stream_chunk_ms=160))
+    got, partials = finals(oasr.ASREngine(str(causal), stream_chunk_ms=160, punc_model=str(punc)))
+    want = load_punctuator(punc).punctuate([e.text for e in plain])
+    assert [e.text for e in got] == [r.text.strip() for r in want] and any(e.text for e in got)
+    assert [e.text for e in got] != [e.text for e in plain]
+    assert partials == plain_partials
+    assert [e.tokens for e in got] == [e.tokens for e in plain]
+
+
+def test_a_failing_punctuator_fails_its_streams_alone(punc_dir):
+    from oasr.engine.punctuating import punctuate_finals
+    from oasr.engine.streaming.core import StreamEvent
+
+    punctuator = load_punctuator(punc_dir)
+
+    def broken(texts):
+        raise RuntimeError("punctuation failed")
+
+    punctuator.punctuate = broken
+    events = [
+        StreamEvent("partial", "a", text="我们"),
+        StreamEvent("final", "a", text="我们"),
+        StreamEvent("done", "a"),
+        StreamEvent("final", "b", text="好，"),  # already punctuated: not sent to the model
+    ]
+    assert punctuate_finals(punctuator, False, events) == {"a"}
+    assert [(e.stream_id, e.type, e.code) for e in events] == [
+        ("a", "partial", None),
+        ("a", "error", "engine_error"),
+        ("b", "final", None),
+    ]

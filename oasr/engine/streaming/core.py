@@ -53,6 +53,7 @@ from oasr.audio.io import AudioDecodeError, check_samples
 from oasr.audio.streaming import FeatureStream
 from oasr.engine.decode.words import TokenPieces, group_words, timed_word, token_times
 from oasr.engine.outputs import RequestOutput, Segment, Word
+from oasr.engine.punctuating import punctuate_finals
 from oasr.engine.streaming.endpoint import EndpointConfig
 from oasr.engine.streaming.runtime import EncoderRuntime, build_runtime
 from oasr.engine.streaming.search import Hypothesis, StreamSearch, build_stream_search
@@ -458,7 +459,19 @@ class StreamingCore(StreamTable):
     # -- the step -------------------------------------------------------------------
 
     def step(self) -> list[StreamEvent]:
-        """Advance every stream with a chunk ready by one chunk; the events, in order."""
+        """Advance every stream with a chunk ready by one chunk; the events, in order (finals
+        punctuated when the engine has a ``punc_model``: ``engine/punctuating.py``)."""
+        events = self._step()
+        punctuator = getattr(self.engine, "punctuator", None)
+        if punctuator is not None:
+            failed = punctuate_finals(punctuator, self.engine.config.punc_always, events)
+            with self.lock:
+                for sid in failed:
+                    if sid in self.streams:
+                        self._retire(self.streams[sid])
+        return events
+
+    def _step(self) -> list[StreamEvent]:
         events: list[StreamEvent] = []
         with self.lock:
             ready = self._gather(events)
