@@ -66,3 +66,27 @@ def clips() -> list:
     if not all((AUDIO_DIR / name).is_file() for name in CLIPS):
         pytest.skip(f"data/audio not found at {AUDIO_DIR}")
     return [load_audio(str(AUDIO_DIR / name))[: int(s * 16000)] for name, s in zip(CLIPS, CLIP_S)]
+
+
+@pytest.fixture(scope="package")
+def decode_together():
+    """``decode_together(engine, clips, languages, **options)``: the clips admitted as requests of
+    their own language, then stepped until all finish (one batch where they fit); returns the
+    outputs in order."""
+    from oasr.engine.decode.base import Request
+
+    def run(engine, clips, languages, **options) -> list:
+        rids = []
+        for wav, language in zip(clips, languages):
+            request = Request(engine.new_request_id(), wav.copy(), engine.make_options(language=language, **options))
+            engine.add_request(engine.splitter.prepare(request))
+            rids.append(request.request_id)
+        outs = {}
+        while len(outs) < len(rids):
+            for event in engine.splitter.step():
+                assert event.kind != "error", event.error
+                if event.kind == "finished":
+                    outs[event.request_id] = event.output
+        return [outs[rid] for rid in rids]
+
+    return run

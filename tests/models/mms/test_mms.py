@@ -13,7 +13,6 @@ import itertools
 import pytest
 import torch
 
-from oasr.engine.decode.base import Request
 from oasr.languages import LanguageError
 from tests.models.mms._reference import DEFAULT, VOCABS
 
@@ -118,26 +117,17 @@ def _greedy(hf_model, processor, wav, lang: str | None) -> tuple[str, list[int]]
 
 
 @pytest.mark.parametrize("packing", [False, True])
-def test_engine_batches_languages_and_equals_transformers(mms_dir, hf_model, processor, clips, packing):
+def test_engine_batches_languages_and_equals_transformers(
+    mms_dir, hf_model, processor, clips, packing, decode_together
+):
     import oasr
 
     engine = oasr.ASREngine(str(mms_dir), device="cpu", sequence_packing=packing)
     asked = ("fr-FR", "English", "deu", None)  # a locale, a name, MMS's own code, nothing
-    rids = []
-    for wav, language in zip(clips, asked):
-        request = Request(engine.new_request_id(), wav.copy(), engine.make_options(language=language))
-        engine.add_request(engine.splitter.prepare(request))
-        rids.append(request.request_id)
-    outs = {}
-    while len(outs) < len(rids):
-        for event in engine.splitter.step():
-            assert event.kind != "error", event.error
-            if event.kind == "finished":
-                outs[event.request_id] = event.output
+    outs = decode_together(engine, clips, asked)
     stats = engine.strategy.stats()
     assert stats["batches"] == 1 and stats["packed_batches"] == (1 if packing else 0)  # every language in one batch
-    for rid, wav, lang in zip(rids, clips, LANGS):
-        out = outs[rid]
+    for out, wav, lang in zip(outs, clips, LANGS):
         text, ids = _greedy(hf_model, processor, wav, lang)
         assert len(ids) > 5 and out.language == (lang or DEFAULT)
         delimiter = processor.tokenizer.vocab[lang or DEFAULT]["|"]
