@@ -173,7 +173,9 @@ class HFWav2Vec2Converter:
     capability_drop_hints: Mapping[str, str] = {}
 
     def can_load(self, path: Path) -> bool:
-        return path.is_dir() and hf_model_type(path) in BASE_PREFIX and (path / "vocab.json").is_file()
+        if not (path.is_dir() and hf_model_type(path) in BASE_PREFIX and (path / "vocab.json").is_file()):
+            return False
+        return read_json(path / "config.json").get("adapter_attn_dim") is None  # MMS: mms_convert.py
 
     def load(self, path: Path) -> CheckpointBundle:
         hf = read_json(path / "config.json")

@@ -30,6 +30,8 @@ model.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -328,14 +330,18 @@ class Wav2Vec2Encoder(BaseEncoder):
         x = x + self.pos_conv_embed(x, mask)
         return x, lens, mask
 
-    def forward(self, feats: torch.Tensor, feat_lens: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(
+        self, feats: torch.Tensor, feat_lens: torch.Tensor | None = None, **layer_args: Any
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         if feat_lens is None:
             feat_lens = torch.full((feats.shape[0],), feats.shape[1], dtype=torch.long, device=feats.device)
         x, lens, mask = self.front(feats, feat_lens)
         key_lengths = None if mask is None else lens.clamp(min=1)  # a row with no frame still needs a key
-        return self.finish(x, key_lengths, None), lens
+        return self.finish(x, key_lengths, None, **layer_args), lens
 
-    def forward_packed(self, feats: torch.Tensor, cu_seqlens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward_packed(
+        self, feats: torch.Tensor, cu_seqlens: torch.Tensor, **layer_args: Any
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Encode packed rows: the conv front and the position convolution run on the rows
         padded (they look along time), the transformer layers on the frames packed.
 
@@ -350,13 +356,17 @@ class Wav2Vec2Encoder(BaseEncoder):
         x = packing.unpad(x)  # (N', D)
         if not packing.total:  # no row has a frame: nothing to run
             return x, packing.cu_seqlens
-        return self.finish(x, lens.clamp(min=1), packing), packing.cu_seqlens
+        return self.finish(x, lens.clamp(min=1), packing, **layer_args), packing.cu_seqlens
 
-    def finish(self, x: torch.Tensor, key_lengths: torch.Tensor | None, packing: Packing | None) -> torch.Tensor:
-        """The LayerNorm and the layers, in the variant's order."""
+    def finish(
+        self, x: torch.Tensor, key_lengths: torch.Tensor | None, packing: Packing | None, **layer_args: Any
+    ) -> torch.Tensor:
+        """The LayerNorm and the layers, in the variant's order (``layer_args``: what a family's
+        ``run_layers`` takes besides, handed down from ``forward`` / ``forward_packed``: MMS's
+        per-row adapters)."""
         if self.cfg.do_stable_layer_norm:
-            return self.layer_norm(self.run_layers(x, key_lengths, packing))
-        return self.run_layers(self.layer_norm(x), key_lengths, packing)
+            return self.layer_norm(self.run_layers(x, key_lengths, packing, **layer_args))
+        return self.run_layers(self.layer_norm(x), key_lengths, packing, **layer_args)
 
 
 class Wav2Vec2CtcModel(EncoderCtcModel):
