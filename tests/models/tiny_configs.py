@@ -296,11 +296,19 @@ def _wav2vec2() -> Any:
     )
 
 
+def _mms() -> Any:
+    from oasr.models.wav2vec2.mms import MmsConfig
+
+    # wav2vec2's tiny encoder, pre-norm, with adapters; no adapter files: its own language only.
+    return MmsConfig(**{**vars(_wav2vec2()), "do_stable_layer_norm": True}, adapter_attn_dim=4, target_lang="eng")
+
+
 TINY_CONFIGS: dict[str, Callable[[], Any]] = {
     "canary": _canary,
     "canary_qwen": _canary_qwen,
     "conformer": _conformer,
     "lasr": _lasr,
+    "mms": _mms,
     "nemotron": _nemotron,
     "paraformer": _paraformer,
     "parakeet": _parakeet,

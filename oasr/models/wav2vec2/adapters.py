@@ -41,6 +41,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from oasr.layers import LayerNorm, Linear
 from oasr.layers.ctc import PAD_LOGIT
 
 ADAPTER_FILE = "adapter.{}.safetensors"  # transformers' WAV2VEC2_ADAPTER_SAFE_FILE
@@ -218,10 +219,16 @@ def _by_group(x: torch.Tensor, rows: RowAdapters, fn) -> torch.Tensor:
     return out
 
 
+class AdapterLinear(Linear):
+    """An adapter projection: a ``Linear`` that int8 quantisation leaves in float (it swaps
+    ``Linear`` itself, not its subclasses, as it leaves ``CtcProjection``), so the checkpoint's own
+    language runs in the compute dtype as every adapter file's does (and they are tiny)."""
+
+
 class AdapterLayer(nn.Module):
     """The adapter after one encoder layer, transformers' ``Wav2Vec2AttnAdapterLayer``: its
-    parameters are the checkpoint's own language (plain ``nn`` modules, which int8
-    quantisation leaves in float); ``forward`` runs each row with its language's weights.
+    parameters are the checkpoint's own language; ``forward`` runs each row with its language's
+    weights.
 
     Shapes:
         h: (B, T, D) or packed (N, D) -> the adapter's output (to be added to ``h``), same shape
@@ -230,9 +237,9 @@ class AdapterLayer(nn.Module):
     def __init__(self, index: int, hidden: int, attn_dim: int) -> None:
         super().__init__()
         self.index = index
-        self.norm = nn.LayerNorm(hidden, eps=ADAPTER_EPS)
-        self.linear_1 = nn.Linear(hidden, attn_dim)
-        self.linear_2 = nn.Linear(attn_dim, hidden)
+        self.norm = LayerNorm(hidden, ADAPTER_EPS)
+        self.linear_1 = AdapterLinear(hidden, attn_dim)
+        self.linear_2 = AdapterLinear(attn_dim, hidden)
 
     def _run(self, h: torch.Tensor, adapter: LanguageAdapter | None) -> torch.Tensor:
         if adapter is None:
@@ -374,6 +381,7 @@ __all__ = [
     "ADAPTER_FILE",
     "AdapterBank",
     "AdapterLayer",
+    "AdapterLinear",
     "LanguageAdapter",
     "RowAdapters",
     "adapter_files",
