@@ -11,6 +11,9 @@ from pathlib import Path
 
 import torch
 
+from tests.models.wav2vec2._reference import _SHAPE as SHAPE
+from tests.models.wav2vec2._reference import VARIANTS
+
 _SPECIAL = ["<pad>", "<s>", "</s>", "<unk>", "|"]
 # Each language's characters: vocabularies of different sizes, as MMS's are.
 VOCABS = {
@@ -20,21 +23,8 @@ VOCABS = {
 }
 DEFAULT = "eng"  # the tokenizer's target_lang, and the language of model.safetensors' adapters
 
-_SHAPE = dict(
-    hidden_size=16,
-    num_hidden_layers=2,
-    num_attention_heads=2,
-    intermediate_size=32,
-    conv_dim=(8, 8, 8),
-    conv_stride=(5, 8, 8),
-    conv_kernel=(10, 8, 8),
-    num_conv_pos_embeddings=7,
-    num_conv_pos_embedding_groups=4,
-    feat_extract_norm="layer",
-    do_stable_layer_norm=True,
-    conv_bias=True,
-    adapter_attn_dim=4,
-)
+# The wav2vec2 family's tiny stable-layer-norm encoder (mms-1b's kind), with adapters.
+_SHAPE = {**SHAPE, **VARIANTS["wav2vec2_stable"][2], "adapter_attn_dim": 4}
 
 
 def _randomise(model, vocab_size: int, generator: torch.Generator) -> None:

@@ -1,83 +1,55 @@
 """Fixtures of the MMS tests: one tiny random MMS checkpoint saved by transformers' classes
-(``_reference.build_mms``), transformers' model and processor over it, and short real clips."""
+(``_reference.build_mms``) as ``hf_dir``, so that the wav2vec2 family's fixtures serve it too
+(``loaded``: oasr's float64 load; ``processor``; the clips; one intra-op thread), and
+transformers' model over it."""
 
 from __future__ import annotations
 
-import warnings
 from pathlib import Path
 
 import pytest
 import torch
 
-from tests.conftest import AUDIO_DIR
 from tests.models.mms._reference import build_mms
-
-# Unequal lengths, one per language of a mixed batch (French, English, German, no language).
-CLIPS = ("jaufry_03_lafon_0298.wav", "jfk.wav", "roots_38_morris_0130.wav", "bambatse_02_haggard_0323.wav")
-CLIP_S = (1.0, 1.6, 1.2, 0.8)
-
-
-@pytest.fixture(scope="package", autouse=True)
-def _one_thread():
-    """Tiny models: intra-op threads buy nothing on a small shared machine. Restored afterwards."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+from tests.models.wav2vec2.conftest import _one_thread, clips, loaded, processor  # noqa: F401 (fixtures)
 
 
 @pytest.fixture(scope="package")
-def mms_dir(tmp_path_factory) -> Path:
+def hf_dir(tmp_path_factory) -> Path:
     pytest.importorskip("transformers")
     return build_mms(tmp_path_factory.mktemp("mms") / "mms", seed=5)
 
 
 @pytest.fixture(scope="package")
-def processor(mms_dir):
-    from transformers import AutoProcessor
-
-    return AutoProcessor.from_pretrained(mms_dir)
+def mms_dir(hf_dir) -> Path:
+    return hf_dir
 
 
 @pytest.fixture(scope="package")
-def hf_model(mms_dir):
+def hf_model(hf_dir):
     """transformers' model as ``from_pretrained`` gives it: the checkpoint's own (eng) weights."""
     from transformers import Wav2Vec2ForCTC
 
-    return Wav2Vec2ForCTC.from_pretrained(mms_dir).to(torch.float64).eval()
+    return Wav2Vec2ForCTC.from_pretrained(hf_dir).to(torch.float64).eval()
 
 
 @pytest.fixture(scope="package")
-def loaded(mms_dir):
-    """``oasr.load_pretrained`` of the directory, cast to float64."""
-    import oasr
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", UserWarning)  # a clean checkpoint loads without dropped tensors
-        lm = oasr.load_pretrained(mms_dir)
-    lm.model.to(torch.float64)
-    return lm
-
-
-@pytest.fixture(scope="session")
-def clips() -> list:
-    from oasr.audio import load_audio
-
-    if not all((AUDIO_DIR / name).is_file() for name in CLIPS):
-        pytest.skip(f"data/audio not found at {AUDIO_DIR}")
-    return [load_audio(str(AUDIO_DIR / name))[: int(s * 16000)] for name, s in zip(CLIPS, CLIP_S)]
+def rows(clips) -> list:  # noqa: F811 (the imported fixture, requested)
+    """Four clips of unequal lengths, one per language of a mixed batch: the family's three and
+    the first one's first half."""
+    return [*clips, clips[0][: len(clips[0]) // 2]]
 
 
 @pytest.fixture(scope="package")
 def decode_together():
-    """``decode_together(engine, clips, languages, **options)``: the clips admitted as requests of
+    """``decode_together(engine, waves, languages, **options)``: the waves admitted as requests of
     their own language, then stepped until all finish (one batch where they fit); returns the
     outputs in order."""
     from oasr.engine.decode.base import Request
 
-    def run(engine, clips, languages, **options) -> list:
+    def run(engine, waves, languages, **options) -> list:
         rids = []
-        for wav, language in zip(clips, languages):
+        for wav, language in zip(waves, languages):
             request = Request(engine.new_request_id(), wav.copy(), engine.make_options(language=language, **options))
             engine.add_request(engine.splitter.prepare(request))
             rids.append(request.request_id)

@@ -52,12 +52,12 @@ def test_languages_are_the_adapters_and_the_default(loaded):
         assert width == len(chars) and tok.id_to_token(len(chars) - 1) == chars[-1]
 
 
-def test_mixed_batch_rows_equal_transformers_stage_by_stage(loaded, hf_model, processor, clips):
+def test_mixed_batch_rows_equal_transformers_stage_by_stage(loaded, hf_model, processor, rows):
     from oasr.audio.frontends import build_frontend, pad_features
 
     model = loaded.model
     frontend = build_frontend(loaded.feature_spec)
-    feats, lens = pad_features([frontend(w) for w in clips])
+    feats, lens = pad_features([frontend(w) for w in rows])
     ours, handles = _layer_outputs(model.encoder.layers)
     with torch.no_grad():
         lp, out_lens = model.forward_offline(feats.to(torch.float64), lens, list(LANGS))
@@ -66,7 +66,7 @@ def test_mixed_batch_rows_equal_transformers_stage_by_stage(loaded, hf_model, pr
         h.remove()
     assert lp.shape[-1] == max(len(v) for v in VOCABS.values())  # as wide as the widest head
     report = {}
-    for row, (wav, lang) in enumerate(zip(clips, LANGS)):
+    for row, (wav, lang) in enumerate(zip(rows, LANGS)):
         ref = _reference(hf_model, lang)
         theirs, handles = _layer_outputs(ref.wav2vec2.encoder.layers)
         x = processor(wav, sampling_rate=16000, return_tensors="pt").input_values.to(torch.float64)
@@ -88,12 +88,12 @@ def test_mixed_batch_rows_equal_transformers_stage_by_stage(loaded, hf_model, pr
     assert not bad, f"rows off the reference (cosine, max-abs): {bad}; all: {report}"
 
 
-def test_packed_rows_equal_padded_rows(loaded, clips):
+def test_packed_rows_equal_padded_rows(loaded, rows):
     from oasr.audio.frontends import build_frontend, pad_features
 
     model = loaded.model
     frontend = build_frontend(loaded.feature_spec)
-    rows = [frontend(w).to(torch.float64) for w in clips]
+    rows = [frontend(w).to(torch.float64) for w in rows]
     feats, lens = pad_features(rows)
     cu = torch.tensor([0, *itertools.accumulate(r.shape[0] for r in rows)])
     with torch.no_grad():
@@ -117,17 +117,15 @@ def _greedy(hf_model, processor, wav, lang: str | None) -> tuple[str, list[int]]
 
 
 @pytest.mark.parametrize("packing", [False, True])
-def test_engine_batches_languages_and_equals_transformers(
-    mms_dir, hf_model, processor, clips, packing, decode_together
-):
+def test_engine_batches_languages_and_equals_transformers(mms_dir, hf_model, processor, rows, packing, decode_together):
     import oasr
 
     engine = oasr.ASREngine(str(mms_dir), device="cpu", sequence_packing=packing)
     asked = ("fr-FR", "English", "deu", None)  # a locale, a name, MMS's own code, nothing
-    outs = decode_together(engine, clips, asked)
+    outs = decode_together(engine, rows, asked)
     stats = engine.strategy.stats()
     assert stats["batches"] == 1 and stats["packed_batches"] == (1 if packing else 0)  # every language in one batch
-    for out, wav, lang in zip(outs, clips, LANGS):
+    for out, wav, lang in zip(outs, rows, LANGS):
         text, ids = _greedy(hf_model, processor, wav, lang)
         assert len(ids) > 5 and out.language == (lang or DEFAULT)
         delimiter = processor.tokenizer.vocab[lang or DEFAULT]["|"]

@@ -6,11 +6,11 @@ naming the adapters it has."""
 from __future__ import annotations
 
 import json
-import wave
 from pathlib import Path
 
-import numpy as np
 import pytest
+
+from tests.server.conftest import wav_bytes
 
 pytest.importorskip("fastapi")
 pytest.importorskip("httpx")
@@ -21,11 +21,7 @@ LISTING = "deu (German), eng (English), fra (French)"
 @pytest.fixture(scope="module")
 def clip(tmp_path_factory, clips) -> Path:
     path = tmp_path_factory.mktemp("mms_clip") / "clip.wav"
-    with wave.open(str(path), "wb") as w:
-        w.setnchannels(1)
-        w.setsampwidth(2)
-        w.setframerate(16000)
-        w.writeframes((np.clip(clips[0], -1, 1) * 32767).astype(np.int16).tobytes())
+    path.write_bytes(wav_bytes(clips[0]))
     return path
 
 
