@@ -4,6 +4,7 @@ their times from the ``|`` delimiter, beam search with hotwords, and int8."""
 from __future__ import annotations
 
 import copy
+import math
 
 import pytest
 import torch
@@ -45,6 +46,26 @@ def test_the_delimiter_ends_words_and_belongs_to_none(tokenizer):
     spans = group_words(ids, pieces)
     assert [tokenizer.decode(ids[s.start : s.end]) for s in spans] == ["ask", "not", "what"]
     assert all(4 not in ids[s.start : s.end] for s in spans) and all(s.spaced for s in spans)
+
+
+def test_lm_fusion_scores_the_words_as_written(tokenizer, tmp_path):
+    """Words end at the delimiter and are scored lower-cased, as the text is written."""
+    pytest.importorskip("kenlm")
+    from oasr.engine.decode.ctc import LmFusion, NgramLanguageModel
+
+    arpa = tmp_path / "lm.arpa"
+    arpa.write_text(
+        "\\data\\\nngram 1=5\nngram 2=3\n\n\\1-grams:\n-1.0\t<s>\t-0.5\n-1.0\t</s>\n-2.0\t<unk>\n"
+        "-1.0\tcold\t-0.5\n-1.5\tday\t-0.5\n\n\\2-grams:\n-0.2\t<s> cold\n-0.3\tcold day\n-0.2\tday </s>\n\n\\end\\\n"
+    )
+    fusion = LmFusion(NgramLanguageModel(arpa), TokenPieces(tokenizer, {0}), alpha=1.0, beta=0.5)
+    state, total = fusion.initial(), 0.0
+    for t in tokenizer.encode_text("cold day"):
+        delta, state = fusion.advance(state, t)
+        total += delta
+    assert state[1] == "day"
+    total += fusion.finalize(state)
+    assert total == pytest.approx((-0.2 - 0.3 - 0.2) * math.log(10) + 2 * 0.5, abs=1e-5)
 
 
 def test_word_times_against_transformers_word_offsets(w2v_dir, clips):
