@@ -187,6 +187,14 @@ class MmsCtcModel(Wav2Vec2CtcModel):
         """
         return self.encoder(feats, feat_lens, rows=self._rows(languages, feats.device))
 
+    def _encode_with_heads(
+        self, feats: torch.Tensor, feat_lens: torch.Tensor, languages: Sequence[str | None] | None
+    ) -> tuple[torch.Tensor, torch.Tensor, RowHeads]:
+        """The encoder's states and lengths of a padded batch, and its rows' heads."""
+        rows = self._rows(languages, feats.device)
+        hidden, lens = self.encoder(feats, feat_lens, rows=rows)
+        return hidden, lens, RowHeads(rows, self.lm_head)
+
     def ctc_head_for(self, languages: Sequence[str | None] | None, cu_seqlens: torch.Tensor | None = None) -> RowHeads:
         """The rows' heads (``cu_seqlens``: (B + 1,) row bounds of packed encoder frames)."""
         rows = self._rows(languages, self.device)
@@ -199,15 +207,15 @@ class MmsCtcModel(Wav2Vec2CtcModel):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Encoder + each row's head -> log-probs (B, T, V_max) float32 (a row's columns past its
         head's width are padding), lens (B,)."""
-        hidden, lens = self.encode_offline(feats, feat_lens, languages)
-        return self.ctc_head_for(languages)(hidden), lens
+        hidden, lens, heads = self._encode_with_heads(feats, feat_lens, languages)
+        return heads(hidden), lens
 
     def forward_offline_best_path(
         self, feats: torch.Tensor, feat_lens: torch.Tensor, languages: Sequence[str | None] | None = None
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Each frame's best symbol of the row's head and its log-probability: (B, T) x2, lens."""
-        hidden, lens = self.encode_offline(feats, feat_lens, languages)
-        top, ids = self.ctc_head_for(languages).best_path(hidden)
+        hidden, lens, heads = self._encode_with_heads(feats, feat_lens, languages)
+        top, ids = heads.best_path(hidden)
         return top, ids, lens
 
     def encode_offline_packed(
