@@ -330,9 +330,8 @@ class CtcDecodeStrategy(WindowedStrategy):
         if req.greedy:
             return ctc_greedy_search(log_probs, self.blank_id, self.skip_ids)
         lm = (req.vocab or self.vocab).lm
-        return ctc_prefix_beam_search(log_probs, req.beam, self.blank_id, self.skip_ids, lm=lm, hotwords=req.hotwords)[
-            0
-        ]
+        nbest = ctc_prefix_beam_search(log_probs, req.beam, self.blank_id, self.skip_ids, lm=lm, hotwords=req.hotwords)
+        return nbest[0]
 
     def _run_batch(self, batch: list[tuple[_Req, int]], events: list[StepEvent]) -> None:
         rows = [r.windows[i].feats for r, i in batch]
