@@ -132,3 +132,27 @@ def test_int8_engine_decodes(w2v_dir, clips):
 
     out = oasr.ASREngine(str(w2v_dir), device="cpu", quantize="int8").transcribe(copy.copy(clips[0]))
     assert out.text.strip()
+
+
+def test_older_release_files(tmp_path):
+    """A fine-tune's layout: [PAD] / [UNK] named in special_tokens_map.json, <s> / </s> added
+    after vocab.json (added_tokens.json): read as transformers reads them."""
+    import json
+
+    from transformers import Wav2Vec2CTCTokenizer
+
+    letters = {c: i for i, c in enumerate("ABCDE|")}
+    vocab = {**letters, "[UNK]": 6, "[PAD]": 7}
+    (tmp_path / "vocab.json").write_text(json.dumps(vocab))
+    (tmp_path / "special_tokens_map.json").write_text(
+        json.dumps({"bos_token": "<s>", "eos_token": "</s>", "unk_token": "[UNK]", "pad_token": "[PAD]"})
+    )
+    (tmp_path / "added_tokens.json").write_text(json.dumps({"<s>": 8, "</s>": 9}))
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"word_delimiter_token": "|", "do_lower_case": False}))
+    ours = CharTokenizer.from_file(tmp_path / "vocab.json")
+    theirs = Wav2Vec2CTCTokenizer.from_pretrained(tmp_path)
+    assert ours.vocab_size == len(theirs) == 10 and ours.pad_id == theirs.pad_token_id == 7
+    assert ours.special_ids == {6, 7, 8, 9}
+    ids = [8, 0, 1, 4, 5, 2, 7, 3, 9]
+    assert ours.decode(ids) == theirs.decode(ids, group_tokens=False) == "<s>ABE CD</s>"
+    assert ours.encode_text("AB  EX") == theirs("AB EX").input_ids
