@@ -12,22 +12,17 @@ vocabulary (or is the tokenizer's ``target_lang``, the checkpoint's own weights)
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
-from oasr.models.base import DecodeType, DecodingSpec, LoadError
-from oasr.models.formats.hf import load_hf_weights, read_json, read_json_if_present
+from oasr.models.base import LoadError
 from oasr.models.formats.hf import model_type as hf_model_type
-from oasr.models.registry import CheckpointBundle
+from oasr.models.formats.hf import read_json, read_json_if_present
 from oasr.models.wav2vec2.adapters import adapter_files, check_adapter_file, read_vocabularies
-from oasr.models.wav2vec2.convert import (
-    HFWav2Vec2Converter,
-    _feature_spec,
-    _tokenizer_spec,
-    config_from_hf,
-    fold_weight_norm,
-    rename,
-)
+from oasr.models.wav2vec2.convert import HFWav2Vec2Converter, config_fields
 from oasr.models.wav2vec2.mms import MmsConfig
 
 ARCH = "mms"
@@ -40,16 +35,17 @@ def is_mms(path: Path) -> bool:
     return read_json(path / "config.json").get("adapter_attn_dim") is not None
 
 
-def mms_config(path: Path) -> MmsConfig:
-    """The model config: the wav2vec2 one, the adapters' width, the tokenizer's ``target_lang``
-    and the adapter files the load checked.
+def mms_config(path: Path, hf: Mapping[str, Any]) -> MmsConfig:
+    """The model config of ``path`` (its config.json read into ``hf``): the wav2vec2 fields, the
+    adapters' width, the tokenizer's ``target_lang`` and the adapter files the load checked.
 
     Raises:
-        LoadError: a flat vocab.json, a ``target_lang`` it lacks, or an adapter file that does
-            not fit the model.
+        LoadError: a flat vocab.json, no ``target_lang`` or one it lacks, or an adapter file
+            that does not fit the model.
     """
-    hf = read_json(path / "config.json")
-    base = config_from_hf({**hf, "adapter_attn_dim": None}, str(path / "config.json"))
+    where = str(path / "config.json")
+    fields = config_fields({**hf, "adapter_attn_dim": None}, where)
+    attn_dim = int(hf["adapter_attn_dim"])
     try:
         vocabs = read_vocabularies(path / "vocab.json")
     except (OSError, ValueError) as e:
@@ -57,69 +53,47 @@ def mms_config(path: Path) -> MmsConfig:
     if vocabs is None:
         raise LoadError(f"{path}: adapter_attn_dim is set but vocab.json is not one vocabulary per language (MMS's)")
     target = read_json_if_present(path / "tokenizer_config.json").get("target_lang")
-    if target is not None and target not in vocabs:
-        raise LoadError(f"{path}: the tokenizer's target_lang {target!r} has no vocabulary in vocab.json")
     if target is None:
         raise LoadError(
             f"{path}: tokenizer_config.json names no target_lang, so the language of the checkpoint's own "
             f"head is unknown; set it (transformers' processor.tokenizer.set_target_lang + save_pretrained)"
         )
-    sizes = {}
+    if target not in vocabs:
+        raise LoadError(f"{path}: the tokenizer's target_lang {target!r} has no vocabulary in vocab.json")
+    try:
+        config = MmsConfig.from_dict({**fields, "adapter_attn_dim": attn_dim, "target_lang": target})
+    except (TypeError, ValueError) as e:
+        raise LoadError(f"{where}: {e}") from e
     files = adapter_files(path)
+    sizes = {}
     for lang, file in files.items():
-        if lang not in vocabs:
-            continue
-        try:
-            sizes[lang] = check_adapter_file(
-                file, base.num_hidden_layers, base.hidden_size, int(hf["adapter_attn_dim"])
-            )
-        except (OSError, ValueError) as e:
-            raise LoadError(f"{path}: {e}") from e
+        if lang in vocabs:
+            try:
+                sizes[lang] = check_adapter_file(file, config.num_hidden_layers, config.hidden_size, attn_dim)
+            except (OSError, ValueError) as e:
+                raise LoadError(f"{path}: {e}") from e
     unmatched = sorted(set(files) - set(sizes))
     if unmatched:
         warnings.warn(
             f"{path}: adapter files without a vocabulary in vocab.json are not offered: {unmatched[:10]}",
             UserWarning,
-            stacklevel=3,
+            stacklevel=4,
         )
-    try:
-        return MmsConfig.from_dict(
-            {
-                **base.to_dict(),
-                "adapter_attn_dim": int(hf["adapter_attn_dim"]),
-                "target_lang": target,
-                "adapter_dir": str(path),
-                "adapter_vocab_sizes": sizes,
-            }
-        )
-    except (TypeError, ValueError) as e:
-        raise LoadError(f"{path / 'config.json'}: {e}") from e
+    return dataclasses.replace(config, adapter_dir=str(path), adapter_vocab_sizes=sizes)
 
 
 class HFMmsConverter(HFWav2Vec2Converter):
-    """A transformers ``Wav2Vec2ForCTC`` directory with MMS adapters."""
+    """A transformers ``Wav2Vec2ForCTC`` directory with MMS adapters: read as the wav2vec2 family
+    reads it, into an ``MmsConfig``; the vocabulary is the ``target_lang`` one (the own head's)."""
 
     architecture = ARCH
+    base_prefix: Mapping[str, str] = {"wav2vec2": "wav2vec2"}
 
     def can_load(self, path: Path) -> bool:
         return is_mms(path) and (path / "vocab.json").is_file()
 
-    def load(self, path: Path) -> CheckpointBundle:
-        config = mms_config(path)
-        state = {}
-        for name, t in fold_weight_norm(load_hf_weights(path), str(path)).items():
-            new = rename(name, "wav2vec2")
-            state[new if new is not None else name] = t  # unknown names reach the load report
-        return CheckpointBundle(
-            architecture=ARCH,
-            config=config,
-            state_dict=state,
-            tokenizer=_tokenizer_spec(path, config),  # the target_lang vocabulary, the own head's
-            features=_feature_spec(path),
-            decoding=DecodingSpec(decode_type=DecodeType.CTC, params={"blank_id": config.blank_id}),
-            source=str(path),
-            format="huggingface",
-        )
+    def make_config(self, hf: Mapping[str, Any], where: str) -> MmsConfig:
+        return mms_config(Path(where).parent, hf)
 
 
 __all__ = ["HFMmsConverter", "is_mms", "mms_config"]

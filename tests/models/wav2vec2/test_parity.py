@@ -149,3 +149,19 @@ def test_half_precision_group_norm_keeps_float32_statistics():
         want = norm(x, mask)
         got = norm(x.half(), mask)
     assert torch.isfinite(got).all() and max_abs(got[1, :, :1700], want[1, :, :1700]) < 1e-2
+
+
+def test_attention_takes_an_additive_bias(loaded):
+    """The hook a relative-position family uses: an additive (B, H, T, T) bias, combined with
+    the key mask; a bias of zeros is no bias, and -inf on keys is masking them."""
+    enc = loaded.model.encoder
+    layer = enc.layers[0]
+    h = enc.cfg.num_attention_heads
+    x = torch.randn(2, 9, enc.cfg.hidden_size, dtype=torch.float64)
+    lens = torch.tensor([9, 6])
+    with torch.no_grad():
+        plain = layer(x, lens)
+        assert max_abs(layer(x, lens, None, torch.zeros(2, h, 9, 9, dtype=torch.float64)), plain) == 0.0
+        cut = torch.zeros(1, h, 9, 9, dtype=torch.float64)
+        cut[..., 6:] = float("-inf")
+        assert max_abs(layer(x, None, None, cut)[1, :6], plain[1, :6]) <= 1e-12
