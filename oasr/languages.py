@@ -19,6 +19,11 @@ tells locales apart):
   locale where it has that one, else its base language (the bare code, else the ``xx-XX``
   spelling, else the one locale of that language it has).
 
+A model's entries may be ISO 639-3 codes, as MMS names its adapters (``eng``, ``fra``), and
+MMS's script variants (``cmn-script_simplified``, ``srp-script_latin``: the script as ISO
+15924 writes it, ``zh-Hans``, ``sr-Latn``); ``en``, ``English``, ``eng`` and ``en-US`` all
+name ``eng``.
+
 Anything else, or a language the model does not have, raises ``LanguageError`` (a
 ``ValueError``: HTTP 400 ``invalid_language``, CLI exit 2) naming the model's languages.
 """
@@ -188,6 +193,26 @@ DETECT = frozenset({"", "auto", "none"})
 
 # A code, or a locale: code, optional script, optional region, "-" or "_" separated.
 _LOCALE = re.compile(r"([A-Za-z]{2,3})(?:[-_]([A-Za-z]{4}))?(?:[-_]([A-Za-z]{2}|[0-9]{3}))?")
+# MMS's spelling of a script variant: ``cmn-script_simplified``, ``srp-script_latin``.
+_MMS_SCRIPT = re.compile(r"([A-Za-z]{3})-script_([A-Za-z]+)")
+# MMS's script names -> ISO 15924 (others are kept as written, title-cased).
+_SCRIPT_CODES: dict[str, str] = {
+    "simplified": "Hans",
+    "traditional": "Hant",
+    "latin": "Latn",
+    "cyrillic": "Cyrl",
+    "arabic": "Arab",
+    "devanagari": "Deva",
+    "ethiopic": "Ethi",
+    "gurmukhi": "Guru",
+    "bengali": "Beng",
+    "tibetan": "Tibt",
+    "hebrew": "Hebr",
+    "greek": "Grek",
+    "syriac": "Syrc",
+    "tifinagh": "Tfng",
+    "mongolian": "Mong",
+}
 
 
 class LanguageError(ValueError):
@@ -214,12 +239,16 @@ def parse_language(language: str) -> tuple[str, str | None, str | None] | None:
     name or a locale, in any case; None when it is none of these.
 
     Examples: ``"German"`` -> ``("de", None, None)``, ``"deu"`` -> ``("de", None, None)``,
-    ``"pt_br"`` -> ``("pt", None, "BR")``, ``"zh-hant-tw"`` -> ``("zh", "Hant", "TW")``.
+    ``"pt_br"`` -> ``("pt", None, "BR")``, ``"zh-hant-tw"`` -> ``("zh", "Hant", "TW")``,
+    ``"cmn-script_simplified"`` (MMS) -> ``("zh", "Hans", None)``.
     """
     key = language.strip()
     name = _CODE_OF_NAME.get(key.lower())
     if name is not None:
         return name, None, None
+    if (mms := _MMS_SCRIPT.fullmatch(key)) is not None:
+        code, script = mms.groups()
+        return _canonical(code), _SCRIPT_CODES.get(script.lower(), script.title()), None
     m = _LOCALE.fullmatch(key)
     if m is None:
         return None
@@ -270,11 +299,19 @@ def resolve_language(language: object, available: Sequence[str] | None, *, model
         p = parse_language(entry)
         if p is not None:
             by_spelling.setdefault(_spell(*p).lower(), entry)
-    # The locale as asked, then without its script, then without its region: the base language.
-    for spelling in dict.fromkeys((_spell(code, script, region), _spell(code, None, region))):
+    # The locale as asked, then without its script, then without its region (``zh-Hant`` for
+    # MMS's ``cmn-script_traditional``), then the base language.
+    for spelling in dict.fromkeys(
+        (_spell(code, script, region), _spell(code, None, region), _spell(code, script, None))
+    ):
         if spelling.lower() in by_spelling:
             return by_spelling[spelling.lower()]
-    base = [e for e in entries if (p := parse_language(e)) is not None and p[0] == code]
+    # Entries of the language, less those written in another script than the one asked for.
+    base = [
+        e
+        for e in entries
+        if (p := parse_language(e)) is not None and p[0] == code and (script is None or p[1] in (None, script))
+    ]
     found = _base_entry(code, base)
     if found is not None:
         return found

@@ -134,3 +134,39 @@ def test_refusals_name_the_models_languages():
 )
 def test_language_name_is_openais(code, name):
     assert language_name(code) == name
+
+
+MMS = ("eng", "fra", "deu", "cmn-script_simplified", "cmn-script_traditional", "srp-script_latin", "abk")
+
+
+@pytest.mark.parametrize(
+    ("given", "want"),
+    [
+        ("en", "eng"),  # ISO 639-1, a name, 639-3 itself and a locale all name MMS's 639-3 entry
+        ("English", "eng"),
+        ("ENG", "eng"),
+        ("fr-FR", "fra"),
+        ("fre", "fra"),  # 639-2/B
+        ("German", "deu"),
+        ("zh-Hans", "cmn-script_simplified"),  # MMS's script variants by their ISO 15924 script
+        ("zh-Hant-TW", "cmn-script_traditional"),
+        ("cmn-script_simplified", "cmn-script_simplified"),
+        ("sr", "srp-script_latin"),  # the language's only variant
+        ("sr-Latn", "srp-script_latin"),
+        ("abk", "abk"),  # a 639-3 code oasr's table does not name
+        ("auto", None),
+    ],
+)
+def test_resolved_against_mms_adapters(given, want):
+    assert resolve_language(given, MMS) == want
+
+
+def test_mms_refusals():
+    with pytest.raises(LanguageError, match=r"'zh' is ambiguous for M: it has cmn-script_simplified, cmn-script_tr"):
+        resolve_language("zh", MMS, model="M")
+    with pytest.raises(LanguageError, match=r"'sr-Cyrl' \(Serbian\) is not a language of M; it has: eng \(English\)"):
+        resolve_language("sr-Cyrl", MMS, model="M")  # another script is another orthography
+    with pytest.raises(LanguageError, match=r"'es' \(Spanish\) is not a language of M"):
+        resolve_language("es", MMS, model="M")
+    assert parse_language("cmn-script_simplified") == ("zh", "Hans", None)
+    assert language_name("cmn-script_traditional") == "chinese" and language_name("eng") == "english"

@@ -43,6 +43,13 @@ Life of a request:
    ``transcribe(timestamps=True)`` instead: its token offsets, words, sentence segments and text
    (``oasr.engine.decode.nemo_times``).
 
+A model whose head and vocabulary follow the request's language (``"language"`` in its
+``encoder_options``: MMS's adapters) is handed each row's language (``languages=``) by its
+forwards and gives each row that language's head, padded to the batch's widest; each request
+searches and writes text with its language's vocabulary (``model.language_vocabulary``: its
+tokenizer and head width, the search reading only that many columns), so rows of different
+languages share a batch.
+
 Options: CTC transcribes, so ``task="translate"``, ``initial_prompt``, ``prefix``,
 ``context``, sampling (temperatures other than 0 or the default fallback sequence,
 ``top_k``, ``top_p``), ``multilingual`` and ``clip_timestamps`` are refused with a
@@ -91,9 +98,21 @@ from oasr.engine.decode.words import TokenPieces, group_words, timed_word, token
 from oasr.engine.outputs import Word, compression_ratio
 from oasr.models.base import DecodeType
 from oasr.models.loaders import LoadedModel
+from oasr.tokenizers import Tokenizer
 
 SEGMENT_GAP_S = 1.5  # a longer silence between two words' spikes starts a new segment
 PACK_MIN_PADDING = 0.1  # with sequence packing, batches padded by less than this share of frames stay padded
+
+
+@dataclass(frozen=True)
+class _Vocabulary:
+    """What a request's search and text read: the checkpoint's vocabulary, or its language's
+    where the head follows the language (``width``: the head columns its search reads; None: all)."""
+
+    tokenizer: Tokenizer
+    pieces: TokenPieces
+    width: int | None = None
+    lm: LmFusion | None = None
 
 
 @dataclass
@@ -102,6 +121,7 @@ class _Req(WindowedRequest):
     boost: BoostingTree | None = None  # a NeMo checkpoint's hotwords (NeMo's boosting tree)
     hotwords: ContextGraph | None = None
     window_texts: dict[int, str] = field(default_factory=dict)  # NeMo's text of each window (its timing)
+    vocab: _Vocabulary | None = None  # None: the checkpoint's (the strategy's ``vocab``)
 
     @property
     def greedy(self) -> bool:
@@ -174,6 +194,10 @@ class CtcDecodeStrategy(WindowedStrategy):
             if config.lm_path
             else None
         )
+        self.vocab = _Vocabulary(self.tokenizer, self.pieces, None, self.lm)
+        self.conditioned = self.decode_type is DecodeType.CTC and "language" in self.model.encoder_options
+        """The head and vocabulary follow each request's language (see the module)."""
+        self._vocabularies: dict[str | None, _Vocabulary] = {}
         self.packing = self._packing(config.sequence_packing)
         self.nemo_timing = self._nemo_timing("ctc")
 
@@ -184,6 +208,22 @@ class CtcDecodeStrategy(WindowedStrategy):
             return None
         settings = (self.params.get("timestamps") or {}).get(str(self.decode_type))
         return NemoTiming.from_params(self.tokenizer, decoder, settings)
+
+    def _vocabulary(self, language: str | None) -> _Vocabulary:
+        """The vocabulary a request of ``language`` (resolved; None: the model's default) reads."""
+        if not self.conditioned:
+            return self.vocab
+        vocab = self._vocabularies.get(language)
+        if vocab is None:
+            tokenizer, width = self.model.language_vocabulary(language)
+            pieces = TokenPieces(tokenizer, self.skip_ids | {self.blank_id})
+            lm = LmFusion(self.lm.lm, pieces, self.lm.alpha, self.lm.beta) if self.lm is not None else None
+            vocab = self._vocabularies[language] = _Vocabulary(tokenizer, pieces, width, lm)
+        return vocab
+
+    def _languages(self, reqs: list[_Req]) -> dict[str, list[str | None]]:
+        """The forwards' keyword for a conditioned model: each row's language; else none."""
+        return {"languages": [r.opts.language for r in reqs]} if self.conditioned else {}
 
     def _packing(self, enabled: bool | None) -> bool:
         """Resolve ``EngineConfig.sequence_packing`` (None: on when the model packs)."""
@@ -211,7 +251,9 @@ class CtcDecodeStrategy(WindowedStrategy):
         if options.hotwords:
             if options.beam_size < 2:
                 raise ValueError("hotwords need beam_size > 1 (greedy CTC decoding cannot boost phrases)")
-            ContextGraph.from_text(options.hotwords, self.tokenizer, options.hotword_weight)
+            ContextGraph.from_text(
+                options.hotwords, self._vocabulary(options.language).tokenizer, options.hotword_weight
+            )
         return options
 
     def _validate_nemo(self, options: TranscribeOptions, given: dict) -> TranscribeOptions:
@@ -248,20 +290,34 @@ class CtcDecodeStrategy(WindowedStrategy):
         opts = request.options
         windows = list(request.features.windows)
         boost = self._boosting_tree(opts) if opts.hotwords and self.nemo is not None else None
+        vocab = self._vocabulary(opts.language)
         if opts.hotwords and boost is None:
-            hotwords = ContextGraph.from_text(opts.hotwords, self.tokenizer, opts.hotword_weight)
+            hotwords = ContextGraph.from_text(opts.hotwords, vocab.tokenizer, opts.hotword_weight)
         else:
             hotwords = None
-        return _Req(request, opts, windows, [None] * len(windows), beam=opts.beam_size, boost=boost, hotwords=hotwords)
+        return _Req(
+            request,
+            opts,
+            windows,
+            [None] * len(windows),
+            beam=opts.beam_size,
+            boost=boost,
+            hotwords=hotwords,
+            vocab=vocab,
+        )
 
     def _language(self, req: _Req) -> str | None:
+        if self.conditioned and req.opts.language is None:
+            return self.model.default_language
         return req.opts.language or (self.languages[0] if len(self.languages) == 1 else None)
 
     # -- the step ------------------------------------------------------------------------
 
-    def _forward(self, feats: torch.Tensor, lens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, object]:
+    def _forward(
+        self, feats: torch.Tensor, lens: torch.Tensor, reqs: list[_Req]
+    ) -> tuple[torch.Tensor, torch.Tensor, object]:
         """Log-probs (B, T', V) float32, lengths (B,), and what the row search needs besides."""
-        log_probs, out_lens = self.model.forward_offline(feats, lens)
+        log_probs, out_lens = self.model.forward_offline(feats, lens, **self._languages(reqs))
         return log_probs, out_lens, None
 
     def _search(self, req: _Req, log_probs: torch.Tensor, row: int, extra: object) -> CtcHypothesis:
@@ -273,9 +329,9 @@ class CtcDecodeStrategy(WindowedStrategy):
             return hyp
         if req.greedy:
             return ctc_greedy_search(log_probs, self.blank_id, self.skip_ids)
-        return ctc_prefix_beam_search(
-            log_probs, req.beam, self.blank_id, self.skip_ids, lm=self.lm, hotwords=req.hotwords
-        )[0]
+        lm = (req.vocab or self.vocab).lm
+        nbest = ctc_prefix_beam_search(log_probs, req.beam, self.blank_id, self.skip_ids, lm=lm, hotwords=req.hotwords)
+        return nbest[0]
 
     def _run_batch(self, batch: list[tuple[_Req, int]], events: list[StepEvent]) -> None:
         rows = [r.windows[i].feats for r, i in batch]
@@ -291,7 +347,7 @@ class CtcDecodeStrategy(WindowedStrategy):
                 feats = torch.nn.functional.pad(feats, (0, 0, 0, min_frames - feats.shape[1]))
             feats = feats.to(device=self.device, dtype=self.dtype)
             lens = lens.to(self.device)
-            decode_row = self._best_path_rows(feats, lens) if greedy else self._searched_rows(feats, lens, reqs)
+            decode_row = self._best_path_rows(feats, lens, reqs) if greedy else self._searched_rows(feats, lens, reqs)
         for row, (req, index) in enumerate(batch):
             if req.done:
                 continue
@@ -305,17 +361,17 @@ class CtcDecodeStrategy(WindowedStrategy):
 
     def _searched_rows(self, feats: torch.Tensor, lens: torch.Tensor, reqs: list[_Req]) -> _RowDecoder:
         """Run a padded batch; rows are searched over their (T', V) log-probs."""
-        log_probs, out_lens, extra = self._forward(feats, lens)
+        log_probs, out_lens, extra = self._forward(feats, lens, reqs)
         log_probs = log_probs.detach().to(device="cpu", dtype=torch.float32)
         n_out = [min(int(x), log_probs.shape[1]) for x in out_lens.tolist()]
         rows = [log_probs[row, :n] for row, n in enumerate(n_out)]
         return self._nemo_rows(rows, reqs) if self.nemo is not None else self._search_rows(rows, extra)
 
-    def _best_path_rows(self, feats: torch.Tensor, lens: torch.Tensor) -> _RowDecoder:
+    def _best_path_rows(self, feats: torch.Tensor, lens: torch.Tensor, reqs: list[_Req]) -> _RowDecoder:
         """Run a padded batch of greedy rows: only each frame's best symbol and its
         log-probability leave the device (``forward_offline_best_path``), not the
         (B, T', V) log-probs."""
-        top, ids, out_lens = self.model.forward_offline_best_path(feats, lens)
+        top, ids, out_lens = self.model.forward_offline_best_path(feats, lens, **self._languages(reqs))
         top, ids = top.detach().to(device="cpu", dtype=torch.float32), ids.detach().cpu()
         n_out = [min(int(x), ids.shape[1]) for x in out_lens.tolist()]
         rows = list(enumerate(n_out))
@@ -327,9 +383,10 @@ class CtcDecodeStrategy(WindowedStrategy):
         for greedy rows, else log-probs."""
         cu_seqlens = torch.tensor([0, *itertools.accumulate(frames)], dtype=torch.long)  # (B + 1,)
         feats = torch.cat(rows).to(device=self.device, dtype=self.dtype)  # (N, F)
-        hidden, out_cu = self.model.encode_offline_packed(feats, cu_seqlens)
+        languages = self._languages(reqs)
+        hidden, out_cu = self.model.encode_offline_packed(feats, cu_seqlens, **languages)
         n_out = out_cu.diff().tolist()
-        head = self.model.ctc_projection
+        head = self.model.ctc_head_for(languages["languages"], out_cu) if languages else self.model.ctc_projection
         self.counters.packed_batches += 1
         if greedy:
             top, ids = head.best_path(hidden)
@@ -344,6 +401,9 @@ class CtcDecodeStrategy(WindowedStrategy):
 
         def decode_row(row: int, req: _Req) -> tuple[CtcHypothesis, list[float], int, Offsets | None]:
             lp = log_probs[row]
+            width = (req.vocab or self.vocab).width
+            if width is not None:  # its language's head: the batch's wider heads padded it
+                lp = lp[:, :width]
             hyp = self._search(req, lp, row, extra)
             offsets = self._greedy_offsets(req, lp)
             return hyp, lp[list(hyp.frames), list(hyp.tokens)].exp().tolist(), lp.shape[0], offsets
@@ -433,8 +493,9 @@ class CtcDecodeStrategy(WindowedStrategy):
         frames = list(hyp.frames)
         spans = token_times(frames, self.frame_s, win.start_s, win.end_s)
         peaks = [win.start_s + f * self.frame_s for f in frames]
+        vocab = req.vocab or self.vocab
         groups: list[list] = []
-        for w in group_words(tokens, self.pieces):
+        for w in group_words(tokens, vocab.pieces):
             if groups and peaks[w.start] - peaks[w.start - 1] <= SEGMENT_GAP_S:
                 groups[-1].append(w)
             else:
@@ -442,7 +503,7 @@ class CtcDecodeStrategy(WindowedStrategy):
         segments = []
         for words in groups:
             lo, hi = words[0].start, words[-1].end
-            timed = [t for w in words if (t := timed_word(w, tokens, spans, probs, self.tokenizer)) is not None]
+            timed = [t for w in words if (t := timed_word(w, tokens, spans, probs, vocab.tokenizer)) is not None]
             start, end, text = spans[lo][0], spans[hi - 1][1], "".join(w.word for w in timed)
             segment = self._segment(req, seek, avg_logprob, tokens, spans, lo, hi, start, end, text, timed)
             if segment is not None:
@@ -535,7 +596,9 @@ class CtcRescoringStrategy(CtcDecodeStrategy):
     best_path_only = False
     packs_rows = False  # the attention decoder reads the encoder output as a padded batch
 
-    def _forward(self, feats: torch.Tensor, lens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, object]:
+    def _forward(
+        self, feats: torch.Tensor, lens: torch.Tensor, reqs: list[_Req]
+    ) -> tuple[torch.Tensor, torch.Tensor, object]:
         enc, enc_lens = self.model.encode_offline(feats, lens)
         return self.model.ctc_log_probs(enc), enc_lens, (enc, enc_lens.tolist())
 
@@ -547,7 +610,7 @@ class CtcRescoringStrategy(CtcDecodeStrategy):
     def _search(self, req: _Req, log_probs: torch.Tensor, row: int, extra: object) -> CtcHypothesis:
         enc, enc_lens = extra  # type: ignore[misc]
         nbest = ctc_prefix_beam_search(
-            log_probs, req.beam, self.blank_id, self.skip_ids, lm=self.lm, hotwords=req.hotwords
+            log_probs, req.beam, self.blank_id, self.skip_ids, lm=(req.vocab or self.vocab).lm, hotwords=req.hotwords
         )
         n = min(int(enc_lens[row]), enc.shape[1])
         ctc_weight, reverse_weight = self._weights(req.opts)
