@@ -62,8 +62,8 @@ def write_oasr_sensevoice_dir(directory: Path, seed: int = 0) -> Path:
     torch.manual_seed(seed)
     model = SenseVoiceModel(model_config(directory / "config.yaml", cfg, vocab))
     state = {k: v for k, v in model.state_dict().items() if not k.startswith(("encoder.cmvn_", "ctc."))}
-    state["ctc.ctc_lo.weight"] = model.ctc.weight[:vocab].clone()
-    state["ctc.ctc_lo.bias"] = model.ctc.bias[:vocab].clone()
+    state["ctc.ctc_lo.weight"] = model.ctc.weight[:vocab].detach().clone()
+    state["ctc.ctc_lo.bias"] = model.ctc.bias[:vocab].detach().clone()
     torch.save(state, directory / "model.pt")
     dim = model.config.encoder.input_size
     write_am_mvn(directory / "am.mvn", -10.0 * torch.ones(dim), 0.25 * torch.ones(dim))
