@@ -174,3 +174,26 @@ def test_a_tokenizer_without_the_tags_is_refused(oasr_dir, tmp_path):
     )
     with pytest.raises(LoadError, match=r"no readable piece for \['<\|zh\|>'.*not SenseVoice's tokenizer"):
         oasr.load_pretrained(str(d))
+
+
+def test_vad_chunks_keep_their_tags(engine, clips):
+    """A ``vad_filter`` request keeps the tags: its emotion is the one tagged over the most speech and
+    its events every chunk's, as each chunk decoded alone gives them."""
+    pytest.importorskip("silero_vad")
+    import numpy as np
+
+    from oasr.engine.decode.base import Request
+
+    audio = np.concatenate([clips[CLIPS[0]], np.zeros(16000, np.float32), clips[CLIPS[2]]])
+    request = engine.splitter.prepare(Request("x", audio, engine.make_options(vad_filter=True)))
+    chunks = request.features.chunks
+    request.features.close()
+    assert chunks  # one chunk here (VAD packs up to 30 s of speech a chunk); the fields pass through it
+    alone = [engine.transcribe(c.audio(audio)) for c in chunks]
+    out = engine.transcribe(audio, vad_filter=True)
+    assert out.audio_events == list(dict.fromkeys(e for a in alone for e in a.audio_events)) != []
+    speech: dict[str, float] = {}
+    for c, a in zip(chunks, alone):
+        if a.emotion is not None:
+            speech[a.emotion] = speech.get(a.emotion, 0.0) + c.duration
+    assert out.emotion == (max(speech, key=lambda e: speech[e]) if speech else None)

@@ -147,3 +147,20 @@ def test_a_batch_decodes_each_row_as_funasr_generate_alone(language, itn, funasr
         assert "".join(w.word for w in segment.words).strip().replace(" ", "") == "".join(
             tokenizer.decode([t]).strip() for t in spoken
         ).replace(" ", "")
+
+
+def test_long_audio_in_windows_is_funasrs_segments_joined(funasr_dir, funasr_model, clips):
+    """Audio longer than ``ctc_window_s`` is decoded window by window, each with its own prompt, and
+    read as funasr's VAD segments are joined before ``rich_transcription_postprocess``."""
+    from oasr.engine.decode.windowed import plan_windows
+
+    engine = oasr.ASREngine(str(funasr_dir), ctc_window_s=1.5)
+    wav = clips[CLIPS[2]]
+    windows = plan_windows(wav, 16000, 1.5)
+    assert len(windows) == 3
+    raws = [_funasr_tokens(funasr_model, wav[a:b], language="auto", use_itn=False)[0] for a, b in windows]
+    out = engine.transcribe(wav)
+    joined = read_rich_transcript(" ".join(raws))
+    assert out.text == joined.text == _funasr_plain(" ".join(raws)) != ""
+    assert (out.language, out.emotion, out.audio_events) == (joined.language, joined.emotion, list(joined.audio_events))
+    assert [s.text.strip() for s in out.segments] == [t for r in raws if (t := read_rich_transcript(r).text)]

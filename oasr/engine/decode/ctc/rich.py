@@ -56,10 +56,15 @@ class RichCtcStrategy(CtcDecodeStrategy):
     packs_rows = False  # the prompt rows go in front of each row's audio, a padded batch
 
     def __init__(self, loaded: LoadedModel, config: EngineConfig) -> None:
+        tokenizer, model = loaded.tokenizer, loaded.model
+        vocab = range(tokenizer.vocab_size) if tokenizer is not None else ()
+        self.tag_ids = frozenset(i for i in vocab if model.is_tag(tokenizer.id_to_token(i)))
+        """The tag pieces: kept by the search (they are the tags), no word's text (nor an LM's)."""
         super().__init__(loaded, config)
         self.prompt_frames = int(self.model.prompt_frames)
-        vocab = range(self.tokenizer.vocab_size)
-        self.tag_ids = frozenset(i for i in vocab if self.model.is_tag(self.tokenizer.id_to_token(i)))
+
+    def _untexted_ids(self) -> frozenset[int]:
+        return self.tag_ids
 
     def _run_batch(self, batch: list[tuple[_Req, int]], events: list[StepEvent]) -> None:
         feats, lens = pad_features([r.windows[i].feats for r, i in batch])

@@ -161,7 +161,7 @@ class CtcDecodeStrategy(WindowedStrategy):
         self.subsampling = int(self.model.encoder.subsampling_rate)
         self.frame_s = self.subsampling * float(self.frontend.frame_shift_s)
         self.params = dict(loaded.decoding_spec.params) if loaded.decoding_spec is not None else {}
-        self.pieces = TokenPieces(self.tokenizer, self.skip_ids | {self.blank_id})
+        self.pieces = TokenPieces(self.tokenizer, self.skip_ids | {self.blank_id} | self._untexted_ids())
         self.nemo = self.params.get("ctc_decoding") if self.decode_type is DecodeType.CTC else None
         """NeMo's decoding of a NeMo checkpoint (see the module docstring), or None."""
         if self.nemo is not None and config.lm_path:
@@ -176,6 +176,10 @@ class CtcDecodeStrategy(WindowedStrategy):
         )
         self.packing = self._packing(config.sequence_packing)
         self.nemo_timing = self._nemo_timing("ctc")
+
+    def _untexted_ids(self) -> frozenset[int]:
+        """Ids the search keeps that are not text of words (none here; SenseVoice's tags in ``rich_ctc``)."""
+        return frozenset()
 
     def _nemo_timing(self, decoder: str) -> NemoTiming | None:
         """NeMo's timing rule for ``decoder`` where the model declares it (``token_timing``),
