@@ -259,35 +259,62 @@ def feature_spec(cfg: Mapping[str, Any]) -> FeatureSpec:
     return FeatureSpec(kind=FRONTEND_KIND, sampling_rate=int(front.get("fs", 16000)), params=params)
 
 
-class FunasrParaformerConverter:
-    """A FunASR Paraformer / BiCifParaformer directory (``config.yaml`` + ``model.pt``)."""
+class FunasrConverter:
+    """What the FunASR model-directory readers share: a directory is claimed by its
+    ``config.yaml`` (``claims``), read by ``read_config``."""
 
-    architecture = ARCH
     auto_detect = True
-    expected_unused_prefixes: tuple[str, ...] = _UNUSED
     capability_drop_hints: Mapping[str, str] = {}
+
+    def claims(self, directory: Path, cfg: Mapping[str, Any]) -> bool:
+        raise NotImplementedError
 
     def can_load(self, path: Path) -> bool:
         path = Path(path)
         directory = path.parent if path.is_file() else path
         yml = directory / "config.yaml"
-        if not yml.is_file() or weights_file(directory) is None:
+        if not yml.is_file():
             return False
         try:
             cfg = read_mapping(yml, "a FunASR model config")
         except (LoadError, OSError):
             return False
-        # Any FunASR model directory but those another family reads is claimed, so that another
-        # model's gets a clear refusal from load().
-        return "model" in cfg and "encoder_conf" in cfg and cfg["model"] not in READ_ELSEWHERE
+        return self.claims(directory, cfg)
 
-    def load(self, path: Path) -> CheckpointBundle:
+    @staticmethod
+    def read_config(path: Path) -> tuple[Path, Path, dict[str, Any]]:
+        """(the model directory, its ``config.yaml``, the config) of a directory or a file in it.
+
+        Raises:
+            LoadError: there is no ``config.yaml``, or it does not parse.
+        """
         path = Path(path)
         directory = path.parent if path.is_file() else path
         yml = directory / "config.yaml"
         if not yml.is_file():
             raise LoadError(f"{directory}: no config.yaml (not a FunASR model directory)")
-        cfg = read_mapping(yml, "a FunASR model config")
+        return directory, yml, dict(read_mapping(yml, "a FunASR model config"))
+
+
+class FunasrParaformerConverter(FunasrConverter):
+    """A FunASR Paraformer / BiCifParaformer directory (``config.yaml`` + ``model.pt``)."""
+
+    architecture = ARCH
+    expected_unused_prefixes: tuple[str, ...] = _UNUSED
+
+    def claims(self, directory: Path, cfg: Mapping[str, Any]) -> bool:
+        # Any FunASR model directory but those another family reads is claimed, so that another
+        # model's gets a clear refusal from load().
+        return (
+            weights_file(directory) is not None
+            and "model" in cfg
+            and "encoder_conf" in cfg
+            and cfg["model"] not in READ_ELSEWHERE
+        )
+
+    def load(self, path: Path) -> CheckpointBundle:
+        path = Path(path)
+        directory, yml, cfg = self.read_config(path)
         if cfg.get("model") not in MODELS:
             raise refuse(yml, "model", cfg.get("model"), f"this family reads FunASR {' / '.join(MODELS)} directories")
         weights = path if path.is_file() else weights_file(directory)
@@ -332,6 +359,7 @@ class FunasrParaformerConverter:
 
 
 __all__ = [
+    "FunasrConverter",
     "FunasrParaformerConverter",
     "TRAINING_ONLY",
     "check_conf",

@@ -28,8 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from oasr.models.base import DecodeType, DecodingSpec, LoadError, TokenizerSpec
-from oasr.models.formats.text import read_mapping
 from oasr.models.paraformer.convert import (
+    FunasrConverter,
     check_conf,
     check_frontend,
     feature_spec,
@@ -138,33 +138,19 @@ def check_tokenizer(path: Path) -> int:
     return int(sp.get_piece_size())
 
 
-class FunasrSenseVoiceConverter:
+class FunasrSenseVoiceConverter(FunasrConverter):
     """A FunASR SenseVoiceSmall directory (``config.yaml`` + ``model.pt`` + ``am.mvn`` + the
     sentencepiece model)."""
 
     architecture = ARCH
-    auto_detect = True
     expected_unused_prefixes: tuple[str, ...] = _UNUSED
-    capability_drop_hints: Mapping[str, str] = {}
 
-    def can_load(self, path: Path) -> bool:
-        path = Path(path)
-        directory = path.parent if path.is_file() else path
-        yml = directory / "config.yaml"
-        if not yml.is_file():
-            return False
-        try:
-            return read_mapping(yml, "a FunASR model config").get("model") == MODEL
-        except (LoadError, OSError):
-            return False
+    def claims(self, directory: Path, cfg: Mapping[str, Any]) -> bool:
+        return cfg.get("model") == MODEL
 
     def load(self, path: Path) -> CheckpointBundle:
         path = Path(path)
-        directory = path.parent if path.is_file() else path
-        yml = directory / "config.yaml"
-        if not yml.is_file():
-            raise LoadError(f"{directory}: no config.yaml (not a FunASR model directory)")
-        cfg = read_mapping(yml, "a FunASR model config")
+        directory, yml, cfg = self.read_config(path)
         metas = _metas(directory)
         weights = path if path.is_file() else _named(directory, metas.get("init_param"), ("model.pt",), "weights")
         bpe = _named(directory, (metas.get("tokenizer_conf") or {}).get("bpemodel"), BPE_NAMES, "tokenizer")
@@ -178,7 +164,7 @@ class FunasrSenseVoiceConverter:
             raise LoadError(f"{weights}: no CTC head (ctc.ctc_lo.weight)")
         if head.shape[0] != vocab_size:
             raise LoadError(
-                f"{bpe.name} has {vocab_size} pieces but the CTC head in {weights.name} has {head.shape[0]}"
+                f"{bpe.name} has {vocab_size} pieces but the CTC head in {weights.name} has {head.shape[0]} rows"
             )
         state["ctc.weight"] = head
         if "ctc.ctc_lo.bias" in state:

@@ -14,10 +14,9 @@ import torch
 
 from oasr.models.sensevoice.tags import ALL_TAGS, spell
 from tests.conftest import load_manifest
+from tests.models.paraformer._funasr_format import config as paraformer_config
 from tests.models.paraformer._funasr_format import write_am_mvn
 
-N_MELS, LFR_M, LFR_N = 80, 7, 6
-D = 32
 BPE = "chn_jpn_yue_eng_ko_spectok.bpe.model"
 # SenseVoice's tags, plus two of the vocabulary's other language tags that funasr's postprocessing
 # leaves in the text.
@@ -49,41 +48,23 @@ def write_bpe(path: Path) -> Path:
     return path
 
 
+def without(conf: dict[str, Any], key: str) -> dict[str, Any]:
+    return {k: v for k, v in conf.items() if k != key}
+
+
 def config() -> dict[str, Any]:
     """SenseVoiceSmall's config.yaml (as a dict) at a tiny width, training sections included."""
     return {
         "encoder": "SenseVoiceEncoderSmall",
-        "encoder_conf": {
-            "output_size": D,
-            "attention_heads": 4,
-            "linear_units": 48,
-            "num_blocks": 3,
-            "tp_blocks": 2,
-            "dropout_rate": 0.1,
-            "positional_dropout_rate": 0.1,
-            "attention_dropout_rate": 0.1,
-            "input_layer": "pe",
-            "pos_enc_class": "SinusoidalPositionEncoder",
-            "normalize_before": True,
-            "kernel_size": 11,
-            "sanm_shfit": 0,
-            "selfattention_layer_type": "sanm",
-        },
+        # the tiny SANM geometry of Paraformer's fixture, plus the tp blocks
+        "encoder_conf": {**paraformer_config()["encoder_conf"], "tp_blocks": 2},
         "model": "SenseVoiceSmall",
         "model_conf": {"length_normalized_loss": True, "sos": 1, "eos": 2, "ignore_id": -1},
         "tokenizer": "SentencepiecesTokenizer",
         "tokenizer_conf": {"bpemodel": None, "unk_symbol": "<unk>", "split_with_space": True},
         "frontend": "WavFrontend",
-        "frontend_conf": {
-            "fs": 16000,
-            "window": "hamming",
-            "n_mels": N_MELS,
-            "frame_length": 25,
-            "frame_shift": 10,
-            "lfr_m": LFR_M,
-            "lfr_n": LFR_N,
-            "cmvn_file": None,
-        },
+        # as released: no dither (funasr's WavFrontend then dithers by its default, 1.0)
+        "frontend_conf": {**without(paraformer_config()["frontend_conf"], "dither"), "cmvn_file": None},
         "dataset": "SenseVoiceCTCDataset",
         "train_conf": {"accum_grad": 1, "grad_clip": 5, "max_epoch": 20},
         "optim": "adamw",
@@ -116,7 +97,7 @@ def build_reference(seed: int = 0) -> tuple[torch.nn.Module, dict[str, Any]]:
     model = cls(
         encoder=cfg["encoder"],
         encoder_conf=copy.deepcopy(cfg["encoder_conf"]),
-        input_size=N_MELS * LFR_M,
+        input_size=cfg["frontend_conf"]["n_mels"] * cfg["frontend_conf"]["lfr_m"],
         vocab_size=VOCAB,
         **cfg["model_conf"],
     ).eval()
@@ -137,7 +118,7 @@ def write_funasr_dir(directory: Path, seed: int = 0) -> Path:
     torch.save(model.state_dict(), directory / "model.pt")
     write_bpe(directory / BPE)
     g = torch.Generator().manual_seed(seed + 1)
-    dim = N_MELS * LFR_M
+    dim = cfg["frontend_conf"]["n_mels"] * cfg["frontend_conf"]["lfr_m"]
     write_am_mvn(
         directory / "am.mvn", -(8.0 + 4.0 * torch.rand(dim, generator=g)), 0.2 + 0.2 * torch.rand(dim, generator=g)
     )

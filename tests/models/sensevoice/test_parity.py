@@ -9,25 +9,16 @@ import copy
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 import oasr
 from oasr.audio.frontends import build_frontend
 from oasr.engine.decode.ctc.search import ctc_greedy_search
 from oasr.models.paraformer.encoder import funasr_sinusoids
 from oasr.models.sensevoice.tags import read_rich_transcript
+from tests.models.paraformer._funasr_format import assert_close
 from tests.models.sensevoice.conftest import CLIPS
 
-COS_MIN = 0.99999
 EMOJI = "😊😔😡😰🤢😮🎼👏😀😭🤧😷❓"
-
-
-def _close(name: str, ours: torch.Tensor, ref: torch.Tensor, max_abs: float) -> None:
-    assert ours.shape == ref.shape, f"{name}: shape {tuple(ours.shape)} vs funasr {tuple(ref.shape)}"
-    a, b = ours.detach().double().flatten(), ref.detach().double().flatten()
-    diff = float((a - b).abs().max())
-    cos = float(F.cosine_similarity(a, b, dim=0))
-    assert cos >= COS_MIN and diff <= max_abs, f"{name}: max-abs {diff:.3g}, cosine {cos:.8f}"
 
 
 def _funasr_plain(raw: str) -> str:
@@ -47,7 +38,7 @@ def test_stages_match_funasr_in_float64(language, itn, funasr_dir, funasr_model,
     # front end: kaldi fbank + LFR (oasr's front end) + CMVN (oasr's encoder buffers)
     ref_feats, _ = funasr_model.kwargs["frontend"](wav[None].clone(), torch.tensor([wav.numel()]))
     lfr = build_frontend(loaded.feature_spec).compute(wav, torch.float64)
-    _close("front end", model.encoder.normalize(lfr), ref_feats[0], 1e-3)  # funasr's fbank is float32
+    assert_close("front end", model.encoder.normalize(lfr), ref_feats[0], 1e-3)  # funasr's fbank is float32
 
     with torch.no_grad():
         # the prompt: funasr's inference builds language, event / emotion, text-norm queries in that order
@@ -57,7 +48,7 @@ def test_stages_match_funasr_in_float64(language, itn, funasr_dir, funasr_model,
         ref_queries = torch.cat([ref.embed(torch.tensor([[lid]])), ref.embed(torch.tensor([[1, 2]]))], 1)
         ref_queries = torch.cat([ref_queries, ref.embed(torch.tensor([[tn]]))], 1)
         queries = model.embed(torch.tensor([prompt]))
-        _close("prompt queries", queries, ref_queries, 0.0)
+        assert_close("prompt queries", queries, ref_queries, 0.0)
 
         # every encoder block, from the same input (funasr's normalised features behind the queries)
         x = torch.cat([ref_queries, ref_feats.double()], 1)
@@ -66,7 +57,7 @@ def test_stages_match_funasr_in_float64(language, itn, funasr_dir, funasr_model,
         ours_x = x * model.config.encoder.output_size**0.5
         ours_x = ours_x + funasr_sinusoids(x.shape[1], x.shape[2], x.dtype, x.device)
         ref_x = ref.encoder.embed(x * ref.encoder.output_size() ** 0.5)
-        _close("scaled input + sinusoids", ours_x, ref_x, 1e-9)
+        assert_close("scaled input + sinusoids", ours_x, ref_x, 1e-9)
         ours_mask = torch.ones(1, x.shape[1], 1, dtype=torch.float64)
         enc = model.encoder
         stages = [
@@ -83,15 +74,15 @@ def test_stages_match_funasr_in_float64(language, itn, funasr_dir, funasr_model,
             else:
                 ours_x, ref_x = ours_layer(ours_x, ours_mask, lens), ref_layer(ref_x, mask)[0]
             # funasr's SenseVoice LayerNorm computes in float32 whatever its input: ~1e-6 per block
-            _close(f"{name} (stage {i})", ours_x, ref_x, 1e-4)
+            assert_close(f"{name} (stage {i})", ours_x, ref_x, 1e-4)
 
         # the whole model, and the CTC log-probs
         hidden, hidden_lens = model.encode_rich(lfr[None], torch.tensor([lfr.shape[0]]), [prompt])
         ref_hidden, ref_lens = ref.encoder(x.clone(), lens.clone())
         assert hidden_lens.tolist() == ref_lens.tolist() == [lfr.shape[0] + 4]
-        _close("encoder", hidden, ref_hidden, 1e-3)
+        assert_close("encoder", hidden, ref_hidden, 1e-3)
         # oasr's CTC head takes its log-softmax in float32 (CtcProjection), whatever the model's dtype
-        _close("CTC log-probs", model.ctc_log_probs(ref_hidden), ref.ctc.log_softmax(ref_hidden), 1e-5)
+        assert_close("CTC log-probs", model.ctc_log_probs(ref_hidden), ref.ctc.log_softmax(ref_hidden), 1e-5)
 
 
 def _funasr_tokens(funasr_model, wav, **options) -> tuple[str, list[int]]:

@@ -33,7 +33,7 @@ from oasr.audio.frontends import pad_features
 from oasr.engine.config import EngineConfig
 from oasr.engine.decode.base import StepEvent
 from oasr.engine.decode.ctc.search import CtcHypothesis
-from oasr.engine.decode.ctc.strategy import CtcDecodeStrategy, CtcOptions, Offsets, _Req
+from oasr.engine.decode.ctc.strategy import CtcDecodeStrategy, CtcOptions, Offsets, _Req, _RowDecoder
 from oasr.engine.decode.words import group_words, text_labels, timed_word, token_times
 from oasr.engine.outputs import RequestOutput, compression_ratio
 from oasr.models.base import DecodeType
@@ -66,23 +66,13 @@ class RichCtcStrategy(CtcDecodeStrategy):
     def _untexted_ids(self) -> frozenset[int]:
         return self.tag_ids
 
-    def _run_batch(self, batch: list[tuple[_Req, int]], events: list[StepEvent]) -> None:
+    def _row_decoder(self, batch: list[tuple[_Req, int]]) -> _RowDecoder:
         feats, lens = pad_features([r.windows[i].feats for r, i in batch])
         prompts = [self.model.rich_prompt(r.opts.language, r.opts.itn) for r, _ in batch]
         log_probs, out_lens = self.model.forward_rich(feats.to(self.device, self.dtype), lens.to(self.device), prompts)
         log_probs = log_probs.detach().to(device="cpu", dtype=torch.float32)
         n_out = [min(int(x), log_probs.shape[1]) for x in out_lens.tolist()]
-        decode_row = self._search_rows([log_probs[row, :n] for row, n in enumerate(n_out)], None)
-        for row, (req, index) in enumerate(batch):
-            if req.done:
-                continue
-            try:
-                hyp, probs, n_frames, offsets = decode_row(row, req)
-                req.results[index] = self._window_segments(req, index, hyp, probs, n_frames, offsets)
-            except Exception as e:  # a failure in one row's search fails that request alone
-                self._fail(req, e, events)
-                continue
-            self._touched[req.rid] = req
+        return self._search_rows([log_probs[row, :n] for row, n in enumerate(n_out)], None)
 
     def _window_segments(
         self, req: _Req, index: int, hyp: CtcHypothesis, probs: list[float], n_frames: int, offsets: Offsets | None
