@@ -13,6 +13,7 @@ import torch
 import oasr
 from oasr.audio.frontends import build_frontend
 from oasr.engine.decode.ctc.search import ctc_greedy_search
+from oasr.engine.decode.words import token_times
 from oasr.models.paraformer.encoder import funasr_sinusoids
 from oasr.models.sensevoice.tags import read_rich_transcript
 from tests.models.paraformer._funasr_format import assert_close
@@ -127,16 +128,17 @@ def test_a_batch_decodes_each_row_as_funasr_generate_alone(language, itn, funasr
         assert out.language == (language if language not in (None, "auto") else tags.language)
         assert (out.emotion, out.audio_events) == (tags.emotion, list(tags.audio_events))
         spoken = [
-            t
+            (t, f - model.prompt_frames)  # the audio's frames count from the first after the prompt
             for t, f in zip(hyp.tokens, hyp.frames)
             if f >= model.prompt_frames and not model.is_tag(tokenizer.id_to_token(t))
         ]
         (segment,) = out.segments
-        assert segment.tokens == spoken and len(segment.token_times) == len(spoken)
-        starts = [a for a, _ in segment.token_times]
-        assert starts == sorted(starts) and 0.0 <= starts[0] and segment.token_times[-1][1] <= out.duration
+        assert segment.tokens == [t for t, _ in spoken]
+        frame_s = 0.06  # LFR: 6 fbank frames of 10 ms
+        times = token_times([f for _, f in spoken], frame_s, 0.0, out.duration)
+        assert segment.token_times == [(round(a, 3), round(b, 3)) for a, b in times]
         assert "".join(w.word for w in segment.words).strip().replace(" ", "") == "".join(
-            tokenizer.decode([t]).strip() for t in spoken
+            tokenizer.decode([t]).strip() for t, _ in spoken
         ).replace(" ", "")
 
 
