@@ -36,6 +36,10 @@ def test_defaults_are_funasr_generates(engine):
     assert engine.make_options(language="ko-KR").language == "ko"
     with pytest.raises(LanguageError, match=r"'de' \(German\) is not a language of.*yue \(Cantonese\)"):
         engine.make_options(language="de")
+    with pytest.raises(ValueError, match="itn must be true or false, got 'no'"):
+        engine.make_options(itn="no")
+    with pytest.raises(ValueError, match="task='translate'.*can only transcribe"):
+        engine.make_options(task="translate")
 
 
 def _cli(path: Path, capsys, *flags: str) -> dict:
