@@ -42,7 +42,7 @@ WEIGHTS = ("model.pt", "model.pb")
 TOKENS = ("tokens.json", "tokens.txt")
 READ_ELSEWHERE = frozenset({"SenseVoiceSmall"})  # FunASR models of the families built on this one
 
-TRAINING_ONLY = frozenset(
+_TRAINING_ONLY = frozenset(
     {
         "dropout_rate",
         "positional_dropout_rate",
@@ -108,7 +108,7 @@ def refuse(where: Path, key: str, value: Any, why: str) -> LoadError:
     return LoadError(f"{where}: {key}={value!r} is not supported: {why}")
 
 
-def weights_file(directory: Path) -> Path | None:
+def _weights_file(directory: Path) -> Path | None:
     return next((directory / n for n in WEIGHTS if (directory / n).is_file()), None)
 
 
@@ -118,7 +118,7 @@ def check_conf(where: Path, section: str, conf: Mapping[str, Any], fields, fixed
             accepted, why = fixed[key]
             if value not in accepted:
                 raise refuse(where, f"{section}.{key}", value, why)
-        elif key not in fields and key not in ignored and key not in TRAINING_ONLY:
+        elif key not in fields and key not in ignored and key not in _TRAINING_ONLY:
             raise refuse(where, f"{section}.{key}", value, "an option this family does not know")
     return {f: conf[f] for f in fields if f in conf}
 
@@ -306,7 +306,7 @@ class FunasrParaformerConverter(FunasrConverter):
         # Any FunASR model directory but those another family reads is claimed, so that another
         # model's gets a clear refusal from load().
         return (
-            weights_file(directory) is not None
+            _weights_file(directory) is not None
             and "model" in cfg
             and "encoder_conf" in cfg
             and cfg["model"] not in READ_ELSEWHERE
@@ -317,7 +317,7 @@ class FunasrParaformerConverter(FunasrConverter):
         directory, yml, cfg = self.read_config(path)
         if cfg.get("model") not in MODELS:
             raise refuse(yml, "model", cfg.get("model"), f"this family reads FunASR {' / '.join(MODELS)} directories")
-        weights = path if path.is_file() else weights_file(directory)
+        weights = path if path.is_file() else _weights_file(directory)
         if weights is None:
             raise LoadError(f"{directory}: no weights ({' or '.join(WEIGHTS)}) beside config.yaml")
         tokens_path = next((directory / n for n in TOKENS if (directory / n).is_file()), None)
@@ -361,7 +361,6 @@ class FunasrParaformerConverter(FunasrConverter):
 __all__ = [
     "FunasrConverter",
     "FunasrParaformerConverter",
-    "TRAINING_ONLY",
     "check_conf",
     "check_frontend",
     "feature_spec",
@@ -370,5 +369,4 @@ __all__ = [
     "read_state_dict",
     "read_tokens",
     "refuse",
-    "weights_file",
 ]
