@@ -409,6 +409,9 @@ class TranscribeOptions(CommonOptions):
             raise ValueError(f"max_sym_per_frame must be >= 1, got {self.max_sym_per_frame}")
         if given("search") and self.search not in TRANSDUCER_SEARCHES:
             raise ValueError(f"search must be one of {list(TRANSDUCER_SEARCHES)} or None, got {self.search!r}")
+        for name in ("itn", "punctuation"):  # prompt switches: "no" would be true
+            if given(name) and not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
         if given("top_k") and self.top_k < 0:
             raise ValueError(f"top_k must be >= 0 (0 = off), got {self.top_k}")
         if given("top_p") and not 0 < self.top_p <= 1:
