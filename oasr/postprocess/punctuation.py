@@ -54,8 +54,8 @@ from oasr.layers import Embedding, LayerNorm, Linear
 from oasr.models.base import LoadError
 from oasr.models.formats.text import read_mapping
 from oasr.models.paraformer.config import SanmEncoderConfig
-from oasr.models.paraformer.convert import _ENC_FIELDS, _ENC_FIXED, _check_conf
-from oasr.models.paraformer.encoder import NORM_EPS, SanmEncoderLayer, funasr_sinusoids, length_mask
+from oasr.models.paraformer.convert import ENCODER_FIELDS, ENCODER_FIXED, check_conf
+from oasr.models.paraformer.encoder import SanmEncoderLayer, funasr_sinusoids, length_mask
 
 SPLIT_SIZE = 20  # funasr's default ``split_size``: words per mini-sentence
 LONG_TAIL = 200  # funasr's ``cache_pop_trigger_limit``: a tail this long is cut at a comma
@@ -117,7 +117,7 @@ class CtTransformer(nn.Module):
         self.encoder.encoders0 = nn.ModuleList([SanmEncoderLayer(enc.input_size, enc)])
         blocks = [SanmEncoderLayer(enc.output_size, enc) for _ in range(enc.num_blocks - 1)]
         self.encoder.encoders = nn.ModuleList(blocks)
-        self.encoder.after_norm = LayerNorm(enc.output_size, eps=NORM_EPS)
+        self.encoder.after_norm = LayerNorm(enc.output_size, eps=enc.norm_eps)
         self.decoder = Linear(enc.output_size, len(config.punc_list))
 
     def forward(self, ids: torch.Tensor, lens: torch.Tensor) -> torch.Tensor:
@@ -390,7 +390,7 @@ def _model_config(where: Path, cfg: Mapping[str, Any], vocab_size: int) -> CtTra
         if key not in _MODEL_FIELDS and key not in _MODEL_IGNORED:
             raise LoadError(f"{where}: model_conf.{key} is not supported: an option this model does not know")
     enc_conf = dict(cfg.get("encoder_conf") or {})
-    enc = _check_conf(where, "encoder_conf", enc_conf, (*_ENC_FIELDS, "input_size"), _ENC_FIXED, _ENC_IGNORED)
+    enc = check_conf(where, "encoder_conf", enc_conf, (*ENCODER_FIELDS, "input_size"), ENCODER_FIXED, _ENC_IGNORED)
     try:
         encoder = SanmEncoderConfig(**enc)
         att_unit = int(model_conf.get("att_unit", 256))

@@ -58,8 +58,8 @@ _TRAINING_ONLY = frozenset(
     }
 )
 # *_conf key -> config field (defaults are FunASR's, through the config dataclasses)
-_ENC_FIELDS = ("output_size", "attention_heads", "linear_units", "num_blocks", "kernel_size", "sanm_shfit")
-_ENC_FIXED: dict[str, tuple[tuple[Any, ...], str]] = {
+ENCODER_FIELDS = ("output_size", "attention_heads", "linear_units", "num_blocks", "kernel_size", "sanm_shfit")
+ENCODER_FIXED: dict[str, tuple[tuple[Any, ...], str]] = {
     "input_layer": (("pe",), "only the sinusoid input layer (pe) of the released models is implemented"),
     "pos_enc_class": (("SinusoidalPositionEncoder",), "only FunASR's SinusoidalPositionEncoder is implemented"),
     "selfattention_layer_type": (("sanm",), "only SANM self-attention is implemented"),
@@ -223,7 +223,9 @@ def model_config(where: Path, cfg: Mapping[str, Any], vocab_size: int) -> Parafo
         if cfg.get(key) != want:
             raise refuse(where, key, cfg.get(key), f"a FunASR {kind} has {key}: {want}")
     input_size, lfr_m, lfr_n = check_frontend(where, cfg)
-    enc = check_conf(where, "encoder_conf", dict(cfg.get("encoder_conf") or {}), _ENC_FIELDS, _ENC_FIXED, frozenset())
+    enc = check_conf(
+        where, "encoder_conf", dict(cfg.get("encoder_conf") or {}), ENCODER_FIELDS, ENCODER_FIXED, frozenset()
+    )
     dec = check_conf(where, "decoder_conf", dict(cfg.get("decoder_conf") or {}), _DEC_FIELDS, _DEC_FIXED, frozenset())
     pred_conf = dict(cfg.get("predictor_conf") or {})
     pred = check_conf(where, "predictor_conf", pred_conf, _PRED_FIELDS, {}, _PRED_IGNORED)

@@ -51,7 +51,7 @@ def build_random(directory: Path, variant: str, seed: int = 0, **overrides) -> P
     model_name, config_name, fields = VARIANTS[variant]
     directory.mkdir(parents=True, exist_ok=True)
     config = getattr(transformers, config_name)(
-        **_SHAPE, **{**fields, **overrides}, vocab_size=len(CHARS), pad_token_id=0, bos_token_id=1, eos_token_id=2
+        **{**_SHAPE, **fields, **overrides}, vocab_size=len(CHARS), pad_token_id=0, bos_token_id=1, eos_token_id=2
     )
     torch.manual_seed(seed)
     model = getattr(transformers, model_name)(config).eval()

@@ -112,18 +112,26 @@ def test_missing_pieces_fail_clearly(group_dir, tmp_path):
         HFWav2Vec2Converter().load(path)
 
 
-def test_hubert_batch_norm_position_conv(tmp_path):
-    """HuBERT's conv_pos_batch_norm variant: a BatchNorm ahead of a plain position convolution."""
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        dict(conv_pos_batch_norm=True),  # a BatchNorm ahead of a plain position convolution
+        dict(feat_proj_layer_norm=False, feat_extract_norm="layer", do_stable_layer_norm=True),  # hubert-large
+    ],
+    ids=["pos_batch_norm", "large_no_proj_norm"],
+)
+def test_hubert_variants(tmp_path, overrides):
     transformers = pytest.importorskip("transformers")
     from tests.models.wav2vec2._reference import max_abs
 
-    path = ref.build_random(tmp_path / "bn", "hubert", seed=2, conv_pos_batch_norm=True)
+    path = ref.build_random(tmp_path / "hubert", "hubert", seed=2, **overrides)
     hf = transformers.HubertForCTC.from_pretrained(path).double().eval()
-    with torch.no_grad():  # running statistics away from their inits
-        bn = hf.hubert.encoder.pos_conv_embed.batch_norm
-        bn.running_mean.normal_(std=0.3)
-        bn.running_var.uniform_(0.5, 2.0)
-    hf.save_pretrained(path)
+    bn = hf.hubert.encoder.pos_conv_embed.batch_norm
+    if bn is not None:
+        with torch.no_grad():  # running statistics away from their inits
+            bn.running_mean.normal_(std=0.3)
+            bn.running_var.uniform_(0.5, 2.0)
+        hf.save_pretrained(path)
     model, _, report = build_model_from_checkpoint(path)
     model.double()
     x = torch.randn(1, 8000, dtype=torch.float64)
