@@ -1,0 +1,131 @@
+"""WavLM's gated relative-position attention and both encoder layers against transformers'
+own modules, built from a tiny random ``WavLMConfig`` and copied across by name, in float64:
+padded batches with key padding, and packed rows each equal to that row alone."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from oasr.layers.packing import Packing
+from oasr.models.wav2vec2.wavlm import (
+    WavLMEncoderLayer,
+    WavLMEncoderLayerStableLayerNorm,
+    relative_position_buckets,
+)
+
+transformers = pytest.importorskip("transformers")
+from transformers.models.wavlm import modeling_wavlm as hf  # noqa: E402
+
+pytestmark = pytest.mark.filterwarnings("ignore:Support for mismatched key_padding_mask:UserWarning")
+
+COS_MIN = 0.999999
+ABS_MAX = 1e-10
+LENGTHS = (37, 23, 9)  # past max_bucket_distance (20), so the log buckets and the clamp are both reached
+
+
+def _config(stable: bool):
+    return transformers.WavLMConfig(
+        hidden_size=16,
+        num_attention_heads=4,
+        intermediate_size=24,
+        num_hidden_layers=2,
+        num_buckets=16,
+        max_bucket_distance=20,
+        do_stable_layer_norm=stable,
+        hidden_act="gelu",
+        hidden_dropout=0.0,
+        attention_dropout=0.0,
+        activation_dropout=0.0,
+    )
+
+
+def _cosine(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float(torch.nn.functional.cosine_similarity(a.flatten(), b.flatten(), dim=0))
+
+
+def _pair(stable: bool):
+    """Two layers of transformers' (the first holding the bias table) and oasr's with the same
+    random weights; every parameter is random (the gate constant too), so each term counts."""
+    cfg = _config(stable)
+    ref_cls = hf.WavLMEncoderLayerStableLayerNorm if stable else hf.WavLMEncoderLayer
+    ours_cls = WavLMEncoderLayerStableLayerNorm if stable else WavLMEncoderLayer
+    gen = torch.Generator().manual_seed(31 + stable)
+    ref, ours = [], []
+    for i in range(cfg.num_hidden_layers):
+        r = ref_cls(cfg, has_relative_position_bias=i == 0).double().eval()
+        with torch.no_grad():
+            for p in r.parameters():
+                p.copy_(torch.randn(p.shape, generator=gen, dtype=p.dtype) * 0.5)
+        o = ours_cls(
+            cfg.hidden_size,
+            cfg.num_attention_heads,
+            cfg.intermediate_size,
+            cfg.hidden_act,
+            cfg.layer_norm_eps,
+            cfg.num_buckets,
+            cfg.max_bucket_distance,
+            has_relative_position_bias=i == 0,
+        ).double()
+        o.load_state_dict(r.state_dict(), strict=True)
+        ref.append(r)
+        ours.append(o)
+    return ref, ours
+
+
+def _reference(ref, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    bias = None
+    with torch.no_grad():
+        for layer in ref:
+            x, bias = layer(x, attention_mask=mask, position_bias=bias)
+    return x
+
+
+def _ours(ours, x, key_lengths=None, packing=None, t=None) -> torch.Tensor:
+    t = x.shape[1] if t is None else t
+    bias = ours[0].attention.position_bias(t, x.device, x.dtype)
+    with torch.no_grad():
+        for layer in ours:
+            x = layer(x, bias, key_lengths, packing)
+    return x
+
+
+def test_buckets_equal_transformers():
+    attn = hf.WavLMAttention(16, 4, num_buckets=320, max_distance=800)
+    rel = torch.arange(-3000, 3001)
+    assert torch.equal(relative_position_buckets(rel, 320, 800), attn._relative_positions_bucket(rel))
+
+
+@pytest.mark.parametrize("stable", [False, True], ids=["post_norm", "stable_layer_norm"])
+def test_layers_match_transformers_padded_and_packed(stable):
+    ref, ours = _pair(stable)
+    gen = torch.Generator().manual_seed(7)
+    t = max(LENGTHS)
+    x = torch.randn(len(LENGTHS), t, 16, generator=gen, dtype=torch.float64)
+    lengths = torch.tensor(LENGTHS)
+    mask = torch.arange(t)[None, :] < lengths[:, None]  # (B, T) as WavLMEncoder passes it
+
+    want = _reference(ref, x, mask)
+    got = _ours(ours, x, key_lengths=lengths)
+    for i, n in enumerate(LENGTHS):
+        assert _cosine(got[i, :n], want[i, :n]) >= COS_MIN
+        assert float((got[i, :n] - want[i, :n]).abs().max()) <= ABS_MAX
+
+    # Packed rows: each row equals that row run alone (transformers, no padding at all).
+    packing = Packing(lengths)
+    packed = _ours(ours, packing.unpad(x), key_lengths=lengths, packing=packing, t=packing.max_len)
+    for i, (row, n) in enumerate(zip(packing.split(packed), LENGTHS)):
+        alone = _reference(ref, x[i : i + 1, :n], None)[0]
+        assert _cosine(row, alone) >= COS_MIN
+        assert float((row - alone).abs().max()) <= ABS_MAX
+
+
+def test_bias_and_gate_change_the_output():
+    """The test above would not notice a dropped bias if the bias were negligible: it is not."""
+    ref, ours = _pair(stable=False)
+    x = torch.randn(1, 30, 16, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    with_bias = _ours(ours, x)
+    with torch.no_grad():
+        for layer in ours:
+            layer.attention.gru_rel_pos_const.mul_(3.0)
+    assert float((_ours(ours, x) - with_bias).abs().max()) > 1e-2
