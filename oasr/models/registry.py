@@ -55,6 +55,7 @@ _BUILTIN: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("lasr", "oasr.models.lasr.model:LasrModel", ("oasr.models.lasr.convert:HFLasrConverter",)),
     # wav2vec2, HuBERT and data2vec-audio CTC checkpoints.
     ("wav2vec2", "oasr.models.wav2vec2.model:Wav2Vec2CtcModel", ("oasr.models.wav2vec2.convert:HFWav2Vec2Converter",)),
+    ("wavlm", "oasr.models.wav2vec2.wavlm:WavLMCtcModel", ("oasr.models.wav2vec2.wavlm:HFWavLMConverter",)),
     (
         "parakeet",
         "oasr.models.parakeet.model:ParakeetCtcModel",

@@ -296,6 +296,13 @@ def _wav2vec2() -> Any:
     )
 
 
+def _wavlm() -> Any:
+    from oasr.models.wav2vec2.wavlm import WavLMConfig
+
+    # wav2vec2's tiny shape; 16 buckets exact up to 4 frames, logarithmic up to 12 (rows of 30+ frames pass it).
+    return WavLMConfig(**{**_wav2vec2().to_dict(), "model_type": "wavlm", "num_buckets": 16, "max_bucket_distance": 12})
+
+
 TINY_CONFIGS: dict[str, Callable[[], Any]] = {
     "canary": _canary,
     "canary_qwen": _canary_qwen,
@@ -313,6 +320,7 @@ TINY_CONFIGS: dict[str, Callable[[], Any]] = {
     "speech_llm": _speech_llm,
     "transducer": _transducer,
     "wav2vec2": _wav2vec2,
+    "wavlm": _wavlm,
     "whisper": _whisper,
     "zipformer": _zipformer,
 }

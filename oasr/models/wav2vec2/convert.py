@@ -168,18 +168,23 @@ class HFWav2Vec2Converter:
     """A transformers ``Wav2Vec2ForCTC`` / ``HubertForCTC`` / ``Data2VecAudioForCTC`` directory."""
 
     architecture = ARCH
+    base_prefix: Mapping[str, str] = BASE_PREFIX  # the model types it reads -> their tensor prefixes
     auto_detect = True
     expected_unused_prefixes: tuple[str, ...] = tuple(f"{p}.masked_spec_embed" for p in BASE_PREFIX.values())
     capability_drop_hints: Mapping[str, str] = {}
 
     def can_load(self, path: Path) -> bool:
-        return path.is_dir() and hf_model_type(path) in BASE_PREFIX and (path / "vocab.json").is_file()
+        return path.is_dir() and hf_model_type(path) in self.base_prefix and (path / "vocab.json").is_file()
+
+    def read_config(self, hf: Mapping[str, Any], where: str) -> Wav2Vec2Config:
+        """The family config of a config.json dict (a family built on this one reads its own)."""
+        return config_from_hf(hf, where)
 
     def load(self, path: Path) -> CheckpointBundle:
         hf = read_json(path / "config.json")
         where = str(path / "config.json")
-        config = config_from_hf(hf, where)
-        prefix = BASE_PREFIX[config.model_type]
+        config = self.read_config(hf, where)
+        prefix = self.base_prefix[config.model_type]
         state: dict[str, torch.Tensor] = {}
         for name, t in fold_weight_norm(_load_weights(path), str(path)).items():
             new = rename(name, prefix)
@@ -187,7 +192,7 @@ class HFWav2Vec2Converter:
         if "lm_head.weight" not in state:
             raise LoadError(f"{path}: no lm_head.weight: not a CTC checkpoint ({hf.get('architectures')})")
         return CheckpointBundle(
-            architecture=ARCH,
+            architecture=self.architecture,
             config=config,
             state_dict=state,
             tokenizer=_tokenizer_spec(path, config),

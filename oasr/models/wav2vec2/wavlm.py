@@ -1,199 +1,178 @@
-"""WavLM's transformer: self-attention with a gated relative position bias.
+"""WavLM (transformers' ``WavLMForCTC``): wav2vec2's encoder with a gated relative position
+bias inside every attention.
 
-WavLM (Chen et al. 2022) is wav2vec2's encoder with one change inside attention: the
-scores get a learned bias over the bucketed distance ``key - query`` (T5's buckets:
-``num_buckets`` split between the two directions, exact up to a quarter of them, then
-logarithmic up to ``max_bucket_distance``). One table (``rel_attn_embed``, buckets x
-heads) lives in the first layer and its bias is reused by every layer; each layer scales
-it per head and per query frame by a gate read off its own attention input:
+WavLM (Chen et al. 2022) changes one thing in the wav2vec2 model (``model.py``): each
+attention adds to its scores a learned bias over bucketed ``key - query`` distances, from
+one table held by the first layer and gated per head and per query frame by each layer
+from its own input (``oasr/layers/relpos_gated.py``). The conv front, projection, position
+convolution, both layer orders (``do_stable_layer_norm``) and the CTC head are wav2vec2's,
+so ``HFWavLMConverter`` is wav2vec2's converter with its own config, and its tensor names
+are transformers' but for the gate and table, which move into the attention's
+``gated_bias`` block. Padded batches and packed rows both work: the bias depends only on
+positions within a row, and the attention lays every packed row out from position 0, so
+one (H, T_max, T_max) table serves every row.
 
-    g_a, g_b = sigmoid(sum over 4 of gru_rel_pos_linear(x_head))     # (B, H, T) each
-    gate     = g_a * (g_b * gru_rel_pos_const - 1) + 2
-    scores   = q k^T / sqrt(d) + gate[..., None] * bias              # (B, H, T, T)
-
-Module and parameter names are transformers' (``WavLMAttention``, ``WavLMEncoderLayer``,
-``WavLMEncoderLayerStableLayerNorm``), so a ``WavLMForCTC`` checkpoint's encoder layers
-load as they are. Both layer variants take a padded batch with per-row key lengths, or
-packed rows (``oasr.layers.packing``): the bias depends only on positions within a row,
-and every packed row is laid out from position 0 for attention, so one (H, T_max, T_max)
-table serves every row.
+Reads top to bottom: names, config, attention, layer, encoder, model, converter.
 """
 
 from __future__ import annotations
 
-import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
 
-from oasr.layers.attention import attention, key_padding_mask
-from oasr.layers.conformer import FeedForward
-from oasr.layers.embedding import Embedding
-from oasr.layers.linear import Linear
-from oasr.layers.norm import LayerNorm
-from oasr.layers.packing import Packing, as_packed, as_rows
+from oasr.layers import GatedRelativePositionBias
+from oasr.layers.packing import Packing
+from oasr.models.base import LoadError
+from oasr.models.registry import CheckpointBundle
+from oasr.models.wav2vec2.config import Wav2Vec2Config
+from oasr.models.wav2vec2.convert import HFWav2Vec2Converter, config_from_hf
+from oasr.models.wav2vec2.model import Wav2Vec2Attention, Wav2Vec2CtcModel, Wav2Vec2Encoder, Wav2Vec2EncoderLayer
+
+ARCH = "wavlm"
+# A checkpoint's gate and table sit in the attention; oasr's in its ``gated_bias`` block.
+_GATED_BIAS_NAME = re.compile(r"(^|\.)(attention\.)(gru_rel_pos_const|gru_rel_pos_linear\.|rel_attn_embed\.)")
 
 
-def relative_position_buckets(relative: torch.Tensor, num_buckets: int, max_distance: int) -> torch.Tensor:
-    """T5's bidirectional buckets of ``key - query`` distances, as WavLM computes them.
+def checkpoint_name_to_oasr(name: str) -> str:
+    """oasr's name of a WavLM layer tensor named as transformers names it (others unchanged):
+    ``layers.0.attention.rel_attn_embed.weight`` -> ``layers.0.attention.gated_bias.rel_attn_embed.weight``."""
+    return _GATED_BIAS_NAME.sub(r"\1\2gated_bias.\3", name)
 
-    Half the buckets are for keys after the query; within each half the first quarter
-    of ``num_buckets`` are exact distances and the rest grow logarithmically up to
-    ``max_distance`` (the last bucket holds everything beyond). The logarithm is taken
-    in float32, as the reference does, so every distance lands in the same bucket.
 
-    Shapes:
-        relative: integer (...) -> int64 (...) in [0, num_buckets)
+@dataclass
+class WavLMConfig(Wav2Vec2Config):
+    """``Wav2Vec2Config`` plus the relative position buckets (defaults: WavLM's).
+
+    Attributes:
+        num_buckets: buckets of ``key - query`` distances, both directions together.
+        max_bucket_distance: the distance where the logarithmic buckets end; any farther
+            shares the last bucket.
     """
-    half = num_buckets // 2
-    exact = half // 2
-    buckets = (relative > 0).long() * half
-    distance = relative.abs()
-    # clamp(min=1): the log of the exact distances (0 included) is computed and discarded.
-    log_ratio = torch.log(distance.clamp(min=1).float() / exact) / math.log(max_distance / exact)
-    far = (exact + log_ratio * (half - exact)).long().clamp(max=half - 1)
-    return buckets + torch.where(distance < exact, distance, far)
+
+    model_type: str = "wavlm"
+    num_buckets: int = 320
+    max_bucket_distance: int = 800
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.num_buckets < 4:
+            raise ValueError(f"num_buckets={self.num_buckets}: WavLM's buckets need at least 4")
+        if self.max_bucket_distance <= self.num_buckets // 4:
+            exact = self.num_buckets // 4
+            raise ValueError(f"max_bucket_distance={self.max_bucket_distance} must exceed num_buckets // 4 ({exact})")
 
 
-class WavLMAttention(nn.Module):
-    """Multi-head self-attention with WavLM's gated relative position bias.
+class WavLMAttention(Wav2Vec2Attention):
+    """wav2vec2's attention plus the gated relative position bias (``gated_bias``; the
+    ``table`` handed in is the first layer's, the gate this layer's own).
 
     Args:
-        hidden_size, num_heads: model width and heads.
-        num_buckets, max_distance: the relative-position buckets (``num_buckets`` and
-            ``max_bucket_distance`` of ``WavLMConfig``).
-        has_relative_position_bias: whether this layer holds the bias table
-            (``rel_attn_embed``; the first layer only).
+        has_relative_position_bias: whether this layer holds the bias table (the first one).
 
     Shapes:
-        x: (B, T, D), bias: (H, T, T), key_lengths: (B,) or None -> (B, T, D);
-        with ``packing``, x is (N, D) packed rows, T is ``packing.max_len`` -> (N, D)
+        x: (B, T, D), key_lengths: (B,) or None, bias: the table (H, T, T) -> (B, T, D); with
+        ``packing``, x is (N, D) packed rows and T is ``packing.max_len`` -> (N, D)
     """
 
-    def __init__(
-        self,
-        hidden_size: int,
-        num_heads: int,
-        num_buckets: int,
-        max_distance: int,
-        has_relative_position_bias: bool,
-    ) -> None:
-        super().__init__()
-        if hidden_size % num_heads:
-            raise ValueError(f"hidden_size {hidden_size} is not a multiple of num_heads {num_heads}")
-        self.num_heads = num_heads
-        self.head_dim = hidden_size // num_heads
-        self.num_buckets = num_buckets
-        self.max_distance = max_distance
-        self.q_proj = Linear(hidden_size, hidden_size)
-        self.k_proj = Linear(hidden_size, hidden_size)
-        self.v_proj = Linear(hidden_size, hidden_size)
-        self.out_proj = Linear(hidden_size, hidden_size)
-        self.gru_rel_pos_const = nn.Parameter(torch.ones(1, num_heads, 1, 1))
-        self.gru_rel_pos_linear = Linear(self.head_dim, 8)
-        self.rel_attn_embed = Embedding(num_buckets, num_heads) if has_relative_position_bias else None
-
-    def position_bias(self, length: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
-        """The ungated bias of every (query, key) pair of a row of ``length`` frames.
-
-        Shapes:
-            -> (H, length, length)
-        """
-        if self.rel_attn_embed is None:
-            raise RuntimeError("only the first WavLM layer holds the relative position table")
-        pos = torch.arange(length, device=device)
-        buckets = relative_position_buckets(pos[None, :] - pos[:, None], self.num_buckets, self.max_distance)
-        return self.rel_attn_embed(buckets).to(dtype).permute(2, 0, 1)  # (T, T, H) -> (H, T, T)
-
-    def _gate(self, x: torch.Tensor) -> torch.Tensor:
-        """Per-head, per-frame scale of the bias, read off the attention input.
-
-        Shapes:
-            x: (..., D) -> (..., H)
-        """
-        proj = self.gru_rel_pos_linear(x.unflatten(-1, (self.num_heads, self.head_dim)))  # (..., H, 8)
-        gate_a, gate_b = torch.sigmoid(proj.unflatten(-1, (2, 4)).sum(-1)).unbind(-1)  # (..., H) each
-        return gate_a * (gate_b * self.gru_rel_pos_const.view(self.num_heads) - 1.0) + 2.0
-
-    def _heads(self, x: torch.Tensor) -> torch.Tensor:
-        b, t, _ = x.shape
-        return x.view(b, t, self.num_heads, self.head_dim).transpose(1, 2)  # (B, H, T, Dh)
-
-    def forward(
-        self,
-        x: torch.Tensor,
-        bias: torch.Tensor,
-        key_lengths: torch.Tensor | None = None,
-        packing: Packing | None = None,
-    ) -> torch.Tensor:
-        gate = as_rows(self._gate(x), packing).transpose(1, 2)  # (B, H, T)
-        q = self._heads(as_rows(self.q_proj(x), packing))
-        k = self._heads(as_rows(self.k_proj(x), packing))
-        v = self._heads(as_rows(self.v_proj(x), packing))
-        b, _, t, _ = q.shape
-        mask = gate[..., None] * bias  # (B, H, T, T): the gated bias, added to the scores
-        if key_lengths is not None:
-            mask = mask.masked_fill(~key_padding_mask(key_lengths, t), float("-inf"))
-        out = attention(q, k, v, mask=mask)  # (B, H, T, Dh)
-        out = out.transpose(1, 2).reshape(b, t, self.num_heads * self.head_dim)  # (B, T, D)
-        return self.out_proj(as_packed(out, packing))
-
-
-class WavLMEncoderLayer(nn.Module):
-    """Post-norm block (wav2vec2-base style): ``LN(x + attn(x))``, then ``LN(x + FF(x))``.
-
-    Shapes:
-        as ``WavLMAttention``: x (B, T, D) or packed (N, D), bias (H, T, T)
-    """
-
-    def __init__(
-        self,
-        hidden_size: int,
-        num_heads: int,
-        intermediate_size: int,
-        activation: str,
-        layer_norm_eps: float,
-        num_buckets: int,
-        max_distance: int,
-        has_relative_position_bias: bool,
-    ) -> None:
-        super().__init__()
-        self.attention = WavLMAttention(hidden_size, num_heads, num_buckets, max_distance, has_relative_position_bias)
-        self.layer_norm = LayerNorm(hidden_size, layer_norm_eps)
-        self.feed_forward = FeedForward(
-            hidden_size, intermediate_size, activation, names=("intermediate_dense", "output_dense")
+    def __init__(self, cfg: WavLMConfig, has_relative_position_bias: bool) -> None:
+        super().__init__(cfg)
+        self.gated_bias = GatedRelativePositionBias(
+            self.n_head, self.head_dim, cfg.num_buckets, cfg.max_bucket_distance, has_relative_position_bias
         )
-        self.final_layer_norm = LayerNorm(hidden_size, layer_norm_eps)
 
     def forward(
         self,
         x: torch.Tensor,
-        bias: torch.Tensor,
-        key_lengths: torch.Tensor | None = None,
+        key_lengths: torch.Tensor | None,
         packing: Packing | None = None,
+        bias: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        x = self.layer_norm(x + self.attention(x, bias, key_lengths, packing))
-        return self.final_layer_norm(x + self.feed_forward(x))
+        if bias is None:
+            raise ValueError("WavLM attention needs the first layer's position bias table")
+        return super().forward(x, key_lengths, packing, self.gated_bias(x, bias, packing))
 
 
-class WavLMEncoderLayerStableLayerNorm(WavLMEncoderLayer):
-    """Pre-norm block (wav2vec2-large-lv60 style): ``x + attn(LN(x))``, then ``x + FF(LN(x))``;
-    the gate reads the normalised input. Same parameters as ``WavLMEncoderLayer``."""
+class WavLMEncoderLayer(Wav2Vec2EncoderLayer):
+    """wav2vec2's layer (post-norm, or pre-norm with ``stable``: transformers'
+    ``WavLMEncoderLayer`` / ``WavLMEncoderLayerStableLayerNorm``) over ``WavLMAttention``.
 
-    def forward(
-        self,
-        x: torch.Tensor,
-        bias: torch.Tensor,
-        key_lengths: torch.Tensor | None = None,
-        packing: Packing | None = None,
-    ) -> torch.Tensor:
-        x = x + self.attention(self.layer_norm(x), bias, key_lengths, packing)
-        return x + self.feed_forward(self.final_layer_norm(x))
+    Shapes:
+        as ``Wav2Vec2EncoderLayer``, with ``bias`` (H, T, T) the first layer's table
+    """
+
+    def __init__(self, cfg: WavLMConfig, stable: bool, has_relative_position_bias: bool) -> None:
+        super().__init__(cfg, stable)
+        self.attention = WavLMAttention(cfg, has_relative_position_bias)
+
+
+class WavLMEncoder(Wav2Vec2Encoder):
+    """wav2vec2's encoder whose layers share the first layer's position bias.
+
+    Shapes:
+        as ``Wav2Vec2Encoder``
+    """
+
+    def build_layer(self, cfg: WavLMConfig, index: int) -> nn.Module:
+        return WavLMEncoderLayer(cfg, stable=cfg.do_stable_layer_norm, has_relative_position_bias=index == 0)
+
+    def run_layers(self, x: torch.Tensor, key_lengths: torch.Tensor | None, packing: Packing | None) -> torch.Tensor:
+        t = x.shape[1] if packing is None else packing.max_len
+        table = self.layers[0].attention.gated_bias.table(t, x.device, x.dtype)  # (H, T, T)
+        for layer in self.layers:
+            x = layer(x, key_lengths, packing, table)
+        return x
+
+
+class WavLMCtcModel(Wav2Vec2CtcModel):
+    """A WavLM encoder + CTC head (``lm_head``): (B, S, 1) normalised samples -> (B, T, V)
+    float32 log-probs, decoded by the ``ctc`` strategy."""
+
+    architecture = ARCH
+    config_class = WavLMConfig
+    encoder_class = WavLMEncoder
+
+
+class HFWavLMConverter(HFWav2Vec2Converter):
+    """A transformers ``WavLMForCTC`` directory (``save_pretrained``'s layout, as wav2vec2's)."""
+
+    architecture = ARCH
+    base_prefix: Mapping[str, str] = {"wavlm": "wavlm"}
+    expected_unused_prefixes: tuple[str, ...] = ("wavlm.masked_spec_embed",)
+
+    def load(self, path: Path) -> CheckpointBundle:
+        bundle = super().load(path)
+        bundle.state_dict = {checkpoint_name_to_oasr(k): v for k, v in bundle.state_dict.items()}
+        return bundle
+
+    def read_config(self, hf: Mapping[str, Any], where: str) -> WavLMConfig:
+        """``WavLMConfig`` from a wavlm config.json: wav2vec2's fields, read as wav2vec2's
+        (the same names and meanings), plus the buckets.
+
+        Raises:
+            LoadError: not a wavlm config, or a field oasr does not run.
+        """
+        if hf.get("model_type") != ARCH:
+            raise LoadError(f"{where}: model_type={hf.get('model_type')!r} is not 'wavlm'")
+        base = config_from_hf({**hf, "model_type": "wav2vec2"}, where)
+        buckets = {k: hf[k] for k in ("num_buckets", "max_bucket_distance") if hf.get(k) is not None}
+        try:
+            return WavLMConfig.from_dict({**base.to_dict(), **buckets, "model_type": ARCH})
+        except (TypeError, ValueError) as e:
+            raise LoadError(f"{where}: {e}") from e
 
 
 __all__ = [
+    "HFWavLMConverter",
     "WavLMAttention",
+    "WavLMConfig",
+    "WavLMCtcModel",
+    "WavLMEncoder",
     "WavLMEncoderLayer",
-    "WavLMEncoderLayerStableLayerNorm",
-    "relative_position_buckets",
+    "checkpoint_name_to_oasr",
 ]

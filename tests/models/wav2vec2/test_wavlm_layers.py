@@ -8,11 +8,8 @@ import pytest
 import torch
 
 from oasr.layers.packing import Packing
-from oasr.models.wav2vec2.wavlm import (
-    WavLMEncoderLayer,
-    WavLMEncoderLayerStableLayerNorm,
-    relative_position_buckets,
-)
+from oasr.layers.relpos_gated import relative_position_buckets
+from oasr.models.wav2vec2.wavlm import WavLMConfig, WavLMEncoderLayer, checkpoint_name_to_oasr
 
 transformers = pytest.importorskip("transformers")
 from transformers.models.wavlm import modeling_wavlm as hf  # noqa: E402
@@ -49,7 +46,14 @@ def _pair(stable: bool):
     random weights; every parameter is random (the gate constant too), so each term counts."""
     cfg = _config(stable)
     ref_cls = hf.WavLMEncoderLayerStableLayerNorm if stable else hf.WavLMEncoderLayer
-    ours_cls = WavLMEncoderLayerStableLayerNorm if stable else WavLMEncoderLayer
+    ours_cfg = WavLMConfig(
+        hidden_size=cfg.hidden_size,
+        num_attention_heads=cfg.num_attention_heads,
+        intermediate_size=cfg.intermediate_size,
+        num_buckets=cfg.num_buckets,
+        max_bucket_distance=cfg.max_bucket_distance,
+        pos_conv_groups=4,
+    )
     gen = torch.Generator().manual_seed(31 + stable)
     ref, ours = [], []
     for i in range(cfg.num_hidden_layers):
@@ -57,17 +61,8 @@ def _pair(stable: bool):
         with torch.no_grad():
             for p in r.parameters():
                 p.copy_(torch.randn(p.shape, generator=gen, dtype=p.dtype) * 0.5)
-        o = ours_cls(
-            cfg.hidden_size,
-            cfg.num_attention_heads,
-            cfg.intermediate_size,
-            cfg.hidden_act,
-            cfg.layer_norm_eps,
-            cfg.num_buckets,
-            cfg.max_bucket_distance,
-            has_relative_position_bias=i == 0,
-        ).double()
-        o.load_state_dict(r.state_dict(), strict=True)
+        o = WavLMEncoderLayer(ours_cfg, stable=stable, has_relative_position_bias=i == 0).double()
+        o.load_state_dict({checkpoint_name_to_oasr(k): v for k, v in r.state_dict().items()}, strict=True)
         ref.append(r)
         ours.append(o)
     return ref, ours
@@ -83,10 +78,10 @@ def _reference(ref, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
 
 def _ours(ours, x, key_lengths=None, packing=None, t=None) -> torch.Tensor:
     t = x.shape[1] if t is None else t
-    bias = ours[0].attention.position_bias(t, x.device, x.dtype)
+    bias = ours[0].attention.gated_bias.table(t, x.device, x.dtype)
     with torch.no_grad():
         for layer in ours:
-            x = layer(x, bias, key_lengths, packing)
+            x = layer(x, key_lengths, packing, bias)
     return x
 
 
@@ -127,5 +122,5 @@ def test_bias_and_gate_change_the_output():
     with_bias = _ours(ours, x)
     with torch.no_grad():
         for layer in ours:
-            layer.attention.gru_rel_pos_const.mul_(3.0)
+            layer.attention.gated_bias.gru_rel_pos_const.mul_(3.0)
     assert float((_ours(ours, x) - with_bias).abs().max()) > 1e-2
