@@ -1,14 +1,19 @@
-"""WavLM's gated relative-position attention and both encoder layers against transformers'
-own modules, built from a tiny random ``WavLMConfig`` and copied across by name, in float64:
-padded batches with key padding, and packed rows each equal to that row alone."""
+"""WavLM's own parts: the gated relative-position attention and both encoder layers against
+transformers' modules, built from a tiny random ``WavLMConfig`` and copied across by name, in
+float64 (padded batches with key padding, packed rows each equal to that row alone); and the
+converter's detection and config checks. The whole model (every stage, padded and packed
+batches, greedy decoding through the engine) runs in ``test_parity.py``'s WavLM variants."""
 
 from __future__ import annotations
+
+import json
 
 import pytest
 import torch
 
 from oasr.layers.packing import Packing
 from oasr.layers.relpos_gated import relative_position_buckets
+from oasr.models.base import LoadError
 from oasr.models.wav2vec2.wavlm import WavLMConfig, WavLMEncoderLayer, checkpoint_name_to_oasr
 
 transformers = pytest.importorskip("transformers")
@@ -124,3 +129,44 @@ def test_bias_and_gate_change_the_output():
         for layer in ours:
             layer.attention.gated_bias.gru_rel_pos_const.mul_(3.0)
     assert float((_ours(ours, x) - with_bias).abs().max()) > 1e-2
+
+
+@pytest.fixture(scope="module")
+def wavlm_dir(tmp_path_factory):
+    from tests.models.wav2vec2._reference import build_random
+
+    return build_random(tmp_path_factory.mktemp("wavlm"), "wavlm", seed=5)
+
+
+def test_a_wavlm_directory_is_detected_and_read_as_wavlm(wavlm_dir):
+    from oasr.models.registry import detect_architecture
+    from oasr.models.wav2vec2.convert import HFWav2Vec2Converter
+
+    arch, converter = detect_architecture(wavlm_dir)
+    assert arch == "wavlm"
+    assert not HFWav2Vec2Converter().can_load(wavlm_dir)  # wav2vec2's converter leaves it to WavLM's
+    bundle = converter.load(wavlm_dir)
+    assert (bundle.config.num_buckets, bundle.config.max_bucket_distance) == (16, 40)
+    assert bundle.config.model_type == "wavlm"
+    assert "encoder.layers.0.attention.gated_bias.rel_attn_embed.weight" in bundle.state_dict
+    assert not any(".rel_attn_embed" in k for k in bundle.state_dict if "layers.1." in k)  # the first layer's only
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("num_buckets", 2, "num_buckets=2"),
+        ("max_bucket_distance", 3, "max_bucket_distance=3"),
+        ("add_adapter", True, "add_adapter"),
+    ],
+)
+def test_a_config_oasr_cannot_run_is_a_load_error(wavlm_dir, tmp_path, field, value, message):
+    import shutil
+
+    import oasr
+
+    bad = shutil.copytree(wavlm_dir, tmp_path / "bad")
+    cfg = json.loads((bad / "config.json").read_text())
+    (bad / "config.json").write_text(json.dumps({**cfg, field: value}))
+    with pytest.raises(LoadError, match=message):
+        oasr.load_pretrained(bad)
