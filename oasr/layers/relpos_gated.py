@@ -9,7 +9,8 @@ table (``rel_attn_embed``, buckets x heads) gives the ungated bias of a row,
     gate     = g_a * (g_b * gru_rel_pos_const - 1) + 2
     bias     = gate[..., None] * table                               # (B, H, T, T)
 
-which the attention adds to its scores. Parameter names are WavLM's (transformers').
+which the attention adds to its scores, the key padding folded into the same pass.
+Parameter names are WavLM's (transformers').
 """
 
 from __future__ import annotations
@@ -17,8 +18,10 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
+from oasr.layers.attention import key_padding_mask
 from oasr.layers.embedding import Embedding
 from oasr.layers.linear import Linear
 from oasr.layers.packing import Packing, as_rows
@@ -45,6 +48,22 @@ def relative_position_buckets(relative: torch.Tensor, num_buckets: int, max_dist
     return buckets + torch.where(distance < exact, distance, far)
 
 
+class GateProjection(Linear):
+    """``gru_rel_pos_linear``: (head_dim -> 8), two gates of four summed terms each, applied
+    with each gate's four rows summed into the weight first (one head_dim -> 2 GEMM, no sum
+    over the activations). A ``Linear`` subclass, so int8 quantisation leaves its few hundred
+    weights in float.
+
+    Shapes:
+        x: (..., head_dim) -> (..., 2)
+    """
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        weight = self.weight.view(2, 4, self.in_features).sum(1)
+        bias = None if self.bias is None else self.bias.view(2, 4).sum(1)
+        return F.linear(x, weight, bias)
+
+
 class GatedRelativePositionBias(nn.Module):
     """One attention layer's gate over the bias table, and the table where this layer holds it.
 
@@ -56,7 +75,8 @@ class GatedRelativePositionBias(nn.Module):
 
     Shapes:
         x: (B, T, D) attention input, or packed (N, D) with ``packing`` (T = its longest row);
-        table: (H, T, T) -> additive bias (B, H, T, T)
+        table: (H, T, T); key_lengths: (B,) or None -> additive mask (B, H, T, T), -inf at
+        each row's keys past its length
     """
 
     def __init__(self, num_heads: int, head_dim: int, num_buckets: int, max_distance: int, has_table: bool) -> None:
@@ -66,7 +86,7 @@ class GatedRelativePositionBias(nn.Module):
         self.num_buckets = num_buckets
         self.max_distance = max_distance
         self.gru_rel_pos_const = nn.Parameter(torch.ones(1, num_heads, 1, 1))
-        self.gru_rel_pos_linear = Linear(head_dim, 8)
+        self.gru_rel_pos_linear = GateProjection(head_dim, 8)
         self.rel_attn_embed = Embedding(num_buckets, num_heads) if has_table else None
 
     def table(self, length: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
@@ -79,7 +99,7 @@ class GatedRelativePositionBias(nn.Module):
             raise RuntimeError("this layer holds no relative position table (the first one does)")
         pos = torch.arange(length, device=device)
         buckets = relative_position_buckets(pos[None, :] - pos[:, None], self.num_buckets, self.max_distance)
-        return self.rel_attn_embed(buckets).to(dtype).permute(2, 0, 1)  # (T, T, H) -> (H, T, T)
+        return self.rel_attn_embed(buckets).to(dtype).permute(2, 0, 1).contiguous()  # (T, T, H) -> (H, T, T)
 
     def gate(self, x: torch.Tensor) -> torch.Tensor:
         """Per-head, per-frame scale of the table.
@@ -87,13 +107,24 @@ class GatedRelativePositionBias(nn.Module):
         Shapes:
             x: (..., H * head_dim) -> (..., H)
         """
-        proj = self.gru_rel_pos_linear(x.unflatten(-1, (self.num_heads, self.head_dim)))  # (..., H, 8)
-        gate_a, gate_b = torch.sigmoid(proj.unflatten(-1, (2, 4)).sum(-1)).unbind(-1)  # (..., H) each
+        proj = self.gru_rel_pos_linear(x.unflatten(-1, (self.num_heads, self.head_dim)))  # (..., H, 2)
+        gate_a, gate_b = torch.sigmoid(proj).unbind(-1)  # (..., H) each
         return gate_a * (gate_b * self.gru_rel_pos_const.view(self.num_heads) - 1.0) + 2.0
 
-    def forward(self, x: torch.Tensor, table: torch.Tensor, packing: Packing | None = None) -> torch.Tensor:
-        gate = as_rows(self.gate(x), packing).transpose(1, 2)  # (B, H, T)
-        return gate[..., None] * table  # (B, H, T, T)
+    def forward(
+        self,
+        x: torch.Tensor,
+        table: torch.Tensor,
+        key_lengths: torch.Tensor | None = None,
+        packing: Packing | None = None,
+    ) -> torch.Tensor:
+        gate = as_rows(self.gate(x), packing).transpose(1, 2)[..., None]  # (B, H, T, 1)
+        if key_lengths is None:
+            return gate * table  # (B, H, T, T)
+        t = table.shape[-1]
+        padding = table.new_zeros(key_lengths.shape[0], 1, 1, t)
+        padding.masked_fill_(~key_padding_mask(key_lengths, t), float("-inf"))  # (B, 1, 1, T)
+        return torch.addcmul(padding, gate, table)  # one pass: gate * table, -inf past each row's keys
 
 
-__all__ = ["GatedRelativePositionBias", "relative_position_buckets"]
+__all__ = ["GateProjection", "GatedRelativePositionBias", "relative_position_buckets"]

@@ -95,7 +95,8 @@ class WavLMAttention(Wav2Vec2Attention):
     ) -> torch.Tensor:
         if bias is None:
             raise ValueError("WavLM attention needs the first layer's position bias table")
-        return super().forward(x, key_lengths, packing, self.gated_bias(x, bias, packing))
+        # The key padding rides in the gated bias (one pass over the (B, H, T, T) mask).
+        return super().forward(x, None, packing, self.gated_bias(x, bias, key_lengths, packing))
 
 
 class WavLMEncoderLayer(Wav2Vec2EncoderLayer):
