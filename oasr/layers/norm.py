@@ -115,9 +115,12 @@ class MaskedGroupNorm(nn.Module):
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
         if mask is None:
             return F.group_norm(x, x.shape[1], self.weight, self.bias, self.eps)
-        m = mask[:, None, :].to(x.dtype)  # (B, 1, T)
+        # statistics in float32 at least (a half-precision sum over a long row overflows), as
+        # group_norm's own kernels keep them
+        xs = x if x.dtype == torch.float64 else x.float()
+        m = mask[:, None, :].to(xs.dtype)  # (B, 1, T)
         n = m.sum(-1, keepdim=True).clamp(min=1)  # (B, 1, 1)
-        mean = (x * m).sum(-1, keepdim=True) / n  # (B, C, 1)
-        var = ((x - mean).square() * m).sum(-1, keepdim=True) / n
-        y = (x - mean) * torch.rsqrt(var + self.eps)
+        mean = (xs * m).sum(-1, keepdim=True) / n  # (B, C, 1)
+        var = ((xs - mean).square() * m).sum(-1, keepdim=True) / n
+        y = ((xs - mean) * torch.rsqrt(var + self.eps)).to(x.dtype)
         return y * self.weight[:, None] + self.bias[:, None]

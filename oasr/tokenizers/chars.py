@@ -1,6 +1,7 @@
 """A character CTC vocabulary as transformers' ``Wav2Vec2CTCTokenizer`` writes it: ``vocab.json``
 (token -> id; or language -> that table, MMS's nested form, read for one language) beside
-``tokenizer_config.json`` (``word_delimiter_token``, ``do_lower_case``, the special tokens).
+``tokenizer_config.json`` (``word_delimiter_token``, ``do_lower_case``, the special tokens, added
+tokens), and in older releases ``special_tokens_map.json`` and ``added_tokens.json``.
 
 Decoding joins the characters, the word delimiter (``|``) a space, the blank (``<pad>``) dropped;
 the other special tokens are written out, as transformers' CTC decoding does by default
@@ -24,6 +25,16 @@ def _token_text(value) -> str | None:
     if isinstance(value, dict):
         value = value.get("content")
     return value if isinstance(value, str) else None
+
+
+def _read_optional(path: Path) -> dict:
+    """A JSON object file's contents, {} when the file is absent."""
+    if not path.is_file():
+        return {}
+    data = json.loads(path.read_text(encoding="utf-8"))
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expected a JSON object")
+    return data
 
 
 class CharTokenizer(Tokenizer):
@@ -73,8 +84,8 @@ class CharTokenizer(Tokenizer):
         if not path.is_file():
             raise FileNotFoundError(f"no vocab.json at {path}")
         vocab = json.loads(path.read_text(encoding="utf-8"))
-        cfg_file = path.parent / "tokenizer_config.json"
-        cfg = json.loads(cfg_file.read_text(encoding="utf-8")) if cfg_file.is_file() else {}
+        cfg = _read_optional(path.parent / "tokenizer_config.json")
+        cfg.update(_read_optional(path.parent / "special_tokens_map.json"))  # older releases name the specials here
         if vocab and all(isinstance(v, dict) for v in vocab.values()):  # nested: one table a language
             lang = language or cfg.get("target_lang")
             if lang not in vocab:
@@ -82,6 +93,13 @@ class CharTokenizer(Tokenizer):
             vocab = vocab[lang]
         if not isinstance(vocab, dict) or not all(isinstance(v, int) for v in vocab.values()):
             raise ValueError(f"{path}: expected a JSON object of token -> id")
+        # tokens added after vocab.json was written (a fine-tune's <s> / </s>): added_tokens.json
+        # or tokenizer_config.json's added_tokens_decoder
+        added = dict(_read_optional(path.parent / "added_tokens.json"))
+        for i, tok in (cfg.get("added_tokens_decoder") or {}).items():
+            if isinstance(tok, dict) and isinstance(tok.get("content"), str):
+                added.setdefault(tok["content"], int(i))
+        vocab = {**{t: int(i) for t, i in added.items() if t not in vocab}, **vocab}
         return cls(
             vocab,
             word_delimiter=_token_text(cfg.get("word_delimiter_token", "|")),

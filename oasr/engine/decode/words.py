@@ -81,7 +81,11 @@ class TokenPieces:
         if token_id == self.tokenizer.word_delimiter_id:
             return PieceInfo(PieceKind.DELIMITER, "")
         piece = self.tokenizer.id_to_token(token_id) or ""
-        if piece[:1] in WORD_MARKERS:
+        if self.tokenizer.word_delimiter_id is not None:
+            # a character vocabulary: no word markers, and a piece's text is as decoded (lower-cased
+            # where the vocabulary says), which is what the LM fusion scores
+            piece = self.tokenizer.decode([token_id])
+        elif piece[:1] in WORD_MARKERS:
             return PieceInfo(PieceKind.WORD_START, piece[1:])
         if piece and all(is_no_space_char(c) for c in piece):
             return PieceInfo(PieceKind.STANDALONE, piece)

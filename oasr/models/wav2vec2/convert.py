@@ -52,15 +52,14 @@ _ACTIVATION_ALIASES = {"swish": "silu", "gelu_new": "gelu_tanh", "gelu_pytorch_t
 WEIGHT_NORM = ((".weight_g", ".weight_v"), (".parametrizations.weight.original0", ".parametrizations.weight.original1"))
 
 
-def config_from_hf(hf: Mapping[str, Any], where: str = "config.json") -> Wav2Vec2Config:
-    """``Wav2Vec2Config`` from a wav2vec2 / hubert / data2vec-audio config.json dict.
+def config_fields(hf: Mapping[str, Any], where: str = "config.json") -> dict[str, Any]:
+    """The ``Wav2Vec2Config`` fields of a wav2vec2-lineage config.json dict (the model type
+    unchecked: a family that builds on this one adds its own fields and builds its config).
 
     Raises:
-        LoadError: a model type, an option or a field value oasr does not run.
+        LoadError: an option oasr does not run.
     """
     kind = hf.get("model_type")
-    if kind not in BASE_PREFIX:
-        raise LoadError(f"{where}: model_type={kind!r} is not one of {sorted(BASE_PREFIX)}")
     if hf.get("add_adapter"):
         raise LoadError(f"{where}: add_adapter=true (a strided adapter after the encoder) is not supported")
     if hf.get("adapter_attn_dim") is not None:
@@ -83,8 +82,19 @@ def config_from_hf(hf: Mapping[str, Any], where: str = "config.json") -> Wav2Vec
     else:
         fields["pos_conv_kernel"] = hf.get("num_conv_pos_embeddings", 128)
         fields["pos_conv_batch_norm"] = bool(hf.get("conv_pos_batch_norm", False))
+    return fields
+
+
+def config_from_hf(hf: Mapping[str, Any], where: str = "config.json") -> Wav2Vec2Config:
+    """``Wav2Vec2Config`` from a wav2vec2 / hubert / data2vec-audio config.json dict.
+
+    Raises:
+        LoadError: a model type, an option or a field value oasr does not run.
+    """
+    if hf.get("model_type") not in BASE_PREFIX:
+        raise LoadError(f"{where}: model_type={hf.get('model_type')!r} is not one of {sorted(BASE_PREFIX)}")
     try:
-        return Wav2Vec2Config.from_dict(fields)
+        return Wav2Vec2Config.from_dict(config_fields(hf, where))
     except (TypeError, ValueError) as e:
         raise LoadError(f"{where}: {e}") from e
 
@@ -165,10 +175,15 @@ def _feature_spec(directory: Path) -> FeatureSpec:
 
 
 class HFWav2Vec2Converter:
-    """A transformers ``Wav2Vec2ForCTC`` / ``HubertForCTC`` / ``Data2VecAudioForCTC`` directory."""
+    """A transformers ``Wav2Vec2ForCTC`` / ``HubertForCTC`` / ``Data2VecAudioForCTC`` directory.
+
+    A family of the same lineage (WavLM) subclasses it: its ``architecture``, its ``base_prefix``
+    table (model_type -> tensor prefix) and ``make_config``; the weights, vocabulary and front
+    end are read as here.
+    """
 
     architecture = ARCH
-    base_prefix: Mapping[str, str] = BASE_PREFIX  # the model types it reads -> their tensor prefixes
+    base_prefix: Mapping[str, str] = BASE_PREFIX
     auto_detect = True
     expected_unused_prefixes: tuple[str, ...] = tuple(f"{p}.masked_spec_embed" for p in BASE_PREFIX.values())
     capability_drop_hints: Mapping[str, str] = {}
@@ -176,15 +191,17 @@ class HFWav2Vec2Converter:
     def can_load(self, path: Path) -> bool:
         return path.is_dir() and hf_model_type(path) in self.base_prefix and (path / "vocab.json").is_file()
 
-    def read_config(self, hf: Mapping[str, Any], where: str) -> Wav2Vec2Config:
-        """The family config of a config.json dict (a family built on this one reads its own)."""
+    def make_config(self, hf: Mapping[str, Any], where: str) -> Wav2Vec2Config:
+        """The family config of a config.json dict (``LoadError`` for what oasr does not run)."""
         return config_from_hf(hf, where)
 
     def load(self, path: Path) -> CheckpointBundle:
         hf = read_json(path / "config.json")
         where = str(path / "config.json")
-        config = self.read_config(hf, where)
-        prefix = self.base_prefix[config.model_type]
+        if hf.get("model_type") not in self.base_prefix:
+            raise LoadError(f"{where}: model_type={hf.get('model_type')!r} is not one of {sorted(self.base_prefix)}")
+        config = self.make_config(hf, where)
+        prefix = self.base_prefix[hf["model_type"]]
         state: dict[str, torch.Tensor] = {}
         for name, t in fold_weight_norm(_load_weights(path), str(path)).items():
             new = rename(name, prefix)

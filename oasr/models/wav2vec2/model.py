@@ -34,7 +34,16 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from oasr.layers import BatchNorm1d, Conv1d, LayerNorm, Linear, MaskedGroupNorm, apply_activation, attention
+from oasr.layers import (
+    BatchNorm1d,
+    Conv1d,
+    FeedForward,
+    LayerNorm,
+    Linear,
+    MaskedGroupNorm,
+    apply_activation,
+    attention,
+)
 from oasr.layers.packing import Packing, as_packed, as_rows
 from oasr.models.base import BaseEncoder
 from oasr.models.ctc import EncoderCtcModel
@@ -224,23 +233,6 @@ class Wav2Vec2Attention(nn.Module):
         return self.out_proj(as_packed(out, packing))
 
 
-class FeedForward(nn.Module):
-    """intermediate_dense -> activation -> output_dense (transformers' names).
-
-    Shapes:
-        x: (..., D) -> (..., D)
-    """
-
-    def __init__(self, cfg: Wav2Vec2Config) -> None:
-        super().__init__()
-        self.intermediate_dense = Linear(cfg.hidden_size, cfg.intermediate_size)
-        self.output_dense = Linear(cfg.intermediate_size, cfg.hidden_size)
-        self.activation = cfg.hidden_act
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.output_dense(apply_activation(self.intermediate_dense(x), self.activation))
-
-
 class Wav2Vec2EncoderLayer(nn.Module):
     """A transformer layer: post-norm (``x = LN(x + attn(x)); x = LN'(x + ff(x))``), or with
     ``stable`` pre-norm (``x = x + attn(LN(x)); x = x + ff(LN'(x))``).
@@ -254,7 +246,9 @@ class Wav2Vec2EncoderLayer(nn.Module):
         self.stable = stable
         self.attention = Wav2Vec2Attention(cfg)
         self.layer_norm = LayerNorm(cfg.hidden_size, cfg.layer_norm_eps)
-        self.feed_forward = FeedForward(cfg)
+        self.feed_forward = FeedForward(
+            cfg.hidden_size, cfg.intermediate_size, cfg.hidden_act, names=("intermediate_dense", "output_dense")
+        )
         self.final_layer_norm = LayerNorm(cfg.hidden_size, cfg.layer_norm_eps)
 
     def forward(

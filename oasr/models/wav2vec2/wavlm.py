@@ -31,7 +31,7 @@ from oasr.layers.packing import Packing
 from oasr.models.base import LoadError
 from oasr.models.registry import CheckpointBundle
 from oasr.models.wav2vec2.config import Wav2Vec2Config
-from oasr.models.wav2vec2.convert import HFWav2Vec2Converter, config_from_hf
+from oasr.models.wav2vec2.convert import HFWav2Vec2Converter, config_fields
 from oasr.models.wav2vec2.model import Wav2Vec2Attention, Wav2Vec2CtcModel, Wav2Vec2Encoder, Wav2Vec2EncoderLayer
 
 ARCH = "wavlm"
@@ -151,19 +151,15 @@ class HFWavLMConverter(HFWav2Vec2Converter):
         bundle.state_dict = {checkpoint_name_to_oasr(k): v for k, v in bundle.state_dict.items()}
         return bundle
 
-    def read_config(self, hf: Mapping[str, Any], where: str) -> WavLMConfig:
-        """``WavLMConfig`` from a wavlm config.json: wav2vec2's fields, read as wav2vec2's
-        (the same names and meanings), plus the buckets.
+    def make_config(self, hf: Mapping[str, Any], where: str) -> WavLMConfig:
+        """``WavLMConfig`` from a wavlm config.json: wav2vec2's fields plus the buckets.
 
         Raises:
-            LoadError: not a wavlm config, or a field oasr does not run.
+            LoadError: a field oasr does not run.
         """
-        if hf.get("model_type") != ARCH:
-            raise LoadError(f"{where}: model_type={hf.get('model_type')!r} is not 'wavlm'")
-        base = config_from_hf({**hf, "model_type": "wav2vec2"}, where)
         buckets = {k: hf[k] for k in ("num_buckets", "max_bucket_distance") if hf.get(k) is not None}
         try:
-            return WavLMConfig.from_dict({**base.to_dict(), **buckets, "model_type": ARCH})
+            return WavLMConfig.from_dict({**config_fields(hf, where), **buckets})
         except (TypeError, ValueError) as e:
             raise LoadError(f"{where}: {e}") from e
 

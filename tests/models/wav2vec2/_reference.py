@@ -52,20 +52,22 @@ VARIANTS = {
 }
 
 
-def build_random(directory: Path, variant: str, seed: int = 0) -> Path:
+def build_random(directory: Path, variant: str, seed: int = 0, **overrides) -> Path:
     """Save a random tiny ``variant`` checkpoint (model, vocabulary, feature extractor) to
-    ``directory`` as transformers does, and return it."""
+    ``directory`` as transformers does, and return it (``overrides``: more config fields)."""
     import transformers
 
     model_name, config_name, fields = VARIANTS[variant]
     directory.mkdir(parents=True, exist_ok=True)
     config = getattr(transformers, config_name)(
-        **_SHAPE, **fields, vocab_size=len(CHARS), pad_token_id=0, bos_token_id=1, eos_token_id=2
+        **{**_SHAPE, **fields, **overrides}, vocab_size=len(CHARS), pad_token_id=0, bos_token_id=1, eos_token_id=2
     )
     torch.manual_seed(seed)
     model = getattr(transformers, model_name)(config).eval()
-    with torch.no_grad():  # livelier logits than the initialiser's near-uniform head
-        model.lm_head.weight.mul_(8.0)
+    with torch.no_grad():  # livelier logits than the initialiser's near-uniform head, and words:
+        head = model.lm_head  # the delimiter about one logit deviation (||W_row||) up
+        head.weight.mul_(8.0)
+        head.bias[CHARS.index("|")] += head.weight.norm(dim=1).mean()
         for name, p in model.named_parameters():  # WavLM's bias table and gates: off their ~0 / 1 start
             if ".rel_attn_embed." in name or ".gru_rel_pos_" in name:
                 p.normal_(0.0, 1.0)

@@ -122,3 +122,48 @@ def test_engine_greedy_equals_transformers(hf_dir, hf_model, processor, clips, p
         assert out.text.strip() == " ".join(text.split())
         tokens = [t for s in out.segments for t in s.tokens]
         assert [t for t in tokens if t != delimiter] == [t for t in ids if t != delimiter]
+
+
+def test_short_rows_give_no_frames_and_leave_the_others_alone(loaded):
+    """A row shorter than the conv front's receptive field has no frame; the batch stays finite
+    and its other rows are what they are alone."""
+    model = loaded.model
+    need = model.config.receptive_field
+    x = torch.randn(2, 4000, 1, dtype=torch.float64)
+    with torch.no_grad():
+        lp, lens = model.forward_offline(x, torch.tensor([4000, need - 1]))
+        lp_1, _ = model.forward_offline(x[:1], torch.tensor([4000]))
+        lp_short, lens_short = model.forward_offline(x[:1, : need - 1], torch.tensor([need - 1]))
+    assert int(lens[1]) == 0 and lens_short.tolist() == [0] and int(lens[0]) == lp_1.shape[1]
+    assert torch.isfinite(lp).all() and torch.isfinite(lp_short).all()
+    assert max_abs(lp[0, : int(lens[0])], lp_1[0]) <= 1e-9
+
+
+def test_half_precision_group_norm_keeps_float32_statistics():
+    from oasr.layers import MaskedGroupNorm
+
+    norm = MaskedGroupNorm(4)
+    x = 300.0 * torch.randn(2, 4, 3000)  # a float16 sum of a row overflows
+    mask = torch.arange(3000)[None] < torch.tensor([[3000], [1700]])
+    with torch.no_grad():
+        want = norm(x, mask)
+        got = norm(x.half(), mask)
+    assert torch.isfinite(got).all() and max_abs(got[1, :, :1700], want[1, :, :1700]) < 1e-2
+
+
+def test_attention_takes_an_additive_bias(loaded):
+    """The hook a relative-position family uses: an additive (B, H, T, T) bias, combined with
+    the key mask; a bias of zeros is no bias, and -inf on keys is masking them."""
+    if loaded.architecture != "wav2vec2":  # WavLM's layers take their position table through it
+        pytest.skip("the hook of wav2vec2's own attention")
+    enc = loaded.model.encoder
+    layer = enc.layers[0]
+    h = enc.cfg.num_attention_heads
+    x = torch.randn(2, 9, enc.cfg.hidden_size, dtype=torch.float64)
+    lens = torch.tensor([9, 6])
+    with torch.no_grad():
+        plain = layer(x, lens)
+        assert max_abs(layer(x, lens, None, torch.zeros(2, h, 9, 9, dtype=torch.float64)), plain) == 0.0
+        cut = torch.zeros(1, h, 9, 9, dtype=torch.float64)
+        cut[..., 6:] = float("-inf")
+        assert max_abs(layer(x, None, None, cut)[1, :6], plain[1, :6]) <= 1e-12
