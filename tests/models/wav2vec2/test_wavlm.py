@@ -15,6 +15,7 @@ from oasr.layers.packing import Packing
 from oasr.layers.relpos_gated import relative_position_buckets
 from oasr.models.base import LoadError
 from oasr.models.wav2vec2.wavlm import WavLMConfig, WavLMEncoderLayer, checkpoint_name_to_oasr
+from tests.models.wav2vec2._reference import build_random, cosine, max_abs
 
 transformers = pytest.importorskip("transformers")
 from transformers.models.wavlm import modeling_wavlm as hf  # noqa: E402
@@ -42,8 +43,8 @@ def _config(stable: bool):
     )
 
 
-def _cosine(a: torch.Tensor, b: torch.Tensor) -> float:
-    return float(torch.nn.functional.cosine_similarity(a.flatten(), b.flatten(), dim=0))
+def _assert_close(got: torch.Tensor, want: torch.Tensor) -> None:
+    assert cosine(got, want) >= COS_MIN and max_abs(got, want) <= ABS_MAX
 
 
 def _pair(stable: bool):
@@ -108,16 +109,14 @@ def test_layers_match_transformers_padded_and_packed(stable):
     want = _reference(ref, x, mask)
     got = _ours(ours, x, key_lengths=lengths)
     for i, n in enumerate(LENGTHS):
-        assert _cosine(got[i, :n], want[i, :n]) >= COS_MIN
-        assert float((got[i, :n] - want[i, :n]).abs().max()) <= ABS_MAX
+        _assert_close(got[i, :n], want[i, :n])
 
     # Packed rows: each row equals that row run alone (transformers, no padding at all).
     packing = Packing(lengths)
     packed = _ours(ours, packing.unpad(x), key_lengths=lengths, packing=packing, t=packing.max_len)
     for i, (row, n) in enumerate(zip(packing.split(packed), LENGTHS)):
         alone = _reference(ref, x[i : i + 1, :n], None)[0]
-        assert _cosine(row, alone) >= COS_MIN
-        assert float((row - alone).abs().max()) <= ABS_MAX
+        _assert_close(row, alone)
 
 
 def test_bias_and_gate_change_the_output():
@@ -128,13 +127,11 @@ def test_bias_and_gate_change_the_output():
     with torch.no_grad():
         for layer in ours:
             layer.attention.gated_bias.gru_rel_pos_const.mul_(3.0)
-    assert float((_ours(ours, x) - with_bias).abs().max()) > 1e-2
+    assert max_abs(_ours(ours, x), with_bias) > 1e-2
 
 
 @pytest.fixture(scope="module")
 def wavlm_dir(tmp_path_factory):
-    from tests.models.wav2vec2._reference import build_random
-
     return build_random(tmp_path_factory.mktemp("wavlm"), "wavlm", seed=5)
 
 
