@@ -167,3 +167,19 @@ def test_a_config_oasr_cannot_run_is_a_load_error(wavlm_dir, tmp_path, field, va
     (bad / "config.json").write_text(json.dumps({**cfg, field: value}))
     with pytest.raises(LoadError, match=message):
         oasr.load_pretrained(bad)
+
+
+def test_int8_quantises_the_projections_and_keeps_the_gate_float(wavlm_dir):
+    import oasr
+    from oasr.layers.quant import Int8Linear
+    from oasr.layers.relpos_gated import GateProjection
+
+    f32, q8 = oasr.load_pretrained(wavlm_dir), oasr.load_pretrained(wavlm_dir, quantize="int8")
+    attn = q8.model.encoder.layers[1].attention
+    assert isinstance(attn.q_proj, Int8Linear) and isinstance(attn.out_proj, Int8Linear)
+    assert type(attn.gated_bias.gru_rel_pos_linear) is GateProjection  # a few hundred weights: left float
+    wav = torch.randn(1, 24000, 1, generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        want, _ = f32.model.forward_offline(wav, torch.tensor([24000]))
+        got, _ = q8.model.forward_offline(wav, torch.tensor([24000]))
+    assert cosine(got, want) >= 0.999
