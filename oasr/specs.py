@@ -29,8 +29,8 @@ class TokenizerSpec:
     """How to build the tokenizer of a checkpoint.
 
     Attributes:
-        kind: "huggingface" (tokenizer.json), "sentencepiece", "table" (a units file)
-            or "none".
+        kind: "huggingface" (tokenizer.json), "sentencepiece", "table" (a units file),
+            "chars" (a character CTC ``vocab.json``) or "none".
         path: the file to load.
         special_ids: ids the decoder emits that are not text (filtered before detokenising).
     """

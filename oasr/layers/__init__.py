@@ -8,7 +8,7 @@ from oasr.layers.conformer import ConformerConvolution, FeedForward
 from oasr.layers.ctc import CtcProjection
 from oasr.layers.embedding import Conv1d, Conv2d, Embedding, sinusoids
 from oasr.layers.linear import Linear, LinearActivation
-from oasr.layers.norm import BatchNorm1d, LayerNorm, RMSNorm
+from oasr.layers.norm import BatchNorm1d, LayerNorm, MaskedGroupNorm, RMSNorm
 from oasr.layers.recurrent import LSTM
 from oasr.layers.relpos import PositionalEncoding, RelPositionalEncoding, RelPositionMultiHeadedAttention
 from oasr.layers.relpos_xl import RelPositionMultiHeadAttentionXL, rel_shift, xl_relative_positions
@@ -33,6 +33,7 @@ __all__ = [
     "LSTM",
     "Linear",
     "LinearActivation",
+    "MaskedGroupNorm",
     "NeoxRotaryEmbedding",
     "PositionalEncoding",
     "RelPositionMultiHeadAttentionXL",

@@ -95,3 +95,29 @@ class BatchNorm1d(nn.Module):
 
     def extra_repr(self) -> str:
         return f"{self.num_features}, eps={self.eps}"
+
+
+class MaskedGroupNorm(nn.Module):
+    """``nn.GroupNorm(C, C)`` (each channel normalised over time, its names) with each row's
+    statistics taken over its valid frames only, so a padded row equals the row alone
+    (wav2vec2's first conv layer).
+
+    Shapes:
+        x: (B, C, T), mask: (B, T) bool or None -> (B, C, T)
+    """
+
+    def __init__(self, channels: int, eps: float = 1e-5) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(channels))
+        self.bias = nn.Parameter(torch.zeros(channels))
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        if mask is None:
+            return F.group_norm(x, x.shape[1], self.weight, self.bias, self.eps)
+        m = mask[:, None, :].to(x.dtype)  # (B, 1, T)
+        n = m.sum(-1, keepdim=True).clamp(min=1)  # (B, 1, 1)
+        mean = (x * m).sum(-1, keepdim=True) / n  # (B, C, 1)
+        var = ((x - mean).square() * m).sum(-1, keepdim=True) / n
+        y = (x - mean) * torch.rsqrt(var + self.eps)
+        return y * self.weight[:, None] + self.bias[:, None]

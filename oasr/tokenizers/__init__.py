@@ -9,5 +9,14 @@ from oasr.tokenizers.base import (
     Tokenizer,
     load_tokenizer,
 )
+from oasr.tokenizers.chars import CharTokenizer
 
-__all__ = ["Control", "HFTokenizer", "SentencePieceTokenizer", "TableTokenizer", "Tokenizer", "load_tokenizer"]
+__all__ = [
+    "CharTokenizer",
+    "Control",
+    "HFTokenizer",
+    "SentencePieceTokenizer",
+    "TableTokenizer",
+    "Tokenizer",
+    "load_tokenizer",
+]

@@ -15,6 +15,7 @@ control and unknown pieces, ``<...>`` units of a table) plus what the checkpoint
 from __future__ import annotations
 
 import abc
+import importlib
 import json
 import re
 from collections.abc import Iterable, Iterator, Sequence
@@ -35,6 +36,10 @@ class Control:
 
 class Tokenizer(abc.ABC):
     """Text <-> token ids."""
+
+    word_delimiter_id: int | None = None
+    """The id of a token that only separates words (a character CTC vocabulary's ``|``), which
+    the word grouping reads as a boundary; None where words are marked on their pieces."""
 
     @property
     @abc.abstractmethod
@@ -464,6 +469,10 @@ def load_tokenizer(spec: TokenizerSpec | None) -> Tokenizer | None:
     return tok
 
 
+# Kinds read by a ``from_file`` classmethod of a module of their own.
+_FILE_KINDS = {"chars": "oasr.tokenizers.chars:CharTokenizer"}
+
+
 def _build_tokenizer(spec: TokenizerSpec) -> Tokenizer:
     if spec.kind == "huggingface":
         path = Path(spec.path or "")
@@ -482,4 +491,7 @@ def _build_tokenizer(spec: TokenizerSpec) -> Tokenizer:
         return SentencePieceTokenizer.from_file(spec.path or "")
     if spec.kind == "table":
         return TableTokenizer.from_file(spec.path or "")
+    if spec.kind in _FILE_KINDS:  # named lazily: the module builds on this one
+        module, _, name = _FILE_KINDS[spec.kind].partition(":")
+        return getattr(importlib.import_module(module), name).from_file(spec.path or "")
     raise ValueError(f"unknown tokenizer kind {spec.kind!r}")

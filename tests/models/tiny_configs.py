@@ -278,6 +278,24 @@ def _transducer() -> Any:
     return TransducerConfig(encoder=_zipformer_encoder(), vocab_size=20, decoder_dim=16, joiner_dim=16, use_ctc=True)
 
 
+def _wav2vec2() -> Any:
+    from oasr.models.wav2vec2 import Wav2Vec2Config
+
+    # A 7-sample receptive field: rows of a few dozen samples still give unequal frame counts.
+    return Wav2Vec2Config(
+        vocab_size=28,
+        hidden_size=16,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=32,
+        conv_dim=(8, 8),
+        conv_stride=(2, 2),
+        conv_kernel=(3, 3),
+        pos_conv_kernel=4,
+        pos_conv_groups=2,
+    )
+
+
 TINY_CONFIGS: dict[str, Callable[[], Any]] = {
     "canary": _canary,
     "canary_qwen": _canary_qwen,
@@ -294,6 +312,7 @@ TINY_CONFIGS: dict[str, Callable[[], Any]] = {
     "qwen3_asr": _qwen3_asr,
     "speech_llm": _speech_llm,
     "transducer": _transducer,
+    "wav2vec2": _wav2vec2,
     "whisper": _whisper,
     "zipformer": _zipformer,
 }

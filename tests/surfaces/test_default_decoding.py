@@ -46,6 +46,12 @@ def _lasr(d: Path) -> tuple[Path, list[str]]:
     return build_random_lasr(d, seed=0), []
 
 
+def _wav2vec2(d: Path) -> tuple[Path, list[str]]:
+    from tests.models.wav2vec2._reference import build_random
+
+    return build_random(d, "wav2vec2_group"), []
+
+
 def _parakeet_ctc(d: Path) -> tuple[Path, list[str]]:
     from tests.models.parakeet.conftest import save_ctc_checkpoint
 
@@ -106,6 +112,7 @@ FAMILIES: dict[str, Callable[[Path], tuple[Path, list[str]]]] = {
     "whisper": _whisper,
     "wenet-u2pp": _wenet,
     "lasr": _lasr,
+    "wav2vec2": _wav2vec2,
     "parakeet-ctc": _parakeet_ctc,
     "nemotron": _nemotron,
     "paraformer": _paraformer,

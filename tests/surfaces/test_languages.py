@@ -64,6 +64,7 @@ EXPECTED: dict[str, tuple[dict[str, str | None], str]] = {
     "lasr": (_ENGLISH_ONLY, "has: en (English)"),
     "parakeet-ctc": (_ENGLISH_ONLY, "has: en (English)"),
     "wenet-u2pp": (_NO_LANGUAGE, "names no language"),
+    "wav2vec2": (_NO_LANGUAGE, "names no language"),
     "paraformer": (_NO_LANGUAGE, "names no language"),
     "zipformer": (_NO_LANGUAGE, "names no language"),
     "icefall-transducer": (_NO_LANGUAGE, "names no language"),

@@ -5,8 +5,10 @@ emitted at (CTC spikes, transducer emissions).
 A piece (``tokenizer.id_to_token``) that starts with the SentencePiece marker ``▁``
 (or byte-level BPE's ``Ġ``) begins a word; a piece made only of characters of a
 script written without spaces (Han, kana, CJK punctuation and full-width forms) is
-a word by itself; any other piece continues the current word. These rules serve
-word timestamps, segment text and the word-level LM fusion alike.
+a word by itself; any other piece continues the current word. A tokenizer's word delimiter
+(``Tokenizer.word_delimiter_id``: a character CTC vocabulary's ``|``) ends the word before it and
+belongs to no word, so a word's time is its characters' alone. These rules serve word
+timestamps, segment text and the word-level LM fusion alike.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ class PieceKind(enum.Enum):
     WORD_START = "word_start"  # begins a word (after a space)
     STANDALONE = "standalone"  # a word of its own, no space before it (CJK)
     CONTINUE = "continue"  # continues the current word
+    DELIMITER = "delimiter"  # ends the current word, text of no word (a character vocabulary's "|")
     SKIP = "skip"  # not text (blank, special ids)
 
 
@@ -75,8 +78,14 @@ class TokenPieces:
     def _classify(self, token_id: int) -> PieceInfo:
         if token_id in self.skip_ids:
             return PieceInfo(PieceKind.SKIP, "")
+        if token_id == self.tokenizer.word_delimiter_id:
+            return PieceInfo(PieceKind.DELIMITER, "")
         piece = self.tokenizer.id_to_token(token_id) or ""
-        if piece[:1] in WORD_MARKERS:
+        if self.tokenizer.word_delimiter_id is not None:
+            # a character vocabulary: no word markers, and a piece's text is as decoded (lower-cased
+            # where the vocabulary says), which is what the LM fusion scores
+            piece = self.tokenizer.decode([token_id])
+        elif piece[:1] in WORD_MARKERS:
             return PieceInfo(PieceKind.WORD_START, piece[1:])
         if piece and all(is_no_space_char(c) for c in piece):
             return PieceInfo(PieceKind.STANDALONE, piece)
@@ -98,7 +107,8 @@ class WordSpan:
 
 
 def group_words(tokens: Sequence[int], pieces: TokenPieces) -> list[WordSpan]:
-    """Split a token sequence into words (every token lands in exactly one word).
+    """Split a token sequence into words (every token but a word delimiter lands in exactly one
+    word).
 
     A skipped id joins the word it is in, so positions stay aligned with ``tokens``.
     """
@@ -107,7 +117,11 @@ def group_words(tokens: Sequence[int], pieces: TokenPieces) -> list[WordSpan]:
     spaced = True
     for i, tok in enumerate(tokens):
         kind = pieces.info(int(tok)).kind
-        if kind is PieceKind.STANDALONE:
+        if kind is PieceKind.DELIMITER:
+            if start is not None:
+                words.append(WordSpan(start, i, spaced))
+            start = None
+        elif kind is PieceKind.STANDALONE:
             if start is not None:
                 words.append(WordSpan(start, i, spaced))
             words.append(WordSpan(i, i + 1, False))

@@ -109,7 +109,7 @@ class LmFusion:
         bonus = 0.0
         if pending:
             bonus, lm_state = self._word(lm_state, pending)
-        if info.kind is PieceKind.WORD_START:
+        if info.kind in (PieceKind.WORD_START, PieceKind.DELIMITER):
             return bonus, (lm_state, info.text)
         extra, lm_state = self._word(lm_state, info.text)  # STANDALONE: a whole word
         return bonus + extra, (lm_state, "")
