@@ -8,6 +8,7 @@ import sys
 
 import pytest
 
+from oasr import ASREngine
 from oasr.cli import bench
 from oasr.cli.main import build_parser, main
 from oasr.models.bundled import bundled_path
@@ -431,6 +432,8 @@ def test_transformers_child_batches_as_its_model_card(two_clips, audio_dir, tmp_
         alone.append(processor.batch_decode(logits.argmax(-1))[0].strip())
     assert result["texts"] == alone and all(len(t) > 5 for t in alone)
     assert 0 < result["tokens"] <= sum(len(t) for t in alone) and 50 < result["peak_rss_mb"] < 4000
+    engine = ASREngine(str(tmp_path), device="cpu", max_batch_size=2)  # what the oasr child runs
+    assert bench.agreement([o.text for o in engine.transcribe(paths)], result["texts"])["same_files"] == 2
 
 
 def test_funasr_peer_end_to_end_agrees_with_oasr(two_clips, tmp_path):
