@@ -423,7 +423,7 @@ def _timed(
     ``marks`` are the child's start, imported and loaded times."""
     t0, t1, t2 = marks
     warm(spec["warmup"])
-    t3 = time.perf_counter()
+    t3, c3 = time.perf_counter(), time.process_time()
     results = run(list(spec["files"]))
     wall = time.perf_counter() - t3
     return {
@@ -431,6 +431,7 @@ def _timed(
         "load_s": t2 - t1,
         "warmup_s": t3 - t2,
         "wall_s": wall,
+        "cpu_s": time.process_time() - c3,  # every thread's: the work, steadier than wall on a busy machine
         "tokens": sum(n for _, n in results),
         "texts": [text for text, _ in results],
     }
@@ -821,15 +822,18 @@ def summarize(runs: Sequence[dict], audio_s: float) -> dict[str, dict[str, float
         for r in runs
     ]
     stats = {m: spread([p[m] for p in per_run]) for m in METRICS}
-    first = [r.get("first_delta_s") for r in runs]
-    if first and all(f is not None for f in first):
-        stats["first_delta_s"] = spread(first)  # type: ignore[arg-type]
+    for optional in ("first_delta_s", "cpu_s"):
+        values = [r.get(optional) for r in runs]
+        if values and all(v is not None for v in values):
+            stats[optional] = spread(values)  # type: ignore[arg-type]
     return stats
 
 
 def ratios(oasr_stats: dict, peer_stats: dict) -> dict[str, float]:
-    """oasr / peer of the medians: RTFx (> 1: oasr faster), wall time (< 1: oasr faster), peak RSS."""
-    return {m: oasr_stats[m]["median"] / peer_stats[m]["median"] for m in ("rtfx", "wall_s", "peak_rss_mb")}
+    """oasr / peer of the medians: RTFx (> 1: oasr faster), wall time (< 1: oasr faster), peak RSS, and
+    CPU seconds where both children reported them."""
+    metrics = ("rtfx", "wall_s", "peak_rss_mb", *(["cpu_s"] if "cpu_s" in oasr_stats and "cpu_s" in peer_stats else []))
+    return {m: oasr_stats[m]["median"] / peer_stats[m]["median"] for m in metrics}
 
 
 def error_rate(workload: Workload, texts: Sequence[str]) -> dict[str, float]:
@@ -877,9 +881,9 @@ def markdown_table(report: dict) -> str:
     oasr's peak RSS / the peer's, both of the medians in the same cell."""
     lines = [
         "| compute | threads | workload | audio s | batch | system | wall s | first text s | RTFx | tokens/s "
-        "| peak RSS MiB | load s | WER | oasr ahead by (peer wall / oasr wall) | oasr/peer RSS "
-        "| same text as oasr (files, chars) |",
-        "|---|---:|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| peak RSS MiB | load s | WER | oasr ahead by (peer wall / oasr wall) | oasr/peer RSS | CPU s "
+        "| oasr ahead in CPU s | same text as oasr (files, chars) |",
+        "|---|---:|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     s = report["settings"]
     for r in report["results"]:
@@ -888,6 +892,8 @@ def markdown_table(report: dict) -> str:
         rate = rates.get("en", next(iter(rates.values()), None))
         vs = r.get("vs_oasr")
         wer = "random weights" if s.get("random_weights") else "-" if rate is None else f"{100 * rate:.1f}%"
+        cpu = _cell(st["cpu_s"], ".2f") if "cpu_s" in st else "-"
+        cpu_ratio = "-" if vs is None or "cpu_s" not in vs else f"{1 / vs['cpu_s']:.2f}×"
         same = r.get("agreement")
         same = "-" if same is None else f"{same['same_files']}/{same['files']}, {100 * same['chars']:.1f}%"
         rtfx_ratio = "-" if vs is None else f"{vs['rtfx']:.2f}×"
@@ -898,7 +904,7 @@ def markdown_table(report: dict) -> str:
             f"| {_cell(st['wall_s'], '.2f')} | {_cell(st['first_delta_s'], '.2f') if 'first_delta_s' in st else '-'} "
             f"| {_cell(st['rtfx'], '.1f')} | {st['tokens_per_s']['median']:.1f} "
             f"| {st['peak_rss_mb']['median']:.0f} | {st['load_s']['median']:.2f} | {wer} | {rtfx_ratio} | {rss_ratio} "
-            f"| {same} |"
+            f"| {cpu} | {cpu_ratio} | {same} |"
         )
     lines += [
         "",

@@ -20,9 +20,17 @@ needs_whisper_base = pytest.mark.skipif(
 )
 
 
-def _run(wall_s: float, tokens: int = 100, rss: float = 500.0, load_s: float = 1.0, first: float | None = None) -> dict:
+def _run(
+    wall_s: float,
+    tokens: int = 100,
+    rss: float = 500.0,
+    load_s: float = 1.0,
+    first: float | None = None,
+    cpu: float | None = None,
+) -> dict:
     run = {"wall_s": wall_s, "tokens": tokens, "peak_rss_mb": rss, "load_s": load_s, "texts": ["hello"]}
-    return run if first is None else {**run, "first_delta_s": first}
+    optional = {"first_delta_s": first, "cpu_s": cpu}
+    return run | {k: v for k, v in optional.items() if v is not None}
 
 
 def _report(results: list[dict]) -> dict:
@@ -48,6 +56,9 @@ def test_summarize_median_spread_rtfx_and_tokens_per_s():
     assert stats["tokens_per_s"] == {"median": 25.0, "min": 20.0, "max": 50.0}
     assert stats["peak_rss_mb"] == {"median": 600, "min": 500, "max": 700}
     assert set(stats) == set(bench.METRICS)
+    # CPU seconds where every round reported them
+    assert bench.summarize([_run(1.0, cpu=1.5), _run(1.0, cpu=2.5)], 1.0)["cpu_s"]["median"] == 2.0
+    assert "cpu_s" not in bench.summarize([_run(1.0, cpu=1.5), _run(1.0)], 1.0)
     # an even number of rounds takes the mean of the middle two
     assert bench.summarize([_run(1.0), _run(3.0)], audio_s=6.0)["wall_s"]["median"] == 2.0
 
@@ -62,8 +73,9 @@ def test_ratios_are_oasr_over_peer_of_the_medians():
 
 
 def test_markdown_table():
-    oasr_stats = bench.summarize([_run(1.0, first=0.2), _run(1.5, first=0.3), _run(2.0, first=0.4)], audio_s=11.0)
-    peer_stats = bench.summarize([_run(3.0, rss=1000.0)] * 3, audio_s=11.0)
+    oasr_runs = [_run(1.0, first=0.2, cpu=2.0), _run(1.5, first=0.3, cpu=2.5), _run(2.0, first=0.4, cpu=3.0)]
+    oasr_stats = bench.summarize(oasr_runs, audio_s=11.0)
+    peer_stats = bench.summarize([_run(3.0, rss=1000.0, cpu=6.25)] * 3, audio_s=11.0)
     common = {"workload": "short", "batch_size": 8, "audio_s": 11.0, "files": 1, "compute_type": "int8", "threads": 2}
     oasr_row = {**common, "system": "oasr", "weights": "int8", "stats": oasr_stats, "vs_oasr": None}
     peer_row = {**common, "stats": peer_stats, "vs_oasr": bench.ratios(oasr_stats, peer_stats), "error_rate": {}}
@@ -83,11 +95,11 @@ def test_markdown_table():
     assert len({line.count("|") for line in lines[:5]}) == 1
     assert lines[2] == (
         "| int8 | 2 | short | 11.0 | 8 | oasr | 1.50 [1.00–2.00] | 0.30 [0.20–0.40] | 7.3 [5.5–11.0] | 66.7 | 500 "
-        "| 1.00 | 0.0% | - | - | - |"
+        "| 1.00 | 0.0% | - | - | 2.50 [2.00–3.00] | - | - |"
     )
     assert lines[3] == (
         "| int8 | 2 | short | 11.0 | 8 | faster-whisper | 3.00 [3.00–3.00] | - | 3.7 [3.7–3.7] | 33.3 | 1000 | 1.00 "
-        "| - | 2.00× | 0.50× | 1/2, 97.5% |"
+        "| - | 2.00× | 0.50× | 6.25 [6.25–6.25] | 2.50× | 1/2, 97.5% |"
     )
     assert lines[4].startswith("| int8 | 2 | short | 11.0 | 8 | whisper.cpp (q8_0) | 3.00")  # its weights named
     assert "whisper-base, beam 1" in table and "3 rounds" in table and "one normaliser" in table
