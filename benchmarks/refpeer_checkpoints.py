@@ -7,7 +7,12 @@
   parameters;
 * ``wav2vec2-large``: ``facebook/wav2vec2-large-960h-lv60-self``'s (layer-norm convs with bias,
   24 stable-layer-norm layers of 1024 / 16 heads / 4096; attention mask on), about 315M;
-* ``paraformer-large``: FunASR's paraformer-large (``benchmarks/paraformer_bench.py``).
+* ``paraformer-large``: FunASR's paraformer-large (``benchmarks/paraformer_bench.py``);
+* ``sensevoice-small``: FunASR's SenseVoiceSmall (its config.yaml: SANM encoder of 50 + 20 ``tp``
+  blocks of 512 / 4 heads / 2048, kernel 11, LFR 7/6) by funasr's ``SenseVoiceSmall`` class, the
+  tests' released layout (``tests/models/sensevoice/_funasr_format.py``) with its 160-piece
+  sentencepiece model in place of the released 25,055 (a CTC head of 82k weights, not 12.8M:
+  about 8% of the encoder's multiply-adds a frame fewer on both sides), about 230M parameters.
 
 The CTC head is scaled up so that a random encoder's argmax moves between characters (at the
 default init almost every frame is the same class, and an agreement of two sides would say
@@ -98,9 +103,48 @@ def write_wav2vec2(directory: Path, shape: dict, speech: np.ndarray, seed: int =
     return sum(p.numel() for p in model.parameters())
 
 
+SENSEVOICE_SMALL = {"output_size": 512, "attention_heads": 4, "linear_units": 2048, "num_blocks": 50, "tp_blocks": 20}
+
+
+def write_sensevoice(directory: Path, seed: int = 0) -> int:
+    """SenseVoiceSmall's shape with random weights, written by funasr's class as released (the
+    tests' layout at ``SENSEVOICE_SMALL``); the CTC head scaled as wav2vec2's. Returns the
+    parameter count."""
+    import funasr.models.sense_voice.model  # noqa: F401  (registers the classes)
+    import yaml
+    from funasr.register import tables
+
+    from tests.models.paraformer._funasr_format import write_am_mvn
+    from tests.models.sensevoice import _funasr_format as layout
+
+    cfg = layout.config()
+    cfg["encoder_conf"].update(SENSEVOICE_SMALL)
+    torch.manual_seed(seed)
+    model = tables.model_classes.get("SenseVoiceSmall")(
+        encoder=cfg["encoder"],
+        encoder_conf=dict(cfg["encoder_conf"]),
+        input_size=cfg["frontend_conf"]["n_mels"] * cfg["frontend_conf"]["lfr_m"],
+        vocab_size=layout.VOCAB,
+        **cfg["model_conf"],
+    ).eval()
+    with torch.no_grad():
+        model.ctc.ctc_lo.weight.mul_(HEAD_SCALE)
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "config.yaml").write_text(yaml.safe_dump(cfg, allow_unicode=True), encoding="utf-8")
+    (directory / "configuration.json").write_text(json.dumps(layout.CONFIGURATION, indent=2), encoding="utf-8")
+    torch.save(model.state_dict(), directory / "model.pt")
+    layout.write_bpe(directory / layout.BPE)
+    g = torch.Generator().manual_seed(seed + 1)
+    dim = cfg["frontend_conf"]["n_mels"] * cfg["frontend_conf"]["lfr_m"]
+    write_am_mvn(
+        directory / "am.mvn", -(8.0 + 4.0 * torch.rand(dim, generator=g)), 0.2 + 0.2 * torch.rand(dim, generator=g)
+    )
+    return sum(p.numel() for p in model.parameters())
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("shape", choices=(*SHAPES, "paraformer-large"))
+    ap.add_argument("shape", choices=(*SHAPES, "paraformer-large", "sensevoice-small"))
     ap.add_argument("directory", type=Path)
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
@@ -108,6 +152,8 @@ def main() -> int:
         from benchmarks.paraformer_bench import write_large_dir
 
         _, params = write_large_dir(args.directory, args.seed)
+    elif args.shape == "sensevoice-small":
+        params = write_sensevoice(args.directory, args.seed)
     else:
         params = write_wav2vec2(args.directory, SHAPES[args.shape], jfk(), args.seed)
     print(f"{args.shape}: {params / 1e6:.1f}M parameters in {args.directory}")
