@@ -19,6 +19,8 @@ Choices:
   millisecond. The top-level ``"words"`` list is present when ``words=True`` (the
   words the engine timed, possibly none). An extension: ``"finish_reason"``, "stop", or
   "length" when a token budget cut the transcript (``RequestOutput.finish_reason``).
+* Both JSON documents carry ``"emotion"`` and ``"audio_events"`` where the model tags them
+  (SenseVoice: ``RequestOutput.emotion`` / ``.audio_events``), and leave them out where it does not.
 * SRT: 1-based cue numbers, ``HH:MM:SS,mmm --> HH:MM:SS,mmm``, cues separated by
   a blank line. WebVTT: a ``WEBVTT`` header, then ``HH:MM:SS.mmm --> HH:MM:SS.mmm``
   cues. Times are rounded to the nearest millisecond *before* being split into
@@ -278,8 +280,14 @@ def to_text(out: RequestOutput) -> str:
 
 
 def json_dict(out: RequestOutput) -> dict[str, Any]:
-    """``{"text": ..., "language": <ISO code or None>}``."""
-    return {"text": out.text.strip(), "language": out.language}
+    """``{"text": ..., "language": <ISO code or None>}`` (and the model's tags, ``_tags``)."""
+    return {"text": out.text.strip(), "language": out.language, **_tags(out)}
+
+
+def _tags(out: RequestOutput) -> dict[str, Any]:
+    """``emotion`` / ``audio_events`` where the model tagged them (SenseVoice), else nothing."""
+    tags = {"emotion": out.emotion, "audio_events": out.audio_events}
+    return {k: v for k, v in tags.items() if v is not None}
 
 
 def to_json(out: RequestOutput) -> str:
@@ -327,6 +335,7 @@ def verbose_json_dict(out: RequestOutput, words: bool = False) -> dict[str, Any]
         "duration": _ms(out.duration),
         "text": out.text.strip(),
         "finish_reason": out.finish_reason,
+        **_tags(out),
         "segments": [_segment_dict(i, seg) for i, seg in enumerate(out.segments)],
     }
     if words:

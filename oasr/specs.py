@@ -19,6 +19,7 @@ class DecodeType(str, enum.Enum):
     PARAFORMER = "paraformer"
     LLM = "llm"
     MULTITASK = "multitask"  # a prompted encoder-decoder (NeMo's Canary): one pass per clip
+    RICH_CTC = "rich_ctc"  # CTC behind prompt rows, tags + text out (FunASR's SenseVoice)
 
     def __str__(self) -> str:
         return self.value

@@ -379,7 +379,8 @@ def _add_decode_options(parser: argparse.ArgumentParser, *, language: bool = Tru
         "--itn",
         action=argparse.BooleanOptionalAction,
         default=None,
-        help="Canary 2: inverse text normalisation (default: the checkpoint's prompt defaults, else off)",
+        help="inverse text normalisation: SenseVoice (funasr's use_itn; default off), Canary 2 (default: the "
+        "checkpoint's prompt defaults, else off)",
     )
     g.add_argument(
         "--seed",

@@ -395,6 +395,7 @@ class VadSplitter:
             if out.text:
                 text += _separator(text, out.text) + out.text
         language, probability, probs = _language(parent, request.options)
+        emotion, audio_events = _tags(parent)
         output = RequestOutput(
             request_id=parent.rid,
             text=text,
@@ -405,6 +406,8 @@ class VadSplitter:
             duration=request.duration,
             task=request.options.task,
             finish_reason="length" if any(out.finish_reason == "length" for out in outputs) else "stop",
+            emotion=emotion,
+            audio_events=audio_events,
         )
         events.append(StepEvent(parent.rid, "finished", output=output))
 
@@ -476,6 +479,22 @@ def _language(parent: _Parent, opts: TranscribeOptions) -> tuple[str | None, flo
     out = longest[language].output
     assert out is not None
     return language, out.language_probability, out.language_probs
+
+
+def _tags(parent: _Parent) -> tuple[str | None, list[str] | None]:
+    """The emotion tagged over the most speech, and every chunk's audio events in order, each once
+    (None where no chunk's model tags them: all but SenseVoice)."""
+    speech: dict[str, float] = {}
+    events: list[str] | None = None
+    for part in parent.parts:
+        out = part.output
+        if out is None:
+            continue
+        if out.emotion is not None:
+            speech[out.emotion] = speech.get(out.emotion, 0.0) + part.chunk.duration
+        if out.audio_events is not None:
+            events = list(dict.fromkeys([*(events or []), *out.audio_events]))
+    return (max(speech, key=lambda e: speech[e]) if speech else None), events
 
 
 __all__ = ["VadChunks", "VadSplitter"]

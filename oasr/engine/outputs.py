@@ -71,6 +71,10 @@ class RequestOutput:
         duration: the input's duration in seconds.
         segments: timed segments.
         task: "transcribe" or "translate".
+        emotion: the speaker's emotion where the model tags it (SenseVoice: ``"NEUTRAL"``,
+            ``"HAPPY"``, ...), else None.
+        audio_events: the audio events the model tagged, in order, each once (SenseVoice:
+            ``"Speech"``, ``"BGM"``, ``"Laughter"``, ...); None where the model tags none.
         finish_reason: "stop" when the decode ended by itself (an end-of-text or stop token,
             or the end of the audio: every CTC, transducer and Paraformer result); "length" when
             a token budget cut it (a speech-LLM's ``max_new_tokens``, or a Whisper window whose
@@ -86,6 +90,8 @@ class RequestOutput:
     duration: float = 0.0
     task: str = "transcribe"
     finish_reason: FinishReason = "stop"
+    emotion: str | None = None
+    audio_events: list[str] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -81,6 +81,20 @@ CAPABILITIES: dict[DecodeType, Capability] = {
         why="non-autoregressive decoding fires CIF token embeddings from the encoder and "
         "decodes them in one parallel pass",
     ),
+    DecodeType.RICH_CTC: Capability(
+        requires=(
+            "rich_prompt",
+            "forward_rich",
+            "prompt_frames",
+            "rich_transcript",
+            "is_tag",
+            "blank_id",
+            "encoder.subsampling_rate",
+        ),
+        why="rich CTC (SenseVoice) puts each request's query rows (language, text normalisation) in front of "
+        "its audio, searches the CTC output of both, and has the model read the tags the prompt frames wrote "
+        "(language, emotion, events) and the text without them; the prompt frames and tag pieces are not timed",
+    ),
     DecodeType.LLM: Capability(
         requires=(
             "encode_offline",

@@ -116,6 +116,11 @@ _BUILTIN: tuple[tuple[str, str, tuple[str, ...]], ...] = (
         ("oasr.models.paraformer.convert:FunasrParaformerConverter",),
     ),
     (
+        "sensevoice",
+        "oasr.models.sensevoice.model:SenseVoiceModel",
+        ("oasr.models.sensevoice.convert:FunasrSenseVoiceConverter",),
+    ),
+    (
         "zipformer",
         "oasr.models.zipformer.model:ZipformerCtcModel",
         (

@@ -26,8 +26,10 @@ Form-field policy (one rule for both audio routes):
   max_new_tokens``; a result it cuts has ``finish_reason="length"`` in ``verbose_json``),
   ``repetition_penalty`` (> 0) and ``seed`` (a 64-bit integer; left out, every request samples
   with a fresh seed), ``target_language`` (Canary: the language of the output; on
-  ``/v1/audio/translations`` English when left out). Left out, ``oasr serve``'s flag of the same name applies, else the
-  model's default; a model that does not take one answers 400 naming it.
+  ``/v1/audio/translations`` English when left out), ``itn`` (a boolean: inverse text
+  normalisation, SenseVoice's ``use_itn`` and Canary 2's ``<|itn|>``). Left out, ``oasr serve``'s
+  flag of the same name applies, else the model's default; a model that does not take one
+  answers 400 naming it.
 * Empty ``language`` / ``prompt`` / ``chunking_strategy`` values mean "not given" (for
   ``language``: the server's default); ``language=auto`` / ``none`` means "detect it", even
   where ``oasr serve --language`` sets a default.
@@ -86,6 +88,7 @@ class TranslationRequest(BaseModel):
     repetition_penalty: float | None = Field(default=None, gt=0.0)
     seed: int | None = Field(default=None, ge=-(2**63), le=2**63 - 1)
     target_language: str | None = None
+    itn: bool | None = None
 
     @property
     def granularities(self) -> tuple[str, ...]:
@@ -289,16 +292,21 @@ class UsageDuration(BaseModel):
 
 
 class TranscriptionResponse(BaseModel):
-    """``response_format=json``: OpenAI's ``{"text"}`` plus the language's ISO code and usage."""
+    """``response_format=json``: OpenAI's ``{"text"}`` plus the language's ISO code and usage (and,
+    where the model tags them, the emotion and audio events: SenseVoice)."""
 
     text: str
     language: str | None = None
+    emotion: str | None = None
+    audio_events: list[str] | None = None
     usage: UsageDuration | None = None
 
 
 class TranslationResponse(BaseModel):
     text: str
     language: str | None = None
+    emotion: str | None = None
+    audio_events: list[str] | None = None
 
 
 class WordTiming(BaseModel):
@@ -328,6 +336,8 @@ class TranscriptionVerboseResponse(BaseModel):
     duration: float
     text: str
     finish_reason: Literal["stop", "length"] | None = None  # an extension: "length" when a token budget cut it
+    emotion: str | None = None  # an extension: the model's emotion tag (SenseVoice)
+    audio_events: list[str] | None = None  # an extension: the model's audio-event tags (SenseVoice)
     segments: list[SegmentTiming] | None = None
     words: list[WordTiming] | None = None
     usage: UsageDuration | None = None

@@ -11,11 +11,11 @@ Decoding policy:
   default (Whisper's fallback sequence 0.0, 0.2, ..., 1.0); ``0 < t <= 1`` decodes at that
   one temperature (Whisper: ``best_of`` samples), and is refused by a strategy that does not
   sample (CTC, transducer, Paraformer).
-* ``max_new_tokens``, ``repetition_penalty`` and ``seed`` (oasr's extensions, the official
-  client's ``extra_body``) set the option of the same name for the request, over ``oasr serve``'s
-  ``--max-new-tokens`` / ``--repetition-penalty``; without a ``seed``, a sampled decode draws a
-  fresh one per request. A result a token budget cut has ``finish_reason="length"`` in
-  ``verbose_json`` and in the stream's ``transcript.text.done`` event.
+* ``max_new_tokens``, ``repetition_penalty``, ``seed``, ``target_language`` and ``itn`` (oasr's
+  extensions, the official client's ``extra_body``) set the option of the same name for the
+  request, over ``oasr serve``'s ``--max-new-tokens`` / ``--repetition-penalty``; without a
+  ``seed``, a sampled decode draws a fresh one per request. A result a token budget cut has
+  ``finish_reason="length"`` in ``verbose_json`` and in the stream's ``transcript.text.done`` event.
 * ``prompt`` is the option the decode strategy takes free text in: Whisper's
   ``initial_prompt``, a speech-LLM's ``context`` (the system turn); ``language`` (transcriptions only) an ISO
   639-1 / 639-3 code, an English name or a locale, resolved against the model's languages
@@ -103,7 +103,7 @@ from oasr.server.settings import TIMEOUT_BASE_S, TIMEOUT_PER_AUDIO_S, ServerSett
 
 log = logging.getLogger("oasr.server")
 
-EXTENSION_FIELDS = ("max_new_tokens", "repetition_penalty", "seed", "target_language")
+EXTENSION_FIELDS = ("max_new_tokens", "repetition_penalty", "seed", "target_language", "itn")
 """Form fields beyond OpenAI's that set the ``TranscribeOptions`` field of the same name."""
 CLIENT_GONE = "oasr.client_gone"  # scope key set when the client disconnected mid-request
 _TEXT_MEDIA = {"text": "text/plain", "srt": "text/plain", "vtt": "text/vtt"}

@@ -248,6 +248,15 @@ def _paraformer() -> Any:
     return ParaformerConfig(encoder=encoder, decoder=decoder, predictor=CifPredictorConfig(), vocab_size=45)
 
 
+def _sensevoice() -> Any:
+    from oasr.models.sensevoice import SenseVoiceConfig, SenseVoiceEncoderConfig
+
+    encoder = SenseVoiceEncoderConfig(
+        input_size=560, output_size=16, attention_heads=2, linear_units=32, num_blocks=2, tp_blocks=1
+    )
+    return SenseVoiceConfig(encoder=encoder, vocab_size=60)
+
+
 def _zipformer_encoder() -> Any:
     from oasr.models.zipformer import ZipformerEncoderConfig
 
@@ -310,6 +319,7 @@ TINY_CONFIGS: dict[str, Callable[[], Any]] = {
     "parakeet_cache_aware_transducer": _parakeet_cache_aware_transducer,
     "parakeet_cache_aware_hybrid": _parakeet_cache_aware_hybrid,
     "qwen3_asr": _qwen3_asr,
+    "sensevoice": _sensevoice,
     "speech_llm": _speech_llm,
     "transducer": _transducer,
     "wav2vec2": _wav2vec2,

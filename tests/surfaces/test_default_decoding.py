@@ -72,6 +72,12 @@ def _paraformer(d: Path) -> tuple[Path, list[str]]:
     return write_oasr_funasr_dir(d), []
 
 
+def _sensevoice(d: Path) -> tuple[Path, list[str]]:
+    from tests.models.sensevoice.conftest import write_oasr_sensevoice_dir
+
+    return write_oasr_sensevoice_dir(d), []
+
+
 def _icefall(architecture: str | None) -> Callable[[Path], tuple[Path, list[str]]]:
     def build(d: Path) -> tuple[Path, list[str]]:
         pytest.importorskip("zipformer", reason="the icefall reference package 'zipformer' is not installed")
@@ -116,6 +122,7 @@ FAMILIES: dict[str, Callable[[Path], tuple[Path, list[str]]]] = {
     "parakeet-ctc": _parakeet_ctc,
     "nemotron": _nemotron,
     "paraformer": _paraformer,
+    "sensevoice": _sensevoice,
     "zipformer": _icefall(None),
     "icefall-transducer": _icefall("transducer"),
     "qwen3-asr": _qwen3_asr,

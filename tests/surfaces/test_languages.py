@@ -9,7 +9,8 @@ column is what its reference has: Whisper's language tokens (99 codes; ``en`` al
 English-only model), the Nemotron prompt table of ``processor_config.json`` (locales where it
 has them), Qwen3-ASR's 30 names and Qwen2-Audio's 8 tags (transformers' processors), ``en``
 for the English CTC checkpoints (Parakeet, LASR), and nothing for the checkpoints that name no
-language (WeNet, Paraformer, icefall), which take only "no language".
+language (WeNet, Paraformer, icefall), which take only "no language"; SenseVoice's six language
+queries (funasr's ``lid_dict``).
 """
 
 from __future__ import annotations
@@ -66,6 +67,11 @@ EXPECTED: dict[str, tuple[dict[str, str | None], str]] = {
     "wenet-u2pp": (_NO_LANGUAGE, "names no language"),
     "wav2vec2": (_NO_LANGUAGE, "names no language"),
     "paraformer": (_NO_LANGUAGE, "names no language"),
+    # SenseVoice's language queries: zh, en, yue, ja, ko, nospeech
+    "sensevoice": (
+        _column(**_EN, **dict.fromkeys(_DE, LACKS), **{"pt-BR": LACKS, "fil": LACKS, "cy": LACKS}),
+        "yue (Cantonese)",
+    ),
     "zipformer": (_NO_LANGUAGE, "names no language"),
     "icefall-transducer": (_NO_LANGUAGE, "names no language"),
 }

@@ -13,7 +13,7 @@ import pytest
 from oasr.engine.config import COMMON_FIELDS, UNSET, CommonOptions, TranscribeOptions
 from oasr.engine.decode.registry import decode_strategy_class, strategies_taking
 
-BUILTIN = ("aed", "llm", "ctc", "ctc_aed_rescoring", "transducer", "paraformer", "multitask")
+BUILTIN = ("aed", "llm", "ctc", "ctc_aed_rescoring", "transducer", "paraformer", "multitask", "rich_ctc")
 # CLI flags that carry a TranscribeOptions field under another name.
 FLAG_FIELDS = {"vad": "vad_filter"}
 
@@ -47,6 +47,8 @@ def test_strategy_defaults_are_their_references():
     llm = classes["llm"]()
     assert (llm.temperature, llm.top_k, llm.top_p, llm.repetition_penalty) == (None,) * 4  # the checkpoint's
     assert dataclasses.fields(classes["paraformer"]) == ()
+    rich = classes["rich_ctc"]()  # funasr's SenseVoice: greedy CTC, generate(use_itn=False)
+    assert (rich.beam_size, rich.itn) == (1, False)
 
 
 def _decode_actions(parser: argparse.ArgumentParser):

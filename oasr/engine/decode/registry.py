@@ -27,6 +27,7 @@ _BUILTIN: tuple[tuple[str, str], ...] = (
     ("transducer", "oasr.engine.decode.transducer:TransducerDecodeStrategy"),
     ("paraformer", "oasr.engine.decode.paraformer:ParaformerDecodeStrategy"),
     ("multitask", "oasr.engine.decode.multitask:MultitaskDecodeStrategy"),
+    ("rich_ctc", "oasr.engine.decode.ctc.rich:RichCtcStrategy"),
 )
 
 

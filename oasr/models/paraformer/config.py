@@ -9,6 +9,7 @@ from oasr.models.configs import ModelConfig
 
 PREDICTORS = ("CifPredictorV2", "CifPredictorV3")
 UPSAMPLE_TYPES = ("cnn", "cnn_blstm")
+NORM_EPS = 1e-12  # FunASR (ESPnet) LayerNorm
 
 
 @dataclass
@@ -22,6 +23,7 @@ class SanmEncoderConfig(ModelConfig):
         attention_heads / linear_units / num_blocks: heads, feed-forward width, blocks
             (the first block maps ``input_size`` -> D).
         kernel_size / sanm_shfit: FSMN memory kernel and its extra left shift.
+        norm_eps: the LayerNorms' eps (FunASR's ESPnet LayerNorm: 1e-12).
     """
 
     input_size: int = 560
@@ -31,6 +33,7 @@ class SanmEncoderConfig(ModelConfig):
     num_blocks: int = 50
     kernel_size: int = 11
     sanm_shfit: int = 0
+    norm_eps: float = NORM_EPS
 
     def __post_init__(self) -> None:
         if self.output_size % self.attention_heads:

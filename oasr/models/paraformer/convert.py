@@ -40,8 +40,9 @@ ARCH = "paraformer"
 MODELS = {"Paraformer": "CifPredictorV2", "BiCifParaformer": "CifPredictorV3"}
 WEIGHTS = ("model.pt", "model.pb")
 TOKENS = ("tokens.json", "tokens.txt")
+READ_ELSEWHERE = frozenset({"SenseVoiceSmall"})  # FunASR models of the families built on this one
 
-_TRAINING_ONLY = frozenset(
+TRAINING_ONLY = frozenset(
     {
         "dropout_rate",
         "positional_dropout_rate",
@@ -103,22 +104,22 @@ _FRONT_FIXED: dict[str, tuple[tuple[Any, ...], str]] = {
 _UNUSED = ("decoder.embed.", "ctc.", "criterion_att.", "criterion_pre.")
 
 
-def _refuse(where: Path, key: str, value: Any, why: str) -> LoadError:
+def refuse(where: Path, key: str, value: Any, why: str) -> LoadError:
     return LoadError(f"{where}: {key}={value!r} is not supported: {why}")
 
 
-def _weights_file(directory: Path) -> Path | None:
+def weights_file(directory: Path) -> Path | None:
     return next((directory / n for n in WEIGHTS if (directory / n).is_file()), None)
 
 
-def _check_conf(where: Path, section: str, conf: Mapping[str, Any], fields, fixed, ignored) -> dict[str, Any]:
+def check_conf(where: Path, section: str, conf: Mapping[str, Any], fields, fixed, ignored) -> dict[str, Any]:
     for key, value in conf.items():
         if key in fixed:
             accepted, why = fixed[key]
             if value not in accepted:
-                raise _refuse(where, f"{section}.{key}", value, why)
-        elif key not in fields and key not in ignored and key not in _TRAINING_ONLY:
-            raise _refuse(where, f"{section}.{key}", value, "an option this family does not know")
+                raise refuse(where, f"{section}.{key}", value, why)
+        elif key not in fields and key not in ignored and key not in TRAINING_ONLY:
+            raise refuse(where, f"{section}.{key}", value, "an option this family does not know")
     return {f: conf[f] for f in fields if f in conf}
 
 
@@ -169,6 +170,46 @@ def read_tokens(path: Path) -> list[str]:
     return tokens
 
 
+def check_frontend(where: Path, cfg: Mapping[str, Any]) -> tuple[int, int, int]:
+    """The ``frontend`` / ``frontend_conf`` / ``normalize`` / ``input_size`` keys of a FunASR
+    ``config.yaml`` checked: (encoder input size, lfr_m, lfr_n).
+
+    Raises:
+        LoadError: naming the key and value this reader does not implement.
+    """
+    if cfg.get("frontend", "WavFrontend") not in ("WavFrontend", "wav_frontend"):
+        raise refuse(where, "frontend", cfg.get("frontend"), "only FunASR's WavFrontend is implemented")
+    if cfg.get("normalize") not in (None, "null"):
+        raise refuse(where, "normalize", cfg.get("normalize"), "CMVN comes from am.mvn in the front end")
+    front = dict(cfg.get("frontend_conf") or {})
+    check_conf(where, "frontend_conf", front, _FRONT_FIELDS, _FRONT_FIXED, _FRONT_IGNORED)
+    lfr_m, lfr_n = int(front.get("lfr_m", 1)), int(front.get("lfr_n", 1))
+    n_mels = int(front.get("n_mels", 80))
+    input_size = int(cfg.get("input_size", n_mels * lfr_m))
+    if input_size != n_mels * lfr_m:
+        raise refuse(where, "input_size", input_size, f"the front end gives n_mels * lfr_m = {n_mels * lfr_m}")
+    return input_size, lfr_m, lfr_n
+
+
+def read_state_dict(weights: Path) -> dict[str, torch.Tensor]:
+    """A FunASR ``model.pt``: a flat state dict (a ``state_dict`` / ``model_state_dict`` /
+    ``model`` wrapper unwrapped, DDP's ``module.`` prefix removed).
+
+    Raises:
+        LoadError: naming the file, when it is not one.
+    """
+    try:
+        raw = torch.load(weights, map_location="cpu", weights_only=True)
+    except Exception as e:
+        raise LoadError(f"{weights}: cannot read as a PyTorch state dict: {e}") from e
+    for wrapper in ("state_dict", "model_state_dict", "model"):
+        if isinstance(raw, dict) and isinstance(raw.get(wrapper), dict):
+            raw = raw[wrapper]
+    if not isinstance(raw, dict) or not all(isinstance(v, torch.Tensor) for v in raw.values()):
+        raise LoadError(f"{weights}: not a FunASR state dict (a flat mapping of tensors)")
+    return {k.removeprefix("module."): v for k, v in raw.items()}
+
+
 def model_config(where: Path, cfg: Mapping[str, Any], vocab_size: int) -> ParaformerConfig:
     """``config.yaml`` -> ``ParaformerConfig``, refusing what this family does not implement.
 
@@ -177,25 +218,15 @@ def model_config(where: Path, cfg: Mapping[str, Any], vocab_size: int) -> Parafo
     """
     kind = cfg.get("model")
     if kind not in MODELS:
-        raise _refuse(where, "model", kind, f"this family reads FunASR {' / '.join(MODELS)} directories")
+        raise refuse(where, "model", kind, f"this family reads FunASR {' / '.join(MODELS)} directories")
     for key, want in (("encoder", "SANMEncoder"), ("decoder", "ParaformerSANMDecoder"), ("predictor", MODELS[kind])):
         if cfg.get(key) != want:
-            raise _refuse(where, key, cfg.get(key), f"a FunASR {kind} has {key}: {want}")
-    if cfg.get("frontend", "WavFrontend") not in ("WavFrontend", "wav_frontend"):
-        raise _refuse(where, "frontend", cfg.get("frontend"), "only FunASR's WavFrontend is implemented")
-    if cfg.get("normalize") not in (None, "null"):
-        raise _refuse(where, "normalize", cfg.get("normalize"), "CMVN comes from am.mvn in the front end")
-    front = dict(cfg.get("frontend_conf") or {})
-    _check_conf(where, "frontend_conf", front, _FRONT_FIELDS, _FRONT_FIXED, _FRONT_IGNORED)
-    lfr_m, lfr_n = int(front.get("lfr_m", 1)), int(front.get("lfr_n", 1))
-    n_mels = int(front.get("n_mels", 80))
-    input_size = int(cfg.get("input_size", n_mels * lfr_m))
-    if input_size != n_mels * lfr_m:
-        raise _refuse(where, "input_size", input_size, f"the front end gives n_mels * lfr_m = {n_mels * lfr_m}")
-    enc = _check_conf(where, "encoder_conf", dict(cfg.get("encoder_conf") or {}), _ENC_FIELDS, _ENC_FIXED, frozenset())
-    dec = _check_conf(where, "decoder_conf", dict(cfg.get("decoder_conf") or {}), _DEC_FIELDS, _DEC_FIXED, frozenset())
+            raise refuse(where, key, cfg.get(key), f"a FunASR {kind} has {key}: {want}")
+    input_size, lfr_m, lfr_n = check_frontend(where, cfg)
+    enc = check_conf(where, "encoder_conf", dict(cfg.get("encoder_conf") or {}), _ENC_FIELDS, _ENC_FIXED, frozenset())
+    dec = check_conf(where, "decoder_conf", dict(cfg.get("decoder_conf") or {}), _DEC_FIELDS, _DEC_FIXED, frozenset())
     pred_conf = dict(cfg.get("predictor_conf") or {})
-    pred = _check_conf(where, "predictor_conf", pred_conf, _PRED_FIELDS, {}, _PRED_IGNORED)
+    pred = check_conf(where, "predictor_conf", pred_conf, _PRED_FIELDS, {}, _PRED_IGNORED)
     model_conf = dict(cfg.get("model_conf") or {})
     try:
         encoder = SanmEncoderConfig(input_size=input_size, **enc)
@@ -228,37 +259,65 @@ def feature_spec(cfg: Mapping[str, Any]) -> FeatureSpec:
     return FeatureSpec(kind=FRONTEND_KIND, sampling_rate=int(front.get("fs", 16000)), params=params)
 
 
-class FunasrParaformerConverter:
-    """A FunASR Paraformer / BiCifParaformer directory (``config.yaml`` + ``model.pt``)."""
+class FunasrConverter:
+    """What the FunASR model-directory readers share: a directory is claimed by its
+    ``config.yaml`` (``claims``), read by ``read_config``."""
 
-    architecture = ARCH
     auto_detect = True
-    expected_unused_prefixes: tuple[str, ...] = _UNUSED
     capability_drop_hints: Mapping[str, str] = {}
+
+    def claims(self, directory: Path, cfg: Mapping[str, Any]) -> bool:
+        raise NotImplementedError
 
     def can_load(self, path: Path) -> bool:
         path = Path(path)
         directory = path.parent if path.is_file() else path
         yml = directory / "config.yaml"
-        if not yml.is_file() or _weights_file(directory) is None:
+        if not yml.is_file():
             return False
         try:
             cfg = read_mapping(yml, "a FunASR model config")
         except (LoadError, OSError):
             return False
-        # Any FunASR model directory is claimed, so another model's gets a clear refusal from load().
-        return "model" in cfg and "encoder_conf" in cfg
+        return self.claims(directory, cfg)
 
-    def load(self, path: Path) -> CheckpointBundle:
+    @staticmethod
+    def read_config(path: Path) -> tuple[Path, Path, dict[str, Any]]:
+        """(the model directory, its ``config.yaml``, the config) of a directory or a file in it.
+
+        Raises:
+            LoadError: there is no ``config.yaml``, or it does not parse.
+        """
         path = Path(path)
         directory = path.parent if path.is_file() else path
         yml = directory / "config.yaml"
         if not yml.is_file():
             raise LoadError(f"{directory}: no config.yaml (not a FunASR model directory)")
-        cfg = read_mapping(yml, "a FunASR model config")
+        return directory, yml, dict(read_mapping(yml, "a FunASR model config"))
+
+
+class FunasrParaformerConverter(FunasrConverter):
+    """A FunASR Paraformer / BiCifParaformer directory (``config.yaml`` + ``model.pt``)."""
+
+    architecture = ARCH
+    expected_unused_prefixes: tuple[str, ...] = _UNUSED
+
+    def claims(self, directory: Path, cfg: Mapping[str, Any]) -> bool:
+        # Any FunASR model directory but those another family reads is claimed, so that another
+        # model's gets a clear refusal from load().
+        return (
+            weights_file(directory) is not None
+            and "model" in cfg
+            and "encoder_conf" in cfg
+            and cfg["model"] not in READ_ELSEWHERE
+        )
+
+    def load(self, path: Path) -> CheckpointBundle:
+        path = Path(path)
+        directory, yml, cfg = self.read_config(path)
         if cfg.get("model") not in MODELS:
-            raise _refuse(yml, "model", cfg.get("model"), f"this family reads FunASR {' / '.join(MODELS)} directories")
-        weights = path if path.is_file() else _weights_file(directory)
+            raise refuse(yml, "model", cfg.get("model"), f"this family reads FunASR {' / '.join(MODELS)} directories")
+        weights = path if path.is_file() else weights_file(directory)
         if weights is None:
             raise LoadError(f"{directory}: no weights ({' or '.join(WEIGHTS)}) beside config.yaml")
         tokens_path = next((directory / n for n in TOKENS if (directory / n).is_file()), None)
@@ -267,16 +326,7 @@ class FunasrParaformerConverter:
         tokens = read_tokens(tokens_path)
         config = model_config(yml, cfg, len(tokens))
 
-        try:
-            raw = torch.load(weights, map_location="cpu", weights_only=True)
-        except Exception as e:
-            raise LoadError(f"{weights}: cannot read as a PyTorch state dict: {e}") from e
-        for wrapper in ("state_dict", "model_state_dict", "model"):
-            if isinstance(raw, dict) and isinstance(raw.get(wrapper), dict):
-                raw = raw[wrapper]
-        if not isinstance(raw, dict) or not all(isinstance(v, torch.Tensor) for v in raw.values()):
-            raise LoadError(f"{weights}: not a FunASR state dict (a flat mapping of tensors)")
-        state = {k.removeprefix("module."): v for k, v in raw.items()}
+        state = read_state_dict(weights)
 
         head = state.get("decoder.output_layer.weight")
         if head is None:
@@ -308,4 +358,17 @@ class FunasrParaformerConverter:
         )
 
 
-__all__ = ["FunasrParaformerConverter", "feature_spec", "model_config", "read_cmvn", "read_tokens"]
+__all__ = [
+    "FunasrConverter",
+    "FunasrParaformerConverter",
+    "TRAINING_ONLY",
+    "check_conf",
+    "check_frontend",
+    "feature_spec",
+    "model_config",
+    "read_cmvn",
+    "read_state_dict",
+    "read_tokens",
+    "refuse",
+    "weights_file",
+]

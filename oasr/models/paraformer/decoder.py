@@ -13,8 +13,8 @@ import torch
 from torch import nn
 
 from oasr.layers import Conv1d, LayerNorm, Linear, LinearActivation, attention
-from oasr.models.paraformer.config import SanmDecoderConfig
-from oasr.models.paraformer.encoder import NORM_EPS, fsmn_memory, fsmn_padding, length_mask
+from oasr.models.paraformer.config import NORM_EPS, SanmDecoderConfig
+from oasr.models.paraformer.encoder import fsmn_memory, fsmn_padding, length_mask
 
 
 class SanmFeedForward(nn.Module):

@@ -5,7 +5,8 @@ features to D, so it has no residual there), then ``x + FFN(norm2(x))``. SANM pr
 Q, K, V in one GEMM (``linear_q_k_v``); the attention goes through the shared core
 (``oasr.layers.attention``) and the FSMN memory is a depthwise convolution over the
 masked values, added to its own input. Inputs are scaled by ``sqrt(D)`` and get
-FunASR's sinusoids (positions from 1) at the input width. LayerNorm eps is 1e-12.
+FunASR's sinusoids (positions from 1) at the input width. LayerNorm eps is the config's
+``norm_eps`` (1e-12, ESPnet's, in Paraformer).
 
 Module names follow FunASR's state dict (``encoder.encoders0.0.self_attn.linear_q_k_v``,
 ``encoder.encoders.N.feed_forward.w_1``, ``encoder.after_norm``); CMVN from ``am.mvn``
@@ -23,8 +24,6 @@ from torch import nn
 from oasr.layers import Conv1d, FeedForward, LayerNorm, Linear, attention
 from oasr.models.base import BaseEncoder
 from oasr.models.paraformer.config import SanmEncoderConfig
-
-NORM_EPS = 1e-12  # FunASR (ESPnet) LayerNorm
 
 
 def length_mask(lens: torch.Tensor, n: int) -> torch.Tensor:
@@ -97,8 +96,8 @@ class SanmEncoderLayer(nn.Module):
         self.residual_attention = in_size == d
         self.self_attn = SanmAttention(in_size, d, cfg.attention_heads, cfg.kernel_size, cfg.sanm_shfit)
         self.feed_forward = FeedForward(d, cfg.linear_units, activation="relu")
-        self.norm1 = LayerNorm(in_size, eps=NORM_EPS)
-        self.norm2 = LayerNorm(d, eps=NORM_EPS)
+        self.norm1 = LayerNorm(in_size, eps=cfg.norm_eps)
+        self.norm2 = LayerNorm(d, eps=cfg.norm_eps)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor, lens: torch.Tensor) -> torch.Tensor:
         a = self.self_attn(self.norm1(x), mask, lens)
@@ -123,7 +122,7 @@ class ParaformerEncoder(BaseEncoder):
         self.register_buffer("cmvn_scale", torch.ones(cfg.input_size))
         self.encoders0 = nn.ModuleList([SanmEncoderLayer(cfg.input_size, cfg)])
         self.encoders = nn.ModuleList([SanmEncoderLayer(cfg.output_size, cfg) for _ in range(cfg.num_blocks - 1)])
-        self.after_norm = LayerNorm(cfg.output_size, eps=NORM_EPS)
+        self.after_norm = LayerNorm(cfg.output_size, eps=cfg.norm_eps)
 
     def normalize(self, feats: torch.Tensor) -> torch.Tensor:
         """``(x + shift) * scale`` with the ``am.mvn`` statistics (FunASR's ``apply_cmvn``)."""
@@ -134,8 +133,17 @@ class ParaformerEncoder(BaseEncoder):
             raise ValueError(
                 f"ParaformerEncoder expects (B, T, {self.cfg.input_size}) LFR features, got {tuple(feats.shape)}"
             )
-        t = feats.shape[1]
-        x = self.normalize(feats) * self.cfg.output_size**0.5
+        return self.forward_normalized(self.normalize(feats), lens)
+
+    def forward_normalized(self, x: torch.Tensor, lens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The blocks over features already through CMVN (where a prompted encoder puts its
+        prompt rows in front of the audio's).
+
+        Shapes:
+            x: (B, T, input_size), lens: (B,) -> (B, T, D), lens
+        """
+        t = x.shape[1]
+        x = x * self.cfg.output_size**0.5
         x = x + funasr_sinusoids(t, x.shape[-1], x.dtype, x.device)
         mask = length_mask(lens, t).to(x.dtype)
         for layer in (*self.encoders0, *self.encoders):

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 
 N_MELS, LFR_M, LFR_N = 80, 7, 6
 D = 32
@@ -107,6 +108,18 @@ def build_reference(kind: str = "Paraformer", seed: int = 0) -> tuple[torch.nn.M
             model.predictor.cif_output2.weight.mul_(0.3)
             model.predictor.cif_output2.bias.fill_(0.0)
     return model, cfg
+
+
+COS_MIN = 0.99999
+
+
+def assert_close(name: str, ours: torch.Tensor, ref: torch.Tensor, max_abs: float) -> None:
+    """A stage equals funasr's: same shape, cosine >= ``COS_MIN`` and max-abs <= ``max_abs``."""
+    assert ours.shape == ref.shape, f"{name}: shape {tuple(ours.shape)} vs funasr {tuple(ref.shape)}"
+    a, b = ours.detach().double().flatten(), ref.detach().double().flatten()
+    diff = float((a - b).abs().max())
+    cos = float(F.cosine_similarity(a, b, dim=0))
+    assert cos >= COS_MIN and diff <= max_abs, f"{name}: max-abs {diff:.3g}, cosine {cos:.8f}"
 
 
 def write_am_mvn(path: Path, shift: torch.Tensor, scale: torch.Tensor) -> None:

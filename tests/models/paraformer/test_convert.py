@@ -84,8 +84,8 @@ def test_am_mvn_rows_are_parsed(tmp_path):
 
 
 def test_a_config_for_another_model_is_refused(oasr_dir):
-    _edit_config(oasr_dir, model="SenseVoiceSmall")
-    with pytest.raises(LoadError, match=r"model='SenseVoiceSmall' is not supported.*Paraformer / BiCifParaformer"):
+    _edit_config(oasr_dir, model="SeacoParaformer")
+    with pytest.raises(LoadError, match=r"model='SeacoParaformer' is not supported.*Paraformer / BiCifParaformer"):
         oasr.load_pretrained(str(oasr_dir))
 
 

@@ -7,22 +7,13 @@ import copy
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 import oasr
 from oasr.audio.frontends import build_frontend
 from oasr.engine.decode.paraformer.strategy import decode_batch
+from tests.models.paraformer._funasr_format import assert_close
 
 KINDS = ("Paraformer", "BiCifParaformer")
-COS_MIN = 0.99999
-
-
-def _close(name: str, ours: torch.Tensor, ref: torch.Tensor, max_abs: float) -> None:
-    assert ours.shape == ref.shape, f"{name}: shape {tuple(ours.shape)} vs funasr {tuple(ref.shape)}"
-    a, b = ours.detach().double().flatten(), ref.detach().double().flatten()
-    diff = float((a - b).abs().max())
-    cos = float(F.cosine_similarity(a, b, dim=0))
-    assert cos >= COS_MIN and diff <= max_abs, f"{name}: max-abs {diff:.3g}, cosine {cos:.8f}"
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -36,29 +27,29 @@ def test_stages_match_funasr_in_float64(kind, funasr_dirs, funasr_models, zh_aud
     # front end: kaldi fbank + LFR (oasr's front end) + CMVN (oasr's encoder buffers)
     ref_feats, ref_lens = auto.kwargs["frontend"](wav[None].clone(), torch.tensor([wav.numel()]))
     lfr = build_frontend(loaded.feature_spec).compute(wav, torch.float64)
-    _close("front end", model.encoder.normalize(lfr), ref_feats[0], 1e-3)  # funasr's fbank is float32
+    assert_close("front end", model.encoder.normalize(lfr), ref_feats[0], 1e-3)  # funasr's fbank is float32
 
     feats = model.encoder.normalize(lfr)[None]
     lens = torch.tensor([feats.shape[1]])
     with torch.no_grad():
         ref_enc, ref_enc_lens = ref.encode(feats, lens)
         enc, enc_lens = model.encode_offline(lfr[None], lens)
-        _close("encoder", enc, ref_enc, 1e-9)
+        assert_close("encoder", enc, ref_enc, 1e-9)
         assert enc_lens.tolist() == ref_enc_lens.tolist()
 
         embeds, token_num, alphas, peaks = ref.calc_predictor(ref_enc, ref_enc_lens)[:4]
         cif = model.cif(ref_enc, ref_enc_lens)
         assert cif.token_lens.tolist() == token_num.round().long().tolist() and int(cif.token_lens[0]) > 3
-        _close("CIF alphas", cif.alphas, alphas, 1e-7)
+        assert_close("CIF alphas", cif.alphas, alphas, 1e-7)
         # BiCif integrates in funasr's float32 loop; V2's prefix sum runs in the model's float64
-        _close("CIF acoustic embeddings", cif.embeds, embeds, 1e-9 if kind == "Paraformer" else 1e-4)
+        assert_close("CIF acoustic embeddings", cif.embeds, embeds, 1e-9 if kind == "Paraformer" else 1e-4)
 
         ref_logp = ref.cal_decoder_with_predictor(ref_enc, ref_enc_lens, embeds, token_num.round().long())[0]
-        _close("decoder log-probs", model.decode_cif(ref_enc, ref_enc_lens, cif), ref_logp, 1e-4)
+        assert_close("decoder log-probs", model.decode_cif(ref_enc, ref_enc_lens, cif), ref_logp, 1e-4)
         if kind == "BiCifParaformer":
             us_alphas = ref.calc_predictor_timestamp(ref_enc, ref_enc_lens, token_num.round().long())[2]
             ours = model.predictor.upsampled_alphas(ref_enc, ref_enc_lens, cif.token_lens)
-            _close("BiCif timestamp alphas", ours, us_alphas, 1e-9)
+            assert_close("BiCif timestamp alphas", ours, us_alphas, 1e-9)
 
 
 @pytest.mark.parametrize("kind", KINDS)

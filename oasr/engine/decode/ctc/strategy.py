@@ -161,7 +161,7 @@ class CtcDecodeStrategy(WindowedStrategy):
         self.subsampling = int(self.model.encoder.subsampling_rate)
         self.frame_s = self.subsampling * float(self.frontend.frame_shift_s)
         self.params = dict(loaded.decoding_spec.params) if loaded.decoding_spec is not None else {}
-        self.pieces = TokenPieces(self.tokenizer, self.skip_ids | {self.blank_id})
+        self.pieces = TokenPieces(self.tokenizer, self.skip_ids | {self.blank_id} | self._untexted_ids())
         self.nemo = self.params.get("ctc_decoding") if self.decode_type is DecodeType.CTC else None
         """NeMo's decoding of a NeMo checkpoint (see the module docstring), or None."""
         if self.nemo is not None and config.lm_path:
@@ -176,6 +176,10 @@ class CtcDecodeStrategy(WindowedStrategy):
         )
         self.packing = self._packing(config.sequence_packing)
         self.nemo_timing = self._nemo_timing("ctc")
+
+    def _untexted_ids(self) -> frozenset[int]:
+        """Ids the search keeps that are not text of words (none here; SenseVoice's tags in ``rich_ctc``)."""
+        return frozenset()
 
     def _nemo_timing(self, decoder: str) -> NemoTiming | None:
         """NeMo's timing rule for ``decoder`` where the model declares it (``token_timing``),
@@ -278,6 +282,20 @@ class CtcDecodeStrategy(WindowedStrategy):
         )[0]
 
     def _run_batch(self, batch: list[tuple[_Req, int]], events: list[StepEvent]) -> None:
+        decode_row = self._row_decoder(batch)
+        for row, (req, index) in enumerate(batch):
+            if req.done:
+                continue
+            try:
+                hyp, probs, n_frames, offsets = decode_row(row, req)
+                req.results[index] = self._window_segments(req, index, hyp, probs, n_frames, offsets)
+            except Exception as e:  # a failure in one row's search fails that request alone
+                self._fail(req, e, events)
+                continue
+            self._touched[req.rid] = req
+
+    def _row_decoder(self, batch: list[tuple[_Req, int]]) -> _RowDecoder:
+        """Run the batch's windows through the model; what decodes each of its rows."""
         rows = [r.windows[i].feats for r, i in batch]
         reqs = [r for r, _ in batch]
         greedy = self.best_path_only and all(r.greedy for r, _ in batch)
@@ -292,16 +310,7 @@ class CtcDecodeStrategy(WindowedStrategy):
             feats = feats.to(device=self.device, dtype=self.dtype)
             lens = lens.to(self.device)
             decode_row = self._best_path_rows(feats, lens) if greedy else self._searched_rows(feats, lens, reqs)
-        for row, (req, index) in enumerate(batch):
-            if req.done:
-                continue
-            try:
-                hyp, probs, n_frames, offsets = decode_row(row, req)
-                req.results[index] = self._window_segments(req, index, hyp, probs, n_frames, offsets)
-            except Exception as e:  # a failure in one row's search fails that request alone
-                self._fail(req, e, events)
-                continue
-            self._touched[req.rid] = req
+        return decode_row
 
     def _searched_rows(self, feats: torch.Tensor, lens: torch.Tensor, reqs: list[_Req]) -> _RowDecoder:
         """Run a padded batch; rows are searched over their (T', V) log-probs."""
