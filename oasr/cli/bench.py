@@ -647,23 +647,35 @@ def _transformers_child(spec: dict) -> dict:
 
 def _funasr_child(spec: dict) -> dict:
     """funasr 1.4's ``AutoModel(model=dir).generate(input=paths, batch_size=B)`` at its defaults (its
-    own audio loading and frontend; SenseVoice's language ``auto``, no ITN), each text through
-    ``rich_transcription_postprocess`` (SenseVoice's tags out, as its model card does); tokens
-    counted by the model's own tokenizer."""
+    own audio loading and frontend; SenseVoice's language ``auto``, no ITN) but for dither: the
+    released SenseVoice config sets none, and funasr's front end then adds random noise to every
+    call (a transcript that changes from run to run; oasr's is funasr's at ``dither=0``, which costs
+    the same). Each text goes through ``rich_transcription_postprocess`` (SenseVoice's tags out, as
+    its model card does; its emoji for the event and emotion tags dropped: oasr returns them as
+    fields); tokens counted by the model's own tokenizer."""
     t0 = time.perf_counter()
     from funasr import AutoModel
-    from funasr.utils.postprocess_utils import rich_transcription_postprocess
+    from funasr.utils import postprocess_utils as post
 
     t1 = time.perf_counter()
     model = AutoModel(
-        model=spec["model_dir"], device="cpu", ncpu=spec["threads"], disable_update=True, log_level="ERROR"
+        model=spec["model_dir"],
+        device="cpu",
+        ncpu=spec["threads"],
+        disable_update=True,
+        log_level="ERROR",
+        frontend_conf={"dither": 0.0},  # SenseVoice's config sets none: WavFrontend's default 1.0 is random
     )
     t2 = time.perf_counter()
     tokenizer = model.kwargs["tokenizer"]
+    emoji = {*post.emo_set, *post.event_set, post.emoji_dict["<|nospeech|><|Event_UNK|>"]}
+
+    def plain(text: str) -> str:
+        return "".join(c for c in post.rich_transcription_postprocess(text) if c not in emoji).strip()
 
     def run(paths: list[str]) -> list[tuple[str, int]]:
         results = model.generate(input=paths, batch_size=spec["batch_size"], disable_pbar=True)
-        texts = [rich_transcription_postprocess(r["text"]).strip() for r in results]
+        texts = [plain(r["text"]) for r in results]
         return [(text, len(tokenizer.encode(text))) for text in texts]
 
     return _timed(spec, (t0, t1, t2), lambda path: run([path]), run)
