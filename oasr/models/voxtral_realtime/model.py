@@ -1,0 +1,683 @@
+"""Voxtral Realtime (Mistral, ``VoxtralRealtimeForConditionalGeneration``): a causal
+Whisper-style audio tower, a projector and a Mistral LM that writes one token per 80 ms of audio.
+
+The life of a clip:
+
+* the log-mel (128 bins, hop 160, a fixed clamp floor ``1.5 - 8`` instead of Whisper's
+  per-clip maximum) of the audio padded as ``mistral_common`` pads a transcription request:
+  ``n_left_pad`` audio tokens of silence before, and after it silence up to a whole token plus
+  ``n_delay + 1 + 10`` tokens (so the model can finish its last word);
+* the tower: two causal convolutions (k3 s1, k3 s2; left-padded, so a frame sees only the past),
+  GELU, then pre-norm transformer layers with rotary positions and causal attention within a
+  sliding window of ``sliding_window`` frames, and a final RMSNorm;
+* the projector: every ``downsample_factor`` (4) tower frames, concatenated, through
+  ``linear_1 -> GELU -> linear_2``: one LM-width vector per audio token (8 mel frames, 80 ms);
+* the LM: at position ``p`` its input is the embedding of the token at ``p`` *plus* the audio
+  vector ``p``. The prompt is ``<s>`` and ``n_left_pad + n_delay`` ``[STREAMING_PAD]``; each
+  step feeds the token just chosen with the next audio vector, so generation runs in lockstep
+  with the audio and ends with it (or at ``</s>``). The text is the ids without the special
+  tokens (``[STREAMING_PAD]``, ``[STREAMING_WORD]``). Each LM layer scales its post-attention
+  norm by ``1 + ada(t)``, ``t`` the sinusoidal embedding of the delay; the delay is fixed per
+  checkpoint, so the scale is folded into the norm's weight once at load and the LM is the shared
+  ``CausalLm`` (Mistral: no biases, tied embeddings).
+
+Streaming (``open_stream``) runs the same computation chunk by chunk, as transformers'
+streaming ``generate`` does: the conv tails and the tower's windowed K/V are the encoder state,
+the LM's K/V the decoder state, and a token is chosen whenever an audio vector is ready.
+
+Module names follow the transformers layout (``audio_tower.*``, ``multi_modal_projector.*``,
+``language_model.*`` under ``model.``), so the checkpoint loads by its own names.
+Reads top to bottom: config, the mel, the tower, the model, its streaming session.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from oasr.audio.features import mel_filters
+from oasr.layers import Linear, NeoxRotaryEmbedding, RMSNorm, attention
+from oasr.models.decoders.causal_lm import CausalLm, CausalLmConfig
+from oasr.models.decoders.kv_pool import DecoderState
+
+OFFLINE_BUFFER_TOKENS = 10  # mistral_common's OFFLINE_STREAMING_BUFFER_TOKENS: room for a last long word
+LOG_MEL_MAX = 1.5  # the feature extractor's global_log_mel_max
+
+
+# ---------------------------------------------------------------------------
+# Config
+
+
+@dataclass(frozen=True)
+class AudioTowerConfig:
+    hidden_size: int = 1280
+    intermediate_size: int = 5120
+    num_hidden_layers: int = 32
+    num_attention_heads: int = 32
+    head_dim: int = 64
+    num_mel_bins: int = 128
+    rms_norm_eps: float = 1e-5
+    rope_theta: float = 1000000.0
+    sliding_window: int = 750
+
+
+@dataclass(frozen=True)
+class StreamingAudioConfig:
+    """The tokenizer's audio section (``tekken.json``): how audio maps onto LM positions."""
+
+    sampling_rate: int = 16000
+    frame_rate: float = 12.5
+    hop_length: int = 160
+    window_size: int = 400
+    transcription_delay_ms: float = 480.0
+    n_left_pad_tokens: int = 32
+
+    @property
+    def samples_per_token(self) -> int:
+        return int(self.sampling_rate // self.frame_rate)
+
+    @property
+    def mel_frames_per_token(self) -> int:
+        return self.samples_per_token // self.hop_length
+
+    def _tokens_of(self, n_samples: int) -> int:
+        frames = (
+            math.ceil(n_samples / self.hop_length - 1) if n_samples % self.hop_length else n_samples // self.hop_length
+        )
+        return math.ceil(frames / self.mel_frames_per_token)
+
+    @property
+    def n_delay_tokens(self) -> int:
+        return self._tokens_of(int(self.transcription_delay_ms / 1000.0 * self.sampling_rate))
+
+    def padding(self, n_samples: int) -> tuple[int, int]:
+        """(left, right) zero samples around a clip of ``n_samples`` (mistral_common's offline padding)."""
+        per = self.samples_per_token
+        right = (per - n_samples % per) % per + per * (self.n_delay_tokens + 1 + OFFLINE_BUFFER_TOKENS)
+        return per * self.n_left_pad_tokens, right
+
+
+@dataclass(frozen=True)
+class VoxtralRealtimeConfig:
+    audio: AudioTowerConfig
+    text: CausalLmConfig
+    stream: StreamingAudioConfig = field(default_factory=StreamingAudioConfig)
+    downsample_factor: int = 4
+    bos_token_id: int = 1
+    eos_token_id: int = 2
+    streaming_pad_id: int = 32
+
+    @classmethod
+    def from_files(cls, path: str | Path) -> VoxtralRealtimeConfig:
+        """Read ``config.json`` and ``tekken.json``'s audio section and special tokens."""
+        path = Path(path)
+        cfg = json.loads((path / "config.json").read_text())
+        if cfg.get("model_type") != "voxtral_realtime":
+            raise ValueError(
+                f"{path}/config.json is not a voxtral_realtime config (model_type={cfg.get('model_type')!r})"
+            )
+        a, t = cfg["audio_config"], cfg["text_config"]
+        if cfg.get("projector_hidden_act", "gelu") != "gelu" or a.get("hidden_act", "silu") != "silu":
+            raise ValueError("only the released activations (gelu projector, silu MLPs) are implemented")
+
+        def theta(sub: dict) -> float:
+            rope = sub.get("rope_parameters") or {}
+            if rope.get("rope_type", "default") != "default":
+                raise ValueError(f"RoPE type {rope.get('rope_type')!r} is not supported")
+            return float(rope.get("rope_theta", sub.get("rope_theta", 1000000.0)))
+
+        audio = AudioTowerConfig(
+            hidden_size=a["hidden_size"],
+            intermediate_size=a["intermediate_size"],
+            num_hidden_layers=a["num_hidden_layers"],
+            num_attention_heads=a["num_attention_heads"],
+            head_dim=a.get("head_dim") or a["hidden_size"] // a["num_attention_heads"],
+            num_mel_bins=a["num_mel_bins"],
+            rms_norm_eps=a["rms_norm_eps"],
+            rope_theta=theta(a),
+            sliding_window=a["sliding_window"],
+        )
+        # The LM attends within a sliding window: positions past it would need the window's
+        # mask, so the context stops there (8192 tokens = 11 minutes of audio in the release).
+        context = min(int(t["max_position_embeddings"]), int(t.get("sliding_window") or 1 << 62))
+        text = CausalLmConfig(
+            vocab_size=t["vocab_size"],
+            hidden_size=t["hidden_size"],
+            intermediate_size=t["intermediate_size"],
+            num_hidden_layers=t["num_hidden_layers"],
+            num_attention_heads=t["num_attention_heads"],
+            num_key_value_heads=t.get("num_key_value_heads") or t["num_attention_heads"],
+            head_dim=t.get("head_dim"),
+            rms_norm_eps=t["rms_norm_eps"],
+            rope_theta=theta(t),
+            max_position_embeddings=context,
+            tie_word_embeddings=bool(cfg.get("tie_word_embeddings", True)),
+            attention_bias=False,
+            o_proj_bias=False,
+            qk_norm=False,
+        )
+        tekken = json.loads((path / "tekken.json").read_text())
+        au = tekken.get("audio")
+        if not au or au.get("transcription_format") != "streaming":
+            raise ValueError(f"{path}/tekken.json has no streaming audio section")
+        enc = au["audio_encoding_config"]
+        stream = StreamingAudioConfig(
+            sampling_rate=au["sampling_rate"],
+            frame_rate=au["frame_rate"],
+            hop_length=enc["hop_length"],
+            window_size=enc["window_size"],
+            transcription_delay_ms=au["transcription_delay_ms"],
+            n_left_pad_tokens=au["streaming_n_left_pad_tokens"],
+        )
+        if stream.mel_frames_per_token != cfg.get("audio_length_per_tok", 8):
+            raise ValueError("tekken.json's frame rate disagrees with config.json's audio_length_per_tok")
+        special = {s["token_str"]: s["rank"] for s in tekken["special_tokens"]}
+        return cls(
+            audio=audio,
+            text=text,
+            stream=stream,
+            downsample_factor=cfg.get("downsample_factor", 4),
+            bos_token_id=special["<s>"],
+            eos_token_id=special["</s>"],
+            streaming_pad_id=special["[STREAMING_PAD]"],
+        )
+
+
+# ---------------------------------------------------------------------------
+# The log-mel
+
+
+def log_mel(wave: torch.Tensor, n_mels: int, *, center: bool, hop: int = 160, n_fft: int = 400) -> torch.Tensor:
+    """The feature extractor's log-mel: (samples,) -> (n_mels, frames), the last STFT frame dropped.
+
+    ``center`` reflects ``n_fft // 2`` samples at both ends (the first chunk and a whole clip);
+    later streaming chunks carry their own left context and are not centred."""
+    window = torch.hann_window(n_fft, dtype=wave.dtype, device=wave.device)
+    spec = torch.stft(wave, n_fft, hop, window=window, return_complex=True, center=center)
+    power = spec[..., :-1].abs() ** 2
+    filters = mel_filters(n_mels, n_fft, device=wave.device, dtype=wave.dtype)
+    mel = torch.clamp(filters @ power, min=1e-10).log10()
+    mel = torch.maximum(mel, torch.tensor(LOG_MEL_MAX - 8.0, dtype=mel.dtype, device=mel.device))
+    return (mel + 4.0) / 4.0
+
+
+# ---------------------------------------------------------------------------
+# The audio tower
+
+
+class CausalConv1d(nn.Conv1d):
+    """A Conv1d left-padded by ``(k - 1) * d + 1 - s`` frames: output ``i`` sees inputs up to ``s * i + s - 1``."""
+
+    @property
+    def left_pad(self) -> int:
+        return (self.kernel_size[0] - 1) * self.dilation[0] + 1 - self.stride[0]
+
+    def forward(self, x: torch.Tensor, tail: torch.Tensor | None = None) -> torch.Tensor:
+        """(B, C, T) -> (B, C', T'); ``tail``: the previous chunk's last ``left_pad`` inputs (zeros at the start)."""
+        x = torch.cat([tail, x], -1) if tail is not None else nn.functional.pad(x, (self.left_pad, 0))
+        return super().forward(x)
+
+
+class TowerAttention(nn.Module):
+    """Rotary self-attention; q / v / o biased, k not (Whisper's convention)."""
+
+    def __init__(self, cfg: AudioTowerConfig) -> None:
+        super().__init__()
+        d, h, hd = cfg.hidden_size, cfg.num_attention_heads, cfg.head_dim
+        self.n_head, self.head_dim = h, hd
+        self.q_proj = Linear(d, h * hd)
+        self.k_proj = Linear(d, h * hd, bias=False)
+        self.v_proj = Linear(d, h * hd)
+        self.o_proj = Linear(h * hd, d)
+
+    def project(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        b, t, _ = x.shape
+        q, k, v = (
+            p(x).view(b, t, self.n_head, self.head_dim).transpose(1, 2) for p in (self.q_proj, self.k_proj, self.v_proj)
+        )
+        return NeoxRotaryEmbedding.apply_rotary(q, cos, sin), NeoxRotaryEmbedding.apply_rotary(k, cos, sin), v
+
+
+class TowerMlp(nn.Module):
+    def __init__(self, cfg: AudioTowerConfig) -> None:
+        super().__init__()
+        self.gate_proj = Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
+        self.up_proj = Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
+        self.down_proj = Linear(cfg.intermediate_size, cfg.hidden_size)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(nn.functional.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class TowerLayer(nn.Module):
+    def __init__(self, cfg: AudioTowerConfig) -> None:
+        super().__init__()
+        self.self_attn = TowerAttention(cfg)
+        self.self_attn_layer_norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.final_layer_norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.mlp = TowerMlp(cfg)
+
+
+class Embedder(nn.Module):
+    def __init__(self, cfg: AudioTowerConfig) -> None:
+        super().__init__()
+        self.conv1 = CausalConv1d(cfg.num_mel_bins, cfg.hidden_size, 3)
+        self.conv2 = CausalConv1d(cfg.hidden_size, cfg.hidden_size, 3, stride=2)
+
+
+@dataclass
+class TowerState:
+    """A stream's tower state: the convolutions' input tails and each layer's last keys / values."""
+
+    tail1: torch.Tensor  # (B, n_mels, 2) mel frames before the next chunk
+    tail2: torch.Tensor  # (B, D, 1) conv1 outputs before the next chunk
+    keys: list[torch.Tensor]  # per layer (B, H, <= window - 1, Dh), rotated
+    values: list[torch.Tensor]
+    position: int = 0  # tower frames seen
+
+
+class AudioTower(nn.Module):
+    """Causal convolutions and sliding-window transformer layers.
+
+    Shapes:
+        forward: mel (B, n_mels, T) -> (B, T // 2, D)
+    """
+
+    def __init__(self, cfg: AudioTowerConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.embedder = Embedder(cfg)
+        self.layers = nn.ModuleList(TowerLayer(cfg) for _ in range(cfg.num_hidden_layers))
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.rotary = NeoxRotaryEmbedding(cfg.head_dim, cfg.rope_theta)
+
+    def new_state(self, batch: int, device: torch.device, dtype: torch.dtype) -> TowerState:
+        c = self.cfg
+        return TowerState(
+            torch.zeros(batch, c.num_mel_bins, self.embedder.conv1.left_pad, device=device, dtype=dtype),
+            torch.zeros(batch, c.hidden_size, self.embedder.conv2.left_pad, device=device, dtype=dtype),
+            [],
+            [],
+        )
+
+    def forward(self, mel: torch.Tensor, state: TowerState | None = None) -> torch.Tensor:
+        """The tower over a whole clip (``state`` None) or the next chunk of a stream (``state``
+        updated in place; a chunk has an even number of mel frames)."""
+        e = self.embedder
+        if state is None:
+            x = nn.functional.gelu(e.conv1(mel))
+            x = nn.functional.gelu(e.conv2(x))
+        else:
+            x = nn.functional.gelu(e.conv1(mel, state.tail1))
+            state.tail1 = torch.cat([state.tail1, mel], -1)[..., -e.conv1.left_pad :]
+            tail2 = state.tail2
+            state.tail2 = torch.cat([tail2, x], -1)[..., -e.conv2.left_pad :]
+            x = nn.functional.gelu(e.conv2(x, tail2))
+        x = x.transpose(1, 2)  # (B, T', D)
+        t = x.shape[1]
+        start = 0 if state is None else state.position
+        positions = torch.arange(start, start + t, device=x.device)
+        cos, sin = self.rotary.cos_sin(positions, x.dtype)
+        w = self.cfg.sliding_window
+        # Query i (absolute start + i) may see key j (absolute) when i - w < j <= i.
+        n_past = 0 if state is None or not state.keys else state.keys[0].shape[2]
+        q_pos = positions[:, None]
+        k_pos = torch.arange(start - n_past, start + t, device=x.device)[None, :]
+        mask = (k_pos <= q_pos) & (k_pos > q_pos - w)
+        for li, layer in enumerate(self.layers):
+            h = layer.self_attn_layer_norm(x)
+            q, k, v = layer.self_attn.project(h, cos, sin)
+            if state is not None:
+                if state.keys and len(state.keys) > li:
+                    k = torch.cat([state.keys[li], k], 2)
+                    v = torch.cat([state.values[li], v], 2)
+                keep = min(w - 1, k.shape[2])
+                if len(state.keys) > li:
+                    state.keys[li], state.values[li] = k[:, :, -keep:], v[:, :, -keep:]
+                else:
+                    state.keys.append(k[:, :, -keep:])
+                    state.values.append(v[:, :, -keep:])
+            a = attention(q, k, v, mask=mask)
+            b_, h_, tq, dh = a.shape
+            x = x + layer.self_attn.o_proj(a.transpose(1, 2).reshape(b_, tq, h_ * dh))
+            x = x + layer.mlp(layer.final_layer_norm(x))
+        if state is not None:
+            state.position += t
+        return self.norm(x)
+
+
+class Projector(nn.Module):
+    def __init__(self, audio_dim: int, factor: int, lm_dim: int) -> None:
+        super().__init__()
+        self.linear_1 = Linear(audio_dim * factor, lm_dim, bias=False)
+        self.linear_2 = Linear(lm_dim, lm_dim, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.linear_2(nn.functional.gelu(self.linear_1(x)))
+
+
+class AdaScale(nn.Module):
+    """The LM layer's delay conditioning: ``linear2(gelu(linear1(t)))`` (folded at load)."""
+
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        self.linear1 = Linear(dim, 32, bias=False)
+        self.linear2 = Linear(32, dim, bias=False)
+
+    def forward(self, t: torch.Tensor) -> torch.Tensor:
+        return self.linear2(nn.functional.gelu(self.linear1(t)))
+
+
+def time_embedding(value: float, dim: int, theta: float = 10000.0) -> torch.Tensor:
+    """The sinusoidal embedding of a scalar: (dim,) = cos | sin of ``value * theta^(-i / (dim / 2))``."""
+    half = dim // 2
+    inv_freq = torch.exp(-math.log(theta) * torch.arange(half).float() / half)
+    emb = torch.tensor(float(value)) * inv_freq
+    return torch.cat([emb.cos(), emb.sin()])
+
+
+# ---------------------------------------------------------------------------
+# The model
+
+
+class VoxtralRealtimeModel(nn.Module):
+    """The tower, projector and LM, with the delay conditioning folded into the LM.
+
+    ``encode(mel)`` gives the audio vectors; ``generate`` / ``open_stream`` decode."""
+
+    def __init__(self, config: VoxtralRealtimeConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.audio_tower = AudioTower(config.audio)
+        self.multi_modal_projector = Projector(
+            config.audio.hidden_size, config.downsample_factor, config.text.hidden_size
+        )
+        self.decoder = CausalLm(config.text)
+        self.ada = nn.ModuleList(AdaScale(config.text.hidden_size) for _ in range(config.text.num_hidden_layers))
+        self.tokenizer: Any = None
+
+    # -- loading ---------------------------------------------------------------------
+
+    @classmethod
+    def from_pretrained(cls, path: str | Path, dtype: torch.dtype = torch.float32) -> VoxtralRealtimeModel:
+        """Load a release directory (config.json, model*.safetensors, tekken.json); every tensor
+        of the checkpoint is used and every parameter is loaded, or this raises."""
+        from safetensors.torch import load_file
+
+        path = Path(path)
+        config = VoxtralRealtimeConfig.from_files(path)
+        model = cls(config)
+        state: dict[str, torch.Tensor] = {}
+        files = sorted(path.glob("model*.safetensors"))
+        if not files:
+            raise FileNotFoundError(f"no model*.safetensors in {path}")
+        for f in files:
+            state.update(load_file(str(f)))
+        model.load_hf_state(state)
+        model.to(dtype)
+        model.fold_delay(config.stream.n_delay_tokens)
+        from mistral_common.tokens.tokenizers.tekken import Tekkenizer
+
+        model.tokenizer = Tekkenizer.from_file(path / "tekken.json")
+        return model.eval()
+
+    def load_hf_state(self, state: dict[str, torch.Tensor]) -> None:
+        """Load transformers' tensor names: the saved layout (``audio_tower.*``,
+        ``multi_modal_projector.*``, ``language_model.model.*``, ``language_model.lm_head.*``) or
+        the in-memory one (``model.audio_tower.*``, ``model.language_model.*``, ``lm_head.*``)."""
+        renamed: dict[str, torch.Tensor] = {}
+        for name, t in state.items():
+            n = name.removeprefix("model.")
+            if n in ("lm_head.weight", "language_model.lm_head.weight"):
+                if self.config.text.tie_word_embeddings:
+                    continue  # the embedding is the head
+                n = "decoder.lm_head.weight"
+            elif n.startswith("language_model."):
+                n = n.removeprefix("language_model.").removeprefix("model.")
+                if ".ada_rms_norm." in n:  # layers.{i}.ada_rms_norm.linear{1,2}.weight
+                    parts = n.split(".")
+                    n = f"ada.{parts[1]}.{parts[3]}.weight"
+                else:
+                    n = "decoder." + n
+            renamed[n] = t
+        own = dict(self.named_parameters())
+        missing = sorted(set(own) - set(renamed))
+        unused = sorted(set(renamed) - set(own))
+        if missing or unused:
+            raise ValueError(f"checkpoint mismatch: missing {missing[:8]}, unused {unused[:8]}")
+        for n, p in own.items():
+            if p.shape != renamed[n].shape:
+                raise ValueError(f"{n}: checkpoint shape {tuple(renamed[n].shape)} != {tuple(p.shape)}")
+            with torch.no_grad():
+                p.copy_(renamed[n])
+
+    @torch.no_grad()
+    def fold_delay(self, n_delay: int) -> None:
+        """Fold each layer's ``1 + ada(t(n_delay))`` into its post-attention norm weight."""
+        t = time_embedding(n_delay, self.config.text.hidden_size).to(self.decoder.embed_tokens.weight.dtype)
+        for layer, ada in zip(self.decoder.layers, self.ada):
+            layer.post_attention_layernorm.weight.mul_(1 + ada(t))
+        self.ada = nn.ModuleList()
+
+    # -- audio -------------------------------------------------------------------------
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.decoder.embed_tokens.weight.dtype
+
+    def features(self, wave: np.ndarray | torch.Tensor) -> torch.Tensor:
+        """The padded clip's log-mel (n_mels, frames) in float32 (as the reference extractor)."""
+        s = self.config.stream
+        x = torch.as_tensor(np.asarray(wave, dtype=np.float32))
+        left, right = s.padding(x.shape[0])
+        x = nn.functional.pad(x, (left, right))
+        return log_mel(x, self.config.audio.num_mel_bins, center=True, hop=s.hop_length, n_fft=s.window_size)
+
+    def encode(self, mel: torch.Tensor, state: TowerState | None = None) -> torch.Tensor:
+        """Audio vectors at the LM width. mel (B, n_mels, T) -> (B, T // 8, D_lm)."""
+        x = self.audio_tower(mel.to(self.dtype), state)
+        b, t, d = x.shape
+        f = self.config.downsample_factor
+        return self.multi_modal_projector(x.reshape(b, t // f, d * f))  # (B, N, f * D) -> (B, N, D_lm)
+
+    def prompt_ids(self) -> list[int]:
+        """``<s>`` and one ``[STREAMING_PAD]`` per left-pad and delay token."""
+        s = self.config.stream
+        return [self.config.bos_token_id] + [self.config.streaming_pad_id] * (s.n_left_pad_tokens + s.n_delay_tokens)
+
+    # -- decoding ------------------------------------------------------------------------
+
+    @torch.no_grad()
+    def generate(self, wave: np.ndarray | torch.Tensor, max_new_tokens: int | None = None) -> tuple[list[int], str]:
+        """Greedy ids (the prompt excluded, ``</s>`` excluded) of one clip and the finish reason:
+        "stop" at ``</s>`` or at the audio's end, "length" when ``max_new_tokens`` cut it."""
+        audio = self.encode(self.features(wave)[None])[0]  # (N, D_lm)
+        lm = _LockstepDecoder(self, max_new_tokens)
+        # The last vector is never fed: transformers' max_length is the clip's vector count.
+        lm.feed(audio, audio.shape[0] - 1)
+        return list(lm.tokens), lm.reason
+
+    def open_stream(self, max_new_tokens: int | None = None) -> RealtimeStream:
+        """A live transcription session (``RealtimeStream``)."""
+        return RealtimeStream(self, max_new_tokens)
+
+    def text(self, ids: list[int]) -> str:
+        """The transcript of generated ids (special tokens dropped)."""
+        from mistral_common.tokens.tokenizers.base import SpecialTokenPolicy
+
+        return self.tokenizer.decode(ids, special_token_policy=SpecialTokenPolicy.IGNORE)
+
+
+POOL_STEP = 256  # LM positions a stream's K/V pool grows by
+
+
+class _LockstepDecoder:
+    """One clip's LM: the prompt prefilled with the first audio vectors, then a token per vector.
+
+    Greedy, as transformers' default generation config; the K/V pool grows as the stream does,
+    up to the LM's context (``max_position_embeddings``, capped by its sliding window)."""
+
+    def __init__(self, model: VoxtralRealtimeModel, max_new: int | None = None) -> None:
+        self.model = model
+        self.prompt = model.prompt_ids()
+        self.max_new = max_new
+        self.context = model.decoder.cfg.max_position_embeddings
+        self.pool = model.decoder.new_pool(
+            1, max_len=min(self.context, len(self.prompt) + POOL_STEP), dtype=model.dtype
+        )
+        self.state: DecoderState | None = None
+        self.tokens: list[int] = []
+        self.position = 0  # the next LM position to feed
+        self.done = False
+        self.reason = "stop"
+
+    def _grow(self) -> None:
+        lm = self.model.decoder
+        pool = lm.new_pool(1, max_len=min(self.context, self.pool.max_len + POOL_STEP), dtype=self.model.dtype)
+        pool.copy_from(self.pool, 1, 0, self.position)
+        self.pool = self.state.pool = pool
+
+    def feed(self, audio: torch.Tensor, end: int) -> None:
+        """Feed the audio vectors ``audio[self.position:end]`` (``audio``: (N, D_lm), all vectors so
+        far), choosing a token after each; the prompt waits for its ``len(prompt)`` vectors."""
+        lm = self.model.decoder
+        p = len(self.prompt)
+        while not self.done:
+            if self.state is None:
+                if end < p:
+                    return
+                ids = torch.tensor([self.prompt], device=audio.device)
+                embeds = lm.embed(ids) + audio[None, :p]
+                logits, self.state = lm.prefill(self.pool, embeds, torch.ones_like(ids, dtype=torch.bool))
+                self.position = p
+            else:
+                if self.position >= end:
+                    return
+                if self.position >= self.context:
+                    self.done, self.reason = True, "length"
+                    return
+                if self.position >= self.pool.max_len:
+                    self._grow()
+                emb = lm.embed(torch.tensor([self.tokens[-1]], device=audio.device)) + audio[self.position][None]
+                logits = lm.step_embeds(self.state, emb)
+                self.position += 1
+            tok = int(logits[0].argmax())
+            if tok == self.model.config.eos_token_id:
+                self.done = True
+                return
+            self.tokens.append(tok)
+            if self.max_new is not None and len(self.tokens) >= self.max_new:
+                self.done, self.reason = True, "length"
+
+
+class RealtimeStream:
+    """A live transcription: ``feed`` 16-kHz samples as they arrive, ``finish`` at the end.
+
+    The audio is cut as transformers' streaming example cuts it: a first chunk of
+    ``n_left_pad`` tokens of silence and ``(n_delay + 1) * 8 - 1`` mel frames of audio (the
+    prompt's vectors, a centred STFT), then one audio token (8 mel frames, an uncentred STFT
+    over ``8 * hop + window`` samples) at a time; ``finish`` appends
+    ``n_delay + 1 + 10`` tokens of silence and decodes what they complete. The tower and the LM
+    keep their state between chunks (``TowerState``, the LM's K/V), so the ids equal a
+    ``generate`` fed the same chunks.
+    """
+
+    def __init__(self, model: VoxtralRealtimeModel, max_new_tokens: int | None = None) -> None:
+        self.model = model
+        s = model.config.stream
+        self.s = s
+        self.samples = np.zeros(0, dtype=np.float32)
+        self.offset = 0  # samples dropped from the front of ``self.samples``
+        self.tower: TowerState | None = None
+        self.vectors: list[torch.Tensor] = []
+        self.n_vectors = 0
+        self.lm = _LockstepDecoder(model, max_new_tokens)
+        per_tok = s.mel_frames_per_token
+        self.first_samples = (
+            (model.config.stream.n_delay_tokens + 1) * per_tok - 1
+        ) * s.hop_length + s.window_size // 2
+        self.chunk_samples = per_tok * s.hop_length + s.window_size
+        self.mel_index = -1  # the next mel frame to compute (audio coordinates); -1 before the first chunk
+        self.finished = False
+
+    @property
+    def tokens(self) -> list[int]:
+        return list(self.lm.tokens)
+
+    @property
+    def done(self) -> bool:
+        return self.lm.done
+
+    @property
+    def finish_reason(self) -> str:
+        return self.lm.reason
+
+    def text(self) -> str:
+        return self.model.text(self.lm.tokens)
+
+    def _chunk(self, mel: torch.Tensor) -> None:
+        if self.tower is None:
+            self.tower = self.model.audio_tower.new_state(1, mel.device, self.model.dtype)
+        vecs = self.model.encode(mel[None], self.tower)[0]
+        self.vectors.append(vecs)
+        self.n_vectors += vecs.shape[0]
+
+    @torch.no_grad()
+    def _run(self, strict: bool) -> None:
+        s = self.s
+        n_mels = self.model.config.audio.num_mel_bins
+        have = self.offset + self.samples.shape[0]
+        if self.mel_index < 0:
+            if have < self.first_samples:
+                return
+            left = np.zeros(s.samples_per_token * s.n_left_pad_tokens, dtype=np.float32)
+            x = torch.from_numpy(np.concatenate([left, self.samples[: self.first_samples]]))
+            self._chunk(log_mel(x, n_mels, center=True, hop=s.hop_length, n_fft=s.window_size))
+            self.mel_index = (s.n_delay_tokens + 1) * s.mel_frames_per_token
+        while True:
+            start = self.mel_index * s.hop_length - s.window_size // 2
+            end = start + self.chunk_samples
+            if end > have or (strict and end == have):
+                break
+            x = torch.from_numpy(self.samples[start - self.offset : end - self.offset].copy())
+            self._chunk(log_mel(x, n_mels, center=False, hop=s.hop_length, n_fft=s.window_size))
+            self.mel_index += s.mel_frames_per_token
+        # Samples before the next chunk's start are not needed again.
+        drop = self.mel_index * s.hop_length - s.window_size // 2 - self.offset
+        if drop > 0:
+            self.samples = self.samples[drop:]
+            self.offset += drop
+        if len(self.vectors) > 1:
+            self.vectors = [torch.cat(self.vectors)]
+        if self.vectors:
+            self.lm.feed(self.vectors[0], self.n_vectors)
+
+    def feed(self, samples: np.ndarray) -> None:
+        """Append 16-kHz mono samples and decode every audio token they complete."""
+        if self.finished:
+            raise ValueError("the stream is finished")
+        x = np.asarray(samples, dtype=np.float32).reshape(-1)
+        self.samples = np.concatenate([self.samples, x])
+        if not self.done:
+            self._run(strict=False)
+
+    def finish(self) -> None:
+        """The audio ended: decode through the right padding (transformers' example pads
+        ``n_right_pad_tokens`` tokens of silence and stops before a chunk that would end exactly
+        at the padded audio's end)."""
+        if self.finished:
+            return
+        s = self.s
+        pad = s.samples_per_token * (s.n_delay_tokens + 1 + OFFLINE_BUFFER_TOKENS)
+        self.samples = np.concatenate([self.samples, np.zeros(pad, dtype=np.float32)])
+        if not self.done:
+            self._run(strict=True)
+        self.finished = True
+        self.lm.done = True
