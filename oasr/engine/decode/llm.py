@@ -364,6 +364,9 @@ class LlmDecodeStrategy(RequestTable[_Req]):
         # Room for the prompts now; the rows' budgets are reserved as they are used (``_advance``).
         self._reserve(t + 1)
         logits, new = self.decoder.prefill(self.batch.pool, embeds, valid, row0=self.batch.next_row0)
+        extras = getattr(self.model, "decoder_extras", None)
+        if extras is not None:  # what a model's decode steps read besides the token (Voxtral Realtime's audio)
+            new.extras.update(extras(audio.index_select(0, rows), n_audio.index_select(0, rows)))
         self.counters.prefills += 1
         tokens, logprobs = self._choose(reqs, logits)
         selection = select_rows(reqs, [1] * len(reqs), self._row_update(tokens, logprobs, events), compact=False)

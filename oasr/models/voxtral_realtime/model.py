@@ -32,10 +32,8 @@ Reads top to bottom: config, the mel, the tower, the model, its streaming sessio
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -43,8 +41,10 @@ import torch
 from torch import nn
 
 from oasr.audio.features import mel_filters
-from oasr.layers import Linear, NeoxRotaryEmbedding, RMSNorm, attention
-from oasr.models.decoders.causal_lm import CausalLm, CausalLmConfig
+from oasr.layers import Conv1d, Linear, NeoxRotaryEmbedding, RMSNorm, attention
+from oasr.models.base import BaseAsrModel, BaseEncoder
+from oasr.models.configs import ModelConfig
+from oasr.models.decoders.causal_lm import CausalLm, CausalLmConfig, PromptTokenizerMixin
 from oasr.models.decoders.kv_pool import DecoderState
 
 OFFLINE_BUFFER_TOKENS = 10  # mistral_common's OFFLINE_STREAMING_BUFFER_TOKENS: room for a last long word
@@ -55,8 +55,8 @@ LOG_MEL_MAX = 1.5  # the feature extractor's global_log_mel_max
 # Config
 
 
-@dataclass(frozen=True)
-class AudioTowerConfig:
+@dataclass
+class AudioTowerConfig(ModelConfig):
     hidden_size: int = 1280
     intermediate_size: int = 5120
     num_hidden_layers: int = 32
@@ -68,8 +68,8 @@ class AudioTowerConfig:
     sliding_window: int = 750
 
 
-@dataclass(frozen=True)
-class StreamingAudioConfig:
+@dataclass
+class StreamingAudioConfig(ModelConfig):
     """The tokenizer's audio section (``tekken.json``): how audio maps onto LM positions."""
 
     sampling_rate: int = 16000
@@ -104,25 +104,30 @@ class StreamingAudioConfig:
         return per * self.n_left_pad_tokens, right
 
 
-@dataclass(frozen=True)
-class VoxtralRealtimeConfig:
-    audio: AudioTowerConfig
-    text: CausalLmConfig
+@dataclass
+class VoxtralRealtimeConfig(ModelConfig):
+    """The tower, the LM, the audio geometry and the prompt's token ids."""
+
+    audio: AudioTowerConfig = field(default_factory=AudioTowerConfig)
+    text: CausalLmConfig = field(default_factory=CausalLmConfig)
     stream: StreamingAudioConfig = field(default_factory=StreamingAudioConfig)
     downsample_factor: int = 4
     bos_token_id: int = 1
     eos_token_id: int = 2
     streaming_pad_id: int = 32
+    tokenizer_path: str = ""
 
     @classmethod
-    def from_files(cls, path: str | Path) -> VoxtralRealtimeConfig:
-        """Read ``config.json`` and ``tekken.json``'s audio section and special tokens."""
-        path = Path(path)
-        cfg = json.loads((path / "config.json").read_text())
+    def from_hf(cls, cfg: dict[str, Any], tekken: dict[str, Any], tokenizer_path: str = "") -> VoxtralRealtimeConfig:
+        """Read ``config.json`` and ``tekken.json`` (its audio section and special tokens).
+
+        Raises:
+            ValueError: another model type, activation or RoPE, or a tokenizer without a
+                streaming audio section.
+        """
+        path = tokenizer_path or "the checkpoint"
         if cfg.get("model_type") != "voxtral_realtime":
-            raise ValueError(
-                f"{path}/config.json is not a voxtral_realtime config (model_type={cfg.get('model_type')!r})"
-            )
+            raise ValueError(f"not a voxtral_realtime config: model_type={cfg.get('model_type')!r}")
         a, t = cfg["audio_config"], cfg["text_config"]
         if cfg.get("projector_hidden_act", "gelu") != "gelu" or a.get("hidden_act", "silu") != "silu":
             raise ValueError("only the released activations (gelu projector, silu MLPs) are implemented")
@@ -163,10 +168,9 @@ class VoxtralRealtimeConfig:
             o_proj_bias=False,
             qk_norm=False,
         )
-        tekken = json.loads((path / "tekken.json").read_text())
         au = tekken.get("audio")
         if not au or au.get("transcription_format") != "streaming":
-            raise ValueError(f"{path}/tekken.json has no streaming audio section")
+            raise ValueError(f"{path}: tekken.json has no streaming audio section")
         enc = au["audio_encoding_config"]
         stream = StreamingAudioConfig(
             sampling_rate=au["sampling_rate"],
@@ -187,6 +191,7 @@ class VoxtralRealtimeConfig:
             bos_token_id=special["<s>"],
             eos_token_id=special["</s>"],
             streaming_pad_id=special["[STREAMING_PAD]"],
+            tokenizer_path=tokenizer_path,
         )
 
 
@@ -212,17 +217,19 @@ def log_mel(wave: torch.Tensor, n_mels: int, *, center: bool, hop: int = 160, n_
 # The audio tower
 
 
-class CausalConv1d(nn.Conv1d):
-    """A Conv1d left-padded by ``(k - 1) * d + 1 - s`` frames: output ``i`` sees inputs up to ``s * i + s - 1``."""
+class CausalConv(nn.Module):
+    """A convolution left-padded by ``kernel - stride`` frames, so output ``i`` sees inputs up to
+    ``stride * i + stride - 1`` only (the parameters are ``conv.*``'s ``nn.Conv1d`` names)."""
 
-    @property
-    def left_pad(self) -> int:
-        return (self.kernel_size[0] - 1) * self.dilation[0] + 1 - self.stride[0]
+    def __init__(self, c_in: int, c_out: int, kernel: int, stride: int = 1) -> None:
+        super().__init__()
+        self.conv = Conv1d(c_in, c_out, kernel, stride=stride)
+        self.left_pad = kernel - stride
 
     def forward(self, x: torch.Tensor, tail: torch.Tensor | None = None) -> torch.Tensor:
         """(B, C, T) -> (B, C', T'); ``tail``: the previous chunk's last ``left_pad`` inputs (zeros at the start)."""
         x = torch.cat([tail, x], -1) if tail is not None else nn.functional.pad(x, (self.left_pad, 0))
-        return super().forward(x)
+        return self.conv(x)
 
 
 class TowerAttention(nn.Module):
@@ -268,8 +275,8 @@ class TowerLayer(nn.Module):
 class Embedder(nn.Module):
     def __init__(self, cfg: AudioTowerConfig) -> None:
         super().__init__()
-        self.conv1 = CausalConv1d(cfg.num_mel_bins, cfg.hidden_size, 3)
-        self.conv2 = CausalConv1d(cfg.hidden_size, cfg.hidden_size, 3, stride=2)
+        self.conv1 = CausalConv(cfg.num_mel_bins, cfg.hidden_size, 3)
+        self.conv2 = CausalConv(cfg.hidden_size, cfg.hidden_size, 3, stride=2)
 
 
 @dataclass
@@ -283,16 +290,19 @@ class TowerState:
     position: int = 0  # tower frames seen
 
 
-class AudioTower(nn.Module):
+class AudioTower(BaseEncoder):
     """Causal convolutions and sliding-window transformer layers.
 
     Shapes:
         forward: mel (B, n_mels, T) -> (B, T // 2, D)
     """
 
-    def __init__(self, cfg: AudioTowerConfig) -> None:
+    subsampling_rate = 8  # mel frames per LM vector (after the projector)
+
+    def __init__(self, cfg: AudioTowerConfig, output_size: int) -> None:
         super().__init__()
         self.cfg = cfg
+        self.output_size = output_size
         self.embedder = Embedder(cfg)
         self.layers = nn.ModuleList(TowerLayer(cfg) for _ in range(cfg.num_hidden_layers))
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
@@ -363,108 +373,82 @@ class Projector(nn.Module):
         return self.linear_2(nn.functional.gelu(self.linear_1(x)))
 
 
-class AdaScale(nn.Module):
-    """The LM layer's delay conditioning: ``linear2(gelu(linear1(t)))`` (folded at load)."""
-
-    def __init__(self, dim: int) -> None:
-        super().__init__()
-        self.linear1 = Linear(dim, 32, bias=False)
-        self.linear2 = Linear(32, dim, bias=False)
-
-    def forward(self, t: torch.Tensor) -> torch.Tensor:
-        return self.linear2(nn.functional.gelu(self.linear1(t)))
-
-
-def time_embedding(value: float, dim: int, theta: float = 10000.0) -> torch.Tensor:
+def time_embedding(value: float, dim: int, dtype: torch.dtype = torch.float64, theta: float = 10000.0) -> torch.Tensor:
     """The sinusoidal embedding of a scalar: (dim,) = cos | sin of ``value * theta^(-i / (dim / 2))``."""
     half = dim // 2
-    inv_freq = torch.exp(-math.log(theta) * torch.arange(half).float() / half)
-    emb = torch.tensor(float(value)) * inv_freq
+    inv_freq = torch.exp(-math.log(theta) * torch.arange(half).float() / half).to(dtype)
+    emb = torch.tensor(float(value), dtype=dtype) * inv_freq
     return torch.cat([emb.cos(), emb.sin()])
+
+
+# ---------------------------------------------------------------------------
+# The LM in lockstep with the audio
+
+
+class RealtimeLm(CausalLm):
+    """The Mistral LM whose every step adds the row's next audio vector to the token's embedding.
+
+    A row's audio vectors ride in its decoder state (``extras["audio"]`` (n, N, D),
+    ``extras["n_audio"]`` (n,)), so they follow the row through ``select`` and ``merge`` as its
+    K/V does. Feeding position ``p`` adds vector ``p``; at the row's last vector the logits say
+    ``</s>`` only: transformers stops there (its ``max_length`` is the clip's vector count).
+    """
+
+    supports_step_graphs = False
+
+    def __init__(self, cfg: CausalLmConfig, eos_token_id: int) -> None:
+        super().__init__(cfg)
+        self.eos_token_id = eos_token_id
+
+    def step(self, state: DecoderState, tokens: torch.Tensor) -> torch.Tensor:
+        audio, n_audio = state.extras["audio"], state.extras["n_audio"]
+        pos = state.lengths_t.to(tokens.device)  # (n,) the position each row feeds
+        rows = torch.arange(tokens.shape[0], device=tokens.device)
+        vec = audio[rows, pos.clamp(max=audio.shape[1] - 1)]  # (n, D)
+        ended = pos >= n_audio - 1
+        logits = self.step_embeds(state, self.embed(tokens) + vec * (~ended)[:, None].to(vec.dtype))
+        if bool(ended.any()):
+            logits[ended] = float("-inf")
+            logits[ended, self.eos_token_id] = 0.0
+        return logits
+
+    def merge(self, a: DecoderState, b: DecoderState) -> DecoderState:
+        """``CausalLm.merge``, the rows' audio vectors padded to a common length first."""
+        if "audio" in a.extras and "audio" in b.extras:
+            n = max(a.extras["audio"].shape[1], b.extras["audio"].shape[1])
+            for st in (a, b):
+                x = st.extras["audio"]
+                st.extras["audio"] = nn.functional.pad(x, (0, 0, 0, n - x.shape[1]))
+        return super().merge(a, b)
 
 
 # ---------------------------------------------------------------------------
 # The model
 
 
-class VoxtralRealtimeModel(nn.Module):
-    """The tower, projector and LM, with the delay conditioning folded into the LM.
+class VoxtralRealtimeModel(PromptTokenizerMixin, BaseAsrModel):
+    """Voxtral Realtime, decoded by the ``llm`` strategy (whole clips) or a ``RealtimeStream``.
 
-    ``encode(mel)`` gives the audio vectors; ``generate`` / ``open_stream`` decode."""
+    Args:
+        config: the tower, the LM (its post-attention norms already scaled by the delay
+            conditioning: ``convert.py`` folds it), the audio geometry and the prompt ids.
+    """
 
-    def __init__(self, config: VoxtralRealtimeConfig) -> None:
-        super().__init__()
-        self.config = config
-        self.audio_tower = AudioTower(config.audio)
+    family = "Voxtral Realtime"
+    architecture = "voxtral_realtime"
+    # The release is bfloat16; its activations have not been checked against float16's range.
+    safe_dtypes = (torch.bfloat16, torch.float32)
+    unsafe_dtype_reason = "its checkpoint is bfloat16 and its activations are not known to fit float16's range"
+    config_class = VoxtralRealtimeConfig
+
+    def __init__(self, config: VoxtralRealtimeConfig | dict[str, Any]) -> None:
+        super().__init__(config)
+        config = self.config
+        self.encoder = AudioTower(config.audio, config.text.hidden_size)
         self.multi_modal_projector = Projector(
             config.audio.hidden_size, config.downsample_factor, config.text.hidden_size
         )
-        self.decoder = CausalLm(config.text)
-        self.ada = nn.ModuleList(AdaScale(config.text.hidden_size) for _ in range(config.text.num_hidden_layers))
-        self.tokenizer: Any = None
-
-    # -- loading ---------------------------------------------------------------------
-
-    @classmethod
-    def from_pretrained(cls, path: str | Path, dtype: torch.dtype = torch.float32) -> VoxtralRealtimeModel:
-        """Load a release directory (config.json, model*.safetensors, tekken.json); every tensor
-        of the checkpoint is used and every parameter is loaded, or this raises."""
-        from safetensors.torch import load_file
-
-        path = Path(path)
-        config = VoxtralRealtimeConfig.from_files(path)
-        model = cls(config)
-        state: dict[str, torch.Tensor] = {}
-        files = sorted(path.glob("model*.safetensors"))
-        if not files:
-            raise FileNotFoundError(f"no model*.safetensors in {path}")
-        for f in files:
-            state.update(load_file(str(f)))
-        model.load_hf_state(state)
-        model.to(dtype)
-        model.fold_delay(config.stream.n_delay_tokens)
-        from mistral_common.tokens.tokenizers.tekken import Tekkenizer
-
-        model.tokenizer = Tekkenizer.from_file(path / "tekken.json")
-        return model.eval()
-
-    def load_hf_state(self, state: dict[str, torch.Tensor]) -> None:
-        """Load transformers' tensor names: the saved layout (``audio_tower.*``,
-        ``multi_modal_projector.*``, ``language_model.model.*``, ``language_model.lm_head.*``) or
-        the in-memory one (``model.audio_tower.*``, ``model.language_model.*``, ``lm_head.*``)."""
-        renamed: dict[str, torch.Tensor] = {}
-        for name, t in state.items():
-            n = name.removeprefix("model.")
-            if n in ("lm_head.weight", "language_model.lm_head.weight"):
-                if self.config.text.tie_word_embeddings:
-                    continue  # the embedding is the head
-                n = "decoder.lm_head.weight"
-            elif n.startswith("language_model."):
-                n = n.removeprefix("language_model.").removeprefix("model.")
-                if ".ada_rms_norm." in n:  # layers.{i}.ada_rms_norm.linear{1,2}.weight
-                    parts = n.split(".")
-                    n = f"ada.{parts[1]}.{parts[3]}.weight"
-                else:
-                    n = "decoder." + n
-            renamed[n] = t
-        own = dict(self.named_parameters())
-        missing = sorted(set(own) - set(renamed))
-        unused = sorted(set(renamed) - set(own))
-        if missing or unused:
-            raise ValueError(f"checkpoint mismatch: missing {missing[:8]}, unused {unused[:8]}")
-        for n, p in own.items():
-            if p.shape != renamed[n].shape:
-                raise ValueError(f"{n}: checkpoint shape {tuple(renamed[n].shape)} != {tuple(p.shape)}")
-            with torch.no_grad():
-                p.copy_(renamed[n])
-
-    @torch.no_grad()
-    def fold_delay(self, n_delay: int) -> None:
-        """Fold each layer's ``1 + ada(t(n_delay))`` into its post-attention norm weight."""
-        t = time_embedding(n_delay, self.config.text.hidden_size).to(self.decoder.embed_tokens.weight.dtype)
-        for layer, ada in zip(self.decoder.layers, self.ada):
-            layer.post_attention_layernorm.weight.mul_(1 + ada(t))
-        self.ada = nn.ModuleList()
+        self.decoder = RealtimeLm(config.text, config.eos_token_id)
 
     # -- audio -------------------------------------------------------------------------
 
@@ -482,17 +466,86 @@ class VoxtralRealtimeModel(nn.Module):
 
     def encode(self, mel: torch.Tensor, state: TowerState | None = None) -> torch.Tensor:
         """Audio vectors at the LM width. mel (B, n_mels, T) -> (B, T // 8, D_lm)."""
-        x = self.audio_tower(mel.to(self.dtype), state)
+        x = self.encoder(mel.to(self.dtype), state)
         b, t, d = x.shape
         f = self.config.downsample_factor
         return self.multi_modal_projector(x.reshape(b, t // f, d * f))  # (B, N, f * D) -> (B, N, D_lm)
 
-    def prompt_ids(self) -> list[int]:
-        """``<s>`` and one ``[STREAMING_PAD]`` per left-pad and delay token."""
+    def encode_offline(self, feats: torch.Tensor, feat_lens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Audio vectors of a zero-padded batch (the tower is causal: padding after a row's
+        end does not reach its vectors).
+
+        Shapes:
+            feats: (B, T, n_mels), feat_lens: (B,) -> vectors (B, T // 8, D_lm), n_audio (B,)
+        """
+        per = self.config.stream.mel_frames_per_token
+        t = feats.shape[1] - feats.shape[1] % per
+        audio = self.encode(feats[:, :t].transpose(1, 2))
+        return audio, feat_lens.to(device=audio.device, dtype=torch.long) // per
+
+    # -- prompt ------------------------------------------------------------------------------
+
+    @property
+    def languages(self) -> tuple[str, ...]:
+        """None can be forced: the model transcribes what it hears (its prompt has no language)."""
+        return ()
+
+    @property
+    def tokenizer(self):
+        """The checkpoint's ``tekken.json`` tokenizer."""
+        if self._tokenizer is None:
+            from oasr.models.base import TokenizerSpec
+            from oasr.tokenizers import load_tokenizer
+
+            if not self.config.tokenizer_path:
+                raise RuntimeError(f"{self.family} needs its tekken.json: load the model from its directory")
+            self._tokenizer = load_tokenizer(TokenizerSpec(kind="tekken", path=self.config.tokenizer_path))
+        return self._tokenizer
+
+    def _prompt(self) -> list[int]:
         s = self.config.stream
         return [self.config.bos_token_id] + [self.config.streaming_pad_id] * (s.n_left_pad_tokens + s.n_delay_tokens)
 
-    # -- decoding ------------------------------------------------------------------------
+    def prompt_ids(
+        self, n_audio: int, *, language: str | None = None, context: str | None = None, task: str = "transcribe"
+    ) -> list[int]:
+        """``<s>`` and one ``[STREAMING_PAD]`` per left-pad and delay token (the prompt holds no
+        text, so no user text can reach it).
+
+        Raises:
+            ValueError: a language (none can be forced), a context or another task.
+        """
+        self.check_prompt_request(n_audio, task)
+        self.resolve_language(language)
+        if context:
+            raise ValueError(f"context is not available: {self.family}'s prompt has no text turn")
+        return self._prompt()
+
+    def embed_prompt(
+        self, ids: torch.Tensor, valid: torch.Tensor, audio_states: torch.Tensor, n_audio: torch.Tensor
+    ) -> torch.Tensor:
+        """Each position's token embedding plus its audio vector. (B, T), (B, T), (B, N, D), (B,) -> (B, T, D)"""
+        if not bool(valid.all()):
+            raise ValueError("the prompts of one prefill have one length (no padding)")
+        if bool((n_audio < ids.shape[1]).any()):  # the front end's padding makes this impossible
+            raise ValueError(f"audio vectors {n_audio.tolist()} cannot fill the {ids.shape[1]}-position prompt")
+        return self.decoder.embed(ids) + audio_states[:, : ids.shape[1]].to(self.dtype)
+
+    def decoder_extras(self, audio_states: torch.Tensor, n_audio: torch.Tensor) -> dict[str, torch.Tensor]:
+        """What each row's decode steps read (``RealtimeLm.step``): its audio vectors."""
+        return {"audio": audio_states.to(self.dtype), "n_audio": n_audio.to(audio_states.device, torch.long)}
+
+    # -- output ------------------------------------------------------------------------------
+
+    @property
+    def stop_ids(self) -> tuple[int, ...]:
+        return (self.config.eos_token_id,)
+
+    def parse_output(self, text: str) -> tuple[str | None, str]:
+        """(no language, the transcript without its edge spaces)."""
+        return None, text.strip()
+
+    # -- decoding without the engine ----------------------------------------------------------
 
     @torch.no_grad()
     def generate(self, wave: np.ndarray | torch.Tensor, max_new_tokens: int | None = None) -> tuple[list[int], str]:
@@ -509,10 +562,8 @@ class VoxtralRealtimeModel(nn.Module):
         return RealtimeStream(self, max_new_tokens)
 
     def text(self, ids: list[int]) -> str:
-        """The transcript of generated ids (special tokens dropped)."""
-        from mistral_common.tokens.tokenizers.base import SpecialTokenPolicy
-
-        return self.tokenizer.decode(ids, special_token_policy=SpecialTokenPolicy.IGNORE)
+        """The text of generated ids (special tokens dropped), as transformers' ``batch_decode``."""
+        return self.tokenizer.decode(ids)
 
 
 POOL_STEP = 256  # LM positions a stream's K/V pool grows by
@@ -526,7 +577,7 @@ class _LockstepDecoder:
 
     def __init__(self, model: VoxtralRealtimeModel, max_new: int | None = None) -> None:
         self.model = model
-        self.prompt = model.prompt_ids()
+        self.prompt = model._prompt()
         self.max_new = max_new
         self.context = model.decoder.cfg.max_position_embeddings
         self.pool = model.decoder.new_pool(
@@ -624,7 +675,7 @@ class RealtimeStream:
 
     def _chunk(self, mel: torch.Tensor) -> None:
         if self.tower is None:
-            self.tower = self.model.audio_tower.new_state(1, mel.device, self.model.dtype)
+            self.tower = self.model.encoder.new_state(1, mel.device, self.model.dtype)
         vecs = self.model.encode(mel[None], self.tower)[0]
         self.vectors.append(vecs)
         self.n_vectors += vecs.shape[0]

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from oasr.models.voxtral_realtime.model import VoxtralRealtimeModel
+from oasr.models.loaders import load_pretrained
 
 # transformers' RMSNorm rounds its input to float32 even in a float64 model: the stages agree
 # to float32's precision, not float64's.
@@ -18,7 +18,7 @@ ATOL = 1e-5
 
 @pytest.fixture(scope="module")
 def ours(tiny_voxtral_realtime):
-    return VoxtralRealtimeModel.from_pretrained(tiny_voxtral_realtime.path, torch.float64)
+    return load_pretrained(str(tiny_voxtral_realtime.path), dtype=torch.float64).model
 
 
 def _ref_ids(out: torch.Tensor, prompt_len: int, eos: int) -> list[int]:
@@ -28,9 +28,9 @@ def _ref_ids(out: torch.Tensor, prompt_len: int, eos: int) -> list[int]:
 def test_tokenizer_and_prompt_match_the_reference(tiny_voxtral_realtime, ours):
     proc = tiny_voxtral_realtime.processor
     text = "the child almost hurt the small dog"
-    assert ours.tokenizer.encode(text, bos=False, eos=False) == proc.tokenizer.encode(text, add_special_tokens=False)
+    assert ours.tokenizer.encode_text(text) == proc.tokenizer.encode(text, add_special_tokens=False)
     inputs = proc(tiny_voxtral_realtime.clips[0], return_tensors="pt")
-    assert ours.prompt_ids() == inputs["input_ids"][0].tolist()
+    assert ours.prompt_ids(1) == inputs["input_ids"][0].tolist()
     assert int(inputs["num_delay_tokens"]) == ours.config.stream.n_delay_tokens
 
 
@@ -44,7 +44,7 @@ def test_stages_match_transformers_in_float64(tiny_voxtral_realtime, ours, clip)
     feats = inputs["input_features"].double()
     with torch.no_grad():
         tower = ref.model.audio_tower(input_features=feats).last_hidden_state
-        torch.testing.assert_close(ours.audio_tower(feats), tower, rtol=0, atol=ATOL)
+        torch.testing.assert_close(ours.encoder(feats), tower, rtol=0, atol=ATOL)
         audio = ref.model.get_audio_features(input_features=feats).pooler_output
         torch.testing.assert_close(ours.encode(feats), audio, rtol=0, atol=ATOL)
         # The LM over the prompt with its audio vectors (the delay folded into its norms).
