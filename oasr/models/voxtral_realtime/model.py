@@ -557,7 +557,7 @@ class VoxtralRealtimeModel(PromptTokenizerMixin, BaseAsrModel):
         lm.feed(audio, audio.shape[0] - 1)
         return list(lm.tokens), lm.reason
 
-    def open_stream(self, max_new_tokens: int | None = None) -> RealtimeStream:
+    def open_live(self, max_new_tokens: int | None = None) -> RealtimeStream:
         """A live transcription session (``RealtimeStream``)."""
         return RealtimeStream(self, max_new_tokens)
 

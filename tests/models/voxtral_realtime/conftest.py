@@ -119,7 +119,7 @@ class TinyVoxtralRealtime:
     clips: list[np.ndarray]  # 16-kHz float32 mono
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def tiny_voxtral_realtime(tmp_path_factory, audio_dir) -> TinyVoxtralRealtime:
     from transformers import (
         MistralCommonBackend,

@@ -120,7 +120,7 @@ def _reference_stream(fx, wave: np.ndarray) -> list[int]:
 def test_stream_equals_transformers_streaming_generate(tiny_voxtral_realtime, ours, clip, piece, live):
     fx = tiny_voxtral_realtime
     wave = fx.clips[clip]
-    stream = ours.open_stream()
+    stream = ours.open_live()
     partial = []
     for i in range(0, len(wave), piece):
         stream.feed(wave[i : i + piece])
