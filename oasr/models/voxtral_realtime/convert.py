@@ -33,7 +33,8 @@ from oasr.models.formats.hf import (
     renamed_llm_state,
 )
 from oasr.models.registry import CheckpointBundle
-from oasr.models.voxtral_realtime.model import OFFLINE_BUFFER_TOKENS, VoxtralRealtimeConfig, time_embedding
+from oasr.models.voxtral_realtime.frontend import LOG_MEL_MAX
+from oasr.models.voxtral_realtime.model import VoxtralRealtimeConfig, time_embedding
 
 ARCH = "voxtral_realtime"
 
@@ -84,7 +85,7 @@ def _feature_spec(directory: Path, config: VoxtralRealtimeConfig) -> FeatureSpec
         "hop_length": s.hop_length,
         "win_length": s.window_size,
         "sampling_rate": s.sampling_rate,
-        "global_log_mel_max": 1.5,
+        "global_log_mel_max": LOG_MEL_MAX,
     }
     for key, want in checks.items():
         if pre.get(key) is not None and pre[key] != want:
@@ -94,14 +95,7 @@ def _feature_spec(directory: Path, config: VoxtralRealtimeConfig) -> FeatureSpec
     return FeatureSpec(
         kind="voxtral_realtime_mel",
         sampling_rate=s.sampling_rate,
-        params={
-            "n_mels": config.audio.num_mel_bins,
-            "n_fft": s.window_size,
-            "hop_length": s.hop_length,
-            "token_samples": s.samples_per_token,
-            "left_pad_tokens": s.n_left_pad_tokens,
-            "right_pad_tokens": s.n_delay_tokens + 1 + OFFLINE_BUFFER_TOKENS,
-        },
+        params=s.frontend_params(config.audio.num_mel_bins),
     )
 
 

@@ -1,5 +1,5 @@
 """The ``voxtral_realtime_mel`` front end: a clip padded as ``mistral_common`` pads an offline
-transcription request, then ``VoxtralRealtimeFeatureExtractor``'s log-mel (``model.log_mel``)."""
+transcription request, then ``VoxtralRealtimeFeatureExtractor``'s log-mel (``log_mel``)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,27 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from oasr.audio.features import mel_filters
 from oasr.audio.frontends import Frontend, pad_features
 from oasr.specs import FeatureSpec
 
+LOG_MEL_MAX = 1.5  # the feature extractor's global_log_mel_max
+
 _PARAMS = ("n_mels", "n_fft", "hop_length", "token_samples", "left_pad_tokens", "right_pad_tokens")
+
+
+def log_mel(wave: torch.Tensor, n_mels: int, *, center: bool, hop: int = 160, n_fft: int = 400) -> torch.Tensor:
+    """The feature extractor's log-mel: (samples,) -> (n_mels, frames), the last STFT frame dropped.
+
+    ``center`` reflects ``n_fft // 2`` samples at both ends (the first chunk and a whole clip);
+    later streaming chunks carry their own left context and are not centred."""
+    window = torch.hann_window(n_fft, dtype=wave.dtype, device=wave.device)
+    spec = torch.stft(wave, n_fft, hop, window=window, return_complex=True, center=center)
+    power = spec[..., :-1].abs() ** 2
+    filters = mel_filters(n_mels, n_fft, device=wave.device, dtype=wave.dtype)
+    mel = torch.clamp(filters @ power, min=1e-10).log10()
+    mel = torch.maximum(mel, torch.tensor(LOG_MEL_MAX - 8.0, dtype=mel.dtype, device=mel.device))
+    return (mel + 4.0) / 4.0
 
 
 class VoxtralRealtimeMelFrontend(Frontend):
@@ -62,8 +79,6 @@ class VoxtralRealtimeMelFrontend(Frontend):
         return torch.nn.functional.pad(x.to(torch.float32), (per * self.left, right))
 
     def __call__(self, waveform: np.ndarray | torch.Tensor) -> torch.Tensor:
-        from oasr.models.voxtral_realtime.model import log_mel
-
         mel = log_mel(self._padded(waveform), self.n_mels, center=True, hop=self.hop_length, n_fft=self.n_fft)
         return mel.T.contiguous()
 

@@ -21,13 +21,13 @@ The life of a clip:
   checkpoint, so the scale is folded into the norm's weight once at load and the LM is the shared
   ``CausalLm`` (Mistral: no biases, tied embeddings).
 
-Streaming (``open_stream``) runs the same computation chunk by chunk, as transformers'
+Streaming (``open_live``) runs the same computation chunk by chunk, as transformers'
 streaming ``generate`` does: the conv tails and the tower's windowed K/V are the encoder state,
 the LM's K/V the decoder state, and a token is chosen whenever an audio vector is ready.
 
-Module names follow the transformers layout (``audio_tower.*``, ``multi_modal_projector.*``,
-``language_model.*`` under ``model.``), so the checkpoint loads by its own names.
-Reads top to bottom: config, the mel, the tower, the model, its streaming session.
+Module names follow the transformers layout under ``encoder.`` (its ``audio_tower``),
+``multi_modal_projector.`` and ``decoder.`` (its ``language_model``); ``convert.py`` maps them.
+Reads top to bottom: config, the tower, the LM, the model, its live session (the mel is ``frontend.py``'s).
 """
 
 from __future__ import annotations
@@ -40,15 +40,14 @@ import numpy as np
 import torch
 from torch import nn
 
-from oasr.audio.features import mel_filters
 from oasr.layers import Conv1d, Linear, NeoxRotaryEmbedding, RMSNorm, attention
 from oasr.models.base import BaseAsrModel, BaseEncoder
 from oasr.models.configs import ModelConfig
 from oasr.models.decoders.causal_lm import CausalLm, CausalLmConfig, PromptTokenizerMixin
 from oasr.models.decoders.kv_pool import DecoderState
+from oasr.models.voxtral_realtime.frontend import VoxtralRealtimeMelFrontend, log_mel
 
 OFFLINE_BUFFER_TOKENS = 10  # mistral_common's OFFLINE_STREAMING_BUFFER_TOKENS: room for a last long word
-LOG_MEL_MAX = 1.5  # the feature extractor's global_log_mel_max
 
 
 # ---------------------------------------------------------------------------
@@ -97,11 +96,17 @@ class StreamingAudioConfig(ModelConfig):
     def n_delay_tokens(self) -> int:
         return self._tokens_of(int(self.transcription_delay_ms / 1000.0 * self.sampling_rate))
 
-    def padding(self, n_samples: int) -> tuple[int, int]:
-        """(left, right) zero samples around a clip of ``n_samples`` (mistral_common's offline padding)."""
-        per = self.samples_per_token
-        right = (per - n_samples % per) % per + per * (self.n_delay_tokens + 1 + OFFLINE_BUFFER_TOKENS)
-        return per * self.n_left_pad_tokens, right
+    def frontend_params(self, n_mels: int) -> dict[str, int]:
+        """The ``voxtral_realtime_mel`` front end's parameters: mistral_common's offline padding
+        (``n_left_pad`` tokens before; a whole token, then ``n_delay + 1 + 10`` tokens after)."""
+        return {
+            "n_mels": n_mels,
+            "n_fft": self.window_size,
+            "hop_length": self.hop_length,
+            "token_samples": self.samples_per_token,
+            "left_pad_tokens": self.n_left_pad_tokens,
+            "right_pad_tokens": self.n_delay_tokens + 1 + OFFLINE_BUFFER_TOKENS,
+        }
 
 
 @dataclass
@@ -193,24 +198,6 @@ class VoxtralRealtimeConfig(ModelConfig):
             streaming_pad_id=special["[STREAMING_PAD]"],
             tokenizer_path=tokenizer_path,
         )
-
-
-# ---------------------------------------------------------------------------
-# The log-mel
-
-
-def log_mel(wave: torch.Tensor, n_mels: int, *, center: bool, hop: int = 160, n_fft: int = 400) -> torch.Tensor:
-    """The feature extractor's log-mel: (samples,) -> (n_mels, frames), the last STFT frame dropped.
-
-    ``center`` reflects ``n_fft // 2`` samples at both ends (the first chunk and a whole clip);
-    later streaming chunks carry their own left context and are not centred."""
-    window = torch.hann_window(n_fft, dtype=wave.dtype, device=wave.device)
-    spec = torch.stft(wave, n_fft, hop, window=window, return_complex=True, center=center)
-    power = spec[..., :-1].abs() ** 2
-    filters = mel_filters(n_mels, n_fft, device=wave.device, dtype=wave.dtype)
-    mel = torch.clamp(filters @ power, min=1e-10).log10()
-    mel = torch.maximum(mel, torch.tensor(LOG_MEL_MAX - 8.0, dtype=mel.dtype, device=mel.device))
-    return (mel + 4.0) / 4.0
 
 
 # ---------------------------------------------------------------------------
@@ -459,10 +446,10 @@ class VoxtralRealtimeModel(PromptTokenizerMixin, BaseAsrModel):
     def features(self, wave: np.ndarray | torch.Tensor) -> torch.Tensor:
         """The padded clip's log-mel (n_mels, frames) in float32 (as the reference extractor)."""
         s = self.config.stream
-        x = torch.as_tensor(np.asarray(wave, dtype=np.float32))
-        left, right = s.padding(x.shape[0])
-        x = nn.functional.pad(x, (left, right))
-        return log_mel(x, self.config.audio.num_mel_bins, center=True, hop=s.hop_length, n_fft=s.window_size)
+        frontend = VoxtralRealtimeMelFrontend(
+            sampling_rate=s.sampling_rate, **s.frontend_params(self.config.audio.num_mel_bins)
+        )
+        return frontend(wave).T
 
     def encode(self, mel: torch.Tensor, state: TowerState | None = None) -> torch.Tensor:
         """Audio vectors at the LM width. mel (B, n_mels, T) -> (B, T // 8, D_lm)."""
