@@ -306,7 +306,15 @@ class AudioTower(BaseEncoder):
 
     def forward(self, mel: torch.Tensor, state: TowerState | None = None) -> torch.Tensor:
         """The tower over a whole clip (``state`` None) or the next chunk of a stream (``state``
-        updated in place; a chunk has an even number of mel frames)."""
+        updated in place; a chunk has an even number of mel frames).
+
+        A clip longer than a few windows runs as a stream of ``2 * sliding_window``-frame chunks
+        (the same values: every frame sees the same past), so its attention never builds a
+        (T, T) mask."""
+        chunk = 2 * self.cfg.sliding_window
+        if state is None and mel.shape[-1] > 2 * chunk and mel.shape[-1] % 2 == 0:
+            state = self.new_state(mel.shape[0], mel.device, mel.dtype)
+            return torch.cat([self(mel[..., i : i + chunk], state) for i in range(0, mel.shape[-1], chunk)], 1)
         e = self.embedder
         if state is None:
             x = nn.functional.gelu(e.conv1(mel))
