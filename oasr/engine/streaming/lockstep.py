@@ -51,17 +51,11 @@ class LockstepCore(StreamTable):
     """
 
     def __init__(self, engine) -> None:
-        config = engine.config
-        for name in ("stream_chunk_ms", "stream_left_chunks"):
-            if getattr(config, name) is not None:
-                raise ValueError(
-                    f"{name} sets an encoder's streaming chunks; {type(engine.model).__name__} takes one audio "
-                    f"token (80 ms) per step, as its reference does"
-                )
+        self._refuse_encoder_chunks(engine, "takes one audio token (80 ms) per step, as its reference does")
         self.engine = engine
         self.model = engine.model
         self.sampling_rate = int(engine.sampling_rate)
-        self.max_batch = max(1, int(config.max_streams))
+        self.max_batch = max(1, int(engine.config.max_streams))
         self._init_table()
         self.feeds = 0
         self.steps = 0
@@ -91,21 +85,10 @@ class LockstepCore(StreamTable):
             self.streams[sid] = stream
         return sid
 
-    def close(self, sid: str) -> None:
-        """Drop a stream now (a hang-up), no events."""
-        with self.lock:
-            stream = self.streams.pop(sid, None)
-            if stream is not None:
-                stream.closed = True
-
     def backlog_s(self, sid: str) -> float:
         with self.lock:
             s = self.streams.get(sid)
             return 0.0 if s is None else self._queued_s(s)
-
-    def can_admit(self) -> bool:
-        with self.lock:
-            return len(self.streams) < self.max_batch
 
     def has_work(self) -> bool:
         with self.lock:
