@@ -241,7 +241,10 @@ class LlmDecodeStrategy(RequestTable[_Req]):
         params, generator = self._sampling(opts)
         max_new = self.token_budget(opts, request.duration)
         stream = TextStream(
-            self.tokenizer.decode_bytes, self.model.parse_output, hold_until_language=opts.language is None
+            self.tokenizer.decode_bytes,
+            self.model.parse_output,
+            # A model that writes no language preamble (``writes_language`` False) has nothing to wait for.
+            hold_until_language=opts.language is None and getattr(self.model, "writes_language", True),
         )
         return _Req(request, opts, params, generator, max_new, feats, int(n_frames), stream)
 

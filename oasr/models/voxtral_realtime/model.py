@@ -435,6 +435,7 @@ class VoxtralRealtimeModel(PromptTokenizerMixin, BaseAsrModel):
     safe_dtypes = (torch.bfloat16, torch.float32)
     unsafe_dtype_reason = "its checkpoint is bfloat16 and its activations are not known to fit float16's range"
     config_class = VoxtralRealtimeConfig
+    writes_language = False  # the text streams from the first token: no language preamble to wait for
 
     def __init__(self, config: VoxtralRealtimeConfig | dict[str, Any]) -> None:
         super().__init__(config)

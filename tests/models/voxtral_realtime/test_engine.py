@@ -39,6 +39,12 @@ def test_batch_equals_generate(engine, tiny_voxtral_realtime):
         assert out.language is None
 
 
+def test_text_streams_as_it_is_decoded(engine, tiny_voxtral_realtime):
+    deltas: list[str] = []
+    out = engine.transcribe(tiny_voxtral_realtime.clips[0], on_token=deltas.append)
+    assert len(deltas) > 1 and "".join(deltas) == out.text  # no language preamble holds it back
+
+
 def test_token_budget_cuts_with_length(engine, tiny_voxtral_realtime):
     fx = tiny_voxtral_realtime
     out = engine.transcribe(fx.clips[0], max_new_tokens=5)
