@@ -462,7 +462,7 @@ class VoxtralRealtimeModel(PromptTokenizerMixin, BaseAsrModel):
 
     def encode(self, mel: torch.Tensor, state: TowerState | None = None) -> torch.Tensor:
         """Audio vectors at the LM width. mel (B, n_mels, T) -> (B, T // 8, D_lm)."""
-        x = self.encoder(mel.to(self.dtype), state)
+        x = self.encoder(mel.to(device=self.decoder.embed_tokens.weight.device, dtype=self.dtype), state)
         b, t, d = x.shape
         f = self.config.downsample_factor
         return self.multi_modal_projector(x.reshape(b, t // f, d * f))  # (B, N, f * D) -> (B, N, D_lm)
@@ -671,7 +671,9 @@ class RealtimeStream:
 
     def _chunk(self, mel: torch.Tensor) -> None:
         if self.tower is None:
-            self.tower = self.model.encoder.new_state(1, mel.device, self.model.dtype)
+            self.tower = self.model.encoder.new_state(
+                1, self.model.decoder.embed_tokens.weight.device, self.model.dtype
+            )
         vecs = self.model.encode(mel[None], self.tower)[0]
         self.vectors.append(vecs)
         self.n_vectors += vecs.shape[0]

@@ -89,6 +89,22 @@ def served(tiny_voxtral_realtime):
     server.stop()
 
 
+def test_http_transcription_equals_the_engine(served, engine32, tiny_voxtral_realtime, audio_dir):
+    import httpx
+
+    from tests.models.voxtral_realtime.conftest import CLIPS
+
+    with open(audio_dir / CLIPS[0], "rb") as f:
+        r = httpx.post(
+            served.http + "/v1/audio/transcriptions",
+            files={"file": (CLIPS[0], f.read(), "audio/wav")},
+            data={"model": "voxtral-rt"},
+            timeout=120,
+        )
+    assert r.status_code == 200, r.text
+    assert r.json()["text"] == engine32.transcribe(tiny_voxtral_realtime.clips[0]).text
+
+
 def test_websocket_sends_the_stream(served, engine32, tiny_voxtral_realtime):
     from tests.streaming.test_websocket import pcm16, run, session
 
