@@ -109,6 +109,36 @@ class StreamingAudioConfig(ModelConfig):
         }
 
 
+# transformers' VoxtralRealtimeEncoderConfig defaults and VoxtralRealtimeConfig's text sub-config
+# defaults (the release's geometry), for fields a config.json omits.
+_HF_AUDIO_DEFAULTS: dict[str, Any] = {
+    "hidden_size": 1280,
+    "intermediate_size": 5120,
+    "num_hidden_layers": 32,
+    "num_attention_heads": 32,
+    "head_dim": 64,
+    "num_mel_bins": 128,
+    "rms_norm_eps": 1e-5,
+    "rope_theta": 10000.0,
+    "sliding_window": 750,
+    "hidden_act": "silu",
+}
+_HF_TEXT_DEFAULTS: dict[str, Any] = {
+    "vocab_size": 131072,
+    "hidden_size": 3072,
+    "intermediate_size": 9216,
+    "num_hidden_layers": 26,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "head_dim": 128,
+    "max_position_embeddings": 131072,
+    "rms_norm_eps": 1e-5,
+    "rope_theta": 1000000.0,
+    "sliding_window": 8192,
+    "hidden_act": "silu",
+}
+
+
 @dataclass
 class VoxtralRealtimeConfig(ModelConfig):
     """The tower, the LM, the audio geometry and the prompt's token ids."""
@@ -133,15 +163,17 @@ class VoxtralRealtimeConfig(ModelConfig):
         path = tokenizer_path or "the checkpoint"
         if cfg.get("model_type") != "voxtral_realtime":
             raise ValueError(f"not a voxtral_realtime config: model_type={cfg.get('model_type')!r}")
-        a, t = cfg["audio_config"], cfg["text_config"]
-        if cfg.get("projector_hidden_act", "gelu") != "gelu" or a.get("hidden_act", "silu") != "silu":
+        # An omitted field means transformers' default, as its config classes fill it.
+        a = {**_HF_AUDIO_DEFAULTS, **{k: v for k, v in (cfg.get("audio_config") or {}).items() if v is not None}}
+        t = {**_HF_TEXT_DEFAULTS, **{k: v for k, v in (cfg.get("text_config") or {}).items() if v is not None}}
+        if cfg.get("projector_hidden_act", "gelu") != "gelu" or {a["hidden_act"], t["hidden_act"]} != {"silu"}:
             raise ValueError("only the released activations (gelu projector, silu MLPs) are implemented")
 
         def theta(sub: dict) -> float:
             rope = sub.get("rope_parameters") or {}
             if rope.get("rope_type", "default") != "default":
                 raise ValueError(f"RoPE type {rope.get('rope_type')!r} is not supported")
-            return float(rope.get("rope_theta", sub.get("rope_theta", 1000000.0)))
+            return float(rope.get("rope_theta", sub["rope_theta"]))
 
         audio = AudioTowerConfig(
             hidden_size=a["hidden_size"],
@@ -163,7 +195,7 @@ class VoxtralRealtimeConfig(ModelConfig):
             intermediate_size=t["intermediate_size"],
             num_hidden_layers=t["num_hidden_layers"],
             num_attention_heads=t["num_attention_heads"],
-            num_key_value_heads=t.get("num_key_value_heads") or t["num_attention_heads"],
+            num_key_value_heads=t["num_key_value_heads"] or t["num_attention_heads"],
             head_dim=t.get("head_dim"),
             rms_norm_eps=t["rms_norm_eps"],
             rope_theta=theta(t),

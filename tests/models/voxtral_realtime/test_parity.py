@@ -131,3 +131,31 @@ def test_stream_equals_transformers_streaming_generate(tiny_voxtral_realtime, ou
     assert stream.finish_reason == "stop"
     # Live and whole-clip decoding see the same audio vectors and write the same ids.
     assert stream.tokens == ours.generate(wave)[0]
+
+
+def test_omitted_config_fields_are_transformers_defaults(tiny_voxtral_realtime):
+    import json
+
+    from transformers import VoxtralRealtimeConfig as HFConfig
+
+    from oasr.models.voxtral_realtime.model import VoxtralRealtimeConfig
+
+    tekken = json.loads((tiny_voxtral_realtime.path / "tekken.json").read_text())
+    ours = VoxtralRealtimeConfig.from_hf({"model_type": "voxtral_realtime"}, tekken)
+    ref = HFConfig()
+    a, t = ref.audio_config, ref.text_config
+    assert (ours.audio.hidden_size, ours.audio.num_hidden_layers, ours.audio.head_dim, ours.audio.sliding_window) == (
+        a.hidden_size,
+        a.num_hidden_layers,
+        a.head_dim,
+        a.sliding_window,
+    )
+    assert ours.audio.rope_theta == a.rope_parameters["rope_theta"]
+    assert ours.text.rope_theta == t.rope_parameters["rope_theta"]
+    assert (ours.text.hidden_size, ours.text.num_hidden_layers, ours.text.num_key_value_heads, ours.text.head_dim) == (
+        t.hidden_size,
+        t.num_hidden_layers,
+        t.num_key_value_heads,
+        t.head_dim,
+    )
+    assert ours.text.max_position_embeddings == t.sliding_window  # the context stops at the LM's window
