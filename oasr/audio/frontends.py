@@ -32,6 +32,7 @@ _FRONTENDS: dict[str, str] = {
     "parakeet_mel": "oasr.models.parakeet.features:ParakeetFrontend",
     "wav2vec2_waveform": "oasr.models.wav2vec2.features:Wav2Vec2Frontend",
     "whisper_mel": "oasr.audio.whisper_frontend:WhisperMelFrontend",
+    "voxtral_realtime_mel": "oasr.models.voxtral_realtime.frontend:VoxtralRealtimeMelFrontend",
 }
 
 

@@ -103,6 +103,12 @@ _BUILTIN: tuple[tuple[str, str, tuple[str, ...]], ...] = (
             "oasr.models.qwen3_asr.convert:OriginalQwen3AsrConverter",
         ),
     ),
+    # Voxtral Realtime: a causal tower and a Mistral LM decoding in lockstep with the audio.
+    (
+        "voxtral_realtime",
+        "oasr.models.voxtral_realtime.model:VoxtralRealtimeModel",
+        ("oasr.models.voxtral_realtime.convert:HFVoxtralRealtimeConverter",),
+    ),
     (
         "canary_qwen",
         "oasr.models.canary_qwen.model:CanaryQwenModel",

@@ -470,7 +470,10 @@ def load_tokenizer(spec: TokenizerSpec | None) -> Tokenizer | None:
 
 
 # Kinds read by a ``from_file`` classmethod of a module of their own.
-_FILE_KINDS = {"chars": "oasr.tokenizers.chars:CharTokenizer"}
+_FILE_KINDS = {
+    "chars": "oasr.tokenizers.chars:CharTokenizer",
+    "tekken": "oasr.models.voxtral_realtime.tokenizer:TekkenTokenizer",
+}
 
 
 def _build_tokenizer(spec: TokenizerSpec) -> Tokenizer:

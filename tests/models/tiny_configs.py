@@ -226,6 +226,28 @@ def _qwen3_asr() -> Any:
     )
 
 
+def _voxtral_realtime() -> Any:
+    from oasr.models.decoders.causal_lm import CausalLmConfig
+    from oasr.models.voxtral_realtime.model import AudioTowerConfig, StreamingAudioConfig, VoxtralRealtimeConfig
+
+    audio = AudioTowerConfig(
+        hidden_size=16, intermediate_size=32, num_hidden_layers=2, num_attention_heads=2, head_dim=8, sliding_window=12
+    )
+    text = CausalLmConfig(
+        vocab_size=64,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=8,
+        max_position_embeddings=512,
+        tie_word_embeddings=True,
+        attention_bias=False,
+    )
+    return VoxtralRealtimeConfig(audio=audio, text=text, stream=StreamingAudioConfig(n_left_pad_tokens=2))
+
+
 def _canary_qwen() -> Any:
     from oasr.models.canary_qwen import CanaryQwenConfig, ModalityAdapterConfig
     from oasr.models.parakeet.config import ParakeetEncoderConfig
@@ -337,6 +359,7 @@ TINY_CONFIGS: dict[str, Callable[[], Any]] = {
     "sensevoice": _sensevoice,
     "speech_llm": _speech_llm,
     "transducer": _transducer,
+    "voxtral_realtime": _voxtral_realtime,
     "wav2vec2": _wav2vec2,
     "wavlm": _wavlm,
     "whisper": _whisper,

@@ -241,7 +241,10 @@ class LlmDecodeStrategy(RequestTable[_Req]):
         params, generator = self._sampling(opts)
         max_new = self.token_budget(opts, request.duration)
         stream = TextStream(
-            self.tokenizer.decode_bytes, self.model.parse_output, hold_until_language=opts.language is None
+            self.tokenizer.decode_bytes,
+            self.model.parse_output,
+            # A model that writes no language preamble (``writes_language`` False) has nothing to wait for.
+            hold_until_language=opts.language is None and getattr(self.model, "writes_language", True),
         )
         return _Req(request, opts, params, generator, max_new, feats, int(n_frames), stream)
 
@@ -364,6 +367,9 @@ class LlmDecodeStrategy(RequestTable[_Req]):
         # Room for the prompts now; the rows' budgets are reserved as they are used (``_advance``).
         self._reserve(t + 1)
         logits, new = self.decoder.prefill(self.batch.pool, embeds, valid, row0=self.batch.next_row0)
+        extras = getattr(self.model, "decoder_extras", None)
+        if extras is not None:  # what a model's decode steps read besides the token (Voxtral Realtime's audio)
+            new.extras.update(extras(audio.index_select(0, rows), n_audio.index_select(0, rows)))
         self.counters.prefills += 1
         tokens, logprobs = self._choose(reqs, logits)
         selection = select_rows(reqs, [1] * len(reqs), self._row_update(tokens, logprobs, events), compact=False)

@@ -92,7 +92,7 @@ def stream_support(engine) -> str | None:
     (``StreamingCore``), or an offline model whose decode strategy times words (the
     local-agreement policy, ``LocalAgreementCore``)."""
     model = engine.model
-    if model.encoder.streaming_kind != "none":
+    if model.encoder.streaming_kind != "none" or callable(getattr(model, "open_live", None)):
         return None
     if not engine.strategy.word_timing_modes:
         return (
@@ -104,8 +104,9 @@ def stream_support(engine) -> str | None:
 
 
 def build_stream_core(engine):
-    """The live-stream scheduler for ``engine``'s model: ``StreamingCore`` over an encoder that
-    streams, ``LocalAgreementCore`` over an offline one (the one place that chooses).
+    """The live-stream scheduler for ``engine``'s model: ``LockstepCore`` for a model with its own
+    live session (``open_live``), ``StreamingCore`` over an encoder that streams,
+    ``LocalAgreementCore`` over an offline one (the one place that chooses).
 
     Raises:
         ValueError: the model cannot stream (``stream_support``'s reason) or the engine's
@@ -114,6 +115,10 @@ def build_stream_core(engine):
     reason = stream_support(engine)
     if reason is not None:
         raise ValueError(reason)
+    if callable(getattr(engine.model, "open_live", None)):  # a model that decodes in lockstep with its audio
+        from oasr.engine.streaming.lockstep import LockstepCore
+
+        return LockstepCore(engine)
     if engine.model.encoder.streaming_kind == "none":
         from oasr.engine.streaming.local_agreement import LocalAgreementCore
 

@@ -212,6 +212,26 @@ class StreamTable:
 
         return soxr.ResampleStream(rate, self.sampling_rate, 1, dtype="float32", quality="HQ")
 
+    @staticmethod
+    def _refuse_encoder_chunks(engine, instead: str) -> None:
+        """For a core that cuts no encoder chunks: the engine's chunk settings refused, saying
+        what the model does ``instead``."""
+        for name in ("stream_chunk_ms", "stream_left_chunks"):
+            if getattr(engine.config, name) is not None:
+                raise ValueError(f"{name} sets an encoder's streaming chunks; {type(engine.model).__name__} {instead}")
+
+    def close(self, sid: str) -> None:
+        """Drop a stream now (a hang-up), no events; work under way for it is discarded."""
+        with self.lock:
+            stream = self.streams.pop(sid, None)
+            if stream is not None:
+                stream.closed = True
+
+    def can_admit(self) -> bool:
+        """Room for another stream (``max_streams``: ``self.max_batch``)."""
+        with self.lock:
+            return len(self.streams) < self.max_batch
+
     def _new_id(self, stream_id: str | None) -> str:
         sid = stream_id or f"stream-{next(self._ids)}"
         if sid in self.streams:

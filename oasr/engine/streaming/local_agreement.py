@@ -205,12 +205,11 @@ class LocalAgreementCore(StreamTable):
 
     def __init__(self, engine) -> None:
         config = engine.config
-        for name in ("stream_chunk_ms", "stream_left_chunks"):
-            if getattr(config, name) is not None:
-                raise ValueError(
-                    f"{name} sets an encoder's streaming chunks; {type(engine.model).__name__} streams by local "
-                    f"agreement over an offline decode: set min_chunk_s (seconds of audio between decodes) instead"
-                )
+        self._refuse_encoder_chunks(
+            engine,
+            "streams by local agreement over an offline decode: set min_chunk_s (seconds of audio between "
+            "decodes) instead",
+        )
         self.engine = engine
         # The stream loop's own decode path: a second strategy over the same weights (the
         # engine's strategy belongs to the engine thread; its request table is not thread-safe).
@@ -246,13 +245,6 @@ class LocalAgreementCore(StreamTable):
             self.streams[sid] = stream
         return sid
 
-    def close(self, sid: str) -> None:
-        """Drop a stream now (a hang-up), no events; a decode under way for it is discarded."""
-        with self.lock:
-            stream = self.streams.pop(sid, None)
-            if stream is not None:
-                stream.closed = True
-
     def backlog_s(self, sid: str) -> float:
         """Seconds of a stream's audio received and not yet decoded (0 for one not open)."""
         with self.lock:
@@ -260,10 +252,6 @@ class LocalAgreementCore(StreamTable):
             if s is None:
                 return 0.0
             return self._queued_s(s) + (s.audio.size - s.decoded) / self.sampling_rate
-
-    def can_admit(self) -> bool:
-        with self.lock:
-            return len(self.streams) < self.max_batch
 
     def has_work(self) -> bool:
         """Whether a step would do anything (samples to take in, a decode due, a stream to end)."""
