@@ -9,6 +9,7 @@ Tensor names -> ``oasr.models.granite_speech.model``'s:
   ``language_model.lm_head.*`` / ``lm_head.*`` -> ``decoder.lm_head.*``;
 * in memory (transformers 5.x ``state_dict()``): ``model.encoder.*``, ``model.projector.*``,
   ``model.language_model.*``, ``lm_head.*``;
+* ``projector.query`` (1, Q, D) -> ``encoder.projector.query.weight`` (Q, D);
 * the adapter's ``base_model.model.<either layout>.X.lora_{A,B}.weight`` are merged into
   ``X.weight``: ``W + (lora_alpha / r) B A`` (PEFT's merge of a plain LoRA).
 
@@ -207,6 +208,9 @@ class HFGraniteSpeechConverter:
         except ValueError as e:
             raise LoadError(f"{path}: {e}") from e
         state = {rename_prefixed(k, _PREFIXES): v for k, v in load_hf_weights(path).items()}
+        query = state.pop("encoder.projector.query", None)
+        if query is not None:  # the (1, Q, D) parameter is the model's (Q, D) query table
+            state["encoder.projector.query.weight"] = query.reshape(query.shape[-2:])
         if config.text.tie_word_embeddings:
             drop_tied_lm_head(state, path, "decoder.lm_head.weight", "decoder.embed_tokens.weight")
         merged = merge_adapter(state, path)

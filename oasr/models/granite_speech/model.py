@@ -27,7 +27,7 @@ import torch
 from torch import nn
 
 from oasr.languages import names_of
-from oasr.layers import Embedding, LayerNorm, Linear, attention
+from oasr.layers import BatchNorm1d, Conv1d, Embedding, LayerNorm, Linear, attention
 from oasr.models.base import BaseAsrModel, BaseEncoder
 from oasr.models.decoders.causal_lm import CausalLm, PromptTokenizerMixin
 from oasr.models.granite_speech.config import (
@@ -100,7 +100,7 @@ class DepthwiseConv(nn.Module):
     def __init__(self, channels: int, kernel: int) -> None:
         super().__init__()
         self.padding = (kernel // 2, kernel // 2 - (kernel + 1) % 2)
-        self.conv = nn.Conv1d(channels, channels, kernel, groups=channels, bias=False)
+        self.conv = Conv1d(channels, channels, kernel, groups=channels, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.conv(nn.functional.pad(x, self.padding))
@@ -120,10 +120,10 @@ class ConformerConvModule(nn.Module):
         super().__init__()
         inner = cfg.hidden_dim * cfg.conv_expansion_factor
         self.norm = LayerNorm(cfg.hidden_dim)
-        self.up_conv = nn.Conv1d(cfg.hidden_dim, 2 * inner, 1)
+        self.up_conv = Conv1d(cfg.hidden_dim, 2 * inner, 1)
         self.depth_conv = DepthwiseConv(inner, cfg.conv_kernel_size)
-        self.batch_norm = nn.BatchNorm1d(inner)
-        self.down_conv = nn.Conv1d(inner, cfg.hidden_dim, 1)
+        self.batch_norm = BatchNorm1d(inner)
+        self.down_conv = Conv1d(inner, cfg.hidden_dim, 1)
 
     def forward(self, x: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
         y = nn.functional.glu(self.up_conv(self.norm(x).transpose(1, 2)), dim=1)  # (B, I, T)
@@ -258,7 +258,8 @@ class WindowProjector(nn.Module):
     def __init__(self, config: GraniteSpeechConfig) -> None:
         super().__init__()
         self.window, q = config.window_size, config.queries
-        self.query = nn.Parameter(torch.zeros(1, q, config.projector.hidden_size))
+        # The learned queries (transformers' ``query`` parameter, (1, Q, D), stored here as (Q, D)).
+        self.query = Embedding(q, config.projector.hidden_size)
         self.qformer = QFormer(config.projector)
         self.linear = Linear(config.projector.hidden_size, config.text.hidden_size)
 
@@ -266,7 +267,7 @@ class WindowProjector(nn.Module):
         b, t, d = enc.shape
         nb = math.ceil(t / self.window)
         windows = nn.functional.pad(enc, (0, 0, 0, nb * self.window - t)).view(b * nb, self.window, d)
-        queries = self.query.to(enc.dtype).expand(b * nb, -1, -1)
+        queries = self.query.weight.to(enc.dtype).expand(b * nb, -1, -1)
         out = self.qformer(queries, windows)  # (B*nb, Q, Dq)
         return self.linear(out.reshape(b, nb * out.shape[1], -1))
 
