@@ -58,7 +58,8 @@ characters are decoded; the
 transcript so far (``model.parse_output``) is sent as ``StepEvent(kind="delta")``
 when it extends what was sent. With no forced language the model writes a language
 preamble first, so nothing is sent until ``parse_output`` reports the detected
-language (or the request finishes). The deltas of a request concatenate exactly to
+language (or the request finishes); a model whose ``writes_language`` is False (Granite
+Speech) writes none, and its text is sent as it comes. The deltas of a request concatenate exactly to
 its final ``RequestOutput.text``.
 """
 
@@ -240,9 +241,9 @@ class LlmDecodeStrategy(RequestTable[_Req]):
         opts = request.options
         params, generator = self._sampling(opts)
         max_new = self.token_budget(opts, request.duration)
-        stream = TextStream(
-            self.tokenizer.decode_bytes, self.model.parse_output, hold_until_language=opts.language is None
-        )
+        # A model that never names the language (``writes_language`` False) has no preamble to wait for.
+        hold = opts.language is None and getattr(self.model, "writes_language", True)
+        stream = TextStream(self.tokenizer.decode_bytes, self.model.parse_output, hold_until_language=hold)
         return _Req(request, opts, params, generator, max_new, feats, int(n_frames), stream)
 
     def _enqueue(self, req: _Req) -> None:

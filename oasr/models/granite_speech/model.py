@@ -321,6 +321,7 @@ class GraniteSpeechModel(PromptTokenizerMixin, BaseAsrModel):
     safe_dtypes = (torch.bfloat16, torch.float32)
     unsafe_dtype_reason = "its checkpoint is bfloat16 and its language model's activations overflow float16's range"
     supports_translation = True
+    writes_language = False  # no language preamble: streamed text is sent as it is decoded
 
     config_class = GraniteSpeechConfig
 
