@@ -105,15 +105,21 @@ def processor(tok):
     return GraniteSpeechProcessor(GraniteSpeechFeatureExtractor(), ht, chat_template=CHAT_TEMPLATE)
 
 
-def tiny_hf_model(tok):
-    """The tiny random transformers model (float32, eval), seeded (its LoRA not yet added)."""
+def tiny_hf_model(tok, shape: dict | None = None):
+    """The tiny random transformers model (float32, eval), seeded (its LoRA not yet added).
+
+    Args:
+        shape: overrides of ``{"encoder": ..., "projector": ..., "text": ...}`` (a larger shape
+            for benchmarks).
+    """
+    shape = shape or {}
     from transformers import GenerationConfig, GraniteSpeechConfig, GraniteSpeechForConditionalGeneration
 
     ids = {t: tok.token_to_id(t) for t in SPECIAL_TOKENS}
     config = GraniteSpeechConfig(
-        encoder_config=ENCODER,
-        projector_config=PROJECTOR,
-        text_config={**TEXT, "vocab_size": tok.get_vocab_size()},
+        encoder_config={**ENCODER, **shape.get("encoder", {})},
+        projector_config={**PROJECTOR, **shape.get("projector", {})},
+        text_config={**TEXT, "vocab_size": tok.get_vocab_size(), **shape.get("text", {})},
         audio_token_index=ids["<|audio|>"],
         window_size=15,
         downsample_rate=5,
@@ -172,10 +178,11 @@ def load_reference(out_dir: Path):
     return model
 
 
-def build_tiny_granite_speech(out_dir: Path, *, lora: bool = True) -> Path:
-    """Save the tiny reference (base, LoRA adapter, generation config) and its processor."""
+def build_tiny_granite_speech(out_dir: Path, *, lora: bool = True, shape: dict | None = None) -> Path:
+    """Save the tiny reference (base, LoRA adapter, generation config) and its processor
+    (``shape``: see ``tiny_hf_model``)."""
     tok = build_tokenizer()
-    model = tiny_hf_model(tok)
+    model = tiny_hf_model(tok, shape)
     out_dir.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out_dir)
     if lora:
