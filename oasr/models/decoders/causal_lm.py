@@ -575,6 +575,20 @@ class PromptTokenizerMixin:
             self._tokenizer = load_tokenizer(TokenizerSpec(kind="huggingface", path=self.config.tokenizer_path))
         return self._tokenizer
 
+    def encode_audio_prompt(self, parts: Sequence[Any], n_audio: int, audio_token: str) -> list[int]:
+        """``tokenizer.encode_prompt(parts)``, checked to hold ``n_audio`` audio placeholders
+        (``config.audio_token_id``; ``audio_token`` is its text, named in the error).
+
+        Raises:
+            ValueError: the tokenizer does not encode ``audio_token`` as that single id.
+        """
+        ids = self.tokenizer.encode_prompt(parts)
+        if sum(1 for i in ids if i == self.config.audio_token_id) != n_audio:
+            raise ValueError(
+                f"the tokenizer does not encode {audio_token} as the single id {self.config.audio_token_id}"
+            )
+        return ids
+
     def attach_tokenizer(self, tokenizer) -> None:
         """Use ``tokenizer`` (an ``oasr.tokenizers.Tokenizer``) for prompts."""
         self._tokenizer = tokenizer

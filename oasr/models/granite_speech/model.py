@@ -397,12 +397,7 @@ class GraniteSpeechModel(PromptTokenizerMixin, BaseAsrModel):
                 parts.append(context)
             if piece:
                 parts.append(Control(piece))
-        ids = self.tokenizer.encode_prompt(parts)
-        if sum(1 for i in ids if i == self.config.audio_token_id) != n_audio:
-            raise ValueError(
-                f"the tokenizer does not encode {AUDIO_TOKEN} as the single id {self.config.audio_token_id}"
-            )
-        return ids
+        return self.encode_audio_prompt(parts, n_audio, AUDIO_TOKEN)
 
     @property
     def stop_ids(self) -> tuple[int, ...]:

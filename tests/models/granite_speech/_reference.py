@@ -17,7 +17,6 @@ from pathlib import Path
 import torch
 
 SPECIAL_TOKENS = ("<|end_of_text|>", "<|start_of_role|>", "<|end_of_role|>", "<|audio|>")
-BPE_VOCAB = 400
 CHAT_TEMPLATE = (
     "{%- if messages[0]['role'] == 'system' %}{%- set system_message = messages[0]['content'] %}"
     "{%- set loop_messages = messages[1:] %}{%- else %}"
@@ -82,17 +81,10 @@ CORPUS = (
 
 
 def build_tokenizer():
-    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
+    """The tiny byte-level BPE with Granite's special tokens (the Qwen2-Audio tests' builder)."""
+    from tests.models.speech_llm._reference import build_tokenizer as build
 
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=BPE_VOCAB, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False
-    )
-    tok.train_from_iterator(list(CORPUS) * 4, trainer)
-    tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in SPECIAL_TOKENS])
-    return tok
+    return build(CORPUS, SPECIAL_TOKENS)
 
 
 def processor(tok):
