@@ -309,6 +309,11 @@ TRANSLATE_INSTRUCTION = "translate the speech to {language}"
 _CONTEXT_SLOT = "\x00oasr-context\x00"
 
 
+def _raise_template_error(message: str) -> None:
+    """The chat template's ``raise_exception`` (as transformers gives templates)."""
+    raise ValueError(f"the chat template refused the prompt: {message}")
+
+
 class GraniteSpeechModel(PromptTokenizerMixin, BaseAsrModel):
     """Granite Speech (offline only; decoded by the ``llm`` strategy).
 
@@ -369,6 +374,7 @@ class GraniteSpeechModel(PromptTokenizerMixin, BaseAsrModel):
             trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"]
         )
         env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
+        env.globals["raise_exception"] = _raise_template_error
         messages = ([{"role": "system", "content": system}] if system is not None else []) + [
             {"role": "user", "content": user}
         ]
