@@ -28,6 +28,7 @@ from oasr.specs import FeatureSpec
 _FRONTENDS: dict[str, str] = {
     "kaldi_fbank": "oasr.audio.fbank:KaldiFbank",
     "funasr_fbank_lfr": "oasr.models.paraformer.frontend:ParaformerFrontend",
+    "granite_mel": "oasr.models.granite_speech.features:GraniteSpeechFrontend",
     "lasr_mel": "oasr.models.lasr.features:LasrFrontend",
     "parakeet_mel": "oasr.models.parakeet.features:ParakeetFrontend",
     "wav2vec2_waveform": "oasr.models.wav2vec2.features:Wav2Vec2Frontend",

@@ -115,6 +115,11 @@ _BUILTIN: tuple[tuple[str, str, tuple[str, ...]], ...] = (
         ("oasr.models.canary_qwen.convert:SalmConverter",),
     ),
     (
+        "granite_speech",
+        "oasr.models.granite_speech.model:GraniteSpeechModel",
+        ("oasr.models.granite_speech.convert:HFGraniteSpeechConverter",),
+    ),
+    (
         "speech_llm",
         "oasr.models.speech_llm.model:Qwen2AudioModel",
         ("oasr.models.speech_llm.convert:HFQwen2AudioConverter",),

@@ -341,10 +341,38 @@ def _wavlm() -> Any:
     return WavLMConfig(**{**_wav2vec2().to_dict(), "model_type": "wavlm", "num_buckets": 16, "max_bucket_distance": 12})
 
 
+def _granite_speech() -> Any:
+    from oasr.models.decoders.causal_lm import CausalLmConfig
+    from oasr.models.granite_speech import GraniteSpeechConfig, GraniteSpeechEncoderConfig, QFormerConfig
+
+    encoder = GraniteSpeechEncoderConfig(
+        num_layers=2, hidden_dim=16, feedforward_mult=2, num_heads=2, output_dim=6, context_size=20, max_pos_emb=32
+    )
+    projector = QFormerConfig(
+        hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32, encoder_hidden_size=16
+    )
+    text = CausalLmConfig(
+        vocab_size=64,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        tie_word_embeddings=True,
+        attention_bias=False,
+        max_position_embeddings=1024,
+        embedding_multiplier=2.0,
+        residual_multiplier=0.5,
+        attention_multiplier=0.3,
+    )
+    return GraniteSpeechConfig(encoder=encoder, projector=projector, text=text, audio_token_id=63, eos_token_ids=(62,))
+
+
 TINY_CONFIGS: dict[str, Callable[[], Any]] = {
     "canary": _canary,
     "canary_qwen": _canary_qwen,
     "conformer": _conformer,
+    "granite_speech": _granite_speech,
     "lasr": _lasr,
     "mms": _mms,
     "nemotron": _nemotron,

@@ -117,6 +117,12 @@ def _qwen2_audio(d: Path) -> tuple[Path, list[str]]:
     return _short_generation(build_tiny_qwen2_audio(d)), []
 
 
+def _granite_speech(d: Path) -> tuple[Path, list[str]]:
+    from tests.models.granite_speech._reference import build_tiny_granite_speech
+
+    return _short_generation(build_tiny_granite_speech(d)), []
+
+
 SAMPLED = {"whisper"}  # families whose default decode samples on the random checkpoint
 SEED = 3
 
@@ -134,6 +140,7 @@ FAMILIES: dict[str, Callable[[Path], tuple[Path, list[str]]]] = {
     "icefall-transducer": _icefall("transducer"),
     "qwen3-asr": _qwen3_asr,
     "qwen2-audio": _qwen2_audio,
+    "granite-speech": _granite_speech,
 }
 
 

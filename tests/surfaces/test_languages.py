@@ -7,7 +7,8 @@ lacks) goes to every family's tiny checkpoint through Python (``make_options``),
 ``oasr serve --language`` is the default of requests that send none. Each family's expected
 column is what its reference has: Whisper's language tokens (99 codes; ``en`` alone for an
 English-only model), the Nemotron prompt table of ``processor_config.json`` (locales where it
-has them), Qwen3-ASR's 30 names and Qwen2-Audio's 8 tags (transformers' processors), ``en``
+has them), Qwen3-ASR's 30 names and Qwen2-Audio's 8 tags (transformers' processors), Granite Speech's
+five (its model card), ``en``
 for the English CTC checkpoints (Parakeet, LASR), and nothing for the checkpoints that name no
 language (WeNet, Paraformer, icefall), which take only "no language"; SenseVoice's six language
 queries (funasr's ``lid_dict``).
@@ -62,6 +63,8 @@ EXPECTED: dict[str, tuple[dict[str, str | None], str]] = {
     ),
     "qwen3-asr": (_column(**_EN, **_DE, **{"pt-BR": "pt", "fil": "fil", "cy": LACKS}), "fil (Filipino)"),
     "qwen2-audio": (_column(**_EN, **_DE, **{"pt-BR": LACKS, "fil": LACKS, "cy": LACKS}), "yue (Cantonese)"),
+    # The model card's five: en, fr, de, es, pt.
+    "granite-speech": (_column(**_EN, **_DE, **{"pt-BR": "pt", "fil": LACKS, "cy": LACKS}), "pt (Portuguese)"),
     "lasr": (_ENGLISH_ONLY, "has: en (English)"),
     "parakeet-ctc": (_ENGLISH_ONLY, "has: en (English)"),
     "wenet-u2pp": (_NO_LANGUAGE, "names no language"),

@@ -58,7 +58,8 @@ characters are decoded; the
 transcript so far (``model.parse_output``) is sent as ``StepEvent(kind="delta")``
 when it extends what was sent. With no forced language the model writes a language
 preamble first, so nothing is sent until ``parse_output`` reports the detected
-language (or the request finishes). The deltas of a request concatenate exactly to
+language (or the request finishes); a model whose ``writes_language`` is False (Granite
+Speech) writes none, and its text is sent as it comes. The deltas of a request concatenate exactly to
 its final ``RequestOutput.text``.
 """
 

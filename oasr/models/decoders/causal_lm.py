@@ -1,10 +1,11 @@
-"""The shared decoder-only causal LM of the speech-LLM families (Qwen2 and Qwen3).
+"""The shared decoder-only causal LM of the speech-LLM families (Qwen2, Qwen3 and Granite).
 
 One module covers both generations through config flags: Qwen2 has biased q/k/v
 projections; Qwen3 normalises each query and key head (RMSNorm over the head
 width) before the rotary embedding and may carry an explicit ``head_dim``. Both
 use grouped-query attention, NEOX rotary positions, a SwiGLU MLP and pre-norm
-RMSNorm residual streams.
+RMSNorm residual streams. Granite (a Llama geometry) adds three scalings, set through
+the config by its family: embedding, attention score and residual.
 
 Module names mirror Hugging Face's ``Qwen2Model`` / ``Qwen3Model`` (``embed_tokens``,
 ``layers.N.self_attn.{q,k,v,o}_proj``, ``layers.N.mlp.{gate,up,down}_proj``, ...), so
@@ -70,6 +71,11 @@ class CausalLmConfig(ModelConfig):
         o_proj_bias: the output projection carries a bias (Qwen3 with ``attention_bias``).
         qk_norm: per-head RMSNorm on queries and keys before the rotary embedding (Qwen3).
         hidden_act: activation of the gate projection ("silu" for both generations).
+        mlp_bias: the MLP projections carry a bias (Granite's ``mlp_bias``).
+        embedding_multiplier / residual_multiplier: Granite's scalings (input embeddings times
+            the first, each sub-layer's output times the second before its residual add); 1.0
+            for Qwen.
+        attention_multiplier: the attention score scale (Granite's); None: ``head_dim ** -0.5``.
     """
 
     vocab_size: int = 151936
@@ -87,6 +93,10 @@ class CausalLmConfig(ModelConfig):
     o_proj_bias: bool = False
     qk_norm: bool = False
     hidden_act: str = "silu"
+    mlp_bias: bool = False
+    embedding_multiplier: float = 1.0
+    residual_multiplier: float = 1.0
+    attention_multiplier: float | None = None
 
     @property
     def resolved_head_dim(self) -> int:
@@ -219,9 +229,10 @@ class CausalLmMlp(nn.Module):
 
     def __init__(self, cfg: CausalLmConfig) -> None:
         super().__init__()
-        self.gate_proj = LinearActivation(cfg.hidden_size, cfg.intermediate_size, cfg.hidden_act, bias=False)
-        self.up_proj = Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
-        self.down_proj = Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
+        b = cfg.mlp_bias
+        self.gate_proj = LinearActivation(cfg.hidden_size, cfg.intermediate_size, cfg.hidden_act, bias=b)
+        self.up_proj = Linear(cfg.hidden_size, cfg.intermediate_size, bias=b)
+        self.down_proj = Linear(cfg.intermediate_size, cfg.hidden_size, bias=b)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.down_proj(self.gate_proj(x) * self.up_proj(x))
@@ -287,13 +298,18 @@ class CausalLm(BaseDecoder):
         Shapes:
             x: (B, T, D), cos / sin: (B, T, Dh) -> (B, T, D)
         """
+        emb, res = self.cfg.embedding_multiplier, self.cfg.residual_multiplier
+        if emb != 1.0:
+            x = x * emb
         h = self.layers[0].input_layernorm(x) if len(self.layers) else x
         for li, layer in enumerate(self.layers):
             att = layer.self_attn
             q, k, v = att.project(h, cos, sin)
             a = att.merge(attend(li, q, k, v))
-            h, x = layer.post_attention_layernorm.add_forward(a, x)
+            h, x = layer.post_attention_layernorm.add_forward(a if res == 1.0 else a * res, x)
             m = layer.mlp(h)
+            if res != 1.0:
+                m = m * res
             if li + 1 < len(self.layers):
                 h, x = self.layers[li + 1].input_layernorm.add_forward(m, x)
             else:
@@ -317,9 +333,9 @@ class CausalLm(BaseDecoder):
         """Causal attention over a left-padded batch: without padding, SDPA's own causal
         path (no (T, T) mask, so the fused kernels apply); else the explicit mask."""
         if bool(valid.all()):
-            return lambda q, k, v: attention(q, k, v, is_causal=True)
+            return lambda q, k, v: attention(q, k, v, is_causal=True, scale=self.cfg.attention_multiplier)
         mask = self._prompt_mask(valid)
-        return lambda q, k, v: attention(q, k, v, mask=mask)
+        return lambda q, k, v: attention(q, k, v, mask=mask, scale=self.cfg.attention_multiplier)
 
     def _prompt_mask(self, valid: torch.Tensor) -> torch.Tensor:
         """Causal "may attend" mask over a left-padded batch: valid keys at or before the
@@ -484,7 +500,8 @@ class CausalLm(BaseDecoder):
             kc, vc = pool.k[li, r0 : r0 + n], pool.v[li, r0 : r0 + n]  # (n, Hkv, S, Dh) views
             kc[rows, :, positions] = k[:, :, 0]
             vc[rows, :, positions] = v[:, :, 0]
-            return attention(q, kc[:, :, :extent], vc[:, :, :extent], mask=key_mask)
+            kv = kc[:, :, :extent], vc[:, :, :extent]
+            return attention(q, *kv, mask=key_mask, scale=self.cfg.attention_multiplier)
 
         hidden = self._layers(embeds[:, None, :], cos, sin, attend)
         return self._logits_out(hidden[:, 0])
@@ -557,6 +574,20 @@ class PromptTokenizerMixin:
                 )
             self._tokenizer = load_tokenizer(TokenizerSpec(kind="huggingface", path=self.config.tokenizer_path))
         return self._tokenizer
+
+    def encode_audio_prompt(self, parts: Sequence[Any], n_audio: int, audio_token: str) -> list[int]:
+        """``tokenizer.encode_prompt(parts)``, checked to hold ``n_audio`` audio placeholders
+        (``config.audio_token_id``; ``audio_token`` is its text, named in the error).
+
+        Raises:
+            ValueError: the tokenizer does not encode ``audio_token`` as that single id.
+        """
+        ids = self.tokenizer.encode_prompt(parts)
+        if sum(1 for i in ids if i == self.config.audio_token_id) != n_audio:
+            raise ValueError(
+                f"the tokenizer does not encode {audio_token} as the single id {self.config.audio_token_id}"
+            )
+        return ids
 
     def attach_tokenizer(self, tokenizer) -> None:
         """Use ``tokenizer`` (an ``oasr.tokenizers.Tokenizer``) for prompts."""

@@ -52,8 +52,9 @@ CORPUS = (
 )
 
 
-def build_tokenizer():
-    """The tiny byte-level BPE (``tokenizers.Tokenizer``) with the special tokens appended."""
+def build_tokenizer(corpus: tuple[str, ...] = CORPUS, special_tokens: tuple[str, ...] = SPECIAL_TOKENS):
+    """The tiny byte-level BPE (``tokenizers.Tokenizer``) trained on ``corpus``, with the special
+    tokens appended (the defaults: Qwen2-Audio's; other speech-LLM tests pass theirs)."""
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
 
     tok = Tokenizer(models.BPE())
@@ -62,8 +63,8 @@ def build_tokenizer():
     trainer = trainers.BpeTrainer(
         vocab_size=BPE_VOCAB, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False
     )
-    tok.train_from_iterator(list(CORPUS) * 4, trainer)
-    tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in SPECIAL_TOKENS])
+    tok.train_from_iterator(list(corpus) * 4, trainer)
+    tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in special_tokens])
     return tok
 
 
