@@ -16,6 +16,8 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
+from tests.models.qwen3_asr.conftest import randomize_  # noqa: E402
+
 # 2.9 s (ends mid-frame: a partial 5-ms frame the mask drops) and 0.44 s.
 CLIPS = ("speechbrain_spk1_snt1.wav", "bambatse_20_haggard_0331.wav")
 SPECIAL_TOKENS = ("<unk>", "<s>", "</s>")
@@ -68,23 +70,6 @@ def train_tokenizer(vocab_size: int = 300):
     )
     tok.train_from_iterator(SENTENCES, trainer)
     return tok
-
-
-def randomize_(model: torch.nn.Module, seed: int = 0) -> None:
-    """Non-trivial values for every weight (transformers' init leaves norms at identity and
-    biases at zero), scaled so activations and logits stay O(1)."""
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            noise = torch.randn(p.shape, generator=g, dtype=p.dtype)
-            if "norm" in name and name.endswith("weight"):
-                p.copy_(1.0 + 0.2 * noise)
-            elif "embed_tokens" in name or "pos_emb" in name:
-                p.copy_(noise)
-            elif p.dim() > 1:
-                p.copy_(noise * (1.5 / p[0].numel() ** 0.5))
-            else:
-                p.copy_(0.2 * noise)
 
 
 def save_checkpoint(path: Path, seed: int = 0) -> Reference:
