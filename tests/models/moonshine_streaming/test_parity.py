@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pytest
 import torch
 
 from tests.models.moonshine_streaming.conftest import hf_generate, hf_inputs
@@ -119,3 +120,17 @@ def test_int8_decodes(reference, waveforms):
     out = engine.transcribe(waveforms[1], max_new_tokens=4)
     tokens = [t for s in out.segments for t in s.tokens]
     assert 1 <= len(tokens) <= 4 and out.finish_reason == ("length" if len(tokens) == 4 else "stop")
+
+
+def test_refused_requests_say_why(engine):
+    from oasr.languages import LanguageError
+
+    second = np.zeros(16000, dtype=np.float32)
+    with pytest.raises(ValueError, match="too short for one encoder frame"):
+        engine.transcribe(np.zeros(50, dtype=np.float32))
+    with pytest.raises(ValueError, match="takes no text prompt"):
+        engine.transcribe(second, context="hello")
+    with pytest.raises(LanguageError, match="is not a language of"):
+        engine.transcribe(second, language="fr")
+    with pytest.raises(ValueError, match="only transcribes"):
+        engine.transcribe(second, task="translate")
