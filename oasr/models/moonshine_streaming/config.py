@@ -107,9 +107,9 @@ class MoonshineStreamingConfig(ModelConfig):
         return 2 * ((dim + 1) // 2)
 
     @property
-    def max_audio_frames(self) -> int:
-        """Encoder frames the decoder's position table covers (its longest input)."""
-        return self.max_position_embeddings
+    def input_dim(self) -> int:
+        """Features per input frame: the front end hands the encoder the waveform, one sample a frame."""
+        return 1
 
     @classmethod
     def from_hf(
