@@ -7,7 +7,8 @@ preprocessor_config.json) renamed onto ``oasr.models.moonshine_streaming.model``
 * ``model.decoder.*`` -> ``decoder.*``; ``proj_out.weight`` -> ``decoder.proj_out.weight``
   (with ``tie_word_embeddings`` a missing head is the token embedding).
 
-The front end is the waveform itself (``Wav2Vec2FeatureExtractor`` without normalisation);
+The front end is the waveform itself (``Wav2Vec2FeatureExtractor`` without normalisation:
+``moonshine_waveform``, which streams);
 the decoding defaults are the generation config's (greedy unless it samples) with the
 model's per-second token budget.
 """
@@ -50,7 +51,7 @@ def _feature_spec(directory: Path, sample_rate: int) -> FeatureSpec:
     rate = int(pre.get("sampling_rate", sample_rate))
     if rate != sample_rate:
         raise LoadError(f"{where}: sampling_rate {rate} but the encoder reads {sample_rate} Hz")
-    return FeatureSpec(kind="wav2vec2_waveform", sampling_rate=rate, params={"do_normalize": False})
+    return FeatureSpec(kind="moonshine_waveform", sampling_rate=rate)
 
 
 class HFMoonshineStreamingConverter:

@@ -47,7 +47,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from oasr.layers import Conv1d, Embedding, LayerNorm, Linear, apply_activation, attention
-from oasr.models.base import BaseAsrModel, BaseEncoder, DecodeType
+from oasr.models.base import BaseAsrModel, BaseEncoder, DecodeType, StreamingGeometry
 from oasr.models.decoders import BaseDecoder, DecoderState, KVPool
 from oasr.models.moonshine_streaming.config import MoonshineStreamingConfig
 
@@ -144,6 +144,13 @@ class Embedder(nn.Module):
         valid = torch.where(valid > 0, torch.minimum(total, (valid + 5) // 2), torch.zeros_like(valid))
         return total, valid
 
+    def embed_frames(self, x: torch.Tensor) -> torch.Tensor:
+        """5-ms frames -> hidden: CMVN per frame, asinh compression, projection, SiLU.
+        (..., 80) -> (..., D)"""
+        x = x - x.mean(dim=-1, keepdim=True)
+        x = x / (x.pow(2).mean(dim=-1, keepdim=True) + CMVN_EPS).sqrt()
+        return F.silu(self.linear(torch.asinh(torch.exp(self.log_k) * x)))
+
     def _conv(self, conv: Conv1d, x: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
         y = conv(F.pad(x, (4, 0)))  # (B, C, T)
         keep = torch.arange(y.shape[-1], device=y.device)[None, :] < valid[:, None]
@@ -154,11 +161,7 @@ class Embedder(nn.Module):
         b, s = samples.shape
         n = self.frame_len
         frames = -(-s // n)
-        x = F.pad(samples, (0, frames * n - s)).view(b, frames, n)
-        x = x - x.mean(dim=-1, keepdim=True)
-        x = x / (x.pow(2).mean(dim=-1, keepdim=True) + CMVN_EPS).sqrt()
-        x = torch.asinh(torch.exp(self.log_k) * x)
-        x = F.silu(self.linear(x))  # (B, F', D)
+        x = self.embed_frames(F.pad(samples, (0, frames * n - s)).view(b, frames, n))  # (B, F', D)
         total, valid = -(-lens // n), lens // n
         keep = torch.arange(frames, device=x.device)[None, :] < valid[:, None]
         x = (x * keep[..., None].to(x.dtype)).transpose(1, 2)  # (B, D, F')
@@ -201,6 +204,56 @@ class MoonshineStreamingEncoder(BaseEncoder):
     @property
     def subsampling_rate(self) -> int:
         return 4 * self.cfg.frame_len
+
+    # -- live streams (``streaming.py``: the frames of the whole clip, as they complete) -------
+
+    streaming_needs_final = True  # a stream's end flushes its last frames: the runtime says which chunk is
+
+    @property
+    def streaming_kind(self) -> str:
+        return "stateful"
+
+    def streaming_geometry(self, chunk_size: int) -> StreamingGeometry:
+        """Windows of ``chunk_size`` output frames' samples, end to end (the encoder keeps its own
+        look-ahead, so a chunk's frames come out once their right context has arrived)."""
+        if chunk_size <= 0:
+            raise ValueError(f"chunk_size must be positive, got {chunk_size}")
+        return StreamingGeometry(
+            window_frames=chunk_size * self.subsampling_rate, stride_frames=chunk_size * self.subsampling_rate
+        )
+
+    def get_streaming_init_states(self, batch_size: int, device=None) -> list:
+        from oasr.models.moonshine_streaming.streaming import init_state, to_tensors
+
+        return [to_tensors(init_state(self, device=device)) for _ in range(batch_size)]
+
+    def stack_streaming_states(self, states: list) -> list:
+        return [s for group in states for s in group]
+
+    def unstack_streaming_states(self, states: list) -> list:
+        return [[s] for s in states]
+
+    def streaming_forward(
+        self, feats: torch.Tensor, feat_lens: torch.Tensor, states: list, final: list[bool] | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor, list]:
+        """One window of samples per stream (``final``: the stream ends after it).
+
+        Shapes:
+            feats: (B, W, 1), feat_lens: (B,) -> (B, T', D), (B,) frames, the new states
+        """
+        from oasr.models.moonshine_streaming.streaming import encode_chunk, from_tensors, to_tensors
+
+        outs, new = [], []
+        for i, st in enumerate(states):
+            state = from_tensors(st, len(self.layers))
+            frames, state = encode_chunk(self, feats[i, : int(feat_lens[i]), 0], state, finish=bool(final and final[i]))
+            outs.append(frames)
+            new.append(to_tensors(state))
+        lens = torch.tensor([o.shape[0] for o in outs], dtype=torch.long, device=feats.device)
+        out = feats.new_zeros(len(outs), int(lens.max()) if len(outs) else 0, self.cfg.encoder_hidden_size)
+        for i, o in enumerate(outs):
+            out[i, : o.shape[0]] = o
+        return out, lens, new
 
     def forward(self, samples: torch.Tensor, lens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         x, valid = self.embedder(samples, lens)
@@ -430,9 +483,15 @@ class MoonshineStreamingModel(BaseAsrModel):
         self.tokenizer = None  # set by the loader's tokenizer (the strategy reads LoadedModel.tokenizer)
 
     def encode_offline(self, feats: torch.Tensor, feat_lens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(B, S, 1) waveform frames (the ``wav2vec2_waveform`` front end, unnormalised) ->
+        """(B, S, 1) waveform frames (the ``moonshine_waveform`` front end) ->
         (B, T, D_enc) states, (B,) valid frames."""
         return self.encoder(feats[..., 0], feat_lens.to(feats.device))
+
+    def encode_chunk(
+        self, feats: torch.Tensor, feat_lens: torch.Tensor, states: list, final: list[bool] | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor, list]:
+        """``BaseAsrModel.encode_chunk``, told which streams end with this window."""
+        return self.encoder.streaming_forward(feats, feat_lens, states, final)
 
     @property
     def languages(self) -> tuple[str, ...]:

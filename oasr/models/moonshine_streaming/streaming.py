@@ -17,13 +17,12 @@ pure function of the model, the samples and the state.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 
-from oasr.models.moonshine_streaming.model import CMVN_EPS, MoonshineStreamingEncoder
-
-__all__ = ["EncoderStreamState", "encode_chunk", "init_state"]
+__all__ = ["EncoderStreamState", "encode_chunk", "from_tensors", "init_state", "to_tensors"]
 
 
 @dataclass
@@ -46,7 +45,8 @@ class _Layer:
 
 @dataclass
 class EncoderStreamState:
-    """One stream of ``encode_chunk``.
+    """One stream of ``encode_chunk`` (the encoder is ``model.MoonshineStreamingEncoder``; this module
+    imports nothing of it, which calls it).
 
     Attributes:
         rest: samples of the 5-ms frame not yet complete.
@@ -61,7 +61,7 @@ class EncoderStreamState:
     finished: bool = False
 
 
-def init_state(encoder: MoonshineStreamingEncoder, *, device=None, dtype=None) -> EncoderStreamState:
+def init_state(encoder: Any, *, device=None, dtype=None) -> EncoderStreamState:
     """The state before a stream's first sample."""
     w = encoder.embedder.linear.weight
     device, dtype = device or w.device, dtype or w.dtype
@@ -69,15 +69,6 @@ def init_state(encoder: MoonshineStreamingEncoder, *, device=None, dtype=None) -
     convs = [_Conv(torch.zeros(c, 4, device=device, dtype=dtype)) for c in (d, 2 * d)]
     layers = [_Layer(torch.zeros(0, d, device=device, dtype=dtype)) for _ in encoder.layers]
     return EncoderStreamState(torch.zeros(0, device=device, dtype=dtype), convs, layers)
-
-
-def _embed(encoder: MoonshineStreamingEncoder, frames: torch.Tensor) -> torch.Tensor:
-    """(n, 80) complete frames -> (D, n), as the offline embedder before its convolutions."""
-    emb = encoder.embedder
-    x = frames - frames.mean(dim=-1, keepdim=True)
-    x = x / (x.pow(2).mean(dim=-1, keepdim=True) + CMVN_EPS).sqrt()
-    x = torch.asinh(torch.exp(emb.log_k) * x)
-    return F.silu(emb.linear(x)).T
 
 
 def _conv(conv, st: _Conv, new: torch.Tensor, last: int | None) -> torch.Tensor:
@@ -106,7 +97,7 @@ def _valid_after_conv(total: int, valid: int) -> tuple[int, int]:
 
 
 def encode_chunk(
-    encoder: MoonshineStreamingEncoder, samples: torch.Tensor, state: EncoderStreamState, *, finish: bool = False
+    encoder: Any, samples: torch.Tensor, state: EncoderStreamState, *, finish: bool = False
 ) -> tuple[torch.Tensor, EncoderStreamState]:
     """Feed ``samples`` (any number, 16 kHz); with ``finish`` the clip ends after them.
 
@@ -121,7 +112,7 @@ def encode_chunk(
     buf = torch.cat([state.rest, samples.to(state.rest.dtype)])
     full = buf.shape[0] // n
     state.rest = buf[full * n :]
-    x = _embed(encoder, buf[: full * n].view(full, n))
+    x = encoder.embedder.embed_frames(buf[: full * n].view(full, n)).T  # (D, n)
     last1 = last2 = None
     if finish:
         state.finished = True
@@ -148,3 +139,27 @@ def encode_chunk(
         st.frames = st.frames[keep_from - st.start :]
         st.start = keep_from
     return encoder.final_norm(x), state
+
+
+def to_tensors(state: EncoderStreamState) -> list[torch.Tensor]:
+    """The state as the flat tensor list of the stateful streaming form (the runtime stacks,
+    moves and measures those): rest, each convolution's tail and (done, seen), each layer's
+    frames and (start, done), finished."""
+
+    def ints(*v: int) -> torch.Tensor:
+        return torch.tensor(v, dtype=torch.long)
+
+    out = [state.rest]
+    for c in state.convs:
+        out += [c.tail, ints(c.done, c.seen)]
+    for la in state.layers:
+        out += [la.frames, ints(la.start, la.done)]
+    return [*out, ints(int(state.finished))]
+
+
+def from_tensors(tensors: list[torch.Tensor], n_layers: int) -> EncoderStreamState:
+    """``to_tensors``' inverse."""
+    convs = [_Conv(tensors[1 + 2 * i], *(int(v) for v in tensors[2 + 2 * i])) for i in range(2)]
+    at = 5
+    layers = [_Layer(tensors[at + 2 * i], *(int(v) for v in tensors[at + 1 + 2 * i])) for i in range(n_layers)]
+    return EncoderStreamState(tensors[0], convs, layers, bool(int(tensors[-1][0])))
