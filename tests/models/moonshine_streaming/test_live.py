@@ -98,3 +98,17 @@ def test_a_chunk_of_part_of_an_encoder_frame_is_refused(reference):
 
     with pytest.raises(ValueError, match="not a whole number of"):
         oasr.ASREngine(str(reference.path), stream_chunk_ms=105).open_stream()
+
+
+def test_vad_endpoints_cut_a_stream_into_segments(engine, waveforms):
+    """An autoregressive decoder emits no blanks, so a stream is cut at Silero VAD's silences
+    (``endpoint_vad``): each segment decodes its own frames and restarts the encoder."""
+    w = waveforms[0]
+    audio = np.concatenate([w, np.zeros(3 * 16000, dtype=np.float32), w])
+    stream = engine.open_stream(max_new_tokens=4, endpoint=True, endpoint_vad=True)
+    events = []
+    for at in range(0, len(audio), 4000):
+        events += stream.feed(audio[at : at + 4000])
+    events += stream.finish()
+    kinds = [e.type for e in events if e.type != "partial"]
+    assert kinds[:2] == ["final", "endpoint"] and kinds[-1] == "done" and kinds.count("final") >= 2
