@@ -18,8 +18,13 @@ The encoder, for a clip of ``S`` samples (16 kHz):
   each frame to the ``left`` frames up to itself and ``right - 1`` after it
   (``sliding_windows[i]``), then a final norm.
 
-Each row of a batch is computed as transformers computes that clip alone: its frame counts
-come from its own length, never from the batch's padding.
+Each row of a batch is computed as transformers computes that clip alone with the processor's
+``attention_mask``: its frame counts come from its own length, never from the batch's padding.
+(Called without a mask, transformers' encoder skips the sliding windows and attends over the
+whole clip; oasr always applies them, as the model streams.)
+
+Live (``streaming.py``): the encoder declares the "stateful" streaming form and produces,
+chunk by chunk, exactly the frames above; ``engine/streaming/redecode.py`` decodes them.
 
 The decoder: the adapter adds a learned position per encoder frame (``pos_emb``) and projects
 to the decoder width (``proj``, when the widths differ); the layers are pre-norm (bias-free
@@ -480,7 +485,6 @@ class MoonshineStreamingModel(BaseAsrModel):
         super().__init__(config)
         self.encoder = MoonshineStreamingEncoder(self.config)
         self.decoder = MoonshineStreamingDecoder(self.config)
-        self.tokenizer = None  # set by the loader's tokenizer (the strategy reads LoadedModel.tokenizer)
 
     def encode_offline(self, feats: torch.Tensor, feat_lens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(B, S, 1) waveform frames (the ``moonshine_waveform`` front end) ->
