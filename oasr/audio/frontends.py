@@ -30,6 +30,7 @@ _FRONTENDS: dict[str, str] = {
     "funasr_fbank_lfr": "oasr.models.paraformer.frontend:ParaformerFrontend",
     "granite_mel": "oasr.models.granite_speech.features:GraniteSpeechFrontend",
     "lasr_mel": "oasr.models.lasr.features:LasrFrontend",
+    "moonshine_waveform": "oasr.models.moonshine_streaming.features:MoonshineWaveformFrontend",
     "parakeet_mel": "oasr.models.parakeet.features:ParakeetFrontend",
     "wav2vec2_waveform": "oasr.models.wav2vec2.features:Wav2Vec2Frontend",
     "whisper_mel": "oasr.audio.whisper_frontend:WhisperMelFrontend",

@@ -78,6 +78,11 @@ _BUILTIN: tuple[tuple[str, str, tuple[str, ...]], ...] = (
         ("oasr.models.parakeet.convert_nemo:NemoParakeetHybridConverter",),
     ),
     ("canary", "oasr.models.canary.model:CanaryModel", ("oasr.models.canary.convert:NemoCanaryConverter",)),
+    (
+        "moonshine_streaming",
+        "oasr.models.moonshine_streaming.model:MoonshineStreamingModel",
+        ("oasr.models.moonshine_streaming.convert:HFMoonshineStreamingConverter",),
+    ),
     # NeMo's cache-aware streaming FastConformer under each head (detected through "parakeet" too).
     (
         "parakeet_cache_aware",

@@ -211,7 +211,11 @@ class HFTokenizer(Tokenizer):
             self._tok.add_special_tokens(again)
 
     def decode_bytes(self, ids: Sequence[int]) -> bytes:
-        """Exact bytes for byte-level BPE vocabularies (a token may end mid-character)."""
+        """Exact bytes for byte-level BPE vocabularies (a token may end mid-character); for any
+        other (a sentencepiece-style ``▁`` vocabulary with byte fallback) the decoded text, less
+        the replacement characters of a character its last tokens have not finished."""
+        if type(self._tok.decoder).__name__ != "ByteLevel":
+            return self.decode(ids).rstrip("\ufffd").encode("utf-8")
         if self._byte_decoder is None:
             self._byte_decoder = _gpt2_byte_decoder()
         out = bytearray()

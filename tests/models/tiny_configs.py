@@ -119,6 +119,27 @@ def _parakeet_cache_aware_hybrid() -> Any:
     return CacheAwareHybridConfig(encoder=_cache_aware_encoder(), vocab_size=45, decoder_hidden_size=16)
 
 
+def _moonshine_streaming() -> Any:
+    from oasr.models.moonshine_streaming import MoonshineStreamingConfig
+
+    return MoonshineStreamingConfig(
+        vocab_size=40,
+        encoder_hidden_size=16,
+        encoder_intermediate_size=32,
+        encoder_layers=2,
+        encoder_heads=2,
+        encoder_kv_heads=1,
+        encoder_head_dim=8,
+        sliding_windows=((4, 2), (4, 0)),
+        hidden_size=24,
+        intermediate_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        head_dim=12,
+        max_position_embeddings=256,
+    )
+
+
 def _nemotron() -> Any:
     from oasr.models.nemotron import NemotronConfig, NemotronEncoderConfig
 
@@ -375,6 +396,7 @@ TINY_CONFIGS: dict[str, Callable[[], Any]] = {
     "granite_speech": _granite_speech,
     "lasr": _lasr,
     "mms": _mms,
+    "moonshine_streaming": _moonshine_streaming,
     "nemotron": _nemotron,
     "paraformer": _paraformer,
     "parakeet": _parakeet,

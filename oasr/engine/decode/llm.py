@@ -230,11 +230,15 @@ class LlmDecodeStrategy(RequestTable[_Req]):
 
     def token_budget(self, opts: TranscribeOptions, duration_s: float) -> int:
         """A request's ``max_new_tokens`` before the context caps it: the option when given,
-        else the checkpoint's declared one, else ``default_token_budget(duration_s)``."""
+        else the checkpoint's declared one, else the model's own ``default_token_budget(duration_s)``
+        when it has one, else this module's."""
         if opts.max_new_tokens is not None:
             return opts.max_new_tokens
         declared = self.spec.get("max_new_tokens")
-        return int(declared) if declared else default_token_budget(duration_s)
+        if declared:
+            return int(declared)
+        own = getattr(self.model, "default_token_budget", None)  # a model's own rate (Moonshine's)
+        return own(duration_s) if own is not None else default_token_budget(duration_s)
 
     def _new_entry(self, request: Request) -> _Req:
         feats, n_frames = request.features

@@ -450,8 +450,10 @@ class StatefulRuntime(EncoderRuntime):
 
     def encode(self, slots, feats, feat_lens, final):
         batch = self.encoder.stack_streaming_states([self._states[s] for s in slots])
+        # An encoder that flushes its look-ahead at a stream's end is told which windows are last.
+        told = {"final": list(final)} if getattr(self.encoder, "streaming_needs_final", False) else {}
         out, lens, new = self.model.encode_chunk(
-            feats.to(device=self.device, dtype=self.dtype), feat_lens.to(self.device), batch
+            feats.to(device=self.device, dtype=self.dtype), feat_lens.to(self.device), batch, **told
         )
         for s, st in zip(slots, self.encoder.unstack_streaming_states(new), strict=True):
             self._states[s] = st

@@ -91,6 +91,7 @@ _SEARCHES: dict[str, str] = {
     "ctc": "oasr.engine.streaming.ctc:CtcStreamSearch",
     "ctc_aed_rescoring": "oasr.engine.streaming.ctc:CtcRescoringStreamSearch",
     "transducer": "oasr.engine.streaming.transducer:TransducerStreamSearch",
+    "llm": "oasr.engine.streaming.redecode:RedecodeStreamSearch",
 }
 
 
