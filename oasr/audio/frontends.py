@@ -27,6 +27,7 @@ from oasr.specs import FeatureSpec
 
 _FRONTENDS: dict[str, str] = {
     "kaldi_fbank": "oasr.audio.fbank:KaldiFbank",
+    "granite_speech5_mel": "oasr.models.granite_speech5.features:GraniteSpeech5Frontend",
     "funasr_fbank_lfr": "oasr.models.paraformer.frontend:ParaformerFrontend",
     "lasr_mel": "oasr.models.lasr.features:LasrFrontend",
     "parakeet_mel": "oasr.models.parakeet.features:ParakeetFrontend",
