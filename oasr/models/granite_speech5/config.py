@@ -77,6 +77,11 @@ class GraniteSpeech5Config(ModelConfig):
             )
 
     @property
+    def input_dim(self) -> int:
+        """Features per input frame: mel and delta of two stacked mel frames."""
+        return 4 * self.num_mel_bins
+
+    @property
     def subsampling_rate(self) -> int:
         """Feature frames per encoder frame."""
         return 2 ** len(self.subsample_layers)

@@ -132,7 +132,7 @@ class GraniteSpeech5Encoder(BaseEncoder):
         self.cfg = cfg
         self.subsampling_rate = cfg.subsampling_rate
         self.output_size = cfg.hidden_size
-        self.n_features = 4 * cfg.num_mel_bins
+        self.n_features = cfg.input_dim
         self.input_linear = Linear(self.n_features, cfg.hidden_size)
         self.layers = nn.ModuleList(
             GraniteSpeech5Block(cfg, stride=2 if i in cfg.subsample_layers else 1) for i in range(cfg.num_hidden_layers)
