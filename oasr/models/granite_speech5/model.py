@@ -10,7 +10,9 @@
 
 Attention stays inside blocks of ``context_size`` frames aligned at each row's start, so a
 padded batch gives each row what it gets alone: padded frames are zeroed before every
-convolution and never attended to.
+convolution and never attended to. Packed rows (sequence packing) run every position-wise
+layer on the frames alone; attention lays them out as rows, and a subsampling block keeps
+each row's even frames (``_Halving``), so the packing halves with the rows.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from oasr.layers import BatchNorm1d, Conv1d, Embedding, FeedForward, LayerNorm, Linear
+from oasr.layers.packing import Packing, as_packed, as_rows
 from oasr.layers.relpos_shaw import shaw_block_attention, shaw_distances
 from oasr.models.base import BaseEncoder
 from oasr.models.ctc import EncoderCtcModel
@@ -30,7 +33,8 @@ class GraniteSpeech5Attention(nn.Module):
     """Block-wise self-attention with Shaw relative positions (``oasr.layers.relpos_shaw``).
 
     Shapes:
-        x: (B, T, D), valid: (B, T) bool or None -> (B, T, D)
+        x: (B, T, D), valid: (B, T) bool or None -> (B, T, D); with ``packing``, x is (N, D)
+        packed rows and ``valid`` the rows' (B, T_max) frames -> (N, D)
     """
 
     def __init__(self, cfg: GraniteSpeech5Config) -> None:
@@ -48,12 +52,28 @@ class GraniteSpeech5Attention(nn.Module):
         b, t, _ = x.shape
         return x.view(b, t, self.n_head, self.head_dim).transpose(1, 2)  # (B, H, T, Dh)
 
-    def forward(self, x: torch.Tensor, valid: torch.Tensor | None) -> torch.Tensor:
-        b, t, _ = x.shape
-        q, k, v = self._heads(self.q_proj(x)), self._heads(self.k_proj(x)), self._heads(self.v_proj(x))
+    def forward(self, x: torch.Tensor, valid: torch.Tensor | None, packing: Packing | None = None) -> torch.Tensor:
+        q, k, v = (self._heads(as_rows(proj(x), packing)) for proj in (self.q_proj, self.k_proj, self.v_proj))
+        b, _, t, _ = q.shape
         rel = self.rel_pos_emb.weight[self.distances]  # (c, c, Dh)
         out = shaw_block_attention(q, k, v, rel, self.block, valid)  # (B, H, T, Dh)
-        return self.o_proj(out.transpose(1, 2).reshape(b, t, self.n_head * self.head_dim))
+        out = out.transpose(1, 2).reshape(b, t, self.n_head * self.head_dim)
+        return self.o_proj(as_packed(out, packing))
+
+
+class _Halving:
+    """Where the frames of a stride-2 block go in packed rows: each row keeps its even
+    frames ``2j`` for ``j < len // 2`` (the stride-2 convolution's outputs and the first
+    frame of each pair the residual averages); ``packing`` is the halved rows'.
+
+    Shapes:
+        keep: (N // 2-ish,) indices into the N packed frames, in the halved packing's order
+    """
+
+    def __init__(self, packing: Packing) -> None:
+        pos, half = packing.position, (packing.lengths // 2)[packing.row]
+        self.keep = torch.nonzero((pos % 2 == 0) & (pos // 2 < half)).squeeze(1)
+        self.packing = Packing(packing.lengths // 2)
 
 
 class GraniteSpeech5Convolution(nn.Module):
@@ -63,7 +83,8 @@ class GraniteSpeech5Convolution(nn.Module):
     and the bias-free depthwise kernel differ.)
 
     Shapes:
-        x: (B, T, D), valid: (B, T) bool or None -> (B, ceil(T / stride), D)
+        x: (B, T, D), valid: (B, T) bool or None -> (B, ceil(T / stride), D); packed: x (N, D)
+        with ``packing`` (and ``halving`` at stride 2) -> (N, D), or the halved rows' frames
     """
 
     def __init__(self, cfg: GraniteSpeech5Config, stride: int) -> None:
@@ -75,12 +96,31 @@ class GraniteSpeech5Convolution(nn.Module):
         self.norm = BatchNorm1d(inner, eps=cfg.batch_norm_eps)
         self.pointwise_lin2 = Linear(inner, cfg.hidden_size)
 
-    def forward(self, x: torch.Tensor, valid: torch.Tensor | None) -> torch.Tensor:
-        y = F.glu(self.pointwise_lin1(x), dim=-1)  # (B, T, E)
+    def forward(
+        self,
+        x: torch.Tensor,
+        valid: torch.Tensor | None,
+        packing: Packing | None = None,
+        halving: _Halving | None = None,
+    ) -> torch.Tensor:
+        y = F.glu(self.pointwise_lin1(x), dim=-1)  # (B, T, E) or (N, E)
+        if packing is not None:
+            return self._packed(y, packing, halving)
         if valid is not None:
             y = y.masked_fill(~valid[..., None], 0.0)
         y = F.silu(self.norm(self.depthwise_conv(y.transpose(1, 2))))  # (B, E, T')
         return self.pointwise_lin2(y.transpose(1, 2))
+
+    def _packed(self, y: torch.Tensor, packing: Packing, halving: _Halving | None) -> torch.Tensor:
+        """The depthwise kernel at stride 1 over the rows spread apart by zeros; at stride 2
+        only each row's even frames are kept (stride 2's outputs)."""
+        conv = self.depthwise_conv
+        pad = conv.padding
+        buf, index = packing.gapped(y.T[None], (pad, pad))  # (1, E, N + B * 2 pad)
+        z = F.conv1d(buf, conv.weight, None, groups=conv.groups)[0].index_select(-1, index)  # (E, N)
+        if halving is not None:
+            z = z.index_select(-1, halving.keep)
+        return self.pointwise_lin2(F.silu(self.norm(z[None]))[0].T)
 
 
 class GraniteSpeech5Block(nn.Module):
@@ -89,7 +129,9 @@ class GraniteSpeech5Block(nn.Module):
     last frame is dropped).
 
     Shapes:
-        x: (B, T, D), valid: (B, T) bool or None -> (B, T // stride, D)
+        x: (B, T, D), valid: (B, T) bool or None -> (B, T // stride, D); with ``packing``,
+        x is (N, D) packed rows and ``valid`` their (B, T_max) frames -> the rows' frames
+        (halved at stride 2, with ``halving``)
     """
 
     def __init__(self, cfg: GraniteSpeech5Config, stride: int = 1) -> None:
@@ -107,12 +149,20 @@ class GraniteSpeech5Block(nn.Module):
         self.norm_feed_forward2 = LayerNorm(d, eps)
         self.norm_out = LayerNorm(d, eps)
 
-    def forward(self, x: torch.Tensor, valid: torch.Tensor | None) -> torch.Tensor:
+    def forward(
+        self,
+        x: torch.Tensor,
+        valid: torch.Tensor | None,
+        packing: Packing | None = None,
+        halving: _Halving | None = None,
+    ) -> torch.Tensor:
         x = x + 0.5 * self.feed_forward1(self.norm_feed_forward1(x))
-        x = x + self.self_attn(self.norm_self_att(x), valid)
-        conv = self.conv(self.norm_conv(x), valid)
+        x = x + self.self_attn(self.norm_self_att(x), valid, packing)
+        conv = self.conv(self.norm_conv(x), valid, packing, halving)
         if self.stride == 1:
             x = x + conv
+        elif packing is not None:
+            x = (x.index_select(0, halving.keep) + x.index_select(0, halving.keep + 1)) / 2 + conv
         else:
             pooled = x.unfold(1, 2, 2).mean(-1)  # (B, T // 2, D)
             x = pooled + conv[:, : pooled.shape[1]]
@@ -163,6 +213,29 @@ class GraniteSpeech5Encoder(BaseEncoder):
             if i == self.cfg.self_conditioning_layer:
                 x = x + self.out_mid(self.out(x).softmax(dim=-1))
         return x, lens
+
+    def forward_packed(self, feats: torch.Tensor, cu_seqlens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Encode packed rows: no frame spent on padding outside attention.
+
+        Shapes:
+            feats: (N, 4 n_mels), cu_seqlens: (B + 1,) -> hidden (N', D), cu_seqlens (B + 1,)
+        """
+        if feats.dim() != 2 or feats.shape[-1] != self.n_features:
+            raise ValueError(f"Granite Speech 5 packed input must be (N, {self.n_features}); got {tuple(feats.shape)}")
+        packing = Packing.from_cu_seqlens(cu_seqlens, device=feats.device)
+        x = self.input_linear(feats)
+        for i, layer in enumerate(self.layers):
+            if packing.total == 0:  # no row has a frame left (nor will after halving)
+                break
+            halving = _Halving(packing) if layer.stride != 1 else None
+            x = layer(x, packing.valid(), packing, halving)
+            if halving is not None:
+                packing = halving.packing
+            if i == self.cfg.self_conditioning_layer:
+                x = x + self.out_mid(self.out(x).softmax(dim=-1))
+        if packing.total == 0:
+            packing = Packing(torch.zeros_like(packing.lengths))
+        return x, packing.cu_seqlens
 
 
 class GraniteSpeech5Model(EncoderCtcModel):

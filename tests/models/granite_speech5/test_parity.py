@@ -94,13 +94,33 @@ def test_padded_batch_rows_equal_transformers_alone(loaded, clips, hf_alone, pro
         assert loaded.tokenizer.decode(tokens) == ref["text"]
 
 
-def test_engine_greedy_text_and_word_times(hf_dir, hf_model, processor, clips):
-    """The engine (float32, padded batch) gives transformers' greedy text for every clip, and
-    word times from the CTC spikes, in order, inside the clip."""
+def test_packed_rows_equal_padded_rows(loaded, clips):
+    """Sequence packing: the rows laid end to end (one too short for any frame, one whose
+    length is odd at a subsampling block) give what the padded batch gives each row."""
+    from oasr.audio.frontends import build_frontend
+
+    frontend = build_frontend(loaded.feature_spec)
+    feats = [frontend.features(w, torch.float64) for w in clips] + [torch.randn(3, 320, dtype=torch.float64)]
+    lens = torch.tensor([f.shape[0] for f in feats])
+    assert any(n % 2 for n in lens.tolist()) and any(n // 2 % 2 for n in lens.tolist())
+    model = loaded.model
+    with torch.no_grad():
+        lp, out_lens = model.forward_offline(torch.nn.utils.rnn.pad_sequence(feats, batch_first=True), lens)
+        packed, cu = model.forward_offline_packed(torch.cat(feats), torch.nn.functional.pad(lens.cumsum(0), (1, 0)))
+    assert cu.diff().tolist() == out_lens.tolist() and out_lens[-1] == 0
+    for i, row in enumerate(packed.split(out_lens.tolist())[:-1]):
+        assert max_abs(row, lp[i, : int(out_lens[i])]) <= 1e-6  # float32 log-probs
+
+
+@pytest.mark.parametrize("packing", [False, True])
+def test_engine_greedy_text_and_word_times(hf_dir, hf_model, processor, clips, packing):
+    """The engine (float32, padded or packed batch) gives transformers' greedy text for every
+    clip, and word times from the CTC spikes, in order, inside the clip."""
     import oasr
 
-    engine = oasr.ASREngine(str(hf_dir), device="cpu")
+    engine = oasr.ASREngine(str(hf_dir), device="cpu", sequence_packing=packing)
     outs = engine.transcribe([c.copy() for c in clips], word_timestamps=True)
+    assert engine.strategy.stats()["packed_batches"] == (1 if packing else 0)
     hf32 = copy.deepcopy(hf_model).float()
     for out, wav in zip(outs, clips):
         inputs = processor(wav, sampling_rate=16000, return_tensors="pt")
