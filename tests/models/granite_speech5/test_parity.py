@@ -172,3 +172,16 @@ def test_tied_head_and_bad_configs(hf_dir, tmp_path):
     (bad / "config.json").write_text(json.dumps(cfg))
     with pytest.raises(LoadError, match="encoder vocab_size"):
         oasr.load_pretrained(bad)
+
+
+def test_beam_search_lm_free_and_hotwords(hf_dir, clips):
+    """The ``ctc`` strategy's prefix beam and hotword boosting apply unchanged."""
+    import oasr
+
+    engine = oasr.ASREngine(str(hf_dir), device="cpu")
+    greedy = engine.transcribe(clips[2].copy())
+    beam = engine.transcribe(clips[2].copy(), beam_size=4)
+    word = greedy.text.split()[-1]
+    boosted = engine.transcribe(clips[2].copy(), beam_size=4, hotwords=word, hotword_weight=5.0)
+    assert greedy.text and beam.text
+    assert boosted.text.count(word) >= beam.text.count(word)
