@@ -3,26 +3,17 @@ directory loaded by transformers and by oasr (float64 both), and a few real clip
 
 from __future__ import annotations
 
-import warnings
 from pathlib import Path
 
 import pytest
 import torch
 
-from tests.conftest import AUDIO_DIR
 from tests.models.granite_speech5 import _reference as ref
+from tests.models.lasr import conftest as _lasr
 
-# Unequal lengths (11 s, ~1 s, ~1.2 s, 26 s); the first is also the single-clip input.
-CLIPS = ("jfk.wav", "jaufry_03_lafon_0298.wav", "roots_38_morris_0130.wav", "mfa_cold_corpus.wav")
-
-
-@pytest.fixture(scope="package", autouse=True)
-def _one_thread():
-    """Tiny models: one thread is enough and keeps the timing independent of other processes."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+# LASR's: one thread, its four clips of unequal lengths (jfk 11 s, 26 s, ~1 s, ~1.2 s) and
+# ``loaded``, oasr's load of this package's ``hf_dir`` in float64.
+_one_thread, clips, loaded = _lasr._one_thread, _lasr.clips, _lasr.loaded
 
 
 @pytest.fixture(scope="package")
@@ -43,27 +34,6 @@ def processor(hf_dir):
     from transformers import AutoProcessor
 
     return AutoProcessor.from_pretrained(hf_dir)
-
-
-@pytest.fixture(scope="package")
-def loaded(hf_dir):
-    """``oasr.load_pretrained`` of the transformers directory, cast to float64."""
-    import oasr
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", UserWarning)  # a clean checkpoint loads without dropped tensors
-        lm = oasr.load_pretrained(hf_dir)
-    lm.model.to(torch.float64)
-    return lm
-
-
-@pytest.fixture(scope="session")
-def clips() -> list:
-    from oasr.audio import load_audio
-
-    if not all((AUDIO_DIR / name).is_file() for name in CLIPS):
-        pytest.skip(f"data/audio not found at {AUDIO_DIR}")
-    return [load_audio(str(AUDIO_DIR / name)) for name in CLIPS]
 
 
 @pytest.fixture(scope="package")

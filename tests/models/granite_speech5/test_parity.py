@@ -38,9 +38,9 @@ def test_front_end_matches_the_extractor(loaded, hf_model, clips, hf_alone):
 
     bank = torchaudio.functional.melscale_fbanks(257, 0.0, 8000.0, 80, 16000).double()
     assert max_abs(htk_mel_filters(80, 512, 16000), bank) <= 1e-5
-    wav = torch.as_tensor(clips[1], dtype=torch.float64)[None]
+    wav = torch.as_tensor(clips[2], dtype=torch.float64)[None]
     mel = torchaudio.transforms.MelSpectrogram(n_fft=512, win_length=400, hop_length=160, n_mels=80).double()(wav)
-    ours_mel = frontend.log_mel(clips[1], torch.float64)
+    ours_mel = frontend.log_mel(clips[2], torch.float64)
     theirs = mel[0, :, : ours_mel.shape[0]].clamp_min(1e-10).log10()
     theirs = torch.maximum(theirs, theirs.max() - 8.0) / 4 + 1
     assert max_abs(ours_mel, theirs.T) <= 1e-5
@@ -90,7 +90,7 @@ def test_padded_batch_rows_equal_transformers_alone(loaded, clips, hf_alone, pro
         ids = logits[i, :n].argmax(-1)
         assert ids.tolist() == ref["ids"].tolist()
         tokens = _collapse(ids.tolist(), model.blank_id)
-        assert len(tokens) > 5 or i in (1, 2)  # the two ~1-s clips give few frames
+        assert len(tokens) > 5 or i in (2, 3)  # the two ~1-s clips give few frames
         assert loaded.tokenizer.decode(tokens) == ref["text"]
 
 
