@@ -8,6 +8,9 @@
 * ``wav2vec2-large``: ``facebook/wav2vec2-large-960h-lv60-self``'s (layer-norm convs with bias,
   24 stable-layer-norm layers of 1024 / 16 heads / 4096; attention mask on), about 315M;
 * ``paraformer-large``: FunASR's paraformer-large (``benchmarks/paraformer_bench.py``);
+* ``granite-speech5``: ibm-granite/granite-speech-5.0-470m-turboctc's shape (transformers
+  ``GraniteSpeech5ForCTC``: 16 blocks of 1024 / 8 heads / 4096, blocks of 128 frames, 16,384
+  pieces), about 473M parameters;
 * ``sensevoice-small``: FunASR's SenseVoiceSmall (its config.yaml: SANM encoder of 50 + 20 ``tp``
   blocks of 512 / 4 heads / 2048, kernel 11, LFR 7/6) by funasr's ``SenseVoiceSmall`` class, the
   tests' released layout (``tests/models/sensevoice/_funasr_format.py``) with its 160-piece
@@ -142,9 +145,24 @@ def write_sensevoice(directory: Path, seed: int = 0) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
+def write_granite_speech5(directory: Path, speech: np.ndarray, seed: int = 0) -> int:
+    """granite-speech-5.0-470m-turboctc's shape (transformers ``GraniteSpeech5ForCTC``, its 16,384
+    pieces through a synthetic CTC tokenizer) with random weights, as the tests write it; the
+    blank's bias set on ``speech``. Returns the parameter count."""
+    from safetensors import safe_open
+
+    from tests.models.granite_speech5._reference import RELEASED_ENCODER, RELEASED_VOCAB, build_random_granite_speech5
+
+    build_random_granite_speech5(
+        directory, seed=seed, vocab_size=RELEASED_VOCAB, blank_share_on=speech, **RELEASED_ENCODER
+    )
+    with safe_open(str(directory / "model.safetensors"), "pt") as f:
+        return sum(int(np.prod(f.get_slice(k).get_shape())) for k in f.keys())
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("shape", choices=(*SHAPES, "paraformer-large", "sensevoice-small"))
+    ap.add_argument("shape", choices=(*SHAPES, "paraformer-large", "sensevoice-small", "granite-speech5"))
     ap.add_argument("directory", type=Path)
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
@@ -154,6 +172,8 @@ def main() -> int:
         _, params = write_large_dir(args.directory, args.seed)
     elif args.shape == "sensevoice-small":
         params = write_sensevoice(args.directory, args.seed)
+    elif args.shape == "granite-speech5":
+        params = write_granite_speech5(args.directory, jfk(), args.seed)
     else:
         params = write_wav2vec2(args.directory, SHAPES[args.shape], jfk(), args.seed)
     print(f"{args.shape}: {params / 1e6:.1f}M parameters in {args.directory}")

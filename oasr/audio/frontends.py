@@ -27,6 +27,7 @@ from oasr.specs import FeatureSpec
 
 _FRONTENDS: dict[str, str] = {
     "kaldi_fbank": "oasr.audio.fbank:KaldiFbank",
+    "granite_speech5_mel": "oasr.models.granite_speech5.features:GraniteSpeech5Frontend",
     "funasr_fbank_lfr": "oasr.models.paraformer.frontend:ParaformerFrontend",
     "granite_mel": "oasr.models.granite_speech.features:GraniteSpeechFrontend",
     "lasr_mel": "oasr.models.lasr.features:LasrFrontend",

@@ -66,7 +66,7 @@ A family's own reference, on the same directory (``--model DIR``), for the famil
 Whisper; each side then decodes at the family's defaults (greedy) with the same batch size and
 threads, the reference in float32 whatever oasr's ``--compute-type``; no ``long`` cell:
 
-* ``transformers`` (Hugging Face CTC: wav2vec2, HuBERT, WavLM, data2vec-audio, MMS):
+* ``transformers`` (Hugging Face CTC: wav2vec2, HuBERT, WavLM, data2vec-audio, MMS, Granite Speech 5):
   ``AutoProcessor`` pads each batch of B files (in the given order, with an attention mask where
   the feature extractor asks for one), ``AutoModelForCTC``, argmax, ``batch_decode``;
 * ``funasr`` (FunASR directories: SenseVoiceSmall, Paraformer): ``funasr.AutoModel(model=dir)
@@ -627,14 +627,21 @@ def _transformers_child(spec: dict) -> dict:
     t2 = time.perf_counter()
     pad = processor.tokenizer.pad_token_id
 
+    # Granite Speech 5's model card: generate (the argmax, padding frames set to the blank), then
+    # batch_decode with skip_special_tokens.
+    granite5 = model.config.model_type == "granite_speech5_ctc"
+
     def batch(paths: list[str]) -> list[tuple[str, int]]:
         audio = [_decode_16k(path) for path in paths]
         inputs = processor(audio, sampling_rate=16000, padding=True, return_tensors="pt")
         with torch.inference_mode():
-            ids = model(**inputs).logits.argmax(dim=-1)  # (B, frames)
-        frames = model._get_feat_extract_output_lengths(torch.tensor([len(a) for a in audio]))
-        rows = [row[:n] for row, n in zip(ids, frames.tolist())]
-        texts = processor.batch_decode(rows)
+            if granite5:
+                rows = list(model.generate(**inputs))
+            else:
+                ids = model(**inputs).logits.argmax(dim=-1)  # (B, frames)
+                frames = model._get_feat_extract_output_lengths(torch.tensor([len(a) for a in audio]))
+                rows = [row[:n] for row, n in zip(ids, frames.tolist())]
+        texts = processor.batch_decode(rows, skip_special_tokens=granite5)
         tokens = [int((torch.unique_consecutive(row) != pad).sum()) for row in rows]
         return [(text.strip(), n) for text, n in zip(texts, tokens)]
 

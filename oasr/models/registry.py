@@ -53,6 +53,11 @@ _BUILTIN: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ),
     ("conformer", "oasr.models.conformer.model:ConformerModel", ("oasr.models.conformer.convert:WenetConverter",)),
     ("lasr", "oasr.models.lasr.model:LasrModel", ("oasr.models.lasr.convert:HFLasrConverter",)),
+    (
+        "granite_speech5",
+        "oasr.models.granite_speech5.model:GraniteSpeech5Model",
+        ("oasr.models.granite_speech5.convert:HFGraniteSpeech5Converter",),
+    ),
     # wav2vec2, HuBERT and data2vec-audio CTC checkpoints.
     ("wav2vec2", "oasr.models.wav2vec2.model:Wav2Vec2CtcModel", ("oasr.models.wav2vec2.convert:HFWav2Vec2Converter",)),
     # MMS: wav2vec2 with per-language adapters (adapter.<lang>.safetensors).

@@ -42,6 +42,23 @@ def _lasr() -> Any:
     )
 
 
+def _granite_speech5() -> Any:
+    from oasr.models.granite_speech5 import GraniteSpeech5Config
+
+    # Blocks of 4 frames, two subsampling blocks, self-conditioning after block 0.
+    return GraniteSpeech5Config(
+        vocab_size=45,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_mel_bins=8,
+        max_position_embeddings=8,
+        context_size=4,
+        conv_kernel_size=3,
+    )
+
+
 def _parakeet() -> Any:
     from oasr.models.parakeet import ParakeetConfig, ParakeetEncoderConfig
 
@@ -394,6 +411,7 @@ TINY_CONFIGS: dict[str, Callable[[], Any]] = {
     "canary_qwen": _canary_qwen,
     "conformer": _conformer,
     "granite_speech": _granite_speech,
+    "granite_speech5": _granite_speech5,
     "lasr": _lasr,
     "mms": _mms,
     "moonshine_streaming": _moonshine_streaming,

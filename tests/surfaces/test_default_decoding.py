@@ -46,6 +46,12 @@ def _lasr(d: Path) -> tuple[Path, list[str]]:
     return build_random_lasr(d, seed=0), []
 
 
+def _granite_speech5(d: Path) -> tuple[Path, list[str]]:
+    from tests.models.granite_speech5._reference import build_random_granite_speech5
+
+    return build_random_granite_speech5(d, seed=0), []
+
+
 def _wav2vec2(d: Path) -> tuple[Path, list[str]]:
     from tests.models.wav2vec2._reference import build_random
 
@@ -130,6 +136,7 @@ FAMILIES: dict[str, Callable[[Path], tuple[Path, list[str]]]] = {
     "whisper": _whisper,
     "wenet-u2pp": _wenet,
     "lasr": _lasr,
+    "granite-speech5": _granite_speech5,
     "wav2vec2": _wav2vec2,
     "wavlm": _wavlm,
     "parakeet-ctc": _parakeet_ctc,

@@ -9,7 +9,7 @@ column is what its reference has: Whisper's language tokens (99 codes; ``en`` al
 English-only model), the Nemotron prompt table of ``processor_config.json`` (locales where it
 has them), Qwen3-ASR's 30 names and Qwen2-Audio's 8 tags (transformers' processors), Granite Speech's
 five (its model card), ``en``
-for the English CTC checkpoints (Parakeet, LASR), and nothing for the checkpoints that name no
+for the English CTC checkpoints (Parakeet, LASR, Granite Speech 5), and nothing for the checkpoints that name no
 language (WeNet, Paraformer, icefall), which take only "no language"; SenseVoice's six language
 queries (funasr's ``lid_dict``).
 """
@@ -66,6 +66,7 @@ EXPECTED: dict[str, tuple[dict[str, str | None], str]] = {
     # The model card's five: en, fr, de, es, pt.
     "granite-speech": (_column(**_EN, **_DE, **{"pt-BR": "pt", "fil": LACKS, "cy": LACKS}), "pt (Portuguese)"),
     "lasr": (_ENGLISH_ONLY, "has: en (English)"),
+    "granite-speech5": (_ENGLISH_ONLY, "has: en (English)"),
     "parakeet-ctc": (_ENGLISH_ONLY, "has: en (English)"),
     "wenet-u2pp": (_NO_LANGUAGE, "names no language"),
     "wav2vec2": (_NO_LANGUAGE, "names no language"),
