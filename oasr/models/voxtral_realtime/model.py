@@ -480,10 +480,6 @@ class VoxtralRealtimeModel(PromptTokenizerMixin, BaseAsrModel):
 
     # -- audio -------------------------------------------------------------------------
 
-    @property
-    def dtype(self) -> torch.dtype:
-        return self.decoder.embed_tokens.weight.dtype
-
     def features(self, wave: np.ndarray | torch.Tensor) -> torch.Tensor:
         """The padded clip's log-mel (n_mels, frames) in float32 (as the reference extractor)."""
         s = self.config.stream
@@ -494,7 +490,7 @@ class VoxtralRealtimeModel(PromptTokenizerMixin, BaseAsrModel):
 
     def encode(self, mel: torch.Tensor, state: TowerState | None = None) -> torch.Tensor:
         """Audio vectors at the LM width. mel (B, n_mels, T) -> (B, T // 8, D_lm)."""
-        x = self.encoder(mel.to(device=self.decoder.embed_tokens.weight.device, dtype=self.dtype), state)
+        x = self.encoder(mel.to(device=self.decoder.embed_tokens.weight.device, dtype=self.compute_dtype), state)
         b, t, d = x.shape
         f = self.config.downsample_factor
         return self.multi_modal_projector(x.reshape(b, t // f, d * f))  # (B, N, f * D) -> (B, N, D_lm)
@@ -557,11 +553,11 @@ class VoxtralRealtimeModel(PromptTokenizerMixin, BaseAsrModel):
             raise ValueError("the prompts of one prefill have one length (no padding)")
         if bool((n_audio < ids.shape[1]).any()):  # the front end's padding makes this impossible
             raise ValueError(f"audio vectors {n_audio.tolist()} cannot fill the {ids.shape[1]}-position prompt")
-        return self.decoder.embed(ids) + audio_states[:, : ids.shape[1]].to(self.dtype)
+        return self.decoder.embed(ids) + audio_states[:, : ids.shape[1]].to(self.compute_dtype)
 
     def decoder_extras(self, audio_states: torch.Tensor, n_audio: torch.Tensor) -> dict[str, torch.Tensor]:
         """What each row's decode steps read (``RealtimeLm.step``): its audio vectors."""
-        return {"audio": audio_states.to(self.dtype), "n_audio": n_audio.to(audio_states.device, torch.long)}
+        return {"audio": audio_states.to(self.compute_dtype), "n_audio": n_audio.to(audio_states.device, torch.long)}
 
     # -- output ------------------------------------------------------------------------------
 
@@ -609,7 +605,7 @@ class _LockstepDecoder:
         self.max_new = max_new
         self.context = model.decoder.cfg.max_position_embeddings
         self.pool = model.decoder.new_pool(
-            1, max_len=min(self.context, len(self.prompt) + POOL_STEP), dtype=model.dtype
+            1, max_len=min(self.context, len(self.prompt) + POOL_STEP), dtype=model.compute_dtype
         )
         self.state: DecoderState | None = None
         self.tokens: list[int] = []
@@ -619,7 +615,7 @@ class _LockstepDecoder:
 
     def _grow(self) -> None:
         lm = self.model.decoder
-        pool = lm.new_pool(1, max_len=min(self.context, self.pool.max_len + POOL_STEP), dtype=self.model.dtype)
+        pool = lm.new_pool(1, max_len=min(self.context, self.pool.max_len + POOL_STEP), dtype=self.model.compute_dtype)
         pool.copy_from(self.pool, 1, 0, self.position)
         self.pool = self.state.pool = pool
 
@@ -704,7 +700,7 @@ class RealtimeStream:
     def _chunk(self, mel: torch.Tensor) -> None:
         if self.tower is None:
             self.tower = self.model.encoder.new_state(
-                1, self.model.decoder.embed_tokens.weight.device, self.model.dtype
+                1, self.model.decoder.embed_tokens.weight.device, self.model.compute_dtype
             )
         vecs = self.model.encode(mel[None], self.tower)[0]
         self.vectors.append(vecs)
