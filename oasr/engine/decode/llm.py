@@ -240,9 +240,9 @@ class LlmDecodeStrategy(RequestTable[_Req]):
         opts = request.options
         params, generator = self._sampling(opts)
         max_new = self.token_budget(opts, request.duration)
-        stream = TextStream(
-            self.tokenizer.decode_bytes, self.model.parse_output, hold_until_language=opts.language is None
-        )
+        # A model that writes no language preamble (``writes_language = False``) streams at once.
+        hold = opts.language is None and getattr(self.model, "writes_language", True)
+        stream = TextStream(self.tokenizer.decode_bytes, self.model.parse_output, hold_until_language=hold)
         return _Req(request, opts, params, generator, max_new, feats, int(n_frames), stream)
 
     def _enqueue(self, req: _Req) -> None:
