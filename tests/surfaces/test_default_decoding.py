@@ -111,6 +111,12 @@ def _qwen2_audio(d: Path) -> tuple[Path, list[str]]:
     return _short_generation(build_tiny_qwen2_audio(d)), []
 
 
+def _voxtral(d: Path) -> tuple[Path, list[str]]:
+    from tests.models.voxtral._reference import build_tiny_voxtral
+
+    return _short_generation(build_tiny_voxtral(d)), []
+
+
 SAMPLED = {"whisper"}  # families whose default decode samples on the random checkpoint
 SEED = 3
 
@@ -127,6 +133,7 @@ FAMILIES: dict[str, Callable[[Path], tuple[Path, list[str]]]] = {
     "icefall-transducer": _icefall("transducer"),
     "qwen3-asr": _qwen3_asr,
     "qwen2-audio": _qwen2_audio,
+    "voxtral": _voxtral,
 }
 
 

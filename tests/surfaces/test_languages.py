@@ -62,6 +62,7 @@ EXPECTED: dict[str, tuple[dict[str, str | None], str]] = {
     ),
     "qwen3-asr": (_column(**_EN, **_DE, **{"pt-BR": "pt", "fil": "fil", "cy": LACKS}), "fil (Filipino)"),
     "qwen2-audio": (_column(**_EN, **_DE, **{"pt-BR": LACKS, "fil": LACKS, "cy": LACKS}), "yue (Cantonese)"),
+    "voxtral": (_column(**_EN, **_DE, **{"pt-BR": "pt", "fil": LACKS, "cy": LACKS}), "nl (Dutch)"),
     "lasr": (_ENGLISH_ONLY, "has: en (English)"),
     "parakeet-ctc": (_ENGLISH_ONLY, "has: en (English)"),
     "wenet-u2pp": (_NO_LANGUAGE, "names no language"),
