@@ -112,7 +112,7 @@ def run(args: argparse.Namespace) -> int:
         "(Hugging Face, CTranslate2 / faster-whisper, openai-whisper .pt), WeNet U2/U2++ experiment "
         "directories (train.yaml + .pt), Hugging Face lasr_ctc / parakeet_ctc / wav2vec2, HuBERT and data2vec-audio "
         "CTC / qwen3_asr (and the original "
-        "Qwen3-ASR release) / qwen2_audio directories, NeMo speechlm2 SALM (Canary-Qwen) directories, FunASR "
+        "Qwen3-ASR release) / qwen2_audio / voxtral directories, NeMo speechlm2 SALM (Canary-Qwen) directories, FunASR "
         "Paraformer / SenseVoiceSmall model directories; or a Hub id.\n"
     )
     return 0
