@@ -166,3 +166,35 @@ def assert_parity(a: torch.Tensor, b: torch.Tensor, what: str, max_abs: float = 
 
 def write_figures(path: str) -> None:
     Path(path).write_text(json.dumps(FIGURES, indent=1), encoding="utf-8")
+
+
+# GPT-2's pre-tokenizer split (the tiny BPE's ByteLevel regex), as a tekken "pattern".
+GPT2_PATTERN = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
+
+
+def write_tekken(tok, path: Path) -> Path:
+    """The tiny tokenizer as a release-style ``tekken.json``: the special tokens by rank, then
+    every byte-level piece as raw bytes ranked in the tokenizer's id order."""
+    import base64
+
+    from transformers.convert_slow_tokenizer import bytes_to_unicode
+
+    byte_of = {c: b for b, c in bytes_to_unicode().items()}
+    vocab = sorted(((i, t) for t, i in tok.get_vocab().items() if i >= N_SPECIAL))
+    entries = []
+    for rank, (_, piece) in enumerate(vocab):
+        raw = bytes(byte_of[c] for c in piece)
+        entries.append({"rank": rank, "token_bytes": base64.b64encode(raw).decode(), "token_str": None})
+    data = {
+        "config": {
+            "pattern": GPT2_PATTERN,
+            "num_vocab_tokens": len(entries) + N_SPECIAL,
+            "default_vocab_size": len(entries) + N_SPECIAL,
+            "default_num_special_tokens": N_SPECIAL,
+            "version": "v7",
+        },
+        "vocab": entries,
+        "special_tokens": [{"rank": i, "token_str": t, "is_control": True} for i, t in enumerate(SPECIAL_TOKENS)],
+    }
+    path.write_text(json.dumps(data), encoding="utf-8")
+    return path
