@@ -562,6 +562,20 @@ class PromptTokenizerMixin:
         """Use ``tokenizer`` (an ``oasr.tokenizers.Tokenizer``) for prompts."""
         self._tokenizer = tokenizer
 
+    def encode_audio_prompt(self, parts: Sequence, n_audio: int, audio_token: str) -> list[int]:
+        """``parts`` as ids (``Tokenizer.encode_prompt``), checked to hold exactly ``n_audio``
+        audio placeholders (``config.audio_token_id``, spelled ``audio_token``).
+
+        Raises:
+            ValueError: the tokenizer does not encode ``audio_token`` as that single id.
+        """
+        ids = self.tokenizer.encode_prompt(parts)
+        if sum(1 for i in ids if i == self.config.audio_token_id) != n_audio:
+            raise ValueError(
+                f"the tokenizer does not encode {audio_token} as the single id {self.config.audio_token_id}"
+            )
+        return ids
+
     def embed_prompt(
         self, ids: torch.Tensor, valid: torch.Tensor, audio_states: torch.Tensor, n_audio: torch.Tensor
     ) -> torch.Tensor:

@@ -218,12 +218,8 @@ class Qwen2AudioModel(PromptTokenizerMixin, BaseAsrModel):
             ValueError: an unsupported language or task, or context with the base prompt.
         """
         self.check_prompt_request(n_audio, task)
-        ids = self.tokenizer.encode_prompt(self.prompt_parts(n_audio, language=language, context=context))
-        if sum(1 for i in ids if i == self.config.audio_token_id) != n_audio:
-            raise ValueError(
-                f"the tokenizer does not encode {AUDIO_TOKEN} as the single id {self.config.audio_token_id}"
-            )
-        return ids
+        parts = self.prompt_parts(n_audio, language=language, context=context)
+        return self.encode_audio_prompt(parts, n_audio, AUDIO_TOKEN)
 
     # -- output -----------------------------------------------------------------------
 

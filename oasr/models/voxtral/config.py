@@ -15,6 +15,7 @@ from typing import Any
 from oasr.models.base import LoadError
 from oasr.models.configs import ModelConfig
 from oasr.models.decoders.causal_lm import CausalLmConfig
+from oasr.models.speech_llm.config import Qwen2AudioEncoderConfig
 
 # The tekken special tokens the prompts use, by the names mistral-common gives them.
 BOS_TOKEN = "<s>"
@@ -58,43 +59,20 @@ TEXT_DEFAULTS: dict[str, Any] = {
 
 
 @dataclass
-class VoxtralEncoderConfig(ModelConfig):
-    """The audio tower: Whisper's encoder (no key-padding mask; every 30-s window is whole).
-
-    Attributes:
-        num_mel_bins: log-mel bins of the input (128).
-        d_model / encoder_layers / encoder_attention_heads / encoder_ffn_dim: width, depth,
-            heads, MLP width. The projector reads ``encoder_ffn_dim`` features per audio
-            token: four consecutive frames (transformers reshapes by ``intermediate_size``).
-        max_source_positions: positions after the stride-2 convolution (1500 = a 30-s window).
-        layer_norm_eps: LayerNorm epsilon (PyTorch's default, as transformers builds it).
+class VoxtralEncoderConfig(Qwen2AudioEncoderConfig):
+    """The audio tower: Whisper's encoder (Qwen2-Audio's tower geometry, without its mask and
+    pool; every 30-s window is whole). The projector reads ``encoder_ffn_dim`` features per
+    audio token: four consecutive frames (transformers reshapes by ``intermediate_size``).
     """
 
-    num_mel_bins: int = 128
-    d_model: int = 1280
-    encoder_layers: int = 32
-    encoder_attention_heads: int = 20
-    encoder_ffn_dim: int = 5120
-    max_source_positions: int = 1500
-    layer_norm_eps: float = 1e-5
-
     def __post_init__(self) -> None:
-        if self.d_model % self.encoder_attention_heads:
-            raise ValueError(
-                f"audio d_model={self.d_model} is not divisible by encoder_attention_heads="
-                f"{self.encoder_attention_heads}"
-            )
+        super().__post_init__()
         if self.encoder_ffn_dim % self.d_model or (self.max_source_positions * self.d_model) % self.encoder_ffn_dim:
             raise ValueError(
                 f"the projector groups {self.encoder_ffn_dim} // {self.d_model} frames per audio token: "
                 f"encoder_ffn_dim must be a multiple of d_model that divides a window's "
                 f"{self.max_source_positions} frames"
             )
-
-    @property
-    def n_frames(self) -> int:
-        """Mel frames of one window (2 x max_source_positions)."""
-        return 2 * self.max_source_positions
 
     @property
     def frames_per_token(self) -> int:

@@ -24,16 +24,16 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from oasr.models.base import FeatureSpec, LoadError, TokenizerSpec
+from oasr.models.formats.hf import llm_decoding_spec as _decoding_spec
+from oasr.models.formats.hf import model_type as hf_model_type
 from oasr.models.formats.hf import (
-    feature_extractor_config,
     read_json,
     read_json_if_present,
     renamed_llm_state,
     token_ids,
 )
-from oasr.models.formats.hf import llm_decoding_spec as _decoding_spec
-from oasr.models.formats.hf import model_type as hf_model_type
 from oasr.models.registry import CheckpointBundle
+from oasr.models.speech_llm.convert import whisper_extractor_spec
 from oasr.models.voxtral.config import AUDIO_TOKEN, DEFAULT_IDS, EOS_TOKEN, VoxtralConfig
 
 ARCH = "voxtral"
@@ -103,33 +103,15 @@ def _tokenizer(directory: Path) -> tuple[TokenizerSpec, dict[str, int | None]]:
 
 
 def _feature_spec(directory: Path, n_mels: int, window_s: int) -> FeatureSpec:
-    """WhisperFeatureExtractor settings (``preprocessor_config.json`` or the processor
-    config's ``feature_extractor``), with the Voxtral processor's padding to whole windows."""
-    pre, _ = feature_extractor_config(directory)
-    kind = pre.get("feature_extractor_type", "WhisperFeatureExtractor")
-    if kind != "WhisperFeatureExtractor":
-        raise LoadError(f"{directory}: feature extractor {kind!r} is not supported (Voxtral uses Whisper's)")
-    if float(pre.get("dither", 0.0)) != 0.0:
-        raise LoadError(f"{directory}: dither={pre['dither']} is not supported (the published extractor has 0.0)")
-    feature_size = int(pre.get("feature_size", n_mels))
-    if feature_size != n_mels:
-        raise LoadError(f"{directory}: the extractor makes {feature_size} mel bins but the tower reads {n_mels}")
-    chunk = int(pre.get("chunk_length", 30))
-    if chunk != window_s:
-        raise LoadError(f"{directory}: chunk_length={chunk} s but the tower reads {window_s}-s windows")
-    return FeatureSpec(
-        kind="whisper_mel",
-        sampling_rate=int(pre.get("sampling_rate", 16000)),
-        params={
-            "n_mels": n_mels,
-            "n_fft": int(pre.get("n_fft", 400)),
-            "hop_length": int(pre.get("hop_length", 160)),
-            "chunk_length": chunk,
-            # The processor pads every clip to a whole number of 30-s windows (pad_to_multiple_of
-            # 480000 samples, no truncation); the model reads the windows one by one.
-            "pad_to_multiple": True,
-        },
-    )
+    """Whisper's extractor with the Voxtral processor's padding: every clip zero-padded to a
+    whole number of 30-s windows (``pad_to_multiple_of`` 480000 samples, no truncation); the
+    model reads the windows one by one."""
+    spec = whisper_extractor_spec(directory, n_mels, family="Voxtral", padding={"pad_to_multiple": True})
+    if spec.params["chunk_length"] != window_s:
+        raise LoadError(
+            f"{directory}: chunk_length={spec.params['chunk_length']} s but the tower reads {window_s}-s windows"
+        )
+    return spec
 
 
 class HFVoxtralConverter:

@@ -234,12 +234,7 @@ class VoxtralModel(PromptTokenizerMixin, BaseAsrModel):
         """
         self.check_prompt_request(n_audio, task)
         parts = self.prompt_parts(n_audio, language=language, context=context, system=system)
-        ids = self.tokenizer.encode_prompt(parts)
-        if sum(1 for i in ids if i == self.config.audio_token_id) != n_audio:
-            raise ValueError(
-                f"the tokenizer does not encode {AUDIO_TOKEN} as the single id {self.config.audio_token_id}"
-            )
-        return ids
+        return self.encode_audio_prompt(parts, n_audio, AUDIO_TOKEN)
 
     # -- output -----------------------------------------------------------------------
 
