@@ -25,8 +25,6 @@ END_INST_TOKEN = "[/INST]"
 AUDIO_TOKEN = "[AUDIO]"
 BEGIN_AUDIO_TOKEN = "[BEGIN_AUDIO]"
 TRANSCRIBE_TOKEN = "[TRANSCRIBE]"
-SYSTEM_TOKEN = "[SYSTEM_PROMPT]"
-END_SYSTEM_TOKEN = "[/SYSTEM_PROMPT]"
 
 # Voxtral's tekken ids (mistral-common's special-token ranks), used when a tokenizer lacks them.
 DEFAULT_IDS: dict[str, int] = {
@@ -34,8 +32,6 @@ DEFAULT_IDS: dict[str, int] = {
     EOS_TOKEN: 2,
     INST_TOKEN: 3,
     END_INST_TOKEN: 4,
-    SYSTEM_TOKEN: 17,
-    END_SYSTEM_TOKEN: 18,
     AUDIO_TOKEN: 24,
     BEGIN_AUDIO_TOKEN: 25,
     TRANSCRIBE_TOKEN: 34,

@@ -34,9 +34,7 @@ from oasr.models.voxtral.config import (
     BEGIN_AUDIO_TOKEN,
     BOS_TOKEN,
     END_INST_TOKEN,
-    END_SYSTEM_TOKEN,
     INST_TOKEN,
-    SYSTEM_TOKEN,
     TRANSCRIBE_TOKEN,
     VoxtralConfig,
     VoxtralEncoderConfig,
@@ -188,20 +186,16 @@ class VoxtralModel(PromptTokenizerMixin, BaseAsrModel):
         return tuple(LANGUAGES)
 
     def prompt_parts(
-        self, n_audio: int, *, language: str | None = None, context: str | None = None, system: str | None = None
+        self, n_audio: int, *, language: str | None = None, context: str | None = None
     ) -> list[str | Control]:
         """The prompt as ``Tokenizer.encode_prompt`` parts (see the class docstring); the
-        user's ``context`` and ``system`` are plain text.
+        user's ``context`` is plain text.
 
         Raises:
-            ValueError: a language with ``context`` (the chat prompt has no language slot), or
-                a ``system`` turn without ``context``.
+            ValueError: a language with ``context`` (the chat prompt has no language slot).
         """
         code = self.resolve_language(language)
-        head: list[str | Control] = [Control(BOS_TOKEN)]
-        if system:
-            head += [Control(SYSTEM_TOKEN), system, Control(END_SYSTEM_TOKEN)]
-        head.append(Control(INST_TOKEN + BEGIN_AUDIO_TOKEN + AUDIO_TOKEN * n_audio))
+        head = [Control(BOS_TOKEN + INST_TOKEN + BEGIN_AUDIO_TOKEN + AUDIO_TOKEN * n_audio)]
         if context:
             if code is not None:
                 raise ValueError(
@@ -209,8 +203,6 @@ class VoxtralModel(PromptTokenizerMixin, BaseAsrModel):
                     "the audio) leave it unset"
                 )
             return [*head, context, Control(END_INST_TOKEN)]
-        if system:
-            raise ValueError("a system turn needs a chat prompt: pass context (the instruction) too")
         tail: list[str | Control] = [Control(END_INST_TOKEN)]
         if code is not None:
             tail.append(f"lang:{code}")
@@ -224,7 +216,6 @@ class VoxtralModel(PromptTokenizerMixin, BaseAsrModel):
         language: str | None = None,
         context: str | None = None,
         task: str = "transcribe",
-        system: str | None = None,
     ) -> list[int]:
         """Token ids of the prompt (transcription, or chat with ``context``), ending where
         generation starts; ``n_audio`` ``[AUDIO]`` placeholders.
@@ -233,7 +224,7 @@ class VoxtralModel(PromptTokenizerMixin, BaseAsrModel):
             ValueError: an unsupported language or task, or a language with ``context``.
         """
         self.check_prompt_request(n_audio, task)
-        parts = self.prompt_parts(n_audio, language=language, context=context, system=system)
+        parts = self.prompt_parts(n_audio, language=language, context=context)
         return self.encode_audio_prompt(parts, n_audio, AUDIO_TOKEN)
 
     # -- output -----------------------------------------------------------------------
