@@ -42,6 +42,8 @@ from oasr.models.voxtral.config import (
 from oasr.models.whisper.model import WhisperStyleEncoder
 from oasr.tokenizers import Control
 
+TOWER_WINDOWS = 8  # 30-s windows the tower runs at once
+
 
 class VoxtralTower(WhisperStyleEncoder):
     """Whisper's encoder over whole 30-s windows: two GELU convolutions, learned positions,
@@ -169,8 +171,11 @@ class VoxtralModel(PromptTokenizerMixin, BaseAsrModel):
         windows = torch.cat(
             [feats[b, :, :n].unflatten(1, (n // a.n_frames, a.n_frames)).transpose(0, 1) for b, n in enumerate(lens)]
         )  # (W, n_mels, n_frames): every row's windows, in order
-        states, _ = self.audio_tower(windows)
-        tokens = self.multi_modal_projector(states)  # (W, tokens_per_window, D_lm)
+        # A few windows at a time: a batch of long clips holds many, and each one's activations
+        # (1500 positions x the tower's width and heads) are what bounds the memory.
+        tokens = torch.cat(
+            [self.multi_modal_projector(self.audio_tower(part)[0]) for part in windows.split(TOWER_WINDOWS)]
+        )  # (W, tokens_per_window, D_lm)
         n_windows = [n // a.n_frames for n in lens]
         n_audio = torch.tensor([k * a.tokens_per_window for k in n_windows], dtype=torch.long, device=feats.device)
         out = tokens.new_zeros(len(lens), int(n_audio.max()), tokens.shape[-1])
