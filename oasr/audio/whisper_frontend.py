@@ -13,6 +13,10 @@ Two padding conventions of the transformers feature extractors, chosen by
 * ``False`` (the Qwen3-ASR extractor on one clip): the log-mel of the clip alone,
   ``samples // hop_length`` frames, all valid.
 
+``pad_to_multiple`` (the Voxtral processor: ``pad_to_multiple_of`` one window, no
+truncation) zero-pads the clip to a whole number of ``chunk_length`` windows (at least
+one) and takes the log-mel over the padded clip; every frame counts as valid.
+
 Each utterance is featurised alone, so a request's features do not depend on what
 it is batched with (on a batch of one this equals the reference extractor).
 """
@@ -31,7 +35,7 @@ from oasr.audio.io import AudioSource
 from oasr.audio.stream import FeatureSource, features_from
 from oasr.specs import FeatureSpec
 
-_PARAMS = ("n_mels", "n_fft", "hop_length", "chunk_length", "pad_to_chunk", "min_length")
+_PARAMS = ("n_mels", "n_fft", "hop_length", "chunk_length", "pad_to_chunk", "pad_to_multiple", "min_length")
 
 
 class WhisperMelFrontend(Frontend):
@@ -43,6 +47,7 @@ class WhisperMelFrontend(Frontend):
         chunk_length: seconds in one window (``pad_to_chunk``).
         sampling_rate: input rate in Hz.
         pad_to_chunk: cut / zero-pad every clip to one ``chunk_length`` window.
+        pad_to_multiple: zero-pad every clip to a whole number of windows (never cut).
         min_length: clips shorter than this many samples are zero-padded to it first
             (the Qwen3-ASR extractor's 8000); the padding counts as valid frames.
     """
@@ -56,6 +61,7 @@ class WhisperMelFrontend(Frontend):
         sampling_rate: int = 16000,
         pad_to_chunk: bool = False,
         min_length: int = 0,
+        pad_to_multiple: bool = False,
     ) -> None:
         if n_mels < 1 or n_fft < 2 or hop_length < 1 or chunk_length < 1 or min_length < 0:
             raise ValueError(
@@ -69,6 +75,9 @@ class WhisperMelFrontend(Frontend):
         self.sampling_rate = int(sampling_rate)
         self.frame_shift_s = self.hop_length / self.sampling_rate
         self.pad_to_chunk = bool(pad_to_chunk)
+        self.pad_to_multiple = bool(pad_to_multiple)
+        if self.pad_to_chunk and self.pad_to_multiple:
+            raise ValueError("whisper_mel: pad_to_chunk and pad_to_multiple exclude each other")
         self.min_length = int(min_length)
 
     @classmethod
@@ -99,9 +108,15 @@ class WhisperMelFrontend(Frontend):
             x = torch.nn.functional.pad(x, (0, self.min_length - x.shape[0]))
         return x
 
+    def _padded_length(self, n_samples: int) -> int:
+        """``pad_to_multiple``: the samples of the whole windows that hold the clip."""
+        return max(1, math.ceil(n_samples / self.n_samples)) * self.n_samples
+
     def valid_frames(self, n_samples: int) -> int:
         """Valid feature frames of a clip of ``n_samples`` samples (the reference's attention mask)."""
         n = max(int(n_samples), self.min_length)
+        if self.pad_to_multiple:
+            return self._padded_length(n) // self.hop_length
         if self.pad_to_chunk:
             return min(math.ceil(n / self.hop_length), self.n_samples // self.hop_length)
         return n // self.hop_length
@@ -112,6 +127,8 @@ class WhisperMelFrontend(Frontend):
         common = dict(n_fft=self.n_fft, hop_length=self.hop_length, sampling_rate=self.sampling_rate)
         if self.pad_to_chunk:
             mel = log_mel_batch([x], self.n_mels, self.n_samples, **common)[0]
+        elif self.pad_to_multiple:
+            mel = log_mel_batch([x], self.n_mels, self._padded_length(x.shape[0]), **common)[0]
         else:
             mel = log_mel_spectrogram(x, self.n_mels, **common)
         return mel.T.contiguous()

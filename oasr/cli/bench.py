@@ -615,7 +615,11 @@ def _transformers_child(spec: dict) -> dict:
     """transformers on ``spec["model_dir"]`` as its model cards show: ``AutoProcessor`` pads each
     batch of ``batch_size`` files (in the given order; with an attention mask where the feature
     extractor asks for one), ``AutoModelForCTC``, argmax, then ``batch_decode`` of each row cut to
-    its own frames (the padding's frames would decode to extra text)."""
+    its own frames (the padding's frames would decode to extra text). A Voxtral directory goes to
+    ``_transformers_voxtral_child``."""
+    config = json.loads((Path(spec["model_dir"]) / "config.json").read_text(encoding="utf-8"))
+    if config.get("model_type") == "voxtral":
+        return _transformers_voxtral_child(spec)
     t0 = time.perf_counter()
     import torch
     from transformers import AutoModelForCTC, AutoProcessor
@@ -644,6 +648,63 @@ def _transformers_child(spec: dict) -> dict:
         texts = processor.batch_decode(rows, skip_special_tokens=granite5)
         tokens = [int((torch.unique_consecutive(row) != pad).sum()) for row in rows]
         return [(text.strip(), n) for text, n in zip(texts, tokens)]
+
+    def every(paths: list[str]) -> list[tuple[str, int]]:
+        b = spec["batch_size"]
+        return [out for i in range(0, len(paths), b) for out in batch(paths[i : i + b])]
+
+    return _timed(spec, (t0, t1, t2), lambda path: batch([path]), every)
+
+
+def _transformers_voxtral_child(spec: dict) -> dict:
+    """Voxtral as its model card transcribes: ``VoxtralForConditionalGeneration.generate`` (greedy,
+    the checkpoint's generation config) on left-padded batches of ``batch_size`` transcription
+    requests. ``VoxtralProcessor`` builds those through mistral-common; here they are written as
+    mistral-common writes them (``<s>[INST][BEGIN_AUDIO][AUDIO] x n[/INST]``, ``lang:xx`` when the
+    language is given, ``[TRANSCRIBE]``) with the checkpoint's ``tokenizer.json``, and the features
+    as the processor takes them (each clip zero-padded to whole 30-s windows, 3000 frames each)."""
+    t0 = time.perf_counter()
+    import torch
+    from tokenizers import Tokenizer
+    from transformers import VoxtralForConditionalGeneration, WhisperFeatureExtractor
+
+    t1 = time.perf_counter()
+    torch.set_num_threads(spec["threads"])
+    model = VoxtralForConditionalGeneration.from_pretrained(spec["model_dir"]).eval()
+    extractor = WhisperFeatureExtractor.from_pretrained(spec["model_dir"])
+    tok = Tokenizer.from_file(str(Path(spec["model_dir"]) / "tokenizer.json"))
+    t2 = time.perf_counter()
+    special = {t: tok.token_to_id(t) for t in ("<s>", "[INST]", "[/INST]", "[AUDIO]", "[BEGIN_AUDIO]", "[TRANSCRIBE]")}
+    audio = model.config.audio_config
+    frames = 2 * audio.max_source_positions
+    per_window = audio.max_source_positions * audio.hidden_size // audio.intermediate_size
+    gen = model.generation_config
+    stops = set(gen.eos_token_id if isinstance(gen.eos_token_id, list) else [gen.eos_token_id])
+    language = tok.encode(f"lang:{spec['language']}").ids if spec["language"] else []
+
+    def batch(paths: list[str]) -> list[tuple[str, int]]:
+        feats, prompts = [], []
+        for path in paths:
+            x = extractor(
+                _decode_16k(path),
+                sampling_rate=16000,
+                padding=True,
+                truncation=False,
+                pad_to_multiple_of=16000 * frames // 100,
+                return_tensors="pt",
+            ).input_features
+            feats.append(x.reshape(audio.num_mel_bins, -1, frames).transpose(0, 1))  # (windows, n_mels, frames)
+            ids = [special["<s>"], special["[INST]"], special["[BEGIN_AUDIO]"]]
+            ids += [special["[AUDIO]"]] * (feats[-1].shape[0] * per_window) + [special["[/INST]"]]
+            prompts.append(ids + language + [special["[TRANSCRIBE]"]])
+        t = max(map(len, prompts))
+        pad = gen.pad_token_id or 0
+        input_ids = torch.tensor([[pad] * (t - len(p)) + p for p in prompts])
+        mask = torch.tensor([[0] * (t - len(p)) + [1] * len(p) for p in prompts])
+        with torch.inference_mode():
+            out = model.generate(input_ids=input_ids, attention_mask=mask, input_features=torch.cat(feats))
+        rows = [row[: next((i for i, x in enumerate(row) if x in stops), len(row))] for row in out[:, t:].tolist()]
+        return [(tok.decode(row, skip_special_tokens=True).strip(), len(row)) for row in rows]
 
     def every(paths: list[str]) -> list[tuple[str, int]]:
         b = spec["batch_size"]

@@ -112,7 +112,7 @@ def run(args: argparse.Namespace) -> int:
         "(Hugging Face, CTranslate2 / faster-whisper, openai-whisper .pt), WeNet U2/U2++ experiment "
         "directories (train.yaml + .pt), Hugging Face lasr_ctc / granite_speech5_ctc / parakeet_ctc / "
         "wav2vec2, HuBERT, WavLM and data2vec-audio CTC / qwen3_asr (and the original "
-        "Qwen3-ASR release) / qwen2_audio / granite_speech (its LoRA adapter beside it) directories, "
+        "Qwen3-ASR release) / qwen2_audio / voxtral / granite_speech (its LoRA adapter beside it) directories, "
         "NeMo speechlm2 SALM (Canary-Qwen) directories, FunASR "
         "Paraformer / SenseVoiceSmall model directories; or a Hub id.\n"
     )

@@ -134,6 +134,7 @@ _BUILTIN: tuple[tuple[str, str, tuple[str, ...]], ...] = (
         "oasr.models.speech_llm.model:Qwen2AudioModel",
         ("oasr.models.speech_llm.convert:HFQwen2AudioConverter",),
     ),
+    ("voxtral", "oasr.models.voxtral.model:VoxtralModel", ("oasr.models.voxtral.convert:HFVoxtralConverter",)),
     (
         "paraformer",
         "oasr.models.paraformer.model:ParaformerModel",

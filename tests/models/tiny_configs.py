@@ -300,6 +300,26 @@ def _canary_qwen() -> Any:
     return CanaryQwenConfig(encoder=encoder, adapter=adapter, text=text, audio_token_id=63, eos_token_ids=(62,))
 
 
+def _voxtral() -> Any:
+    from oasr.models.voxtral import VoxtralConfig, VoxtralEncoderConfig
+    from oasr.models.voxtral.config import llama_text_config
+
+    audio = VoxtralEncoderConfig(d_model=16, encoder_layers=2, encoder_attention_heads=2, encoder_ffn_dim=64)
+    text = llama_text_config(
+        {
+            "vocab_size": 64,
+            "hidden_size": 16,
+            "intermediate_size": 32,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,
+            "head_dim": 4,
+            "max_position_embeddings": 1024,
+        }
+    )
+    return VoxtralConfig(audio=audio, text=text)
+
+
 def _paraformer() -> Any:
     from oasr.models.paraformer import CifPredictorConfig, ParaformerConfig, SanmDecoderConfig, SanmEncoderConfig
 
@@ -428,6 +448,7 @@ TINY_CONFIGS: dict[str, Callable[[], Any]] = {
     "speech_llm": _speech_llm,
     "transducer": _transducer,
     "voxtral_realtime": _voxtral_realtime,
+    "voxtral": _voxtral,
     "wav2vec2": _wav2vec2,
     "wavlm": _wavlm,
     "whisper": _whisper,

@@ -129,6 +129,12 @@ def _granite_speech(d: Path) -> tuple[Path, list[str]]:
     return _short_generation(build_tiny_granite_speech(d)), []
 
 
+def _voxtral(d: Path) -> tuple[Path, list[str]]:
+    from tests.models.voxtral._reference import build_tiny_voxtral
+
+    return _short_generation(build_tiny_voxtral(d)), []
+
+
 SAMPLED = {"whisper"}  # families whose default decode samples on the random checkpoint
 SEED = 3
 
@@ -148,6 +154,7 @@ FAMILIES: dict[str, Callable[[Path], tuple[Path, list[str]]]] = {
     "qwen3-asr": _qwen3_asr,
     "qwen2-audio": _qwen2_audio,
     "granite-speech": _granite_speech,
+    "voxtral": _voxtral,
 }
 
 

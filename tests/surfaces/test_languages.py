@@ -65,6 +65,7 @@ EXPECTED: dict[str, tuple[dict[str, str | None], str]] = {
     "qwen2-audio": (_column(**_EN, **_DE, **{"pt-BR": LACKS, "fil": LACKS, "cy": LACKS}), "yue (Cantonese)"),
     # The model card's five: en, fr, de, es, pt.
     "granite-speech": (_column(**_EN, **_DE, **{"pt-BR": "pt", "fil": LACKS, "cy": LACKS}), "pt (Portuguese)"),
+    "voxtral": (_column(**_EN, **_DE, **{"pt-BR": "pt", "fil": LACKS, "cy": LACKS}), "nl (Dutch)"),
     "lasr": (_ENGLISH_ONLY, "has: en (English)"),
     "granite-speech5": (_ENGLISH_ONLY, "has: en (English)"),
     "parakeet-ctc": (_ENGLISH_ONLY, "has: en (English)"),

@@ -99,13 +99,15 @@ def _chat_templates(directory: Path) -> list[str]:
     return out
 
 
-def _feature_spec(directory: Path, n_mels: int) -> FeatureSpec:
+def whisper_extractor_spec(directory: Path, n_mels: int, *, family: str, padding: Mapping[str, bool]) -> FeatureSpec:
     """WhisperFeatureExtractor settings (``preprocessor_config.json``, or the
-    ``feature_extractor`` entry transformers 5.x writes into ``processor_config.json``)."""
+    ``feature_extractor`` entry transformers 5.x writes into ``processor_config.json``) as a
+    ``whisper_mel`` spec with the ``family`` processor's ``padding`` (``pad_to_chunk`` /
+    ``pad_to_multiple``, see ``oasr.audio.whisper_frontend``)."""
     pre, _ = feature_extractor_config(directory)
     kind = pre.get("feature_extractor_type", "WhisperFeatureExtractor")
     if kind != "WhisperFeatureExtractor":
-        raise LoadError(f"{directory}: feature extractor {kind!r} is not supported (Qwen2-Audio uses Whisper's)")
+        raise LoadError(f"{directory}: feature extractor {kind!r} is not supported ({family} uses Whisper's)")
     if float(pre.get("dither", 0.0)) != 0.0:
         raise LoadError(f"{directory}: dither={pre['dither']} is not supported (the published extractor has 0.0)")
     feature_size = int(pre.get("feature_size", n_mels))
@@ -119,9 +121,7 @@ def _feature_spec(directory: Path, n_mels: int) -> FeatureSpec:
             "n_fft": int(pre.get("n_fft", 400)),
             "hop_length": int(pre.get("hop_length", 160)),
             "chunk_length": int(pre.get("chunk_length", 30)),
-            # The processor pads every clip to the 30-s window (and truncates longer ones),
-            # returning the valid-frame mask the tower's key-padding reads.
-            "pad_to_chunk": True,
+            **padding,
         },
     )
 
@@ -168,7 +168,11 @@ class HFQwen2AudioConverter:
             config=config,
             state_dict=state,
             tokenizer=tspec,
-            features=_feature_spec(path, config.audio.num_mel_bins),
+            # The processor pads every clip to the 30-s window (and truncates longer ones),
+            # returning the valid-frame mask the tower's key-padding reads.
+            features=whisper_extractor_spec(
+                path, config.audio.num_mel_bins, family="Qwen2-Audio", padding={"pad_to_chunk": True}
+            ),
             decoding=_decoding_spec(gen),
             source=str(path),
             format="huggingface",
