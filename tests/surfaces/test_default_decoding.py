@@ -111,6 +111,13 @@ def _qwen2_audio(d: Path) -> tuple[Path, list[str]]:
     return _short_generation(build_tiny_qwen2_audio(d)), []
 
 
+def _moonshine(d: Path) -> tuple[Path, list[str]]:
+    from tests.models.moonshine.conftest import save_checkpoint
+
+    save_checkpoint(d)  # its budget is the card's 6.5 positions per second of audio
+    return d, []
+
+
 SAMPLED = {"whisper"}  # families whose default decode samples on the random checkpoint
 SEED = 3
 
@@ -127,6 +134,7 @@ FAMILIES: dict[str, Callable[[Path], tuple[Path, list[str]]]] = {
     "icefall-transducer": _icefall("transducer"),
     "qwen3-asr": _qwen3_asr,
     "qwen2-audio": _qwen2_audio,
+    "moonshine": _moonshine,
 }
 
 

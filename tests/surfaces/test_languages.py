@@ -63,6 +63,8 @@ EXPECTED: dict[str, tuple[dict[str, str | None], str]] = {
     "qwen3-asr": (_column(**_EN, **_DE, **{"pt-BR": "pt", "fil": "fil", "cy": LACKS}), "fil (Filipino)"),
     "qwen2-audio": (_column(**_EN, **_DE, **{"pt-BR": LACKS, "fil": LACKS, "cy": LACKS}), "yue (Cantonese)"),
     "lasr": (_ENGLISH_ONLY, "has: en (English)"),
+    # English-only, and says so: no detection, every answer is "en".
+    "moonshine": ({**_ENGLISH_ONLY, **dict.fromkeys(DETECT, "en")}, "has: en (English)"),
     "parakeet-ctc": (_ENGLISH_ONLY, "has: en (English)"),
     "wenet-u2pp": (_NO_LANGUAGE, "names no language"),
     "wav2vec2": (_NO_LANGUAGE, "names no language"),
