@@ -91,8 +91,7 @@ def save_checkpoint(path: Path, seed: int = 2, **overrides) -> Reference:
 
     tokenizer = train_tokenizer()
     config = MoonshineConfig(
-        **{**TINY, **overrides},
-        vocab_size=tokenizer.get_vocab_size(),
+        **{"vocab_size": tokenizer.get_vocab_size(), **TINY, **overrides},
         decoder_start_token_id=1,
         bos_token_id=1,
         eos_token_id=2,
