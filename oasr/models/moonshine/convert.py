@@ -1,7 +1,8 @@
 """The transformers ``moonshine`` layout (``MoonshineForConditionalGeneration.save_pretrained``, the
 UsefulSensors releases): ``config.json``, ``model.safetensors``, ``generation_config.json``, the
 tokenizer (``tokenizer.json``) and the feature extractor (``preprocessor_config.json``: transformers'
-``Wav2Vec2FeatureExtractor`` on the raw samples, without normalisation in the releases).
+``Wav2Vec2FeatureExtractor`` on the raw samples, without normalisation in the releases: read as
+the wav2vec2 family reads it).
 
 Tensor names: ``model.encoder.*`` -> ``encoder.*``, ``model.decoder.*`` -> ``decoder.*``,
 ``proj_out.weight`` -> ``decoder.proj_out.weight``; with tied embeddings (the releases) a saved
@@ -17,11 +18,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from oasr.models.base import FeatureSpec, LoadError, TokenizerSpec
+from oasr.models.base import TokenizerSpec
 from oasr.models.formats.hf import (
     bpe_tokenizer_path,
     drop_tied_lm_head,
-    feature_extractor_config,
     llm_decoding_spec,
     load_hf_weights,
     model_type,
@@ -32,6 +32,7 @@ from oasr.models.formats.hf import (
 )
 from oasr.models.moonshine.config import MAX_LENGTH_PER_SECOND, MoonshineConfig
 from oasr.models.registry import CheckpointBundle
+from oasr.models.wav2vec2.convert import waveform_feature_spec
 
 ARCH = "moonshine"
 
@@ -40,26 +41,6 @@ _PREFIXES = (
     ("model.decoder.", "decoder."),
     ("proj_out.", "decoder.proj_out."),
 )
-_FEATURE_EXTRACTORS = ("Wav2Vec2FeatureExtractor",)
-
-
-def _feature_spec(directory: Path) -> FeatureSpec:
-    """The extractor's settings as the raw-waveform front end (``wav2vec2_waveform``)."""
-    pre, source = feature_extractor_config(directory)
-    if source is None:
-        raise LoadError(f"{directory}: no preprocessor_config.json (Moonshine's feature extractor settings)")
-    kind = pre.get("feature_extractor_type", _FEATURE_EXTRACTORS[0])
-    if kind not in _FEATURE_EXTRACTORS:
-        raise LoadError(f"{source}: feature extractor {kind!r} is not supported (expected {_FEATURE_EXTRACTORS})")
-    if int(pre.get("feature_size", 1)) != 1:
-        raise LoadError(f"{source}: feature_size={pre.get('feature_size')}; Moonshine reads mono samples (1)")
-    if float(pre.get("padding_value", 0.0)) != 0.0:
-        raise LoadError(f"{source}: padding_value={pre.get('padding_value')} is not supported (0.0)")
-    return FeatureSpec(
-        kind="wav2vec2_waveform",
-        sampling_rate=int(pre.get("sampling_rate", 16000)),
-        params={"do_normalize": bool(pre.get("do_normalize", False))},
-    )
 
 
 def _tokenizer(directory: Path) -> TokenizerSpec:
@@ -111,7 +92,7 @@ class HFMoonshineConverter:
             config=config,
             state_dict=state,
             tokenizer=tspec,
-            features=_feature_spec(path),
+            features=waveform_feature_spec(path),
             decoding=decoding,
             source=str(path),
             format="huggingface",

@@ -21,7 +21,7 @@ forward for parity, then prefill / step over the pool), the model.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
 import torch
@@ -31,7 +31,7 @@ from oasr.languages import resolve_language
 from oasr.layers import Conv1d, Embedding, LayerNorm, Linear, LinearActivation, MaskedGroupNorm, attention
 from oasr.layers.activation import apply_activation
 from oasr.models.base import BaseAsrModel, BaseEncoder
-from oasr.models.decoders.base import BaseDecoder
+from oasr.models.decoders.base import RowPoolDecoder
 from oasr.models.decoders.kv_pool import DecoderState, KVPool, PoolExhausted
 from oasr.models.moonshine.config import MoonshineConfig
 from oasr.specs import DecodeType
@@ -269,7 +269,7 @@ _SelfAttendFn = Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor], torch.
 _CrossAttendFn = Callable[[int, torch.Tensor], torch.Tensor]
 
 
-class MoonshineDecoder(BaseDecoder):
+class MoonshineDecoder(RowPoolDecoder):
     """Moonshine's decoder over a per-row K/V pool (``new_pool`` / ``prefill`` / ``step`` /
     ``select`` / ``merge``), and a dense teacher-forced ``forward`` for parity.
 
@@ -347,28 +347,10 @@ class MoonshineDecoder(BaseDecoder):
 
     # -- incremental surface ---------------------------------------------------------------
 
-    def new_pool(
-        self,
-        max_rows: int,
-        max_groups: int = 0,
-        *,
-        max_len: int | None = None,
-        device: torch.device | str | None = None,
-        dtype: torch.dtype | None = None,
-    ) -> KVPool:
-        """Self-attention K/V for ``max_rows`` rows of ``max_len`` tokens (default: the
-        context); cross-attention K/V live in each state's ``extras``, not in groups."""
-        if max_groups:
-            raise ValueError("Moonshine keeps cross-attention K/V per row in the state, not in pool groups")
-        return KVPool(
-            n_layers=self.cfg.decoder_layers,
-            n_heads=self.cfg.num_heads,
-            head_dim=self.cfg.head_dim,
-            max_rows=max_rows,
-            max_len=self.cfg.max_position_embeddings if max_len is None else max_len,
-            device=device if device is not None else self.embed_tokens.weight.device,
-            dtype=dtype if dtype is not None else self.compute_dtype,
-        )
+    def pool_geometry(self) -> tuple[int, int, int, int]:
+        """Self-attention K/V only: cross-attention K/V live in each state's ``extras``."""
+        cfg = self.cfg
+        return cfg.decoder_layers, cfg.num_heads, cfg.head_dim, cfg.max_position_embeddings
 
     def prefill(
         self, pool: KVPool, prompt: CrossPrompt, valid: torch.Tensor, *, row0: int = 0, group0: int = 0, **_: Any
@@ -427,35 +409,16 @@ class MoonshineDecoder(BaseDecoder):
         pool = state.pool
         if state.max_length >= pool.max_len:
             raise PoolExhausted(f"a row reached the pool's {pool.max_len} tokens")
-        r0, extent = state.row0, state.max_length + 1
         embeds = self.embed(tokens)[:, None, :]  # (n, 1, D)
         positions = state.lengths_t.to(embeds.device)  # (n,) each row's next slot
-        rows = torch.arange(n, device=embeds.device)
-        key_mask = (torch.arange(extent, device=embeds.device)[None, :] <= positions[:, None])[:, None, None, :]
         cos, sin = self.rotary.cos_sin(positions[:, None], embeds.dtype)
         ck, cv, lens = state.extras["cross_k"], state.extras["cross_v"], state.extras["cross_lens"]
-
-        def self_attend(li: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-            kc, vc = pool.k[li, r0 : r0 + n], pool.v[li, r0 : r0 + n]  # (n, H, S, Dh) views
-            kc[rows, :, positions] = k[:, :, 0]
-            vc[rows, :, positions] = v[:, :, 0]
-            return attention(q, kc[:, :, :extent], vc[:, :, :extent], mask=key_mask)
-
+        self_attend = self.pooled_self_attention(pool, state.row0, positions, state.max_length + 1)
         hidden = self._layers(
             embeds, cos, sin, self_attend, lambda li, q: attention(q, ck[:, li], cv[:, li], key_lengths=lens)
         )
         state.advance()
         return self._logits_out(hidden[:, 0])
-
-    def select(self, state: DecoderState, idx: Sequence[int] | torch.Tensor) -> DecoderState:
-        """Row ``i`` of the result is row ``idx[i]`` of ``state`` (repeats allowed)."""
-        out = super().select(state, idx)
-        out.n_groups, out.row_group = 0, [0] * out.n_rows
-        return out
-
-    def can_merge(self, a: DecoderState, b: DecoderState) -> bool:
-        """Same pool and room for ``b``'s rows after ``a``'s (no groups to match)."""
-        return a.pool is b.pool and a.row0 + a.n_rows + b.n_rows <= a.pool.max_rows
 
     def merge(self, a: DecoderState, b: DecoderState) -> DecoderState:
         """Join ``b`` after ``a``; the shorter side's cross K/V are zero-padded to the longer's
@@ -464,9 +427,7 @@ class MoonshineDecoder(BaseDecoder):
             frames = max(a.extras["cross_k"].shape[3], b.extras["cross_k"].shape[3])
             a.extras = _pad_cross(a.extras, frames)
             b.extras = _pad_cross(b.extras, frames)
-        out = super().merge(a, b)
-        out.n_groups, out.row_group = 0, [0] * out.n_rows
-        return out
+        return super().merge(a, b)
 
 
 def _pad_cross(extras: dict, frames: int) -> dict:
