@@ -1,7 +1,8 @@
 """Fixtures of the Moonshine tests: a tiny random transformers ``MoonshineForConditionalGeneration``
 saved as a release is laid out (config.json, model.safetensors, generation_config.json, a trained
-Metaspace BPE tokenizer.json with ``<unk> <s> </s>`` at 0, 1, 2 as the releases have them, the
-feature extractor's preprocessor_config.json), and real clips of unequal lengths."""
+Metaspace BPE tokenizer.json with ``<unk> <s> </s>`` at 0, 1, 2 as the releases have them, its
+tokenizer_config.json, the feature extractor's preprocessor_config.json), and real clips of
+unequal lengths."""
 
 from __future__ import annotations
 
@@ -87,7 +88,13 @@ def randomize_(model: torch.nn.Module, seed: int = 0) -> None:
 def save_checkpoint(path: Path, seed: int = 2, **overrides) -> Reference:
     """Build, randomise and save a tiny MoonshineForConditionalGeneration with its tokenizer and
     feature-extractor settings (as the releases: no normalisation, attention mask returned)."""
-    from transformers import MoonshineConfig, MoonshineForConditionalGeneration, Wav2Vec2FeatureExtractor
+    from transformers import (
+        MoonshineConfig,
+        MoonshineForConditionalGeneration,
+        PreTrainedTokenizerFast,
+        Wav2Vec2FeatureExtractor,
+        Wav2Vec2Processor,
+    )
 
     tokenizer = train_tokenizer()
     config = MoonshineConfig(
@@ -101,9 +108,14 @@ def save_checkpoint(path: Path, seed: int = 2, **overrides) -> Reference:
     randomize_(model, seed)
     model.save_pretrained(path)
     tokenizer.save(str(path / "tokenizer.json"))
-    Wav2Vec2FeatureExtractor(
+    # The releases' processor: the extractor and a fast tokenizer (AutoProcessor reads them back).
+    extractor = Wav2Vec2FeatureExtractor(
         feature_size=1, sampling_rate=16000, padding_value=0.0, do_normalize=False, return_attention_mask=True
-    ).save_pretrained(path)
+    )
+    fast = PreTrainedTokenizerFast(
+        tokenizer_file=str(path / "tokenizer.json"), unk_token="<unk>", bos_token="<s>", eos_token="</s>"
+    )
+    Wav2Vec2Processor(feature_extractor=extractor, tokenizer=fast).save_pretrained(path)
     return Reference(path, model.double(), tokenizer)
 
 
