@@ -1,11 +1,11 @@
-"""``oasr bench``: time oasr against its peers (faster-whisper, whisper.cpp, CrispASR) on the same
-audio, weights and decode settings.
+"""``oasr bench``: time oasr against its peers (faster-whisper, whisper.cpp, CrispASR, sherpa-onnx; for
+the other families their reference: transformers, funasr) on the same audio, weights and decode settings.
 
 Method
 ------
 Every timed run is a fresh child process (this file run as a script, its spec on
-stdin; the peers' children never import oasr or torch) that imports its
-library and loads the model (both timed and reported, neither part of the wall
+stdin; the peers' children never import oasr, nor torch but for the families' references that
+run on it) that imports its library and loads the model (both timed and reported, neither part of the wall
 time), transcribes the warm-up clip once, then times one transcription of the whole
 workload and prints one JSON line: wall seconds, output tokens, transcripts, load
 seconds and its peak RSS (``VmHWM`` on Linux, so model load and warm-up included;
@@ -62,6 +62,21 @@ table names them (``whisper.cpp (q8_0)``).
   ``--threads``. Its Whisper decodes at most 29.5 s a call and drops the rest, so it has no
   ``long`` cell, and with it the corpus keeps the clips of at most 29.5 s (for every side).
 
+A family's own reference, on the same directory (``--model DIR``), for the families that are not
+Whisper; each side then decodes at the family's defaults (greedy) with the same batch size and
+threads, the reference in float32 whatever oasr's ``--compute-type``; no ``long`` cell:
+
+* ``transformers`` (Hugging Face CTC: wav2vec2, HuBERT, WavLM, data2vec-audio, MMS):
+  ``AutoProcessor`` pads each batch of B files (in the given order, with an attention mask where
+  the feature extractor asks for one), ``AutoModelForCTC``, argmax, ``batch_decode``;
+* ``funasr`` (FunASR directories: SenseVoiceSmall, Paraformer): ``funasr.AutoModel(model=dir)
+  .generate(input=paths, batch_size=B)``, texts through ``rich_transcription_postprocess``.
+
+A peer's row also says how far its transcripts are oasr's (files with the same text, share of
+characters matched): with the same weights and greedy decodes, the parity of the two at full size.
+``--random-weights`` (a real model's shape with random weights, for timing) drops the WER, which
+would mean nothing, and leaves that agreement as the check.
+
 Decode settings are the same everywhere: ``--beam-size`` (default 1, greedy),
 temperature 0.0 only (no fallback), ``language`` fixed (default ``en``; ``auto`` detects
 on both sides), timestamps off unless ``--timestamps``, condition_on_previous_text on
@@ -110,6 +125,9 @@ WCPP = "whisper.cpp"  # pywhispercpp's Model.transcribe, file by file, on oasr's
 CRISP = "crispasr"  # CrispASR's whisper.cpp (CrispASR.transcribe_pcm), file by file, on the same ggml file
 SHERPA = "sherpa-onnx"  # OfflineRecognizer.from_whisper on oasr's ONNX export of the weights, file by file
 SHERPA_MAX_S = 29.5  # sherpa-onnx's Whisper takes the first 2950 frames of a call and drops the rest
+TRANSFORMERS = "transformers"  # AutoModelForCTC on a Hugging Face CTC directory (wav2vec2, HuBERT, WavLM, ...)
+FUNASR = "funasr"  # funasr.AutoModel(model=dir).generate on a FunASR directory (SenseVoice, Paraformer)
+REFERENCES = (TRANSFORMERS, FUNASR)  # a family's own reference implementation, on the same directory
 RESULT_MARKER = "OASR_BENCH_RESULT "
 METRICS = ("wall_s", "rtfx", "tokens_per_s", "peak_rss_mb", "load_s")
 THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
@@ -120,6 +138,13 @@ def _bench_hint() -> str:
     from oasr.install import install_hint
 
     return install_hint("bench", ["faster-whisper", "pywhispercpp", "soundfile", "matplotlib"])
+
+
+def _torch_version() -> str:
+    """The installed torch's version (without a local tag): pinned beside a reference peer's install."""
+    from importlib.metadata import version
+
+    return version("torch").split("+")[0]
 
 
 def _error(message: str, exit_code: int = 1) -> Exception:
@@ -398,7 +423,7 @@ def _timed(
     ``marks`` are the child's start, imported and loaded times."""
     t0, t1, t2 = marks
     warm(spec["warmup"])
-    t3 = time.perf_counter()
+    t3, c3 = time.perf_counter(), time.process_time()
     results = run(list(spec["files"]))
     wall = time.perf_counter() - t3
     return {
@@ -406,6 +431,7 @@ def _timed(
         "load_s": t2 - t1,
         "warmup_s": t3 - t2,
         "wall_s": wall,
+        "cpu_s": time.process_time() - c3,  # every thread's: the work, steadier than wall on a busy machine
         "tokens": sum(n for _, n in results),
         "texts": [text for text, _ in results],
     }
@@ -421,7 +447,8 @@ def _oasr_child(spec: dict) -> dict:
         spec["model"], device="cpu", num_threads=spec["threads"], max_batch_size=spec["batch_size"], **extra
     )
     t2 = time.perf_counter()
-    options = _decode_options(spec)
+    # Against a family's reference each side decodes at the family's defaults (the reference's).
+    options = {} if spec.get("family_defaults") else _decode_options(spec)
     if spec.get("vad"):
         options["vad_filter"] = True
 
@@ -430,7 +457,7 @@ def _oasr_child(spec: dict) -> dict:
         return [(o.text.strip(), sum(len(s.tokens) for s in o.segments)) for o in outputs]
 
     result = _timed(spec, (t0, t1, t2), lambda path: engine.transcribe(path, **options), run)
-    if spec["workload"] == "short":  # once more, streamed: the time to the first piece of text
+    if spec["workload"] == "short" and not spec.get("family_defaults"):  # once more, streamed: first text
         first: list[float] = []
         t4 = time.perf_counter()
 
@@ -584,6 +611,76 @@ def _sherpa_onnx_child(spec: dict) -> dict:
     return _timed(spec, (t0, t1, t2), one, lambda paths: [one(path) for path in paths])
 
 
+def _transformers_child(spec: dict) -> dict:
+    """transformers on ``spec["model_dir"]`` as its model cards show: ``AutoProcessor`` pads each
+    batch of ``batch_size`` files (in the given order; with an attention mask where the feature
+    extractor asks for one), ``AutoModelForCTC``, argmax, then ``batch_decode`` of each row cut to
+    its own frames (the padding's frames would decode to extra text)."""
+    t0 = time.perf_counter()
+    import torch
+    from transformers import AutoModelForCTC, AutoProcessor
+
+    t1 = time.perf_counter()
+    torch.set_num_threads(spec["threads"])
+    processor = AutoProcessor.from_pretrained(spec["model_dir"])
+    model = AutoModelForCTC.from_pretrained(spec["model_dir"]).eval()
+    t2 = time.perf_counter()
+    pad = processor.tokenizer.pad_token_id
+
+    def batch(paths: list[str]) -> list[tuple[str, int]]:
+        audio = [_decode_16k(path) for path in paths]
+        inputs = processor(audio, sampling_rate=16000, padding=True, return_tensors="pt")
+        with torch.inference_mode():
+            ids = model(**inputs).logits.argmax(dim=-1)  # (B, frames)
+        frames = model._get_feat_extract_output_lengths(torch.tensor([len(a) for a in audio]))
+        rows = [row[:n] for row, n in zip(ids, frames.tolist())]
+        texts = processor.batch_decode(rows)
+        tokens = [int((torch.unique_consecutive(row) != pad).sum()) for row in rows]
+        return [(text.strip(), n) for text, n in zip(texts, tokens)]
+
+    def every(paths: list[str]) -> list[tuple[str, int]]:
+        b = spec["batch_size"]
+        return [out for i in range(0, len(paths), b) for out in batch(paths[i : i + b])]
+
+    return _timed(spec, (t0, t1, t2), lambda path: batch([path]), every)
+
+
+def _funasr_child(spec: dict) -> dict:
+    """funasr 1.4's ``AutoModel(model=dir).generate(input=paths, batch_size=B)`` at its defaults (its
+    own audio loading and frontend; SenseVoice's language ``auto``, no ITN) but for dither: the
+    released SenseVoice config sets none, and funasr's front end then adds random noise to every
+    call (a transcript that changes from run to run; oasr's is funasr's at ``dither=0``, which costs
+    the same). Each text goes through ``rich_transcription_postprocess`` (SenseVoice's tags out, as
+    its model card does; its emoji for the event and emotion tags dropped: oasr returns them as
+    fields); tokens counted by the model's own tokenizer."""
+    t0 = time.perf_counter()
+    from funasr import AutoModel
+    from funasr.utils import postprocess_utils as post
+
+    t1 = time.perf_counter()
+    model = AutoModel(
+        model=spec["model_dir"],
+        device="cpu",
+        ncpu=spec["threads"],
+        disable_update=True,
+        log_level="ERROR",
+        frontend_conf={"dither": 0.0},  # SenseVoice's config sets none: WavFrontend's default 1.0 is random
+    )
+    t2 = time.perf_counter()
+    tokenizer = model.kwargs["tokenizer"]
+    emoji = {*post.emo_set, *post.event_set, post.emoji_dict["<|nospeech|><|Event_UNK|>"]}
+
+    def plain(text: str) -> str:
+        return "".join(c for c in post.rich_transcription_postprocess(text) if c not in emoji).strip()
+
+    def run(paths: list[str]) -> list[tuple[str, int]]:
+        results = model.generate(input=paths, batch_size=spec["batch_size"], disable_pbar=True)
+        texts = [plain(r["text"]) for r in results]
+        return [(text, len(tokenizer.encode(text))) for text in texts]
+
+    return _timed(spec, (t0, t1, t2), lambda path: run([path]), run)
+
+
 # ---------------------------------------------------------------------------
 # The peers: one row each (a new peer is a row here and its child in CHILDREN)
 
@@ -616,6 +713,17 @@ def ggml_type(args: argparse.Namespace, compute_type: str) -> str:
     return "q8_0" if compute_type == "int8" else args.ggml_float
 
 
+def _reference_peer(name: str) -> Peer:
+    """A family's own reference (``REFERENCES``) on the directory oasr reads, in float32 whatever
+    oasr's compute type; no long cell: neither cuts a long input (attention over all of it)."""
+    return Peer(
+        name,
+        lambda args, workload: [] if workload == "long" else [name],
+        lambda args, cache_dir, ct: {"model_dir": str(Path(args.model).resolve())},
+        lambda args, ct: "float32",
+    )
+
+
 PEERS: dict[str, Peer] = {
     FW: Peer(
         "faster_whisper",
@@ -641,6 +749,8 @@ PEERS: dict[str, Peer] = {
         lambda args, cache_dir, ct: sherpa_onnx_model(args.model, cache_dir, ct),
         lambda args, ct: ct,
     ),
+    TRANSFORMERS: _reference_peer(TRANSFORMERS),
+    FUNASR: _reference_peer(FUNASR),
 }
 CHILDREN: dict[str, Callable[[dict], dict]] = {
     OASR: _oasr_child,
@@ -649,6 +759,8 @@ CHILDREN: dict[str, Callable[[dict], dict]] = {
     WCPP: _whisper_cpp_child,
     CRISP: _crispasr_child,
     SHERPA: _sherpa_onnx_child,
+    TRANSFORMERS: _transformers_child,
+    FUNASR: _funasr_child,
 }
 
 
@@ -722,15 +834,18 @@ def summarize(runs: Sequence[dict], audio_s: float) -> dict[str, dict[str, float
         for r in runs
     ]
     stats = {m: spread([p[m] for p in per_run]) for m in METRICS}
-    first = [r.get("first_delta_s") for r in runs]
-    if first and all(f is not None for f in first):
-        stats["first_delta_s"] = spread(first)  # type: ignore[arg-type]
+    for optional in ("first_delta_s", "cpu_s"):
+        values = [r.get(optional) for r in runs]
+        if values and all(v is not None for v in values):
+            stats[optional] = spread(values)  # type: ignore[arg-type]
     return stats
 
 
 def ratios(oasr_stats: dict, peer_stats: dict) -> dict[str, float]:
-    """oasr / peer of the medians: RTFx (> 1: oasr faster), wall time (< 1: oasr faster), peak RSS."""
-    return {m: oasr_stats[m]["median"] / peer_stats[m]["median"] for m in ("rtfx", "wall_s", "peak_rss_mb")}
+    """oasr / peer of the medians: RTFx (> 1: oasr faster), wall time (< 1: oasr faster), peak RSS, and
+    CPU seconds where both children reported them."""
+    metrics = ("rtfx", "wall_s", "peak_rss_mb", *(["cpu_s"] if "cpu_s" in oasr_stats and "cpu_s" in peer_stats else []))
+    return {m: oasr_stats[m]["median"] / peer_stats[m]["median"] for m in metrics}
 
 
 def error_rate(workload: Workload, texts: Sequence[str]) -> dict[str, float]:
@@ -739,6 +854,27 @@ def error_rate(workload: Workload, texts: Sequence[str]) -> dict[str, float]:
 
     rows = [(ref, hyp, lang) for (ref, lang), hyp in zip(workload.references, texts) if ref]
     return {lang: e.rate for lang, e in error_rates(rows).items()}
+
+
+def agreement(oasr_texts: Sequence[str], peer_texts: Sequence[str]) -> dict[str, float]:
+    """How far the peer's transcripts are oasr's: files with the same text (whitespace runs
+    collapsed) and the share of the peer's characters oasr matches (1 - character edit distance /
+    the peer's characters). With the same weights and the same greedy decode this is the parity of
+    the two implementations at full size, random weights included.
+
+    Returns:
+        ``{"same_files", "files", "chars"}``.
+    """
+    from rapidfuzz.distance import Levenshtein  # jiwer's own dependency
+
+    pairs = [(" ".join(a.split()), " ".join(b.split())) for a, b in zip(oasr_texts, peer_texts, strict=True)]
+    chars = sum(len(b) for _, b in pairs)
+    edits = sum(Levenshtein.distance(a, b) for a, b in pairs)
+    return {
+        "same_files": sum(a == b for a, b in pairs),
+        "files": len(pairs),
+        "chars": 1.0 - edits / chars if chars else float(edits == 0),
+    }
 
 
 def _cell(s: dict[str, float], spec: str) -> str:
@@ -757,8 +893,9 @@ def markdown_table(report: dict) -> str:
     oasr's peak RSS / the peer's, both of the medians in the same cell."""
     lines = [
         "| compute | threads | workload | audio s | batch | system | wall s | first text s | RTFx | tokens/s "
-        "| peak RSS MiB | load s | WER | oasr ahead by (peer wall / oasr wall) | oasr/peer RSS |",
-        "|---|---:|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| peak RSS MiB | load s | WER | oasr ahead by (peer wall / oasr wall) | oasr/peer RSS | CPU s "
+        "| oasr ahead in CPU s | same text as oasr (files, chars) |",
+        "|---|---:|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     s = report["settings"]
     for r in report["results"]:
@@ -766,7 +903,11 @@ def markdown_table(report: dict) -> str:
         rates = r.get("error_rate") or {}
         rate = rates.get("en", next(iter(rates.values()), None))
         vs = r.get("vs_oasr")
-        wer = "-" if rate is None else f"{100 * rate:.1f}%"
+        wer = "random weights" if s.get("random_weights") else "-" if rate is None else f"{100 * rate:.1f}%"
+        cpu = _cell(st["cpu_s"], ".2f") if "cpu_s" in st else "-"
+        cpu_ratio = "-" if vs is None or "cpu_s" not in vs else f"{1 / vs['cpu_s']:.2f}×"
+        same = r.get("agreement")
+        same = "-" if same is None else f"{same['same_files']}/{same['files']}, {100 * same['chars']:.1f}%"
         rtfx_ratio = "-" if vs is None else f"{vs['rtfx']:.2f}×"
         rss_ratio = "-" if vs is None else f"{vs['peak_rss_mb']:.2f}×"
         lines.append(
@@ -774,7 +915,8 @@ def markdown_table(report: dict) -> str:
             f"| {r['workload']} | {r['audio_s']:.1f} | {r['batch_size']} | {_system_label(r)} "
             f"| {_cell(st['wall_s'], '.2f')} | {_cell(st['first_delta_s'], '.2f') if 'first_delta_s' in st else '-'} "
             f"| {_cell(st['rtfx'], '.1f')} | {st['tokens_per_s']['median']:.1f} "
-            f"| {st['peak_rss_mb']['median']:.0f} | {st['load_s']['median']:.2f} | {wer} | {rtfx_ratio} | {rss_ratio} |"
+            f"| {st['peak_rss_mb']['median']:.0f} | {st['load_s']['median']:.2f} | {wer} | {rtfx_ratio} | {rss_ratio} "
+            f"| {cpu} | {cpu_ratio} | {same} |"
         )
     lines += [
         "",
@@ -785,6 +927,19 @@ def markdown_table(report: dict) -> str:
         f"whisper_normalizer) against the references; {report['machine']['cpus']} CPUs, "
         f"{report['machine']['platform']}.",
         *([s["note"] + "."] if s.get("note") else []),
+        *(
+            [
+                "Random weights (a checkpoint's shape, for timing): no WER; the parity of the two sides is the "
+                "last column (transcripts equal to oasr's, and the share of the peer's characters oasr matches)."
+            ]
+            if s.get("random_weights")
+            else []
+        ),
+        *(
+            [f"{', '.join(refs)}: each side at the family's defaults (greedy), the reference in float32."]
+            if (refs := [p for p in s.get("peers", []) if p in REFERENCES])
+            else []
+        ),
     ]
     return "\n".join(lines) + "\n"
 
@@ -905,7 +1060,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--model",
         nargs="+",
         default="whisper-base",
-        help="bundled name or CTranslate2 directory; streaming: one or more models (a family each)",
+        help="bundled name or CTranslate2 directory (with --peer transformers / funasr: the family's "
+        "checkpoint directory); streaming: one or more models (a family each)",
     )
     g.add_argument(
         "--compute-type",
@@ -984,6 +1140,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     from oasr.cli.bench_contention import add_arguments as contention_arguments
 
     contention_arguments(p)
+    g.add_argument(
+        "--random-weights",
+        action="store_true",
+        help="the checkpoint has random weights (a real model's shape, for timing): no WER, whose number "
+        "would mean nothing; the agreement of each peer's text with oasr's is the parity check",
+    )
     o = p.add_argument_group("output")
     o.add_argument("--json", type=Path, default=None, metavar="PATH", help="write the results as JSON")
     o.add_argument("--markdown", type=Path, default=None, metavar="PATH", help="write the markdown table")
@@ -1011,11 +1173,13 @@ def check_requirements(args: argparse.Namespace) -> None:
         raise _error("--peer none: oasr alone, with no other peer", 2)
     for name in args.peer:
         if name != "none" and importlib.util.find_spec(PEERS[name].package) is None:
-            raise _error(f"--peer {name} needs the {PEERS[name].package} package: {_bench_hint()} (or --peer none)", 2)
+            hint = f"pip install torch=={_torch_version()} {name}" if name in REFERENCES else _bench_hint()
+            raise _error(f"--peer {name} needs the {PEERS[name].package} package: {hint} (or --peer none)", 2)
     if CRISP in args.peer and args.beam_size > 1:
         raise _error(f"--peer {CRISP}: greedy only (its Python API sets no beam size); drop --beam-size", 2)
     if SHERPA in args.peer:
         check_sherpa_onnx(args)
+    check_references(args)
     if args.plot is not None and importlib.util.find_spec("matplotlib") is None:
         raise _error(f"--plot needs matplotlib: {_bench_hint()}", 2)
     if "int8" in args.compute_type and not oasr_quantizes():
@@ -1048,6 +1212,29 @@ def check_sherpa_onnx(args: argparse.Namespace) -> None:
             "the rest",
             2,
         )
+
+
+def check_references(args: argparse.Namespace) -> None:
+    """What a family's reference peer (``REFERENCES``) cannot run: Whisper's peers beside it, a model
+    that is not a directory, decode settings (each side decodes at the family's defaults).
+
+    Raises:
+        CliError: (exit code 2) naming the option and the reason.
+    """
+    chosen = [name for name in _peers(args) if name in REFERENCES]
+    if not chosen:
+        return
+    if len(_peers(args)) > len(chosen):
+        raise _error(f"--peer {' '.join(chosen)}: a family's own reference, not beside Whisper's peers", 2)
+    if not Path(args.model).is_dir():
+        raise _error(f"--peer {chosen[0]}: --model must be the checkpoint's directory (both sides read it)", 2)
+    changed = [
+        option
+        for option, on in (("--beam-size", args.beam_size != 1), ("--timestamps", args.timestamps), ("--vad", args.vad))
+        if on
+    ]
+    if changed:
+        raise _error(f"--peer {chosen[0]}: each side decodes at the family's defaults; drop {' '.join(changed)}", 2)
 
 
 def _all_cores() -> int:
@@ -1087,7 +1274,11 @@ def _plan(args: argparse.Namespace, workload: Workload) -> list[tuple[int, list[
     return [(b, systems) for b in sizes]
 
 
-def _result(workload: Workload, batch_size: int, system: str, runs: list[dict], stats: dict) -> dict:
+def _result(
+    workload: Workload, batch_size: int, system: str, runs: dict[str, list[dict]], stats: dict, random_weights: bool
+) -> dict:
+    """One system's row of a cell; ``runs``: every system's runs in the cell (oasr's for the agreement)."""
+    texts = runs[system][0]["texts"]
     result = {
         "workload": workload.name,
         "batch_size": batch_size,
@@ -1096,11 +1287,12 @@ def _result(workload: Workload, batch_size: int, system: str, runs: list[dict], 
         "files": len(workload.clips),
         "stats": stats[system],
         "vs_oasr": None if system == OASR else ratios(stats[OASR], stats[system]),
-        "error_rate": error_rate(workload, runs[0]["texts"]),
-        "runs": [{k: v for k, v in r.items() if k != "texts"} for r in runs],
+        "error_rate": None if random_weights else error_rate(workload, texts),
+        "agreement": None if system == OASR else agreement(runs[OASR][0]["texts"], texts),
+        "runs": [{k: v for k, v in r.items() if k != "texts"} for r in runs[system]],
     }
     if len(workload.clips) == 1:  # the transcript of a corpus would bloat the JSON
-        result["text"] = runs[0]["texts"][0]
+        result["text"] = texts[0]
     return result
 
 
@@ -1136,6 +1328,7 @@ def run_benchmark(args: argparse.Namespace) -> dict:
         "batch_size": args.batch_size,
         "batch_sizes": args.batch_sizes,
         "warmup": Path(warmup).name,
+        "random_weights": args.random_weights,
         **bench_contention.settings(args),
     }
     if SHERPA in args.peer:
@@ -1171,6 +1364,7 @@ def run_benchmark(args: argparse.Namespace) -> dict:
                                 "language": language,
                                 "timestamps": args.timestamps,
                                 "vad": args.vad,
+                                "family_defaults": any(p in REFERENCES for p in _peers(args)),
                             }
                             timed = functools.partial(run_child, timeout_s=args.timeout)
                             result = bench_contention.run_contended(args, spec, timed, child_command(spec))
@@ -1189,7 +1383,8 @@ def run_benchmark(args: argparse.Namespace) -> dict:
                             "threads": threads,
                             "weights": compute_type if peer == OASR else PEERS[peer].weights(args, compute_type),
                         }
-                        report["results"].append({**cell, **_result(workload, batch_size, system, runs[system], stats)})
+                        row = _result(workload, batch_size, system, runs, stats, args.random_weights)
+                        report["results"].append({**cell, **row})
     return report
 
 

@@ -110,8 +110,8 @@ def run(args: argparse.Namespace) -> int:
     out.write(
         "\nAny local checkpoint directory an architecture above reads also works as --model: Whisper "
         "(Hugging Face, CTranslate2 / faster-whisper, openai-whisper .pt), WeNet U2/U2++ experiment "
-        "directories (train.yaml + .pt), Hugging Face lasr_ctc / parakeet_ctc / wav2vec2, HuBERT and data2vec-audio "
-        "CTC / qwen3_asr (and the original "
+        "directories (train.yaml + .pt), Hugging Face lasr_ctc / parakeet_ctc / wav2vec2, HuBERT, WavLM and "
+        "data2vec-audio CTC / qwen3_asr (and the original "
         "Qwen3-ASR release) / qwen2_audio directories, NeMo speechlm2 SALM (Canary-Qwen) directories, FunASR "
         "Paraformer / SenseVoiceSmall model directories; or a Hub id.\n"
     )

@@ -11,6 +11,7 @@ from oasr.layers.linear import Linear, LinearActivation
 from oasr.layers.norm import BatchNorm1d, LayerNorm, MaskedGroupNorm, RMSNorm
 from oasr.layers.recurrent import LSTM
 from oasr.layers.relpos import PositionalEncoding, RelPositionalEncoding, RelPositionMultiHeadedAttention
+from oasr.layers.relpos_gated import GatedRelativePositionBias
 from oasr.layers.relpos_xl import RelPositionMultiHeadAttentionXL, rel_shift, xl_relative_positions
 from oasr.layers.rotary import NeoxRotaryEmbedding
 from oasr.layers.zipformer import BiasNorm, Bypass, ChunkCausalDepthwiseConv1d, SimpleDownsample
@@ -28,6 +29,7 @@ __all__ = [
     "CtcProjection",
     "Embedding",
     "FeedForward",
+    "GatedRelativePositionBias",
     "Gelu",
     "LayerNorm",
     "LSTM",

@@ -62,6 +62,7 @@ _BUILTIN: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("wav2vec2", "oasr.models.wav2vec2.model:Wav2Vec2CtcModel", ("oasr.models.wav2vec2.convert:HFWav2Vec2Converter",)),
     # MMS: wav2vec2 with per-language adapters (adapter.<lang>.safetensors).
     ("mms", "oasr.models.wav2vec2.mms:MmsCtcModel", ("oasr.models.wav2vec2.mms_convert:HFMmsConverter",)),
+    ("wavlm", "oasr.models.wav2vec2.wavlm:WavLMCtcModel", ("oasr.models.wav2vec2.wavlm:HFWavLMConverter",)),
     (
         "parakeet",
         "oasr.models.parakeet.model:ParakeetCtcModel",

@@ -8,6 +8,7 @@ import sys
 
 import pytest
 
+from oasr import ASREngine
 from oasr.cli import bench
 from oasr.cli.main import build_parser, main
 from oasr.models.bundled import bundled_path
@@ -19,9 +20,17 @@ needs_whisper_base = pytest.mark.skipif(
 )
 
 
-def _run(wall_s: float, tokens: int = 100, rss: float = 500.0, load_s: float = 1.0, first: float | None = None) -> dict:
+def _run(
+    wall_s: float,
+    tokens: int = 100,
+    rss: float = 500.0,
+    load_s: float = 1.0,
+    first: float | None = None,
+    cpu: float | None = None,
+) -> dict:
     run = {"wall_s": wall_s, "tokens": tokens, "peak_rss_mb": rss, "load_s": load_s, "texts": ["hello"]}
-    return run if first is None else {**run, "first_delta_s": first}
+    optional = {"first_delta_s": first, "cpu_s": cpu}
+    return run | {k: v for k, v in optional.items() if v is not None}
 
 
 def _report(results: list[dict]) -> dict:
@@ -47,6 +56,9 @@ def test_summarize_median_spread_rtfx_and_tokens_per_s():
     assert stats["tokens_per_s"] == {"median": 25.0, "min": 20.0, "max": 50.0}
     assert stats["peak_rss_mb"] == {"median": 600, "min": 500, "max": 700}
     assert set(stats) == set(bench.METRICS)
+    # CPU seconds where every round reported them
+    assert bench.summarize([_run(1.0, cpu=1.5), _run(1.0, cpu=2.5)], 1.0)["cpu_s"]["median"] == 2.0
+    assert "cpu_s" not in bench.summarize([_run(1.0, cpu=1.5), _run(1.0)], 1.0)
     # an even number of rounds takes the mean of the middle two
     assert bench.summarize([_run(1.0), _run(3.0)], audio_s=6.0)["wall_s"]["median"] == 2.0
 
@@ -61,11 +73,13 @@ def test_ratios_are_oasr_over_peer_of_the_medians():
 
 
 def test_markdown_table():
-    oasr_stats = bench.summarize([_run(1.0, first=0.2), _run(1.5, first=0.3), _run(2.0, first=0.4)], audio_s=11.0)
-    peer_stats = bench.summarize([_run(3.0, rss=1000.0)] * 3, audio_s=11.0)
+    oasr_runs = [_run(1.0, first=0.2, cpu=2.0), _run(1.5, first=0.3, cpu=2.5), _run(2.0, first=0.4, cpu=3.0)]
+    oasr_stats = bench.summarize(oasr_runs, audio_s=11.0)
+    peer_stats = bench.summarize([_run(3.0, rss=1000.0, cpu=6.25)] * 3, audio_s=11.0)
     common = {"workload": "short", "batch_size": 8, "audio_s": 11.0, "files": 1, "compute_type": "int8", "threads": 2}
     oasr_row = {**common, "system": "oasr", "weights": "int8", "stats": oasr_stats, "vs_oasr": None}
     peer_row = {**common, "stats": peer_stats, "vs_oasr": bench.ratios(oasr_stats, peer_stats), "error_rate": {}}
+    peer_row["agreement"] = {"same_files": 1, "files": 2, "chars": 0.975}
     table = bench.markdown_table(
         _report(
             [
@@ -81,14 +95,37 @@ def test_markdown_table():
     assert len({line.count("|") for line in lines[:5]}) == 1
     assert lines[2] == (
         "| int8 | 2 | short | 11.0 | 8 | oasr | 1.50 [1.00–2.00] | 0.30 [0.20–0.40] | 7.3 [5.5–11.0] | 66.7 | 500 "
-        "| 1.00 | 0.0% | - | - |"
+        "| 1.00 | 0.0% | - | - | 2.50 [2.00–3.00] | - | - |"
     )
     assert lines[3] == (
         "| int8 | 2 | short | 11.0 | 8 | faster-whisper | 3.00 [3.00–3.00] | - | 3.7 [3.7–3.7] | 33.3 | 1000 | 1.00 "
-        "| - | 2.00× | 0.50× |"
+        "| - | 2.00× | 0.50× | 6.25 [6.25–6.25] | 2.50× | 1/2, 97.5% |"
     )
     assert lines[4].startswith("| int8 | 2 | short | 11.0 | 8 | whisper.cpp (q8_0) | 3.00")  # its weights named
     assert "whisper-base, beam 1" in table and "3 rounds" in table and "one normaliser" in table
+
+
+def test_agreement_counts_same_files_and_matched_characters():
+    same = bench.agreement(["ab  cd", "xyz"], ["ab cd", "xyz"])  # whitespace runs do not count
+    assert same == {"same_files": 2, "files": 2, "chars": 1.0}
+    # one substitution and one deletion against the peer's 5 + 4 characters
+    assert bench.agreement(["abXde", "abc"], ["abcde", "abcd"]) == {"same_files": 0, "files": 2, "chars": 1 - 2 / 9}
+    assert bench.agreement(["", "x"], ["", ""])["chars"] == 0.0  # text where the peer has none
+    with pytest.raises(ValueError):
+        bench.agreement(["a"], ["a", "b"])
+
+
+def test_random_weights_print_no_wer():
+    stats = bench.summarize([_run(1.0)], audio_s=10.0)
+    common = {"workload": "corpus", "batch_size": 1, "audio_s": 10.0, "files": 2, "compute_type": "float32"}
+    rows = [
+        {**common, "threads": 2, "system": "oasr", "stats": stats, "vs_oasr": None, "error_rate": None},
+        {**common, "threads": 2, "system": "transformers", "stats": stats, "vs_oasr": bench.ratios(stats, stats)},
+    ]
+    report = _report(rows)
+    report["settings"] |= {"random_weights": True, "peers": ["transformers"]}
+    table = bench.markdown_table(report)
+    assert table.count("| random weights |") == 2 and "no WER" in table and "family's defaults" in table
 
 
 def test_plot_rtfx_against_batch_size(tmp_path):
@@ -233,6 +270,33 @@ def test_sherpa_onnx_child_transcribes_without_torch(sherpa_onnx_tiny_en, audio_
     assert result["wall_s"] > 0 and 50 < result["peak_rss_mb"] < 2000
 
 
+def test_reference_peer_reads_the_same_directory_at_the_familys_defaults(audio_dir, monkeypatch, tmp_path):
+    calls = []
+
+    def fake_child(spec: dict, timeout_s: float) -> dict:
+        calls.append((spec["workload"], spec["system"], spec["compute_type"], spec.get("model_dir")))
+        assert spec["family_defaults"] and spec["batch_size"] == 1
+        return {**_run(1.0), "texts": ["x"] * len(spec["files"])}
+
+    monkeypatch.setattr(bench, "run_child", fake_child)
+    argv = ["bench", "--model", str(tmp_path), "--peer", "transformers", "--rounds", "1", "--batch-size", "1"]
+    argv += ["--batch-sizes", "1", "--corpus-limit", "2", "--compute-type", "int8", "--random-weights"]
+    args = build_parser().parse_args([*argv, "--audio-dir", str(audio_dir), "--cache-dir", "c"])
+    args.model = args.model[0]  # as run() leaves it
+    report = bench.run_benchmark(args)
+    ref = str(tmp_path.resolve())
+    long_cell = [("long", bench.OASR, "int8", None)]  # the reference has none
+    peer = [
+        (w, s, "int8", ref if s == "transformers" else None)
+        for w in ("short", "corpus")
+        for s in ("oasr", "transformers")
+    ]
+    assert calls == peer[:2] + long_cell + peer[2:]
+    rows = [r for r in report["results"] if r["system"] == "transformers"]
+    assert [r["weights"] for r in rows] == ["float32", "float32"]  # the reference runs float32
+    assert all(r["error_rate"] is None and r["agreement"]["same_files"] == r["files"] for r in rows)
+
+
 # ---------------------------------------------------------------------------
 # Refusals
 
@@ -258,6 +322,29 @@ def test_int8_refused_when_oasr_cannot_quantize(monkeypatch, capsys):
     code = main(["bench", "--workload", "short", "--peer", "none", "--compute-type", "int8"])
     assert code == 2
     assert "--compute-type int8" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("extra", "said"),
+    [
+        (["--peer", "transformers", "faster-whisper"], "not beside Whisper's peers"),
+        (["--peer", "funasr", "--model", "whisper-base"], "must be the checkpoint's directory"),
+        (["--peer", "transformers", "--beam-size", "4", "--timestamps"], "drop --beam-size --timestamps"),
+    ],
+)
+def test_reference_peers_refuse_what_they_do_not_compare(extra, said, tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(bench, "run_benchmark", lambda args: pytest.fail("ran before the refusal"))
+    monkeypatch.setattr(bench.importlib.util, "find_spec", lambda name: object())  # every package "installed"
+    code = main(["bench", "--model", str(tmp_path), *extra])
+    err = capsys.readouterr().err
+    assert code == 2 and said in err and "Traceback" not in err
+
+
+def test_missing_reference_peer_names_its_package(monkeypatch, tmp_path, capsys):
+    monkeypatch.setitem(sys.modules, "funasr", None)
+    code = main(["bench", "--model", str(tmp_path), "--peer", "funasr"])
+    err = capsys.readouterr().err
+    assert code == 2 and "--peer funasr needs the funasr package: pip install torch==" in err
 
 
 @pytest.mark.parametrize(
@@ -304,3 +391,73 @@ def test_short_oasr_only_end_to_end(audio_dir, tmp_path, capsys):
     assert result["error_rate"]["en"] < 0.1
     assert "| short | 11.0 | 8 | oasr |" in captured.out
     assert (tmp_path / "b.md").read_text(encoding="utf-8") in captured.out
+
+
+# ---------------------------------------------------------------------------
+# The families' references, real children on tiny checkpoints
+
+TINY_WAV2VEC2 = {  # stable layer norm: its feature extractor returns an attention mask
+    "hidden_size": 32,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 2,
+    "intermediate_size": 37,
+    "conv_dim": (32, 32, 32),
+    "conv_stride": (5, 4, 4),
+    "conv_kernel": (10, 4, 4),
+    "num_conv_pos_embeddings": 16,
+    "num_conv_pos_embedding_groups": 2,
+    "feat_extract_norm": "layer",
+    "do_stable_layer_norm": True,
+    "conv_bias": True,
+}
+
+
+@pytest.fixture(scope="module")
+def two_clips(audio_dir, tmp_path_factory):
+    """A folder whose manifest holds two short 16-kHz English clips of ``audio_dir``."""
+    rows = {r["audio"]: r for r in bench.read_manifest(audio_dir, "en")}
+    folder = tmp_path_factory.mktemp("two_clips")
+    with open(folder / "manifest.jsonl", "w", encoding="utf-8") as f:
+        for name in ("speechbrain_spk1_snt1.wav", "speechbrain_spk1_snt3.wav"):
+            row = {k: v for k, v in rows[name].items() if k != "path"}
+            f.write(json.dumps({**row, "audio": str(audio_dir / name)}) + "\n")
+    return folder
+
+
+def test_transformers_child_batches_as_its_model_card(two_clips, audio_dir, tmp_path):
+    pytest.importorskip("transformers")
+    import torch
+    from transformers import AutoModelForCTC, AutoProcessor
+
+    from benchmarks.refpeer_checkpoints import write_wav2vec2
+    from oasr.audio import load_audio
+
+    write_wav2vec2(tmp_path, TINY_WAV2VEC2, load_audio(str(audio_dir / "jfk.wav")))
+    paths = [r["path"] for r in bench.read_manifest(two_clips, "en")]
+    spec = {"system": bench.TRANSFORMERS, "workload": "corpus", "files": paths, "warmup": paths[0], "threads": 1}
+    result = bench.run_child({**spec, "batch_size": 2, "model_dir": str(tmp_path)}, timeout_s=300.0)
+    processor, model = AutoProcessor.from_pretrained(tmp_path), AutoModelForCTC.from_pretrained(tmp_path).eval()
+    alone = []  # each clip by itself: what one padded, masked batch of both must give
+    for path in paths:
+        with torch.inference_mode():
+            logits = model(**processor(load_audio(path), sampling_rate=16000, return_tensors="pt")).logits
+        alone.append(processor.batch_decode(logits.argmax(-1))[0].strip())
+    assert result["texts"] == alone and all(len(t) > 5 for t in alone)
+    assert 0 < result["tokens"] <= sum(len(t) for t in alone) and 50 < result["peak_rss_mb"] < 4000
+    engine = ASREngine(str(tmp_path), device="cpu", max_batch_size=2)  # what the oasr child runs
+    assert bench.agreement([o.text for o in engine.transcribe(paths)], result["texts"])["same_files"] == 2
+
+
+def test_funasr_peer_end_to_end_agrees_with_oasr(two_clips, tmp_path):
+    pytest.importorskip("funasr")
+    from tests.models.paraformer._funasr_format import write_funasr_dir
+
+    model = write_funasr_dir(tmp_path / "paraformer")
+    out = tmp_path / "bench.json"
+    argv = ["bench", "--model", str(model), "--peer", "funasr", "--workload", "corpus", "--batch-sizes", "2"]
+    argv += ["--rounds", "1", "--threads", "1", "--random-weights", "--audio-dir", str(two_clips), "--json", str(out)]
+    assert main(argv) == 0
+    oasr_row, funasr_row = json.loads(out.read_text(encoding="utf-8"))["results"]
+    assert (oasr_row["system"], funasr_row["system"], funasr_row["weights"]) == ("oasr", "funasr", "float32")
+    assert funasr_row["agreement"] == {"same_files": 2, "files": 2, "chars": 1.0}  # the parity at batch 2
+    assert funasr_row["error_rate"] is None and funasr_row["runs"][0]["tokens"] > 0

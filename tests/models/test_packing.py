@@ -14,7 +14,7 @@ from oasr.models.ctc import CtcMixin
 from oasr.models.registry import get_model_info, list_models
 from tests.models.tiny_configs import TINY_CONFIGS
 
-PACKING = {"conformer", "lasr", "parakeet", "parakeet_hybrid", "wav2vec2", "mms"}
+PACKING = {"conformer", "lasr", "parakeet", "parakeet_hybrid", "wav2vec2", "mms", "wavlm"}
 LENGTHS = [37, 5, 120, 64, 2]  # the 5- and 2-frame rows subsample to 0 frames in WeNet and LASR
 
 

@@ -320,6 +320,13 @@ def _mms() -> Any:
     return MmsConfig(**{**vars(_wav2vec2()), "do_stable_layer_norm": True}, adapter_attn_dim=4, target_lang="eng")
 
 
+def _wavlm() -> Any:
+    from oasr.models.wav2vec2.wavlm import WavLMConfig
+
+    # wav2vec2's tiny shape; 16 buckets exact up to 4 frames, logarithmic up to 12 (rows of 30+ frames pass it).
+    return WavLMConfig(**{**_wav2vec2().to_dict(), "model_type": "wavlm", "num_buckets": 16, "max_bucket_distance": 12})
+
+
 TINY_CONFIGS: dict[str, Callable[[], Any]] = {
     "canary": _canary,
     "canary_qwen": _canary_qwen,
@@ -340,6 +347,7 @@ TINY_CONFIGS: dict[str, Callable[[], Any]] = {
     "speech_llm": _speech_llm,
     "transducer": _transducer,
     "wav2vec2": _wav2vec2,
+    "wavlm": _wavlm,
     "whisper": _whisper,
     "zipformer": _zipformer,
 }

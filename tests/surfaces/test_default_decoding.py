@@ -52,6 +52,12 @@ def _wav2vec2(d: Path) -> tuple[Path, list[str]]:
     return build_random(d, "wav2vec2_group"), []
 
 
+def _wavlm(d: Path) -> tuple[Path, list[str]]:
+    from tests.models.wav2vec2._reference import build_random
+
+    return build_random(d, "wavlm"), []
+
+
 def _parakeet_ctc(d: Path) -> tuple[Path, list[str]]:
     from tests.models.parakeet.conftest import save_ctc_checkpoint
 
@@ -126,6 +132,7 @@ FAMILIES: dict[str, Callable[[Path], tuple[Path, list[str]]]] = {
     "wenet-u2pp": _wenet,
     "lasr": _lasr,
     "wav2vec2": _wav2vec2,
+    "wavlm": _wavlm,
     "parakeet-ctc": _parakeet_ctc,
     "nemotron": _nemotron,
     "paraformer": _paraformer,

@@ -68,6 +68,7 @@ EXPECTED: dict[str, tuple[dict[str, str | None], str]] = {
     "parakeet-ctc": (_ENGLISH_ONLY, "has: en (English)"),
     "wenet-u2pp": (_NO_LANGUAGE, "names no language"),
     "wav2vec2": (_NO_LANGUAGE, "names no language"),
+    "wavlm": (_NO_LANGUAGE, "names no language"),
     "paraformer": (_NO_LANGUAGE, "names no language"),
     # SenseVoice's language queries: zh, en, yue, ja, ko, nospeech
     "sensevoice": (

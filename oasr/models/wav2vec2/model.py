@@ -104,8 +104,28 @@ class FeatureEncoder(nn.Module):
         self.conv_layers = nn.ModuleList(ConvLayer(cfg, i, norm) for i, norm in enumerate(norms))
 
     def forward(self, samples: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        x = samples[:, None, :]  # (B, 1, S)
         full = bool((lengths == samples.shape[1]).all())
+        if full or samples.device.type != "cpu":
+            return self.run(samples, lengths, full)
+        # On a CPU a padded batch goes through row by row, each row on its own samples: batched, the
+        # padding costs as many convolutions as the rows (eight clips padded to a 30-s one: up to 8x
+        # the work) and every layer's (B, 512, frames) output is held at once (1.5 GB for those eight).
+        # A row alone is what the masked batch computes for it; the padded frames come back as zeros.
+        n_out = int(self.cfg.output_lengths(torch.tensor([samples.shape[1]]))[0])
+        rows, out_lengths = [], []
+        for row, n in zip(samples, lengths.tolist()):
+            x, n_frames = self.run(row[None, : max(n, self.cfg.receptive_field)], lengths.new_tensor([n]), True)
+            rows.append(F.pad(x, (0, 0, 0, n_out - x.shape[1])))
+            out_lengths.append(n_frames)
+        return torch.cat(rows), torch.cat(out_lengths)
+
+    def run(self, samples: torch.Tensor, lengths: torch.Tensor, full: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        """The conv layers over a batch (``full``: no row padded, no mask needed).
+
+        Shapes:
+            samples: (B, S), lengths: (B,) -> (B, T, conv_dim[-1]), frames (B,)
+        """
+        x = samples[:, None, :]  # (B, 1, S)
         for layer, k, s in zip(self.conv_layers, self.cfg.conv_kernel, self.cfg.conv_stride):
             lengths = ((lengths - k) // s + 1).clamp(min=0)
             n_out = (x.shape[-1] - k) // s + 1

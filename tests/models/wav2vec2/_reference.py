@@ -24,6 +24,8 @@ _SHAPE = dict(
     num_conv_pos_embedding_groups=4,
 )
 
+WAVLM_BUCKETS = dict(num_buckets=16, max_bucket_distance=40)
+
 # name -> (transformers model class, config class, config fields)
 VARIANTS = {
     # wav2vec2-base style: GroupNorm on the first conv layer, post-norm layers, even pos kernel
@@ -39,6 +41,13 @@ VARIANTS = {
         "Data2VecAudioForCTC",
         "Data2VecAudioConfig",
         dict(num_conv_pos_embeddings=2, conv_pos_kernel_size=5, conv_bias=True),
+    ),
+    # WavLM, both layer orders; buckets exact to 4 frames, logarithmic to 40 (the 3-s clip's 150 frames pass it)
+    "wavlm": ("WavLMForCTC", "WavLMConfig", dict(WAVLM_BUCKETS, feat_extract_norm="group", num_conv_pos_embeddings=8)),
+    "wavlm_stable": (
+        "WavLMForCTC",
+        "WavLMConfig",
+        dict(WAVLM_BUCKETS, feat_extract_norm="layer", do_stable_layer_norm=True, num_conv_pos_embeddings=7),
     ),
 }
 
@@ -59,6 +68,9 @@ def build_random(directory: Path, variant: str, seed: int = 0, **overrides) -> P
         head = model.lm_head  # the delimiter about one logit deviation (||W_row||) up
         head.weight.mul_(8.0)
         head.bias[CHARS.index("|")] += head.weight.norm(dim=1).mean()
+        for name, p in model.named_parameters():  # WavLM's bias table and gates: off their ~0 / 1 start
+            if ".rel_attn_embed." in name or ".gru_rel_pos_" in name:
+                p.normal_(0.0, 1.0)
     model.save_pretrained(directory)
     vocab = directory / "vocab.json"
     vocab.write_text(json.dumps({c: i for i, c in enumerate(CHARS)}))

@@ -154,6 +154,8 @@ def test_half_precision_group_norm_keeps_float32_statistics():
 def test_attention_takes_an_additive_bias(loaded):
     """The hook a relative-position family uses: an additive (B, H, T, T) bias, combined with
     the key mask; a bias of zeros is no bias, and -inf on keys is masking them."""
+    if loaded.architecture != "wav2vec2":  # WavLM's layers take their position table through it
+        pytest.skip("the hook of wav2vec2's own attention")
     enc = loaded.model.encoder
     layer = enc.layers[0]
     h = enc.cfg.num_attention_heads
