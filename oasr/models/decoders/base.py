@@ -231,9 +231,10 @@ class RowPoolDecoder(BaseDecoder):
         )
 
     @staticmethod
-    def pooled_self_attention(pool: KVPool, r0: int, positions: torch.Tensor, extent: int):
+    def pooled_self_attention(pool: KVPool, r0: int, positions: torch.Tensor, extent: int, masked: bool = True):
         """A step's self-attention for rows ``r0 .. r0 + n`` of ``pool``: ``attend(li, q, k, v)``
-        writes each row's new K/V at its own position and attends over its keys up to it.
+        writes each row's new K/V at its own position and attends over its keys up to it
+        (``masked=False``: every row is at ``extent - 1``, so no mask is needed).
 
         Shapes:
             positions: (n,); q, k, v: (n, H, 1, Dh) -> (n, H, 1, Dh)
@@ -241,6 +242,8 @@ class RowPoolDecoder(BaseDecoder):
         n = positions.shape[0]
         rows = torch.arange(n, device=positions.device)
         key_mask = (torch.arange(extent, device=positions.device)[None, :] <= positions[:, None])[:, None, None, :]
+        if not masked:  # the caller knows every row is at ``extent - 1``: SDPA's unmasked path
+            key_mask = None
 
         def attend(li: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
             kc, vc = pool.k[li, r0 : r0 + n], pool.v[li, r0 : r0 + n]  # (n, Hkv, S, Dh) views

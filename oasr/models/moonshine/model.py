@@ -413,7 +413,9 @@ class MoonshineDecoder(RowPoolDecoder):
         positions = state.lengths_t.to(embeds.device)  # (n,) each row's next slot
         cos, sin = self.rotary.cos_sin(positions[:, None], embeds.dtype)
         ck, cv, lens = state.extras["cross_k"], state.extras["cross_v"], state.extras["cross_lens"]
-        self_attend = self.pooled_self_attention(pool, state.row0, positions, state.max_length + 1)
+        if n == 1:  # a lone row's keys are all its own frames
+            lens = None
+        self_attend = self.pooled_self_attention(pool, state.row0, positions, state.max_length + 1, masked=n > 1)
         hidden = self._layers(
             embeds, cos, sin, self_attend, lambda li, q: attention(q, ck[:, li], cv[:, li], key_lengths=lens)
         )
