@@ -68,7 +68,8 @@ threads, the reference in float32 whatever oasr's ``--compute-type``; no ``long`
 
 * ``transformers`` (Hugging Face CTC: wav2vec2, HuBERT, WavLM, data2vec-audio, MMS, Granite Speech 5):
   ``AutoProcessor`` pads each batch of B files (in the given order, with an attention mask where
-  the feature extractor asks for one), ``AutoModelForCTC``, argmax, ``batch_decode``;
+  the feature extractor asks for one), ``AutoModelForCTC``, argmax, ``batch_decode``; Moonshine:
+  greedy ``generate`` with its card's ``max_length`` (6.5 per second of the batch's longest clip);
 * ``funasr`` (FunASR directories: SenseVoiceSmall, Paraformer): ``funasr.AutoModel(model=dir)
   .generate(input=paths, batch_size=B)``, texts through ``rich_transcription_postprocess``.
 
@@ -627,6 +628,9 @@ def _transformers_child(spec: dict) -> dict:
     t1 = time.perf_counter()
     torch.set_num_threads(spec["threads"])
     processor = AutoProcessor.from_pretrained(spec["model_dir"])
+    config = json.loads((Path(spec["model_dir"]) / "config.json").read_text())
+    if config.get("model_type") == "moonshine":
+        return _moonshine_generate(spec, (t0, t1), processor)
     model = AutoModelForCTC.from_pretrained(spec["model_dir"]).eval()
     t2 = time.perf_counter()
     pad = processor.tokenizer.pad_token_id
@@ -711,6 +715,33 @@ def _transformers_voxtral_child(spec: dict) -> dict:
         return [out for i in range(0, len(paths), b) for out in batch(paths[i : i + b])]
 
     return _timed(spec, (t0, t1, t2), lambda path: batch([path]), every)
+
+
+def _moonshine_generate(spec: dict, times: tuple[float, float], processor) -> dict:
+    """Moonshine as its model card runs it: the processor pads a batch, greedy ``generate`` with
+    ``max_length`` of 6.5 positions per second of the batch's longest clip, ``batch_decode``
+    without special tokens; tokens counted up to each row's end id."""
+    import torch
+    from transformers import AutoModelForSpeechSeq2Seq
+
+    model = AutoModelForSpeechSeq2Seq.from_pretrained(spec["model_dir"]).eval()
+    t2 = time.perf_counter()
+    eos = model.generation_config.eos_token_id
+
+    def batch(paths: list[str]) -> list[tuple[str, int]]:
+        inputs = processor([_decode_16k(p) for p in paths], sampling_rate=16000, padding=True, return_tensors="pt")
+        max_length = int((inputs.attention_mask.sum(-1) * 6.5 / 16000).max())
+        with torch.inference_mode():
+            ids = model.generate(**inputs, max_length=max_length)[:, 1:]
+        texts = processor.batch_decode(ids, skip_special_tokens=True)
+        ended = (ids == eos).long().cumsum(-1) > 0
+        return [(t.strip(), int(n)) for t, n in zip(texts, (~ended).sum(-1).tolist())]
+
+    def every(paths: list[str]) -> list[tuple[str, int]]:
+        b = spec["batch_size"]
+        return [out for i in range(0, len(paths), b) for out in batch(paths[i : i + b])]
+
+    return _timed(spec, (*times, t2), lambda path: batch([path]), every)
 
 
 def _funasr_child(spec: dict) -> dict:

@@ -98,29 +98,33 @@ class BatchNorm1d(nn.Module):
 
 
 class MaskedGroupNorm(nn.Module):
-    """``nn.GroupNorm(C, C)`` (each channel normalised over time, its names) with each row's
-    statistics taken over its valid frames only, so a padded row equals the row alone
-    (wav2vec2's first conv layer).
+    """``nn.GroupNorm(groups, C)`` (its names; default one group a channel, each channel
+    normalised over time) with each row's statistics taken over its valid frames only, so a
+    padded row equals the row alone (wav2vec2's first conv layer; Moonshine's one group).
 
     Shapes:
         x: (B, C, T), mask: (B, T) bool or None -> (B, C, T)
     """
 
-    def __init__(self, channels: int, eps: float = 1e-5) -> None:
+    def __init__(self, channels: int, eps: float = 1e-5, groups: int | None = None) -> None:
         super().__init__()
         self.eps = eps
+        self.groups = channels if groups is None else groups
+        if channels % self.groups:
+            raise ValueError(f"channels={channels} is not a multiple of groups={self.groups}")
         self.weight = nn.Parameter(torch.ones(channels))
         self.bias = nn.Parameter(torch.zeros(channels))
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
         if mask is None:
-            return F.group_norm(x, x.shape[1], self.weight, self.bias, self.eps)
+            return F.group_norm(x, self.groups, self.weight, self.bias, self.eps)
         # statistics in float32 at least (a half-precision sum over a long row overflows), as
         # group_norm's own kernels keep them
-        xs = x if x.dtype == torch.float64 else x.float()
-        m = mask[:, None, :].to(xs.dtype)  # (B, 1, T)
-        n = m.sum(-1, keepdim=True).clamp(min=1)  # (B, 1, 1)
-        mean = (xs * m).sum(-1, keepdim=True) / n  # (B, C, 1)
-        var = ((xs - mean).square() * m).sum(-1, keepdim=True) / n
-        y = ((xs - mean) * torch.rsqrt(var + self.eps)).to(x.dtype)
+        b, c, t = x.shape
+        xs = (x if x.dtype == torch.float64 else x.float()).reshape(b, self.groups, -1, t)  # (B, G, C/G, T)
+        m = mask[:, None, None, :].to(xs.dtype)  # (B, 1, 1, T)
+        n = (m.sum(-1, keepdim=True) * xs.shape[2]).clamp(min=1)  # (B, 1, 1, 1)
+        mean = (xs * m).sum((-1, -2), keepdim=True) / n  # (B, G, 1, 1)
+        var = ((xs - mean).square() * m).sum((-1, -2), keepdim=True) / n
+        y = ((xs - mean) * torch.rsqrt(var + self.eps)).reshape(b, c, t).to(x.dtype)
         return y * self.weight[:, None] + self.bias[:, None]

@@ -52,6 +52,11 @@ _BUILTIN: tuple[tuple[str, str, tuple[str, ...]], ...] = (
         ),
     ),
     ("conformer", "oasr.models.conformer.model:ConformerModel", ("oasr.models.conformer.convert:WenetConverter",)),
+    (
+        "moonshine",
+        "oasr.models.moonshine.model:MoonshineModel",
+        ("oasr.models.moonshine.convert:HFMoonshineConverter",),
+    ),
     ("lasr", "oasr.models.lasr.model:LasrModel", ("oasr.models.lasr.convert:HFLasrConverter",)),
     (
         "granite_speech5",

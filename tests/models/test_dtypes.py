@@ -96,6 +96,8 @@ def _features(name: str, model: BaseAsrModel) -> tuple[torch.Tensor, torch.Tenso
     cfg = model.config
     if name == "whisper":  # (B, n_mels, frames) of a padded 30-s window
         return torch.randn(1, cfg.n_mels, 2 * cfg.n_audio_ctx, generator=g), torch.tensor([2 * cfg.n_audio_ctx])
+    if name == "moonshine":  # (B, samples, 1): one second of the raw waveform
+        return 0.1 * torch.randn(1, 16000, 1, generator=g), torch.tensor([16000])
     frames = {"speech_llm": 3000, "voxtral": 3000, "qwen3_asr": 400}.get(name, 240)
     enc_cfg = getattr(model.encoder, "cfg", None) or getattr(model.encoder, "config", None)
     bins = next(

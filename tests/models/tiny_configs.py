@@ -239,6 +239,14 @@ def _qwen3_text() -> Any:
     )
 
 
+def _moonshine() -> Any:
+    from oasr.models.moonshine import MoonshineConfig
+
+    return MoonshineConfig(
+        vocab_size=64, hidden_size=48, intermediate_size=64, encoder_layers=2, decoder_layers=2, num_heads=4
+    )
+
+
 def _qwen3_asr() -> Any:
     from oasr.models.qwen3_asr import Qwen3AsrAudioConfig, Qwen3AsrConfig
 
@@ -443,6 +451,7 @@ TINY_CONFIGS: dict[str, Callable[[], Any]] = {
     "parakeet_cache_aware": _parakeet_cache_aware,
     "parakeet_cache_aware_transducer": _parakeet_cache_aware_transducer,
     "parakeet_cache_aware_hybrid": _parakeet_cache_aware_hybrid,
+    "moonshine": _moonshine,
     "qwen3_asr": _qwen3_asr,
     "sensevoice": _sensevoice,
     "speech_llm": _speech_llm,

@@ -135,6 +135,13 @@ def _voxtral(d: Path) -> tuple[Path, list[str]]:
     return _short_generation(build_tiny_voxtral(d)), []
 
 
+def _moonshine(d: Path) -> tuple[Path, list[str]]:
+    from tests.models.moonshine.conftest import save_checkpoint
+
+    save_checkpoint(d)  # its budget is the card's 6.5 positions per second of audio
+    return d, []
+
+
 SAMPLED = {"whisper"}  # families whose default decode samples on the random checkpoint
 SEED = 3
 
@@ -155,6 +162,7 @@ FAMILIES: dict[str, Callable[[Path], tuple[Path, list[str]]]] = {
     "qwen2-audio": _qwen2_audio,
     "granite-speech": _granite_speech,
     "voxtral": _voxtral,
+    "moonshine": _moonshine,
 }
 
 

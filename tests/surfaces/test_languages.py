@@ -68,6 +68,8 @@ EXPECTED: dict[str, tuple[dict[str, str | None], str]] = {
     "voxtral": (_column(**_EN, **_DE, **{"pt-BR": "pt", "fil": LACKS, "cy": LACKS}), "nl (Dutch)"),
     "lasr": (_ENGLISH_ONLY, "has: en (English)"),
     "granite-speech5": (_ENGLISH_ONLY, "has: en (English)"),
+    # English-only, and says so: no detection, every answer is "en".
+    "moonshine": ({**_ENGLISH_ONLY, **dict.fromkeys(DETECT, "en")}, "has: en (English)"),
     "parakeet-ctc": (_ENGLISH_ONLY, "has: en (English)"),
     "wenet-u2pp": (_NO_LANGUAGE, "names no language"),
     "wav2vec2": (_NO_LANGUAGE, "names no language"),

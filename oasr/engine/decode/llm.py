@@ -38,7 +38,10 @@ Option semantics:
 * ``max_new_tokens``: the request's token budget. Unset (None): the checkpoint's, when its
   generation config declares one (what transformers' ``generate`` uses); otherwise one that
   follows the audio, ``default_token_budget(duration)``: ``MAX_TOKENS_PER_SECOND`` per second
-  of audio plus ``BUDGET_BASE_TOKENS``, so that no real recording is cut. (There ``generate``
+  of audio plus ``BUDGET_BASE_TOKENS``, so that no real recording is cut. A checkpoint that
+  declares ``max_length_per_second`` (Moonshine: its card's limit, given to ``generate`` as
+  ``max_length``) gets that instead: ``int(samples * rate / sampling_rate)`` positions, the
+  prompt's included (at least one new token). (There ``generate``
   would fall back to ``max_length=20`` tokens, prompt included, which transcribes nothing:
   oasr deviates.) Set or not, it is capped by the LM context (prompt + audio tokens + budget
   <= ``max_position_embeddings``). A request that stops on its budget has
@@ -191,6 +194,8 @@ class LlmDecodeStrategy(RequestTable[_Req]):
 
     def validate(self, options: TranscribeOptions) -> TranscribeOptions:
         options = super().validate(options)
+        if options.language is None and self.languages and len(self.languages) == 1:
+            options = options.replace(language=self.languages[0])  # one language: nothing to detect
         name = type(self.model).__name__
         if options.task != "transcribe" and not getattr(self.model, "supports_translation", False):
             raise ValueError(f"task={options.task!r} is not available: {name} only transcribes")
@@ -230,15 +235,22 @@ class LlmDecodeStrategy(RequestTable[_Req]):
 
     def token_budget(self, opts: TranscribeOptions, duration_s: float) -> int:
         """A request's ``max_new_tokens`` before the context caps it: the option when given,
-        else the checkpoint's declared one, else the model's own ``default_token_budget(duration_s)``
-        when it has one, else this module's."""
+        else the checkpoint's declared one, else its ``max_length_per_second`` (positions, the
+        prompt's included: ``_prefill`` takes the prompt off), else the model's own
+        ``default_token_budget(duration_s)`` when it has one, else this module's."""
         if opts.max_new_tokens is not None:
             return opts.max_new_tokens
         declared = self.spec.get("max_new_tokens")
         if declared:
             return int(declared)
-        own = getattr(self.model, "default_token_budget", None)  # a model's own rate (Moonshine's)
+        if self._length_rate():
+            samples = round(duration_s * self.sampling_rate)
+            return int(samples * self._length_rate() / self.sampling_rate)
+        own = getattr(self.model, "default_token_budget", None)  # a model's own rate (Moonshine Streaming's)
         return own(duration_s) if own is not None else default_token_budget(duration_s)
+
+    def _length_rate(self) -> float:
+        return float(self.spec.get("max_length_per_second") or 0.0)
 
     def _new_entry(self, request: Request) -> _Req:
         feats, n_frames = request.features
@@ -325,6 +337,8 @@ class LlmDecodeStrategy(RequestTable[_Req]):
                     events,
                 )
                 continue
+            if r.opts.max_new_tokens is None and not self.spec.get("max_new_tokens") and self._length_rate():
+                r.max_new = max(1, r.max_new - len(ids))  # a max_length: the prompt counts
             r.max_new = min(r.max_new, room)
             r.prompt_len = len(ids)
             if r.params.repetition_penalty != 1.0:

@@ -26,6 +26,7 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
+from oasr.layers import attention
 from oasr.models.base import ComputeDtypeModule
 from oasr.models.decoders.kv_pool import DecoderState, KVPool, PoolExhausted, RowGroups
 
@@ -191,6 +192,85 @@ class BaseDecoder(ComputeDtypeModule, abc.ABC):
             row_group=a.row_group + [g + a.n_groups for g in b.row_group],
             extras=extras,
         )
+
+
+class RowPoolDecoder(BaseDecoder):
+    """A decoder whose pool holds rows only, no cross-attention groups (a decoder-only LM; an
+    encoder-decoder that keeps its cross K/V per row in the state's ``extras``: Moonshine).
+
+    A subclass has ``embed_tokens`` and says its pool's shape (``pool_geometry``); it gets
+    ``new_pool``, ``select`` / ``merge`` / ``can_merge`` without groups, and the self-attention
+    of a step over the pool (``pooled_self_attention``).
+    """
+
+    def pool_geometry(self) -> tuple[int, int, int, int]:
+        """(layers, K/V heads, head width, context: the default ``max_len``)."""
+        raise NotImplementedError
+
+    def new_pool(
+        self,
+        max_rows: int,
+        max_groups: int = 0,
+        *,
+        max_len: int | None = None,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> KVPool:
+        """Self-attention K/V for ``max_rows`` rows of up to ``max_len`` tokens (default: the context)."""
+        if max_groups:
+            raise ValueError(f"{type(self).__name__} keeps no cross-attention groups (max_groups must be 0)")
+        n_layers, n_heads, head_dim, context = self.pool_geometry()
+        return KVPool(
+            n_layers=n_layers,
+            n_heads=n_heads,
+            head_dim=head_dim,
+            max_rows=max_rows,
+            max_len=context if max_len is None else max_len,
+            device=device if device is not None else self.embed_tokens.weight.device,
+            dtype=dtype if dtype is not None else self.compute_dtype,
+        )
+
+    @staticmethod
+    def pooled_self_attention(
+        pool: KVPool, r0: int, positions: torch.Tensor, extent: int, masked: bool = True, scale: float | None = None
+    ):
+        """A step's self-attention for rows ``r0 .. r0 + n`` of ``pool``: ``attend(li, q, k, v)``
+        writes each row's new K/V at its own position and attends over its keys up to it
+        (``masked=False``: every row is at ``extent - 1``, so no mask is needed; ``scale``: the score
+        scale, None for ``head_dim ** -0.5``).
+
+        Shapes:
+            positions: (n,); q, k, v: (n, H, 1, Dh) -> (n, H, 1, Dh)
+        """
+        n = positions.shape[0]
+        rows = torch.arange(n, device=positions.device)
+        key_mask = (torch.arange(extent, device=positions.device)[None, :] <= positions[:, None])[:, None, None, :]
+        if not masked:  # the caller knows every row is at ``extent - 1``: SDPA's unmasked path
+            key_mask = None
+
+        def attend(li: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+            kc, vc = pool.k[li, r0 : r0 + n], pool.v[li, r0 : r0 + n]  # (n, Hkv, S, Dh) views
+            kc[rows, :, positions] = k[:, :, 0]
+            vc[rows, :, positions] = v[:, :, 0]
+            return attention(q, kc[:, :, :extent], vc[:, :, :extent], mask=key_mask, scale=scale)
+
+        return attend
+
+    def select(self, state: DecoderState, idx: Sequence[int] | torch.Tensor) -> DecoderState:
+        """Row ``i`` of the result is row ``idx[i]`` of ``state`` (repeats allowed)."""
+        out = super().select(state, idx)
+        out.n_groups, out.row_group = 0, [0] * out.n_rows
+        return out
+
+    def merge(self, a: DecoderState, b: DecoderState) -> DecoderState:
+        """Join ``b`` after ``a`` (``b``'s rows are moved next to ``a``'s if elsewhere)."""
+        out = super().merge(a, b)
+        out.n_groups, out.row_group = 0, [0] * out.n_rows
+        return out
+
+    def can_merge(self, a: DecoderState, b: DecoderState) -> bool:
+        """Same pool and room for ``b``'s rows after ``a``'s (no groups to match)."""
+        return a.pool is b.pool and a.row0 + a.n_rows + b.n_rows <= a.pool.max_rows
 
 
 # ---------------------------------------------------------------------------

@@ -33,7 +33,7 @@ from torch import nn
 from oasr.languages import resolve_language
 from oasr.layers import Embedding, Linear, LinearActivation, NeoxRotaryEmbedding, RMSNorm, attention
 from oasr.models.configs import ModelConfig
-from oasr.models.decoders.base import BaseDecoder
+from oasr.models.decoders.base import RowPoolDecoder
 from oasr.models.decoders.kv_pool import DecoderState, KVPool, PoolExhausted, RowGroups
 from oasr.specs import DecodeType
 
@@ -251,7 +251,7 @@ class CausalLmLayer(nn.Module):
 _AttendFn = Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 
 
-class CausalLm(BaseDecoder):
+class CausalLm(RowPoolDecoder):
     """Qwen2 / Qwen3 decoder-only LM over a per-row K/V pool.
 
     Dense entry points: ``embed`` (ids -> embeddings), ``forward_hidden`` (a left-padded
@@ -375,28 +375,9 @@ class CausalLm(BaseDecoder):
 
     # -- incremental surface ---------------------------------------------------------------
 
-    def new_pool(
-        self,
-        max_rows: int,
-        max_groups: int = 0,
-        *,
-        max_len: int | None = None,
-        device: torch.device | str | None = None,
-        dtype: torch.dtype | None = None,
-    ) -> KVPool:
-        """Self-attention K/V for ``max_rows`` rows of up to ``max_len`` tokens
-        (default: ``max_position_embeddings``). A decoder-only LM has no groups."""
-        if max_groups:
-            raise ValueError("a decoder-only LM keeps no cross-attention groups (max_groups must be 0)")
-        return KVPool(
-            n_layers=self.cfg.num_hidden_layers,
-            n_heads=self.cfg.num_key_value_heads,
-            head_dim=self.cfg.resolved_head_dim,
-            max_rows=max_rows,
-            max_len=self.cfg.max_position_embeddings if max_len is None else max_len,
-            device=device if device is not None else self.embed_tokens.weight.device,
-            dtype=dtype if dtype is not None else self.compute_dtype,
-        )
+    def pool_geometry(self) -> tuple[int, int, int, int]:
+        cfg = self.cfg
+        return cfg.num_hidden_layers, cfg.num_key_value_heads, cfg.resolved_head_dim, cfg.max_position_embeddings
 
     def prefill(
         self,
@@ -491,36 +472,10 @@ class CausalLm(BaseDecoder):
         return self._step(pool, row0, self.embed(tokens), positions, extent)
 
     def _step(self, pool: KVPool, r0: int, embeds: torch.Tensor, positions: torch.Tensor, extent: int) -> torch.Tensor:
-        n = embeds.shape[0]
-        rows = torch.arange(n, device=embeds.device)
-        key_mask = (torch.arange(extent, device=embeds.device)[None, :] <= positions[:, None])[:, None, None, :]
         cos, sin = self.rotary.cos_sin(positions[:, None], embeds.dtype)  # (n, 1, Dh)
-
-        def attend(li: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-            kc, vc = pool.k[li, r0 : r0 + n], pool.v[li, r0 : r0 + n]  # (n, Hkv, S, Dh) views
-            kc[rows, :, positions] = k[:, :, 0]
-            vc[rows, :, positions] = v[:, :, 0]
-            kv = kc[:, :, :extent], vc[:, :, :extent]
-            return attention(q, *kv, mask=key_mask, scale=self.cfg.attention_multiplier)
-
+        attend = self.pooled_self_attention(pool, r0, positions, extent, scale=self.cfg.attention_multiplier)
         hidden = self._layers(embeds[:, None, :], cos, sin, attend)
         return self._logits_out(hidden[:, 0])
-
-    def select(self, state: DecoderState, idx: Sequence[int] | torch.Tensor) -> DecoderState:
-        """Row ``i`` of the result is row ``idx[i]`` of ``state`` (repeats allowed)."""
-        out = super().select(state, idx)
-        out.n_groups, out.row_group = 0, [0] * out.n_rows
-        return out
-
-    def merge(self, a: DecoderState, b: DecoderState) -> DecoderState:
-        """Join ``b`` after ``a`` (``b``'s rows are moved next to ``a``'s if elsewhere)."""
-        out = super().merge(a, b)
-        out.n_groups, out.row_group = 0, [0] * out.n_rows
-        return out
-
-    def can_merge(self, a: DecoderState, b: DecoderState) -> bool:
-        """Same pool and room for ``b``'s rows after ``a``'s (no groups to match)."""
-        return a.pool is b.pool and a.row0 + a.n_rows + b.n_rows <= a.pool.max_rows
 
 
 class PromptTokenizerMixin:

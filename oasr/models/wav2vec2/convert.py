@@ -160,7 +160,9 @@ def _tokenizer_spec(directory: Path, config: Wav2Vec2Config) -> TokenizerSpec:
     return TokenizerSpec(kind="chars", path=str(vocab), special_ids=(config.blank_id,))
 
 
-def _feature_spec(directory: Path) -> FeatureSpec:
+def waveform_feature_spec(directory: Path) -> FeatureSpec:
+    """transformers' ``Wav2Vec2FeatureExtractor`` settings as the ``wav2vec2_waveform`` front end
+    (its defaults for what the file omits; Moonshine reads its samples through it too)."""
     pre, _ = feature_extractor_config(directory)
     kind = pre.get("feature_extractor_type", "Wav2Vec2FeatureExtractor")
     if kind != "Wav2Vec2FeatureExtractor":
@@ -215,7 +217,7 @@ class HFWav2Vec2Converter:
             config=config,
             state_dict=state,
             tokenizer=_tokenizer_spec(path, config),
-            features=_feature_spec(path),
+            features=waveform_feature_spec(path),
             decoding=DecodingSpec(decode_type=DecodeType.CTC, params={"blank_id": config.blank_id}),
             source=str(path),
             format="huggingface",
