@@ -28,6 +28,7 @@ from torch import nn
 
 from oasr.languages import names_of
 from oasr.layers import BatchNorm1d, Conv1d, Embedding, LayerNorm, Linear, attention
+from oasr.layers.relpos_shaw import shaw_block_attention, shaw_distances
 from oasr.models.base import BaseAsrModel, BaseEncoder
 from oasr.models.decoders.causal_lm import CausalLm, PromptTokenizerMixin
 from oasr.models.granite_speech.config import (
@@ -72,26 +73,18 @@ class BlockRelativeAttention(nn.Module):
         self.to_kv = Linear(cfg.hidden_dim, 2 * inner, bias=False)
         self.to_out = Linear(inner, cfg.hidden_dim)
         self.rel_pos_emb = Embedding(2 * cfg.max_pos_emb + 1, cfg.dim_head)
-        pos = torch.arange(cfg.context_size)
-        dist = (pos[:, None] - pos[None, :]).clamp(-cfg.context_size, cfg.context_size) + cfg.max_pos_emb
+        dist = shaw_distances(cfg.context_size, cfg.max_pos_emb)
         self.register_buffer("attention_dists", dist, persistent=False)  # (C, C)
 
     def forward(self, x: torch.Tensor, lens: torch.Tensor) -> torch.Tensor:
         b, t, _ = x.shape
-        c, h = self.block, self.n_head
-        nb = math.ceil(t / c)
-        x = nn.functional.pad(self.pre_norm(x), (0, 0, 0, nb * c - t))
-        q = self.to_q(x).view(b * nb, c, h, -1).transpose(1, 2)  # (B*nb, H, C, Dh)
-        k, v = (y.reshape(b * nb, c, h, -1).transpose(1, 2) for y in self.to_kv(x).chunk(2, dim=-1))
-        scale = self.dim_head**-0.5
+        x = self.pre_norm(x)
+        q = self.to_q(x).view(b, t, self.n_head, -1).transpose(1, 2)  # (B, H, T, Dh)
+        k, v = (y.reshape(b, t, self.n_head, -1).transpose(1, 2) for y in self.to_kv(x).chunk(2, dim=-1))
+        valid = torch.arange(t, device=x.device)[None, :] < lens.to(x.device)[:, None]  # (B, T): a row's keys
         rel = self.rel_pos_emb(self.attention_dists)  # (C, C, Dh)
-        bias = torch.einsum("bhcd,crd->bhcr", q, rel) * scale  # (B*nb, H, C, C)
-        frame = torch.arange(nb * c, device=x.device).view(1, nb, 1, 1, c)
-        valid = frame < lens.to(x.device).view(b, 1, 1, 1, 1)  # (B, nb, 1, 1, C): a row's keys
-        bias = bias.masked_fill(~valid.reshape(b * nb, 1, 1, c), -torch.finfo(bias.dtype).max)
-        out = attention(q, k, v, mask=bias, scale=scale)  # (B*nb, H, C, Dh)
-        out = out.transpose(1, 2).reshape(b, nb * c, -1)[:, :t]
-        return self.to_out(out)
+        out = shaw_block_attention(q, k, v, rel, self.block, valid)  # (B, H, T, Dh)
+        return self.to_out(out.transpose(1, 2).reshape(b, t, -1))
 
 
 class DepthwiseConv(nn.Module):
