@@ -86,6 +86,26 @@ def kaldi_mel_banks(
     return banks.to(device=device, dtype=dtype)
 
 
+@functools.lru_cache(maxsize=8)
+def htk_mel_filters(n_mels: int, n_fft: int, sampling_rate: int) -> torch.Tensor:
+    """Triangular filters on the HTK mel scale (``2595 log10(1 + f / 700)``) from 0 Hz to
+    Nyquist, unnormalised, in float64 (torchaudio's ``melscale_fbanks`` default): both Granite
+    Speech front ends'.
+
+    Shapes:
+        -> (n_fft // 2 + 1, n_mels)
+    """
+    f64 = torch.float64
+    freqs = torch.linspace(0, sampling_rate // 2, n_fft // 2 + 1, dtype=f64)
+    top = 2595.0 * math.log10(1.0 + (sampling_rate / 2) / 700.0)
+    hz = 700.0 * (10.0 ** (torch.linspace(0.0, top, n_mels + 2, dtype=f64) / 2595.0) - 1.0)
+    widths = hz[1:] - hz[:-1]
+    slopes = hz[None, :] - freqs[:, None]  # (n_freqs, n_mels + 2)
+    rising = -slopes[:, :-2] / widths[:-1]
+    falling = slopes[:, 2:] / widths[1:]
+    return torch.clamp(torch.minimum(rising, falling), min=0.0)
+
+
 @functools.lru_cache(maxsize=16)
 def _window_f64(kind: str, length: int, blackman_coeff: float) -> torch.Tensor:
     n = torch.arange(length, dtype=torch.float64)

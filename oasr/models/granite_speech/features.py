@@ -13,38 +13,19 @@ stacked ones. The floor reads the whole utterance, so each clip is computed on i
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 import torch
 
+from oasr.audio.fbank import htk_mel_filters
 from oasr.audio.frontends import Frontend
 from oasr.models.base import FeatureSpec
 
 PARAM_KEYS = ("n_mels", "n_fft", "win_length", "hop_length")
 LOG_FLOOR = 1e-10
 DYNAMIC_RANGE = 8.0  # decades kept below the utterance's maximum
-
-
-@functools.lru_cache(maxsize=4)
-def htk_mel_filters(n_mels: int, n_fft: int, sampling_rate: int, dtype: torch.dtype) -> torch.Tensor:
-    """HTK-scale triangular mel filters from 0 Hz to Nyquist, unnormalised (torchaudio's
-    ``melscale_fbanks(..., norm=None, mel_scale="htk")``). Computed in float64, then cast.
-
-    Shapes:
-        -> (n_fft // 2 + 1, n_mels)
-    """
-    freqs = torch.linspace(0, sampling_rate // 2, n_fft // 2 + 1, dtype=torch.float64)
-    top = 2595.0 * np.log10(1.0 + (sampling_rate / 2) / 700.0)
-    mels = torch.linspace(0.0, top, n_mels + 2, dtype=torch.float64)
-    points = 700.0 * (10.0 ** (mels / 2595.0) - 1.0)  # (n_mels + 2,) band edges in Hz
-    width = points[1:] - points[:-1]
-    slopes = points[None, :] - freqs[:, None]  # (F, n_mels + 2)
-    down = -slopes[:, :-2] / width[:-1]
-    up = slopes[:, 2:] / width[1:]
-    return torch.clamp(torch.minimum(down, up), min=0.0).to(dtype)
 
 
 class GraniteSpeechFrontend(Frontend):
@@ -106,7 +87,7 @@ class GraniteSpeechFrontend(Frontend):
             pad_mode="reflect",
             return_complex=True,
         )  # (F, frames)
-        fb = htk_mel_filters(self.n_mels, self.n_fft, self.sampling_rate, x.dtype).to(x.device)
+        fb = htk_mel_filters(self.n_mels, self.n_fft, self.sampling_rate).to(x.device, x.dtype)
         logmel = (spec.abs().pow(2).T @ fb).clamp(min=LOG_FLOOR).log10()  # (frames, n_mels)
         logmel = torch.maximum(logmel, logmel.max() - DYNAMIC_RANGE) / 4 + 1
         n = logmel.shape[0] // 2

@@ -15,8 +15,6 @@ computed clip by clip (``compute_batch``), so a padded row equals the clip alone
 
 from __future__ import annotations
 
-import functools
-import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -24,31 +22,13 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from oasr.audio.fbank import htk_mel_filters
 from oasr.audio.frontends import Frontend
 from oasr.models.base import FeatureSpec
 
 _DTYPES = {"float64": torch.float64, "float32": torch.float32}
 FRAME_STACKING = 2  # mel frames per feature frame
 PARAM_KEYS = ("n_mels", "n_fft", "win_length", "hop_length", "delta_win_length", "logmel_floor_db", "dtype")
-
-
-@functools.lru_cache(maxsize=8)
-def htk_mel_filters(n_mels: int, n_fft: int, sampling_rate: int) -> torch.Tensor:
-    """Triangular filters on the HTK mel scale (``2595 log10(1 + f / 700)``) from 0 Hz to
-    Nyquist, unnormalised, in float64 (torchaudio's ``melscale_fbanks`` default).
-
-    Shapes:
-        -> (n_fft // 2 + 1, n_mels)
-    """
-    f64 = torch.float64
-    freqs = torch.linspace(0, sampling_rate // 2, n_fft // 2 + 1, dtype=f64)
-    top = 2595.0 * math.log10(1.0 + (sampling_rate / 2) / 700.0)
-    hz = 700.0 * (10.0 ** (torch.linspace(0.0, top, n_mels + 2, dtype=f64) / 2595.0) - 1.0)
-    widths = hz[1:] - hz[:-1]
-    slopes = hz[None, :] - freqs[:, None]  # (n_freqs, n_mels + 2)
-    rising = -slopes[:, :-2] / widths[:-1]
-    falling = slopes[:, 2:] / widths[1:]
-    return torch.clamp(torch.minimum(rising, falling), min=0.0)
 
 
 class GraniteSpeech5Frontend(Frontend):
@@ -167,4 +147,4 @@ class GraniteSpeech5Frontend(Frontend):
         return self.features(waveform).to(torch.float32)
 
 
-__all__ = ["GraniteSpeech5Frontend", "htk_mel_filters"]
+__all__ = ["GraniteSpeech5Frontend"]
