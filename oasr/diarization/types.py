@@ -1,0 +1,122 @@
+"""What every diarizer returns, and the contract a diarization model implements.
+
+A diarizer (``Diarizer``) takes a batch of 16 kHz mono float32 waveforms and returns, for each,
+a ``Diarization``: speaker turns (``SpeakerTurn``: start, end in seconds, speaker label), sorted
+by start. Labels are ``SPEAKER_00``, ``SPEAKER_01``, ... numbered in order of each speaker's first
+turn (pyannote's and WhisperX's convention; an end-to-end model's output slots, ordered by
+arrival as Sortformer and Nemotron's diarizer order them, get the same names). Turns of different
+speakers may overlap; turns of one speaker never do (``Diarization.merged`` joins them).
+
+The surfaces (``oasr diarize``, transcription with speakers, ``diarized_json``) read only this
+module, so any model that implements ``Diarizer`` serves all of them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+
+def speaker_label(index: int) -> str:
+    """The label of the ``index``-th speaker to appear (``SPEAKER_00``, ...)."""
+    if index < 0:
+        raise ValueError(f"speaker index must be >= 0, got {index}")
+    return f"SPEAKER_{index:02d}"
+
+
+@dataclass(frozen=True)
+class SpeakerTurn:
+    """One speaker talking from ``start`` to ``end`` (seconds from the start of the audio)."""
+
+    start: float
+    end: float
+    speaker: str
+
+    def __post_init__(self) -> None:
+        if not (self.end >= self.start >= 0.0):
+            raise ValueError(f"a speaker turn needs 0 <= start <= end, got {self.start}..{self.end}")
+
+    @property
+    def duration(self) -> float:
+        return self.end - self.start
+
+
+@dataclass
+class Diarization:
+    """Who spoke when in one recording.
+
+    Attributes:
+        turns: speaker turns, sorted by (start, end, speaker).
+        duration: the recording's duration in seconds.
+        speakers: every label that has a turn, in order of first appearance.
+    """
+
+    turns: list[SpeakerTurn]
+    duration: float
+    speakers: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.turns = sorted(self.turns, key=lambda t: (t.start, t.end, t.speaker))
+        if not self.speakers:
+            seen: dict[str, None] = {}
+            for turn in self.turns:
+                seen.setdefault(turn.speaker, None)
+            self.speakers = list(seen)
+
+    def merged(self, collar: float = 0.0) -> Diarization:
+        """The same speakers with each speaker's turns that touch, overlap or are at most
+        ``collar`` seconds apart joined into one."""
+        by_speaker: dict[str, list[SpeakerTurn]] = {}
+        for turn in self.turns:
+            by_speaker.setdefault(turn.speaker, []).append(turn)
+        out: list[SpeakerTurn] = []
+        for speaker, turns in by_speaker.items():
+            start, end = turns[0].start, turns[0].end
+            for turn in turns[1:]:
+                if turn.start <= end + collar:
+                    end = max(end, turn.end)
+                else:
+                    out.append(SpeakerTurn(start, end, speaker))
+                    start, end = turn.start, turn.end
+            out.append(SpeakerTurn(start, end, speaker))
+        return Diarization(out, self.duration, list(self.speakers))
+
+    def to_rttm(self, uri: str = "audio") -> str:
+        """NIST RTTM: one ``SPEAKER`` line per turn (channel 1, times to the millisecond).
+        ``uri`` must not contain whitespace (RTTM's fields are space-separated)."""
+        if not uri or any(c.isspace() for c in uri):
+            raise ValueError(f"an RTTM file id must be non-empty without whitespace, got {uri!r}")
+        return "".join(
+            f"SPEAKER {uri} 1 {t.start:.3f} {t.duration:.3f} <NA> <NA> {t.speaker} <NA> <NA>\n" for t in self.turns
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@runtime_checkable
+class Diarizer(Protocol):
+    """A loaded diarization model.
+
+    ``diarize`` runs a batch of recordings (each a 1-D float32 array at ``sampling_rate``) and
+    returns one ``Diarization`` per recording, in order; rows of one call share their forwards
+    where the model allows, and a row's result never depends on the others in the batch.
+    ``num_speakers`` fixes the count (a clustering pipeline's ``num_speakers``; an end-to-end
+    model keeps its ``num_speakers`` most active slots); ``min_speakers`` / ``max_speakers``
+    bound it. A model that cannot honour a constraint raises ``ValueError`` naming it.
+    """
+
+    sampling_rate: int
+    max_speakers: int | None
+
+    def diarize(
+        self,
+        audios: Sequence[np.ndarray],
+        *,
+        num_speakers: int | None = None,
+        min_speakers: int | None = None,
+        max_speakers: int | None = None,
+    ) -> list[Diarization]: ...
