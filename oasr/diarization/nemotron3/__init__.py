@@ -7,9 +7,11 @@ from __future__ import annotations
 
 from oasr.lazy import lazy_exports
 
-__all__ = ["Nemotron3Diarizer", "detect", "load"]
+__all__ = ["DiarizationStream", "Nemotron3Diarizer", "SpeakerEvent", "detect", "load"]
 
 _MODULES = {
+    "DiarizationStream": "oasr.diarization.nemotron3.stream",
+    "SpeakerEvent": "oasr.diarization.nemotron3.stream",
     "Nemotron3Diarizer": "oasr.diarization.nemotron3.diarizer",
     "detect": "oasr.diarization.nemotron3.diarizer",
     "load": "oasr.diarization.nemotron3.diarizer",

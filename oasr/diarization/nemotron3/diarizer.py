@@ -190,6 +190,13 @@ class Nemotron3Diarizer:
             results.append(Diarization(turns_from_runs(runs, self.frame_s, keep), duration))
         return results
 
+    def stream(self, mode: str | None = None):
+        """A live stream (``DiarizationStream``: feed audio, get speaker-turn events) in one of the
+        checkpoint's streaming modes (default: its ``streaming_mode``)."""
+        from oasr.diarization.nemotron3.stream import DiarizationStream
+
+        return DiarizationStream(self, mode)
+
 
 def _checked_audio(audio: np.ndarray, index: int) -> np.ndarray:
     a = np.asarray(audio)

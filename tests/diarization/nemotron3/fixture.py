@@ -71,8 +71,8 @@ def reference(directory: Path):
 
 
 @torch.no_grad()
-def reference_stream(model, processor, audio: np.ndarray, mode: str) -> list[torch.Tensor]:
-    """transformers' streamed logits, one tensor per step, fed as its processor documents: a first
+def reference_stream(model, processor, audio: np.ndarray, mode: str) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """transformers' streamed (features, logits) of each step, fed as its processor documents: a first
     chunk of ``num_samples_first_audio_chunk`` samples, then ``num_samples_per_audio_chunk`` from
     ``audio_chunk_start`` of the frame cursor while the audio holds them, then the rest as the last."""
     processor.set_streaming_mode(mode)
@@ -91,7 +91,7 @@ def reference_stream(model, processor, audio: np.ndarray, mode: str) -> list[tor
             kwargs = {"num_lookahead_frames": 0}
         result = model(input_features=feats, attention_mask=inputs["attention_mask"], speaker_cache=cache, **kwargs)
         cache = result.speaker_cache
-        out.append(result.logits[0])
+        out.append((feats, result.logits[0]))
         if last:
             return out
         cursor += processor.num_mel_frames_per_step
