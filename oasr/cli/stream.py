@@ -27,6 +27,9 @@ Decoding options are ``oasr transcribe``'s (``--decode-type``, ``--beam-size``,
 ``--ctc-weight``, ``--word-timestamps``, ...); those a live stream cannot honour (``--vad``,
 ``--task translate``) are refused. A file that cannot be read, or whose stream fails, is
 reported on stderr and skipped (exit code 1).
+
+A diarization model that streams (Nemotron 3 Diarization) as ``-m`` gives speaker turns instead
+(``oasr.cli.stream_diarize``: turns as they open and close, RTTM or JSON per file).
 """
 
 from __future__ import annotations
@@ -95,6 +98,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         metavar="S",
         help="offline models: trim the audio buffer at a confirmed segment end once it is longer than this "
         "(default: 15, whisper_streaming's)",
+    )
+    s.add_argument(
+        "--streaming-mode",
+        default=None,
+        metavar="NAME",
+        help="diarization models: one of the checkpoint's streaming modes (Nemotron 3 Diarization: low_latency, "
+        "very_low_latency, ultra_low_latency; default: the checkpoint's)",
     )
     add_transcription_options(p)
     p.set_defaults(func=run, parser=p)
@@ -182,11 +192,16 @@ def stream_file(engine, samples, options: dict, piece: int, realtime: bool, on_e
 
 
 def run(args: argparse.Namespace) -> int:
+    from oasr.cli.stream_diarize import is_diarizer, run_diarizer_stream
     from oasr.cli.transcribe import _isatty, stdout_document
     from oasr.engine.outputs import Segment
     from oasr.formatting import SubtitleLayout, format_output
 
+    if is_diarizer(args.model):
+        return run_diarizer_stream(args)
     parser: argparse.ArgumentParser = args.parser
+    if args.streaming_mode is not None:
+        parser.error("--streaming-mode is for diarization models")
     options = decode_kwargs(args)
     plan = plan_files(args, recursive=False)
     files, targets, fmt = plan.files, plan.targets, plan.formats[0]

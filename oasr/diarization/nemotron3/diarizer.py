@@ -26,7 +26,7 @@ from oasr.audio.io import AudioDecodeError
 from oasr.diarization.nemotron3.config import Checkpoint, is_checkpoint, read_checkpoint
 from oasr.diarization.nemotron3.model import Nemotron3DiarizationModel
 from oasr.diarization.types import Diarization, SpeakerTurn, speaker_label
-from oasr.models.base import LoadError, LoadReport
+from oasr.models.base import LoadError, LoadReport, parse_dtype
 from oasr.models.formats.hf import load_hf_weights
 from oasr.models.parakeet.features import ParakeetFrontend
 
@@ -214,17 +214,19 @@ def detect(path: str | Path) -> bool:
 
 
 def load(
-    path: str | Path, *, device: str | torch.device = "cpu", dtype: torch.dtype | None = None
+    path: str | Path, *, device: str | torch.device = "cpu", dtype: torch.dtype | str | None = None
 ) -> Nemotron3Diarizer:
     """Load a ``save_pretrained`` directory (``config.json``, ``model.safetensors`` or any
     weights layout transformers writes, the processor / feature-extractor config).
 
     Args:
-        dtype: compute dtype (default float32; float64 for reference checks).
+        dtype: compute dtype, a torch dtype or its name (None / "auto": float32; float64 for
+            reference checks).
 
     Raises:
         LoadError: not this layout, or weights that do not match the config exactly.
     """
+    dtype = parse_dtype(dtype) if not isinstance(dtype, torch.dtype) else dtype
     checkpoint = read_checkpoint(path)
     model = Nemotron3DiarizationModel(checkpoint.model)
     state = load_hf_weights(Path(path))
