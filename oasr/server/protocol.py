@@ -315,6 +315,7 @@ class WordTiming(BaseModel):
     word: str
     start: float
     end: float
+    speaker: str | None = None  # with a diarizer (oasr serve --diarize-model)
 
 
 class SegmentTiming(BaseModel):
@@ -328,6 +329,7 @@ class SegmentTiming(BaseModel):
     avg_logprob: float
     compression_ratio: float
     no_speech_prob: float
+    speaker: str | None = None  # with a diarizer (oasr serve --diarize-model)
 
 
 class TranscriptionVerboseResponse(BaseModel):
