@@ -198,7 +198,7 @@ def run(args: argparse.Namespace) -> int:
     from oasr.formatting import SubtitleLayout, format_output
 
     if is_diarizer(args.model):
-        return run_diarizer_stream(args)
+        return run_diarizer_stream(args, feed_ms=FEED_MS, display=LiveDisplay(args.quiet), read=_read)
     parser: argparse.ArgumentParser = args.parser
     if args.streaming_mode is not None:
         parser.error("--streaming-mode is for diarization models")

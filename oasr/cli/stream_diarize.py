@@ -32,10 +32,15 @@ def is_diarizer(model: str | None) -> bool:
     return detect_diarizer(model) is not None
 
 
-def run_diarizer_stream(args: argparse.Namespace) -> int:
-    """``oasr stream`` over a diarizer (see the module)."""
+def run_diarizer_stream(args: argparse.Namespace, *, feed_ms: float, display, read) -> int:
+    """``oasr stream`` over a diarizer (see the module).
+
+    Args:
+        feed_ms: the piece fed at a time when ``--chunk-ms`` is not given.
+        display: ``oasr stream``'s live display (``line``, ``partial``, ``clear``, ``quiet``).
+        read: ``read(item, sampling_rate) -> samples`` of an input (a path or ``-``).
+    """
     from oasr.cli.common import CliError, decode_kwargs, plan_files, resolve_device
-    from oasr.cli.stream import FEED_MS, LiveDisplay, _read
     from oasr.diarization.loader import load_diarizer
     from oasr.diarization.types import Diarization
     from oasr.serving.common import describe_error
@@ -60,14 +65,13 @@ def run_diarizer_stream(args: argparse.Namespace) -> int:
     plan.create_output_dir()
 
     ext = FORMATS[args.output_format]
-    piece = max(1, int(round(diarizer.sampling_rate * (args.stream_chunk_ms or FEED_MS) / 1000.0)))
-    display = LiveDisplay(args.quiet)
+    piece = max(1, int(round(diarizer.sampling_rate * (args.stream_chunk_ms or feed_ms) / 1000.0)))
     several = len(plan.files) > 1
     failed = 0
     for index, item in enumerate(plan.files):
         label = "<stdin>" if item == "-" else item
         try:
-            samples = _read(item, diarizer.sampling_rate)
+            samples = read(item, diarizer.sampling_rate)
         except (OSError, ValueError) as e:
             failed += 1
             display.line(f"oasr stream: {label}: {describe_error(e)}")

@@ -31,6 +31,16 @@ The life of a session:
 5. The text message ``"done"`` ends the input: the rest is decoded, the last ``final`` and
    ``done`` are sent and the server closes with 1000.
 
+Speaker turns instead of text: when the server has a diarization model that streams
+(``oasr serve --diarize-model DIR`` with Nemotron 3 Diarization), a session whose first message's
+``model`` names it (``DIR`` as given, or its last path component; or the URL's ``?model=``, which
+also spares the upgrade the transcription model's checks) is a diarization session: the first
+message takes ``sample_rate``, ``sample_format`` and ``streaming_mode`` (one of the checkpoint's;
+other options are ``invalid_options``, 1007), audio goes in as above (resampled to the model's
+rate), and the events are ``turn_opened`` (speaker, time, start) and ``turn_closed`` (speaker,
+start, time: the turn's end) as the turns open and close (``DiarizationStream``), then ``done``
+after ``"done"`` (every open turn closed at the end of the audio).
+
 Close codes (after an ``error`` event naming the problem, except for 1009):
 
 ====  =======================================================================
@@ -73,6 +83,7 @@ import logging
 import math
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -178,6 +189,8 @@ class StreamConfig:
     sample_rate: int
     dtype: np.dtype
     options: dict[str, Any]
+    model: str | None = None
+    asked: frozenset[str] = frozenset()  # the options the message itself set
 
     def samples(self, data: bytes) -> np.ndarray:
         """A binary message's samples as float32.
@@ -198,8 +211,9 @@ class StreamConfig:
         return x.astype(np.float32)
 
 
-def parse_config(text: str | None, settings: ServerSettings) -> StreamConfig:
+def parse_config(text: str | None, settings: ServerSettings, diarizers: tuple[str, ...] = ()) -> StreamConfig:
     """The first message of a session -> ``StreamConfig`` (names and types; the engine checks values).
+    ``diarizers``: the names of the served diarizer, also accepted as ``model``.
 
     Raises:
         Refusal: not a JSON object, or one nested too deep (1003), a ``sample_format`` that is
@@ -236,13 +250,13 @@ def parse_config(text: str | None, settings: ServerSettings) -> StreamConfig:
     model = options.pop("model", None)
     if model is not None and not isinstance(model, str):
         raise Refusal(CLOSE_INVALID_PAYLOAD, "invalid_options", f"model must be a string, got {model!r}")
-    if model is not None and model not in settings.model_names:
+    if model is not None and model not in settings.model_names and model not in diarizers:
         raise Refusal(
             CLOSE_POLICY,
             "model_not_found",
             settings.unknown_model(model),
         )
-    return StreamConfig(rate, SAMPLE_FORMATS[fmt], {**settings.decode_options(), **options})
+    return StreamConfig(rate, SAMPLE_FORMATS[fmt], {**settings.decode_options(), **options}, model, frozenset(options))
 
 
 class OpenSessions:
@@ -273,7 +287,7 @@ class StreamingEndpoint:
 
     async def handle(self, ws: WebSocket) -> None:
         """One WebSocket session, from the upgrade to the close."""
-        refusal = self.refusal()
+        refusal = self.refusal(engine_stream=ws.query_params.get("model") not in self._diarizer_names())
         if refusal is not None:
             self.metrics.stream_sessions.labels(str(refusal.status)).inc()
             await ws.send_denial_response(refusal.response())
@@ -326,9 +340,14 @@ class StreamingEndpoint:
         """Run the session; the code it ended with (``disconnect_label`` when the client's side ended it)."""
         stream = None
         try:
-            config = parse_config(await self._receive_text_or_none(ws), self.settings)
-            stream = await self._open(config)
-            close_code = await self._pump(ws, stream, config)
+            diarizers = self._diarizer_names()
+            config = parse_config(await self._receive_text_or_none(ws), self.settings, diarizers)
+            model = config.model or ws.query_params.get("model")
+            if model is not None and model in diarizers and model not in self.settings.model_names:
+                close_code = await self._diarize(ws, config)
+            else:
+                stream = await self._open(config)
+                close_code = await self._pump(ws, stream, config)
         except Refusal as r:
             if stream is not None:
                 stream.close()
@@ -348,6 +367,62 @@ class StreamingEndpoint:
         with contextlib.suppress(Exception):
             await ws.close(close_code)
         return close_code
+
+    def _diarizer_names(self) -> tuple[str, ...]:
+        """The names of the engine's diarizer when it streams (``--diarize-model`` as given and its
+        last path component), else ()."""
+        service = getattr(self.engine, "diarization", None)
+        path = getattr(getattr(self.engine, "config", None), "diarize_model", None)
+        if path is None or not callable(getattr(getattr(service, "diarizer", None), "stream", None)):
+            return ()
+        return (str(path), Path(str(path)).name)
+
+    async def _diarize(self, ws: WebSocket, config: StreamConfig) -> int:
+        """A diarization session (see the module): audio in, speaker-turn events out."""
+        import soxr
+
+        from oasr.audio.io import AudioDecodeError, check_samples
+
+        diarizer = self.engine.diarization.diarizer
+        unknown = sorted(config.asked - {"sample_rate", "streaming_mode"})
+        if unknown:
+            raise Refusal(CLOSE_INVALID_PAYLOAD, "invalid_options", f"a diarization stream takes no {unknown}")
+        try:
+            stream = diarizer.stream(config.options.get("streaming_mode"))
+        except (TypeError, ValueError) as e:
+            raise Refusal(CLOSE_INVALID_PAYLOAD, "invalid_options", str(e)) from None
+        rate = diarizer.sampling_rate
+        resampler = None if config.sample_rate == rate else soxr.ResampleStream(config.sample_rate, rate, 1, "float32")
+        limit = self.settings.max_audio_s
+        received = 0
+        while True:
+            message = await self._receive(ws)
+            text = message.get("text")
+            if text is not None:
+                if text.strip() != END_OF_INPUT:
+                    raise Refusal(CLOSE_UNSUPPORTED_DATA, "bad_frame", f"a text message must be {END_OF_INPUT!r}")
+                tail = (
+                    np.zeros(0, np.float32)
+                    if resampler is None
+                    else resampler.resample_chunk(np.zeros(0, np.float32), last=True)
+                )
+                events = await asyncio.to_thread(stream.feed, tail)
+                events += await asyncio.to_thread(stream.close)
+                for event in [*(e.to_dict() for e in events), {"type": "done"}]:
+                    await self._send(ws, event)
+                return CLOSE_NORMAL
+            x = config.samples(message.get("bytes") or b"")
+            received += x.size
+            if limit is not None and received > math.ceil(limit * config.sample_rate):
+                raise Refusal(CLOSE_POLICY, "audio_too_long", f"the stream is longer than the {limit:g}-s limit")
+            try:
+                check_samples(x, "the stream")
+            except AudioDecodeError as e:
+                raise Refusal(CLOSE_INVALID_PAYLOAD, "invalid_audio", str(e)) from None
+            if resampler is not None:
+                x = resampler.resample_chunk(x)
+            for event in await asyncio.to_thread(stream.feed, x):
+                await self._send(ws, event.to_dict())
 
     async def _open(self, config: StreamConfig):
         try:
