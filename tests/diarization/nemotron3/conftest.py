@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.diarization.nemotron3.fixture import save_tiny
+from tests.diarization.nemotron3.fixture import reference, save_tiny
 
 
 @pytest.fixture(scope="module")
@@ -19,3 +19,19 @@ def clip():
     from tests.conftest import AUDIO_DIR
 
     return load_audio(AUDIO_DIR / "1272-141231-0002.flac")[: 16000 * 4]
+
+
+@pytest.fixture(scope="module")
+def ref(tiny_dir):
+    """transformers' float64 model and its processor."""
+    return reference(tiny_dir)
+
+
+@pytest.fixture(scope="module")
+def mine(tiny_dir):
+    """oasr's float64 diarizer of the same directory."""
+    import torch
+
+    from oasr.diarization.nemotron3 import load
+
+    return load(tiny_dir, dtype=torch.float64)

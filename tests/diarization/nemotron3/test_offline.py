@@ -14,17 +14,6 @@ from oasr.diarization import Diarization
 from oasr.diarization.nemotron3 import detect, load
 from oasr.diarization.nemotron3.diarizer import activity_runs, turns_from_runs
 from oasr.models.base import LoadError
-from tests.diarization.nemotron3.fixture import reference
-
-
-@pytest.fixture(scope="module")
-def ref(tiny_dir):
-    return reference(tiny_dir)
-
-
-@pytest.fixture(scope="module")
-def mine(tiny_dir):
-    return load(tiny_dir, dtype=torch.float64)
 
 
 @pytest.fixture(scope="module")

@@ -8,18 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from oasr.diarization.nemotron3 import load
-from tests.diarization.nemotron3.fixture import reference, reference_stream
-
-
-@pytest.fixture(scope="module")
-def ref(tiny_dir):
-    return reference(tiny_dir)
-
-
-@pytest.fixture(scope="module")
-def mine(tiny_dir):
-    return load(tiny_dir, dtype=torch.float64)
+from tests.diarization.nemotron3.fixture import reference_stream
 
 
 def _pieces(audio: np.ndarray, seed: int) -> list[np.ndarray]:
