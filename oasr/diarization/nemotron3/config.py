@@ -174,7 +174,8 @@ class Nemotron3DiarizationConfig:
 
 @dataclass(frozen=True)
 class FeatureConfig:
-    """The log-mel front end (``NemotronAsrStreamingFeatureExtractor``'s fields)."""
+    """The log-mel front end (``NemotronAsrStreamingFeatureExtractor``'s fields, which are
+    ``ParakeetFrontend``'s keyword arguments too)."""
 
     feature_size: int = 128
     sampling_rate: int = 16000

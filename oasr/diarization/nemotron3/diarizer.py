@@ -17,6 +17,7 @@ it gets alone: frames past a row's own end are masked and never reach its last f
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -121,16 +122,8 @@ class Nemotron3Diarizer:
         self.frame_s = fe.hop_length / fe.sampling_rate
         param = next(model.parameters())
         self.device, self.dtype = param.device, param.dtype
-        self.frontend = ParakeetFrontend(
-            feature_size=fe.feature_size,
-            sampling_rate=fe.sampling_rate,
-            hop_length=fe.hop_length,
-            n_fft=fe.n_fft,
-            win_length=fe.win_length,
-            preemphasis=fe.preemphasis,
-            normalize=False,
-            dtype=torch.float64 if self.dtype == torch.float64 else torch.float32,
-        )
+        precision = torch.float64 if self.dtype == torch.float64 else torch.float32
+        self.frontend = ParakeetFrontend(**asdict(fe), normalize=False, dtype=precision)
 
     def features(self, audios: Sequence[np.ndarray]) -> tuple[torch.Tensor, torch.Tensor]:
         """Log-mel frames as transformers' extractor pads them: ``N // hop + 1`` frames a clip,
