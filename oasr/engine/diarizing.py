@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from oasr.diarization.assign import SpeakerIndex, assign_segment
 from oasr.diarization.service import DiarizationJob, SpeakerConstraints, check_known_speakers
+from oasr.engine.chunking import DriverWrapper
 from oasr.engine.config import TranscribeOptions
 from oasr.engine.decode.base import Request, StepEvent
 
@@ -83,7 +84,7 @@ def constraints_of(options: TranscribeOptions) -> SpeakerConstraints:
     return SpeakerConstraints(options.num_speakers, options.min_speakers, options.max_speakers)
 
 
-class Diarizing:
+class Diarizing(DriverWrapper):
     """The engines' strategy driver with speakers (see the module's docstring).
 
     Args:
@@ -101,17 +102,6 @@ class Diarizing:
         self.queued: dict[str, DiarizationJob] = {}  # admitted, not yet diarized
         self.turns: dict[str, tuple[Diarization, SpeakerIndex]] = {}  # diarized, not yet finished
         self.diarized = 0
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
-
-    @property
-    def streams_text(self) -> bool:
-        return self.inner.streams_text
-
-    @property
-    def prompt_option(self) -> str | None:
-        return self.inner.prompt_option
 
     def validate(self, options: TranscribeOptions) -> TranscribeOptions:
         return check_speaker_options(self.inner.validate(options), self.service)
