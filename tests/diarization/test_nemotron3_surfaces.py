@@ -88,6 +88,7 @@ def test_server(paraformer_dir, nemotron3_dir, speech, expected):
                     file=f,
                     model="pf",
                     response_format="diarized_json",
-                    extra_body={"known_speaker_names": ["ann"], "known_speaker_references": ["data:audio/wav;base64,"]},
+                    known_speaker_names=["ann"],
+                    known_speaker_references=["data:audio/wav;base64,"],
                 )
         assert "has no speaker embeddings" in e.value.body["message"]

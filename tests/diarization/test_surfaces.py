@@ -153,10 +153,8 @@ def test_server_diarized_json(paraformer_dir, tone_dir, plain, wav, two_speakers
                 file=f,
                 model="pf",
                 response_format="diarized_json",
-                extra_body={
-                    "known_speaker_names": ["bob"],
-                    "known_speaker_references": [_data_url(tone.tones([(0, 3, B_HZ)], 3))],
-                },
+                known_speaker_names=["bob"],  # the official client's own fields
+                known_speaker_references=[_data_url(tone.tones([(0, 3, B_HZ)], 3))],
             )
         assert [s.speaker for s in doc.segments][:2] == ["A", "bob"]
         with open(wav, "rb") as f:  # accepted as OpenAI requires it; Silero hears no speech in tones
