@@ -112,10 +112,14 @@ class Diarizing(DriverWrapper):
         Raises:
             ValueError: bad audio, or a known speaker's reference that is refused.
         """
-        if not wants_speakers(request.options, self.service) or request.features is not None:
+        if not wants_speakers(request.options, self.service):
             return self.inner.prepare(request)
+        if JOB in request.metadata:
+            return request
         from oasr.audio.io import load_audio
 
+        if request.features is not None and callable(getattr(request.source, "seek", None)):
+            request.source.seek(0)  # prepared by the driver inside already: read its file again
         samples = load_audio(request.source, self.sampling_rate, max_duration_s=self.max_audio_s)
         rate = self.service.sampling_rate
         audio = samples
@@ -128,16 +132,16 @@ class Diarizing(DriverWrapper):
                 for name, source in request.options.known_speakers.items()
             }
             check_known_speakers(self.service.diarizer, known)
-        request.source = samples
-        prepared = self.inner.prepare(request)
-        prepared.metadata[JOB] = DiarizationJob(audio, constraints_of(request.options), known)
-        return prepared
+        if request.features is None:  # else prepared by the driver inside already
+            request.source = samples
+            request = self.inner.prepare(request)
+        request.metadata[JOB] = DiarizationJob(audio, constraints_of(request.options), known)
+        return request
 
     def add_request(self, request: Request) -> None:
-        job = request.metadata.get(JOB)
-        if job is None and wants_speakers(request.options, self.service):
-            request = self.prepare(request)  # admitted unprepared: prepare it here, as the splitter does
-            job = request.metadata.get(JOB)
+        if wants_speakers(request.options, self.service):
+            request = self.prepare(request)  # a request not prepared here yet is now (once)
+        job = request.metadata.pop(JOB, None)  # held here until the next step has diarized it
         self.inner.add_request(request)
         if job is not None:
             self.queued[request.request_id] = job
