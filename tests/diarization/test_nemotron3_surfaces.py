@@ -53,7 +53,7 @@ def test_python_and_cli(paraformer_dir, nemotron3_dir, speech, expected, capsys)
     from oasr.diarization.nemotron3 import Nemotron3Diarizer
 
     diarization, want = expected
-    assert isinstance(load_diarizer(nemotron3_dir), Nemotron3Diarizer) and len(diarization.speakers) > 1
+    assert isinstance(oasr.load_diarizer(nemotron3_dir), Nemotron3Diarizer) and len(diarization.speakers) > 1
     out = oasr.ASREngine(str(paraformer_dir), diarize_model=str(nemotron3_dir)).transcribe(
         str(speech[0]), word_timestamps=True
     )
