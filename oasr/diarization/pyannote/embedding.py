@@ -69,9 +69,13 @@ class Bottleneck(nn.Module):
 def stats_pool(features: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
     """pyannote's weighted statistics pooling.
 
+    The weight sums and their 1e-8 guards stay in the weights' dtype (float32 masks, as pyannote passes
+    them) while the products promote to the features' dtype: with one active frame the guard vanishes
+    in float32 and the deviation is exactly 0, where a float64 guard would leave ~6e-5 of the value.
+
     Shapes:
         features (B, D, T), weights (B, K, T) -> (B, K, 2D): per weight row, the weighted mean and the
-        unbiased weighted standard deviation (the 1e-8 guards as pyannote has them).
+        unbiased weighted standard deviation.
     """
     w = weights[:, :, None, :]  # (B, K, 1, T)
     x = features[:, None]  # (B, 1, D, T)
@@ -108,7 +112,7 @@ class WeSpeakerResNet(nn.Module):
         """(B, D, T') frames and (B, K, T) weights -> (B, K, embed_dim)"""
         if weights.shape[-1] != frames.shape[-1]:
             weights = F.interpolate(weights, size=frames.shape[-1], mode="nearest")
-        return self.seg_1(stats_pool(frames, weights.to(frames.dtype)))
+        return self.seg_1(stats_pool(frames, weights))
 
 
 class WeSpeakerEmbedding(nn.Module):

@@ -3,15 +3,19 @@
 The directory is laid out as pyannote's released pipelines are (``pyannote/speaker-diarization-community-1``):
 
     config.yaml                     SpeakerDiarization, $model/<subfolder> references, VBx params
-    config-ahc.yaml                 the same models with AgglomerativeClustering (3.1's clustering)
+                                    (Fb 0.1: the random PLDA needs less regularisation to split speakers)
+    config-ahc.yaml                 the same models with AgglomerativeClustering (3.1's clustering) and
+                                    min_duration_off 0.1 s (gaps closed)
     segmentation/pytorch_model.bin  PyanNet (SincNet, 2 BiLSTMs, 2 linears, powerset head: 3 speakers, 2 at once)
-    embedding/pytorch_model.bin     WeSpeakerResNet34 (16 mel bins instead of 80, to keep it quick)
+    embedding/pytorch_model.bin     WeSpeakerResNet34 (8 mel bins instead of 80, to keep it quick)
+    (segmentation_step 0.5 instead of 0.1: fewer windows, still overlapping)
     plda/xvec_transform.npz, plda/plda.npz    a random (well-conditioned) PLDA for VBx
 
 A random segmentation head marks every frame as one speaker, which would test nothing; so the head
 (the linears and the classifier) is fitted for a few hundred steps on synthetic "speakers" (harmonic buzzes at
 different pitches, turns and overlaps drawn at random) over the frozen random SincNet / LSTM
-features, enough for several speakers per clip. Everything else keeps its random initialisation.
+features, enough for several speakers per clip; the embedding layer is set in closed form to
+separate them (``_fit_embedding``). Everything else keeps its random initialisation.
 """
 
 from __future__ import annotations
@@ -93,6 +97,33 @@ def _fit_head(seg, rng: np.random.Generator, chunks: int = 24, steps: int = 300)
         opt.step()
 
 
+def _fit_embedding(emb, rng: np.random.Generator, clips_per_speaker: int = 2) -> None:
+    """Point the embedding layer at what tells the synthetic speakers apart.
+
+    A random ResNet maps every clip to nearly the same embedding (one cluster, nothing tested); so
+    ``seg_1`` is set in closed form from the pooled statistics of single-speaker clips: it projects
+    onto the speakers' mean deviations from the overall mean (plus a little noise), centred."""
+    waves, labels = [], []
+    for speaker in range(len(PITCHES)):
+        for _ in range(clips_per_speaker):
+            x, _ = synthetic_scene(CHUNK_S, rng, turns=[(speaker, 0.0, CHUNK_S)])
+            waves.append(x)
+            labels.append(speaker)
+    emb.eval()
+    with torch.no_grad():
+        fbank = emb.compute_fbank(torch.from_numpy(np.stack(waves))[:, None])
+        stats = emb.resnet.pool(emb.resnet.forward_frames(fbank)).double()  # (N, 2D)
+        labels = torch.tensor(labels)
+        mean = stats.mean(0)
+        directions = torch.stack([stats[labels == k].mean(0) - mean for k in range(len(PITCHES))])
+        directions = directions / directions.norm(dim=1, keepdim=True)
+        out_dim = emb.resnet.seg_1.out_features
+        weight = torch.randn(out_dim, len(PITCHES), dtype=torch.float64) @ directions
+        weight = weight + 0.01 * torch.randn(out_dim, stats.shape[1], dtype=torch.float64) / stats.shape[1] ** 0.5
+        emb.resnet.seg_1.weight.copy_(weight)
+        emb.resnet.seg_1.bias.copy_(-(weight @ mean))
+
+
 def _save(model, folder) -> None:
     """As pyannote's checkpoints are saved: Lightning's ``state_dict`` / ``hyper_parameters`` plus
     pyannote's own ``on_save_checkpoint`` record (versions, architecture, specifications)."""
@@ -130,15 +161,9 @@ def build_pipeline_dir(root, seed: int = 0) -> None:
     _fit_head(seg, rng)
     _save(seg, root / "segmentation")
 
-    emb = WeSpeakerResNet34(num_mel_bins=16)
+    emb = WeSpeakerResNet34(num_mel_bins=8)
     emb.specifications = Specifications(problem=Problem.REPRESENTATION, resolution=Resolution.CHUNK, duration=5.0)
-    # a random ResNet maps every chunk to nearly the same point; running statistics drawn at random
-    # (as training would leave them) spread the embeddings enough for clustering to split them
-    with torch.no_grad():
-        for module in emb.modules():
-            if isinstance(module, torch.nn.BatchNorm2d):
-                module.running_mean.normal_(0.0, 0.1)
-                module.running_var.uniform_(0.5, 2.0)
+    _fit_embedding(emb, rng)
     _save(emb, root / "embedding")
 
     dim, lda_dim = 256, 128
@@ -156,14 +181,14 @@ def build_pipeline_dir(root, seed: int = 0) -> None:
         psi=np.sort(rng.uniform(0.5, 5.0, lda_dim))[::-1],
     )
 
-    def config(clustering: str, params: dict) -> dict:
+    def config(clustering: str, params: dict, min_duration_off: float = 0.0) -> dict:
         return {
             "dependencies": {"pyannote.audio": "4.0.3"},
             "pipeline": {
                 "name": "pyannote.audio.pipelines.SpeakerDiarization",
                 "params": {
                     "segmentation": "$model/segmentation",
-                    "segmentation_step": 0.25,
+                    "segmentation_step": 0.5,
                     "embedding": "$model/embedding",
                     "embedding_exclude_overlap": True,
                     "plda": "$model/plda",
@@ -172,11 +197,13 @@ def build_pipeline_dir(root, seed: int = 0) -> None:
                     "segmentation_batch_size": 32,
                 },
             },
-            "params": {"clustering": params, "segmentation": {"min_duration_off": 0.0}},
+            "params": {"clustering": params, "segmentation": {"min_duration_off": min_duration_off}},
         }
 
-    vbx = config("VBxClustering", {"threshold": 0.6, "Fa": 0.07, "Fb": 0.8})
-    ahc = config("AgglomerativeClustering", {"method": "centroid", "min_cluster_size": 2, "threshold": 0.7})
+    vbx = config("VBxClustering", {"threshold": 0.6, "Fa": 0.07, "Fb": 0.1})
+    ahc = config(
+        "AgglomerativeClustering", {"method": "centroid", "min_cluster_size": 2, "threshold": 0.7}, min_duration_off=0.1
+    )
     (root / "config.yaml").write_text(yaml.safe_dump(vbx, sort_keys=False))
     (root / "config-ahc.yaml").write_text(yaml.safe_dump(ahc, sort_keys=False))
 
