@@ -37,14 +37,21 @@ def detect(path: str | Path) -> bool:
     return PIPELINE_CLASS in text
 
 
-def load(path: str | Path, *, device: str | torch.device = "cpu", dtype: torch.dtype | None = None) -> PyannoteDiarizer:
+def load(
+    path: str | Path, *, device: str | torch.device = "cpu", dtype: torch.dtype | str | None = None
+) -> PyannoteDiarizer:
     """Load a pipeline folder (or its config file) as pyannote 4 lays it out.
 
     Args:
         path: the folder holding ``config.yaml`` (or the YAML file itself).
         device: where the segmentation and embedding models run.
-        dtype: their compute dtype (float32 by default; float64 for reference comparisons).
+        dtype: their compute dtype, a torch dtype or its name ("float32" by default; "float64" for
+            reference comparisons).
     """
+    if isinstance(dtype, str):
+        if not isinstance(getattr(torch, dtype, None), torch.dtype) or not getattr(torch, dtype).is_floating_point:
+            raise ValueError(f"dtype must name a torch float dtype (float32, float64, ...), got {dtype!r}")
+        dtype = getattr(torch, dtype)
     from oasr.diarization.pyannote.clustering import PLDA
     from oasr.diarization.pyannote.embedding import build_wespeaker
     from oasr.diarization.pyannote.segmentation import build_pyannet
