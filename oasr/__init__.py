@@ -22,7 +22,15 @@ try:  # the installed distribution's version (pyproject's `oasr-engine`; not pub
 except importlib.metadata.PackageNotFoundError:  # a source tree on sys.path, not installed
     __version__ = "0.1.0"
 
-__all__ = ["ASREngine", "EngineConfig", "__version__", "from_pretrained", "list_models", "load_pretrained"]
+__all__ = [
+    "ASREngine",
+    "EngineConfig",
+    "__version__",
+    "from_pretrained",
+    "list_models",
+    "load_diarizer",
+    "load_pretrained",
+]
 
 # Imported on first use: torch, the models and the engine (audio decoding) load only when asked for,
 # so `oasr --help` and `oasr models` start without torch.
@@ -32,6 +40,7 @@ _EXPORTS: dict[str, str] = {
     "load_pretrained": "oasr.models",
     "ASREngine": "oasr.engine",
     "EngineConfig": "oasr.engine",
+    "load_diarizer": "oasr.diarization.loader",
 }
 
 

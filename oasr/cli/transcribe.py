@@ -304,7 +304,17 @@ def _layout(args: argparse.Namespace, parser: argparse.ArgumentParser, options: 
     )
 
 
+def _check_speakers(args: argparse.Namespace) -> None:
+    """Speaker flags without ``--diarize`` are usage errors (exit 2), before any model loads."""
+    counts = [f"--{n.replace('_', '-')}" for n in ("num_speakers", "min_speakers", "max_speakers") if getattr(args, n)]
+    if args.diarize_model is None and counts:
+        args.parser.error(f"{counts[0]} needs --diarize MODEL (the diarization model)")
+    if args.diarize_model is None and args.output_format == "diarized_json":
+        args.parser.error("-f diarized_json needs --diarize MODEL (the diarization model)")
+
+
 def run(args: argparse.Namespace) -> int:
+    _check_speakers(args)
     if args.ray:
         return run_ray_transcribe(args, _layout)
     from oasr.engine.outputs import Segment
@@ -315,13 +325,8 @@ def run(args: argparse.Namespace) -> int:
     layout = _layout(args, parser, options)
     if args.min_duration < 0:
         parser.error(f"argument --min-duration: must be >= 0, got {args.min_duration:g}")
-    counts = [f"--{n.replace('_', '-')}" for n in ("num_speakers", "min_speakers", "max_speakers") if n in options]
-    if counts and args.diarize_model is None:
-        parser.error(f"{counts[0]} needs --diarize MODEL (the diarization model)")
     plan = plan_files(args, args.recursive)
     files, targets, fmt = plan.files, plan.targets, plan.formats[0]
-    if "diarized_json" in plan.formats and args.diarize_model is None:
-        parser.error("-f diarized_json needs --diarize MODEL (the diarization model)")
 
     sources = _sources(files)
     engine = load_engine(args)

@@ -107,6 +107,10 @@ class Diarizer(Protocol):
     ``num_speakers`` fixes the count (a clustering pipeline's ``num_speakers``; an end-to-end
     model keeps its ``num_speakers`` most active slots); ``min_speakers`` / ``max_speakers``
     bound it. A model that cannot honour a constraint raises ``ValueError`` naming it.
+
+    Optional: ``embed(audios) -> np.ndarray`` of shape (N, D), one speaker embedding per clip
+    (pyannote's pipeline, through its embedding model); known speakers need it
+    (``oasr.diarization.service``), and a model without it refuses them.
     """
 
     sampling_rate: int

@@ -41,6 +41,7 @@ import dataclasses
 import tempfile
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
@@ -412,6 +413,26 @@ class VadSplitter:
         events.append(StepEvent(parent.rid, "finished", output=output))
 
 
+class DriverWrapper:
+    """A driver around another (``VadSplitter`` or a wrapper of it: punctuation, diarization):
+    whatever it does not define itself goes to ``inner``."""
+
+    inner: Any
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "inner":  # not set yet (unpickling, a half-built wrapper): no recursion
+            raise AttributeError(name)
+        return getattr(self.inner, name)
+
+    @property
+    def streams_text(self) -> bool:
+        return self.inner.streams_text
+
+    @property
+    def prompt_option(self) -> str | None:
+        return self.inner.prompt_option
+
+
 def _chunk_options(opts: TranscribeOptions, index: int) -> TranscribeOptions:
     """A chunk is decoded on its own: no VAD, no previous text, the prefix only for the first."""
     changes: dict[str, object] = {"vad_filter": False, "vad_parameters": None, "clip_timestamps": "0"}
@@ -497,4 +518,4 @@ def _tags(parent: _Parent) -> tuple[str | None, list[str] | None]:
     return (max(speech, key=lambda e: speech[e]) if speech else None), events
 
 
-__all__ = ["VadChunks", "VadSplitter"]
+__all__ = ["DriverWrapper", "VadChunks", "VadSplitter"]

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from oasr.diarization.assign import SpeakerIndex, assign_segment
 from oasr.diarization.service import DiarizationJob, SpeakerConstraints, check_known_speakers
+from oasr.engine.chunking import DriverWrapper
 from oasr.engine.config import TranscribeOptions
 from oasr.engine.decode.base import Request, StepEvent
 
@@ -83,7 +84,7 @@ def constraints_of(options: TranscribeOptions) -> SpeakerConstraints:
     return SpeakerConstraints(options.num_speakers, options.min_speakers, options.max_speakers)
 
 
-class Diarizing:
+class Diarizing(DriverWrapper):
     """The engines' strategy driver with speakers (see the module's docstring).
 
     Args:
@@ -102,17 +103,6 @@ class Diarizing:
         self.turns: dict[str, tuple[Diarization, SpeakerIndex]] = {}  # diarized, not yet finished
         self.diarized = 0
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
-
-    @property
-    def streams_text(self) -> bool:
-        return self.inner.streams_text
-
-    @property
-    def prompt_option(self) -> str | None:
-        return self.inner.prompt_option
-
     def validate(self, options: TranscribeOptions) -> TranscribeOptions:
         return check_speaker_options(self.inner.validate(options), self.service)
 
@@ -122,10 +112,14 @@ class Diarizing:
         Raises:
             ValueError: bad audio, or a known speaker's reference that is refused.
         """
-        if not wants_speakers(request.options, self.service) or request.features is not None:
+        if not wants_speakers(request.options, self.service):
             return self.inner.prepare(request)
+        if JOB in request.metadata:
+            return request
         from oasr.audio.io import load_audio
 
+        if request.features is not None and callable(getattr(request.source, "seek", None)):
+            request.source.seek(0)  # prepared by the driver inside already: read its file again
         samples = load_audio(request.source, self.sampling_rate, max_duration_s=self.max_audio_s)
         rate = self.service.sampling_rate
         audio = samples
@@ -138,16 +132,16 @@ class Diarizing:
                 for name, source in request.options.known_speakers.items()
             }
             check_known_speakers(self.service.diarizer, known)
-        request.source = samples
-        prepared = self.inner.prepare(request)
-        prepared.metadata[JOB] = DiarizationJob(audio, constraints_of(request.options), known)
-        return prepared
+        if request.features is None:  # else prepared by the driver inside already
+            request.source = samples
+            request = self.inner.prepare(request)
+        request.metadata[JOB] = DiarizationJob(audio, constraints_of(request.options), known)
+        return request
 
     def add_request(self, request: Request) -> None:
-        job = request.metadata.get(JOB)
-        if job is None and wants_speakers(request.options, self.service):
-            request = self.prepare(request)  # admitted unprepared: prepare it here, as the splitter does
-            job = request.metadata.get(JOB)
+        if wants_speakers(request.options, self.service):
+            request = self.prepare(request)  # a request not prepared here yet is now (once)
+        job = request.metadata.pop(JOB, None)  # held here until the next step has diarized it
         self.inner.add_request(request)
         if job is not None:
             self.queued[request.request_id] = job

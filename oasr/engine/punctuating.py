@@ -29,8 +29,9 @@ and capitals; it keeps its leading space). Token ids and times do not change.
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from oasr.engine.chunking import DriverWrapper
 from oasr.engine.decode.base import Request, StepEvent
 from oasr.engine.outputs import RequestOutput, Segment, Word
 
@@ -139,7 +140,7 @@ def punctuate_finals(punctuator: Punctuator, always: bool, events: list) -> set[
     return set()
 
 
-class Punctuating:
+class Punctuating(DriverWrapper):
     """The engines' strategy driver with punctuation: ``VadSplitter``'s calls, its events held
     per request until the request finishes, its transcripts punctuated as they finish.
 
@@ -155,17 +156,6 @@ class Punctuating:
         self.always = always
         self.held: dict[str, list[StepEvent]] = defaultdict(list)
         self.punctuated = 0
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
-
-    @property
-    def streams_text(self) -> bool:
-        return self.inner.streams_text
-
-    @property
-    def prompt_option(self) -> str | None:
-        return self.inner.prompt_option
 
     def add_request(self, request: Request) -> None:
         self.inner.add_request(request)

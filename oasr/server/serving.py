@@ -463,29 +463,36 @@ class _TranscriptStream:
         self.completed = False
         self.closed = False
         self._next: asyncio.Future | None = None  # the pending read of ``events``
+        # Leading / trailing whitespace is held back, so the deltas concatenate to the final (stripped) text.
+        self.raw, self.deltas = "", TranscriptDeltas()
 
     async def _next_event(self) -> StepEvent:
         """The next engine event, or ``ShuttingDown`` when the drain fires first."""
         self._next = asyncio.ensure_future(self.events.__anext__())
         return await self.drain.race(self._next)
 
+    def on_event(self, event: StepEvent) -> list[bytes]:
+        """The SSE messages one engine event makes (``completed`` set by the last)."""
+        piece = event_text(event, self.streams_text)
+        if piece is not None:
+            self.raw += piece
+            delta = self.deltas.extend(self.raw.strip())
+            return [_sse(TranscriptTextDelta(delta=delta).model_dump(exclude_none=True))] if delta else []
+        if event.kind == "finished" and event.output is not None:
+            return [self.done(event.output)]
+        return []
+
+    def done(self, out: RequestOutput) -> bytes:
+        self.completed = True
+        return _sse(TranscriptTextDone(text=json_dict(out)["text"], finish_reason=out.finish_reason).model_dump())
+
     async def body(self) -> AsyncIterator[bytes]:
-        # Leading / trailing whitespace is held back, so the deltas concatenate to the final (stripped) text.
-        raw, deltas = "", TranscriptDeltas()
         event: StepEvent | None = self.first
         try:
             while event is not None:
-                piece = event_text(event, self.streams_text)
-                if piece is not None:
-                    raw += piece
-                    delta = deltas.extend(raw.strip())
-                    if delta:
-                        yield _sse(TranscriptTextDelta(delta=delta).model_dump(exclude_none=True))
-                elif event.kind == "finished" and event.output is not None:
-                    out = event.output
-                    done = TranscriptTextDone(text=json_dict(out)["text"], finish_reason=out.finish_reason)
-                    yield _sse(done.model_dump())
-                    self.completed = True
+                for message in self.on_event(event):
+                    yield message
+                if self.completed:
                     break
                 event = await self._next_event()
         except StopAsyncIteration:
@@ -542,29 +549,14 @@ class _DiarizedStream(_TranscriptStream):
             out.append(_sse(seg.model_dump()))
         return out
 
-    async def body(self) -> AsyncIterator[bytes]:
-        event: StepEvent | None = self.first
-        try:
-            while event is not None:
-                if event.kind == "segment" and event.segment is not None:
-                    self.sent += 1
-                    for chunk in self._segments([event.segment]):
-                        yield chunk
-                elif event.kind == "finished" and event.output is not None:
-                    out = event.output
-                    for chunk in self._segments(out.segments[self.sent :]):  # reported only at the end (llm)
-                        yield chunk
-                    done = TranscriptTextDone(text=json_dict(out)["text"], finish_reason=out.finish_reason)
-                    yield _sse(done.model_dump())
-                    self.completed = True
-                    break
-                event = await self._next_event()
-        except StopAsyncIteration:
-            pass
-        except Exception as e:  # after the headers: report in the stream
-            self.completed = True
-            yield _sse(self.serving.engine_error(e, self.filename).body())
-        yield _sse("[DONE]")
+    def on_event(self, event: StepEvent) -> list[bytes]:
+        if event.kind == "segment" and event.segment is not None:
+            self.sent += 1
+            return self._segments([event.segment])
+        if event.kind == "finished" and event.output is not None:
+            # segments a strategy reports only at the end (llm), then the whole text
+            return [*self._segments(event.output.segments[self.sent :]), self.done(event.output)]
+        return []
 
 
 class _SSEResponse(StreamingResponse):

@@ -1,8 +1,10 @@
 """Fixtures of the speaker-surface tests: the tone diarizer (``tone.py``) registered as a
-diarization package, its model directory, and tone recordings of known speakers."""
+diarization package, its model directory, tone recordings of known speakers, and the tiny
+firing Paraformer of the server tests (an ASR model with timed words, random text)."""
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 import pytest
@@ -33,3 +35,22 @@ def tone_dir(tone_package, tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def two_speakers():
     return tone.tones(SPANS, 5.5)
+
+
+@pytest.fixture(scope="session")
+def paraformer_dir(tmp_path_factory) -> Path:
+    from tests.models.paraformer.conftest import write_firing_paraformer_dir
+
+    return write_firing_paraformer_dir(tmp_path_factory.mktemp("paraformer") / "model", seed=3)
+
+
+def serve_app(*argv: str):
+    """``oasr serve ARGV``'s app in-process, behind starlette's ``TestClient`` (an httpx client)."""
+    from starlette.testclient import TestClient
+
+    from oasr.cli import serve
+    from oasr.server.app import create_app
+
+    parser = argparse.ArgumentParser()
+    serve.register(parser.add_subparsers())
+    return TestClient(create_app(serve.settings_from_args(parser.parse_args(["serve", *argv]))))

@@ -7,7 +7,6 @@ share one ``diarize`` call; options that need a diarizer are refused without one
 
 from __future__ import annotations
 
-import argparse
 import base64
 import json
 from pathlib import Path
@@ -20,15 +19,8 @@ from oasr.diarization.assign import assign_speakers
 from oasr.diarization.loader import load_diarizer
 from oasr.formatting import diarized_json_dict, format_output
 from tests.diarization import tone
-from tests.diarization.conftest import A_HZ, B_HZ
+from tests.diarization.conftest import A_HZ, B_HZ, serve_app
 from tests.server.conftest import wav_bytes
-
-
-@pytest.fixture(scope="module")
-def paraformer_dir(tmp_path_factory) -> Path:
-    from tests.models.paraformer.conftest import write_firing_paraformer_dir
-
-    return write_firing_paraformer_dir(tmp_path_factory.mktemp("paraformer") / "model", seed=3)
 
 
 @pytest.fixture(scope="module")
@@ -139,17 +131,6 @@ def test_cli_diarize_and_transcribe_with_speakers(paraformer_dir, tone_dir, plai
     assert "--num-speakers needs --diarize MODEL" in capsys.readouterr().err
 
 
-def _server(*argv: str):
-    from starlette.testclient import TestClient
-
-    from oasr.cli import serve
-    from oasr.server.app import create_app
-
-    parser = argparse.ArgumentParser()
-    serve.register(parser.add_subparsers())
-    return TestClient(create_app(serve.settings_from_args(parser.parse_args(["serve", *argv]))))
-
-
 def _data_url(audio) -> str:
     return "data:audio/wav;base64," + base64.b64encode(wav_bytes(audio)).decode()
 
@@ -158,7 +139,7 @@ def test_server_diarized_json(paraformer_dir, tone_dir, plain, wav, two_speakers
     openai = pytest.importorskip("openai")
     want, diarization = _expected(plain, tone_dir, two_speakers, word_timestamps=True)
     want.diarization = diarization
-    with _server("-m", str(paraformer_dir), "--served-model-name", "pf", "--diarize-model", str(tone_dir)) as http:
+    with serve_app("-m", str(paraformer_dir), "--served-model-name", "pf", "--diarize-model", str(tone_dir)) as http:
         client = openai.OpenAI(base_url="http://testserver/v1", api_key="x", http_client=http, max_retries=0)
         with open(wav, "rb") as f:
             doc = client.audio.transcriptions.create(file=f, model="pf", response_format="diarized_json")
@@ -172,10 +153,8 @@ def test_server_diarized_json(paraformer_dir, tone_dir, plain, wav, two_speakers
                 file=f,
                 model="pf",
                 response_format="diarized_json",
-                extra_body={
-                    "known_speaker_names": ["bob"],
-                    "known_speaker_references": [_data_url(tone.tones([(0, 3, B_HZ)], 3))],
-                },
+                known_speaker_names=["bob"],  # the official client's own fields
+                known_speaker_references=[_data_url(tone.tones([(0, 3, B_HZ)], 3))],
             )
         assert [s.speaker for s in doc.segments][:2] == ["A", "bob"]
         with open(wav, "rb") as f:  # accepted as OpenAI requires it; Silero hears no speech in tones
@@ -213,7 +192,7 @@ def test_server_diarized_json(paraformer_dir, tone_dir, plain, wav, two_speakers
         assert bad.status_code == 400 and "references must be 2 to 10 s" in bad.json()["error"]["message"]
         ok = http.post("/v1/audio/transcriptions", files={"file": ("a.wav", wav.read_bytes())}, data={"model": "pf"})
         assert ok.status_code == 200  # and the server keeps serving
-    with _server("-m", str(paraformer_dir), "--served-model-name", "pf") as http:
+    with serve_app("-m", str(paraformer_dir), "--served-model-name", "pf") as http:
         r = http.post(
             "/v1/audio/transcriptions",
             files={"file": ("a.wav", wav.read_bytes())},
