@@ -253,11 +253,28 @@ def test_bad_input_and_config(oasr_pipelines, pyannote_dir, tmp_path):
         load(tmp_path)
 
 
-def test_checkpoint_reader_refuses_foreign_code(tmp_path):
-    import pickle
+class _Payload:
+    """What a hostile checkpoint could hold: unpickling it would run ``os.system``."""
+
+    def __init__(self, flag):
+        self.flag = flag
+
+    def __reduce__(self):
+        import os
+
+        return os.system, (f"touch {self.flag}",)
+
+
+def test_checkpoint_reader_runs_no_foreign_code(pyannote_dir, tmp_path):
+    from lightning.fabric.utilities.data import AttributeDict
 
     from oasr.diarization.pyannote.checkpoint import read_model_checkpoint
 
-    torch.save({"state_dict": {}, "pyannote.audio": {"x": pickle.Unpickler}}, tmp_path / "pytorch_model.bin")
-    with pytest.raises(pickle.UnpicklingError, match="should not name"):
-        read_model_checkpoint(tmp_path)
+    checkpoint = torch.load(pyannote_dir / "segmentation" / "pytorch_model.bin", weights_only=False)
+    checkpoint["callbacks"] = {"x": _Payload(tmp_path / "ran")}
+    checkpoint["hyper_parameters"] = AttributeDict(checkpoint["hyper_parameters"])  # as a trainer may save them
+    torch.save(checkpoint, tmp_path / "pytorch_model.bin")
+    ckpt = read_model_checkpoint(tmp_path)
+    assert not (tmp_path / "ran").exists()
+    assert ckpt.class_name == "PyanNet" and len(ckpt.state_dict) == 38
+    assert ckpt.hyper_parameters["lstm"]["hidden_size"] == 16
