@@ -185,11 +185,19 @@ def test_segments_equal_pyannote(config, oasr_runs, reference, clips):
         np.testing.assert_allclose(mine.speaker_embeddings, output.speaker_embeddings[rows], rtol=1e-6, atol=1e-7)
 
 
-@pytest.mark.parametrize("bounds", [{"num_speakers": 3}, {"max_speakers": 1}])
-def test_speaker_count_bounds_equal_pyannote(bounds, oasr_pipelines, reference, clips):
-    """Forcing the count: VBx's k-means fallback (pyannote's scikit-learn call) and the capped count."""
+@pytest.mark.parametrize(
+    "config, bounds",
+    [
+        ("config.yaml", {"num_speakers": 3}),
+        ("config.yaml", {"max_speakers": 1}),
+        ("config-ahc.yaml", {"num_speakers": 2}),
+    ],
+)
+def test_speaker_count_bounds_equal_pyannote(config, bounds, oasr_pipelines, reference, clips):
+    """Forcing the count: VBx's k-means fallback (pyannote's scikit-learn call), the capped count, and
+    the agglomerative dendrogram walk to the cut with the requested number of clusters."""
     pipelines, runs = reference
-    pipeline = pipelines["config.yaml"]
+    pipeline = pipelines[config]
     file = {"waveform": torch.from_numpy(clips["synthetic"])[None], "sample_rate": SR, "uri": "synthetic"}
     stages = runs["config.yaml", "synthetic"][1]
     file["training_cache/segmentation"] = stages["segmentation"]
@@ -197,7 +205,7 @@ def test_speaker_count_bounds_equal_pyannote(bounds, oasr_pipelines, reference, 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         expected = pipeline(file, **bounds)
-    got = oasr_pipelines["config.yaml"].diarize([clips["synthetic"]], **bounds)[0]
+    got = oasr_pipelines[config].diarize([clips["synthetic"]], **bounds)[0]
     exp = _turns(expected.speaker_diarization)
     assert [t.speaker for t in got.turns] == [t[2] for t in exp]
     np.testing.assert_allclose([(t.start, t.end) for t in got.turns], [t[:2] for t in exp], rtol=0, atol=1e-9)
