@@ -38,6 +38,7 @@ import torch
 CONFIG_NAME = "config.yaml"
 CHECKPOINT_NAME = "pytorch_model.bin"
 PIPELINE_CLASS = "pyannote.audio.pipelines.SpeakerDiarization"
+PIPELINE_CLASSES = (PIPELINE_CLASS, "pyannote.audio.pipelines.speaker_diarization.SpeakerDiarization")
 
 # pyannote.audio.core.task's enums, by value (what their pickles carry)
 _PROBLEMS = {
@@ -265,7 +266,7 @@ def read_pipeline_config(path: str | Path) -> PipelineConfig:
     with open(config_path, encoding="utf-8") as f:
         config = yaml.safe_load(f)
     pipeline = (config or {}).get("pipeline") or {}
-    if pipeline.get("name") != PIPELINE_CLASS:
+    if pipeline.get("name") not in PIPELINE_CLASSES:
         raise ValueError(f"{config_path}: pipeline.name is {pipeline.get('name')!r}; oasr reads {PIPELINE_CLASS}")
     p = pipeline.get("params") or {}
     root = config_path.parent
