@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 
 from oasr.diarization.pyannote.checkpoint import (
-    PIPELINE_CLASS,
+    PIPELINE_CLASSES,
     find_config,
     read_model_checkpoint,
     read_pipeline_config,
@@ -34,7 +34,7 @@ def detect(path: str | Path) -> bool:
         text = config.read_text(encoding="utf-8", errors="replace")
     except OSError:
         return False
-    return PIPELINE_CLASS in text
+    return any(name in text for name in PIPELINE_CLASSES)
 
 
 def load(

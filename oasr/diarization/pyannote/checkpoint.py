@@ -16,11 +16,14 @@ Each ``pytorch_model.bin`` is a Lightning checkpoint (``torch.save`` pickle): ``
 ``hyper_parameters`` (the model's constructor arguments; absent in WeSpeaker conversions, which use
 the defaults) and pyannote's own record ``"pyannote.audio"``: ``versions``, ``architecture``
 (``module`` / ``class``) and ``specifications`` (a pickled ``pyannote.audio.core.task.Specifications``
-dataclass with ``Problem`` / ``Resolution`` enums). The pickle is read with an unpickler that
-rebuilds tensors and plain containers and turns pyannote's / Lightning's objects into inert
-records (``_Record``), so no class of theirs is imported or run. A model entry may also be a path
-(absolute or relative to the config's folder) to a folder holding ``pytorch_model.bin`` or to the
-file itself; a hub id (``pyannote/segmentation-3.0``) must be downloaded first.
+dataclass with ``Problem`` / ``Resolution`` enums; a trainer's checkpoint adds Lightning's loops,
+callbacks and optimizer states). The pickle is read with an unpickler that rebuilds tensors, plain
+containers and numpy scalars and turns every other class it names (pyannote's, Lightning's, or
+anything else) into an inert record (``_Record``): no code of theirs is imported or run.
+
+A model entry may also be a path (absolute or relative to the config's folder) to a folder holding
+``pytorch_model.bin`` or to the file itself; a hub id (``pyannote/segmentation-3.0``) must be
+downloaded first.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ import torch
 CONFIG_NAME = "config.yaml"
 CHECKPOINT_NAME = "pytorch_model.bin"
 PIPELINE_CLASS = "pyannote.audio.pipelines.SpeakerDiarization"
+PIPELINE_CLASSES = (PIPELINE_CLASS, "pyannote.audio.pipelines.speaker_diarization.SpeakerDiarization")
 
 # pyannote.audio.core.task's enums, by value (what their pickles carry)
 _PROBLEMS = {
@@ -48,13 +52,29 @@ _RESOLUTIONS = {1: "FRAME", 2: "CHUNK"}
 
 
 class _Record:
-    """An object of a class we do not import (pyannote's, Lightning's): its constructor arguments
-    and pickled state, nothing else."""
+    """An object of a class we do not import (pyannote's, Lightning's, ...): its constructor
+    arguments, pickled state and items (dict / list subclasses), nothing else."""
 
     qualname = "?"
 
-    def __init__(self, *args: Any) -> None:
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         self.args = args
+        self.kwargs = kwargs
+
+    @property
+    def entries(self) -> dict[Any, Any]:
+        """Items set on it (unpickling builds objects without calling ``__init__``)."""
+        return self.__dict__.setdefault("_entries", {})
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        self.entries[key] = value
+
+    def append(self, value: Any) -> None:
+        self.entries[len(self.entries)] = value
+
+    def extend(self, values: Any) -> None:
+        for value in values:
+            self.append(value)
 
     def __setstate__(self, state: Any) -> None:
         if isinstance(state, tuple) and len(state) == 2 and isinstance(state[1], dict):
@@ -73,13 +93,15 @@ _BUILTINS_ALLOWED = {"set", "frozenset", "slice", "complex", "bytearray", "range
 
 
 class _Unpickler(pickle.Unpickler):
-    """Tensors, containers and numpy scalars as usual; pyannote / Lightning objects as ``_Record``s;
-    anything else refused (a checkpoint naming other code is not one this reader knows)."""
+    """Tensors, containers and numpy scalars as usual; any other class or function a checkpoint
+    names becomes a ``_Record`` type, so loading never calls code outside this allowlist."""
 
     def find_class(self, module: str, name: str) -> Any:
         if module == "collections" and name == "OrderedDict":
             return super().find_class(module, name)
         if module == "torch._utils" and name.startswith("_rebuild_"):
+            return super().find_class(module, name)
+        if (module, name) in (("torch._tensor", "_rebuild_from_type_v2"), ("torch.nn.parameter", "Parameter")):
             return super().find_class(module, name)
         if module == "torch" and (name in _TORCH_ALLOWED or name.endswith("Storage")):
             return super().find_class(module, name)
@@ -92,9 +114,7 @@ class _Unpickler(pickle.Unpickler):
             "ndarray",
         ):
             return super().find_class(module, name)
-        if module.startswith(("pyannote.", "lightning", "pytorch_lightning", "omegaconf")):
-            return type(name, (_Record,), {"qualname": f"{module}.{name}"})
-        raise pickle.UnpicklingError(f"a pyannote checkpoint should not name {module}.{name}")
+        return type(name, (_Record,), {"qualname": f"{module}.{name}"})
 
 
 class _PickleModule:
@@ -177,8 +197,8 @@ def read_model_checkpoint(path: str | Path) -> ModelCheckpoint:
     if "module" not in arch or "class" not in arch:
         raise ValueError(f"{path}: the pyannote.audio record names no architecture")
     hparams = raw.get("hyper_parameters") or {}
-    if not isinstance(hparams, dict):
-        hparams = dict(getattr(hparams, "__dict__", {}))
+    if isinstance(hparams, _Record):  # Lightning's AttributeDict, a dict subclass
+        hparams = dict(hparams.entries)
     return ModelCheckpoint(
         path=path,
         architecture=f"{arch['module']}.{arch['class']}",
@@ -246,7 +266,7 @@ def read_pipeline_config(path: str | Path) -> PipelineConfig:
     with open(config_path, encoding="utf-8") as f:
         config = yaml.safe_load(f)
     pipeline = (config or {}).get("pipeline") or {}
-    if pipeline.get("name") != PIPELINE_CLASS:
+    if pipeline.get("name") not in PIPELINE_CLASSES:
         raise ValueError(f"{config_path}: pipeline.name is {pipeline.get('name')!r}; oasr reads {PIPELINE_CLASS}")
     p = pipeline.get("params") or {}
     root = config_path.parent

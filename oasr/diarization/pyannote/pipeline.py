@@ -200,19 +200,24 @@ class PyannoteDiarizer:
     def chunk_step(self) -> float:
         return self.config.segmentation_step * self.window_s
 
-    def _windows(self, x: torch.Tensor) -> torch.Tensor:
-        """(S,) -> (C, window) segmentation windows, the last zero-padded (pyannote's ``Inference.slide``)."""
+    def num_windows(self, n: int) -> int:
+        """Windows over ``n`` samples: whole ones every step, plus a zero-padded last one where samples
+        remain (pyannote's ``Inference.slide``); none for an empty recording."""
         window = round(self.window_s * self.sampling_rate)
         step = round(self.chunk_step * self.sampling_rate)
-        n = x.shape[0]
-        chunks = x.unfold(0, window, step) if n >= window else x.new_zeros(0, window)
-        if 0 < n < window or (n >= window and (n - window) % step > 0):  # an empty recording has no window
-            last = x[chunks.shape[0] * step :]
-            chunks = torch.cat([chunks, torch.nn.functional.pad(last, (0, window - last.shape[0]))[None]])
-        return chunks
+        whole = 1 + (n - window) // step if n >= window else 0
+        return whole + int(0 < n < window or (n >= window and (n - window) % step > 0))
+
+    def window(self, x: torch.Tensor, c: int) -> torch.Tensor:
+        """Segmentation window ``c`` of ``x`` (S,) -> (window,), zero-padded past the end."""
+        window = round(self.window_s * self.sampling_rate)
+        start = c * round(self.chunk_step * self.sampling_rate)
+        piece = x[start : start + window]
+        return torch.nn.functional.pad(piece, (0, window - piece.shape[0]))
 
     def _crop(self, x: torch.Tensor, c: int) -> torch.Tensor:
-        """Window ``c`` as the embedding step reads it (pyannote's ``Audio.crop(mode="pad")``)."""
+        """Window ``c`` as the embedding step reads it (pyannote's ``Audio.crop(mode="pad")``: its own
+        rounding of the window's times, which may differ from ``window`` by a sample)."""
         start_s = 0.0 + c * self.chunk_step
         start = round(start_s * self.sampling_rate)
         end = round((start_s + self.window_s) * self.sampling_rate)
@@ -222,11 +227,19 @@ class PyannoteDiarizer:
 
     # -- neural stages -----------------------------------------------------------------------------
     @torch.inference_mode()
-    def segment(self, windows: torch.Tensor) -> torch.Tensor:
-        """(C, window) -> (C, F, P) powerset log-probabilities, in batches of the config's size."""
+    def segment(self, waves: list[torch.Tensor]) -> list[torch.Tensor]:
+        """Every window of every recording through PyanNet, ``segmentation_batch_size`` windows a
+        forward (windows are cut per batch, never all at once). -> per recording (C, F, P) log-probs"""
+        refs = [(r, c) for r, x in enumerate(waves) for c in range(self.num_windows(x.shape[0]))]
         size = max(1, self.config.segmentation_batch_size)
-        out = [self.segmentation(windows[i : i + size, None]) for i in range(0, windows.shape[0], size)]
-        return torch.cat(out) if out else windows.new_zeros(0, 0, self.powerset.shape[0])
+        per_recording: list[list[torch.Tensor]] = [[] for _ in waves]
+        for i in range(0, len(refs), size):
+            batch = torch.stack([self.window(waves[r], c) for r, c in refs[i : i + size]])
+            for (r, _), scores in zip(refs[i : i + size], self.segmentation(batch[:, None])):
+                per_recording[r].append(scores)
+        frames = self.segmentation.num_frames(round(self.window_s * self.sampling_rate))
+        empty = torch.zeros(0, frames, self.powerset.shape[0], dtype=self.dtype, device=self.device)
+        return [torch.stack(scores) if scores else empty for scores in per_recording]
 
     def to_multilabel(self, scores: torch.Tensor) -> np.ndarray:
         """(C, F, P) log-probabilities -> (C, F, K) float32 0/1 activity of the argmax powerset class."""
@@ -246,15 +259,19 @@ class PyannoteDiarizer:
         return np.where(use_clean, clean, binary)
 
     @torch.inference_mode()
-    def _embed_windows(self, crops: list[torch.Tensor], masks: list[np.ndarray]) -> list[np.ndarray]:
-        """Windows (each (window,)) and their masks ((F, K)) -> per window (K, D) embeddings."""
+    def _embed_windows(self, waves: list[torch.Tensor], masks: dict[int, np.ndarray]) -> dict[int, np.ndarray]:
+        """Every window of the recordings in ``masks`` (recording -> (C, F, K) pooling weights) through
+        the embedding model, ``embedding_batch_size`` windows a forward. -> recording -> (C, K, D)"""
+        refs = [(r, c) for r, m in masks.items() for c in range(m.shape[0])]
         size = max(1, self.config.embedding_batch_size)
-        out = []
-        for i in range(0, len(crops), size):
-            waves = torch.stack(crops[i : i + size])
-            weights = torch.from_numpy(np.stack(masks[i : i + size])).transpose(1, 2).to(self.device)
-            out.extend(self.embedding(waves, weights).double().cpu().numpy())
-        return out
+        rows: dict[int, list[np.ndarray]] = {r: [] for r in masks}
+        for i in range(0, len(refs), size):
+            batch = refs[i : i + size]
+            crops = torch.stack([self._crop(waves[r], c) for r, c in batch])
+            weights = torch.from_numpy(np.stack([masks[r][c] for r, c in batch])).transpose(1, 2).to(self.device)
+            for (r, _), e in zip(batch, self.embedding(crops, weights).double().cpu().numpy()):
+                rows[r].append(e)
+        return {r: np.stack(e) for r, e in rows.items()}
 
     @torch.inference_mode()
     def embed(self, audios: Sequence[np.ndarray]) -> np.ndarray:
@@ -304,12 +321,10 @@ class PyannoteDiarizer:
         waves = self._check(audios)
         if not waves:
             return []
-        windows = [self._windows(x) for x in waves]
-        scores_all = self.segment(torch.cat(windows))
-        offsets = np.cumsum([0] + [w.shape[0] for w in windows])
+        scores_all = self.segment(waves)
         binaries, counts = [], []
         for r in range(len(waves)):
-            binary = self.to_multilabel(scores_all[offsets[r] : offsets[r + 1]])
+            binary = self.to_multilabel(scores_all[r])
             if binary.shape[0] == 0:
                 count = np.zeros(0, dtype=np.uint8)
             else:
@@ -318,26 +333,18 @@ class PyannoteDiarizer:
             counts.append(count)
             binaries.append(binary)
         # embeddings of every window of every recording that has speech, batched together
-        crops, masks, owner = [], [], []
-        for r, (x, binary, count) in enumerate(zip(waves, binaries, counts)):
-            if not count.any():
-                continue
-            for c, mask in enumerate(self._masks(binary)):
-                crops.append(self._crop(x, c))
-                masks.append(mask)
-                owner.append(r)
-        embedded = self._embed_windows(crops, masks) if crops else []
+        masks = {r: self._masks(binary) for r, (binary, count) in enumerate(zip(binaries, counts)) if count.any()}
+        embedded = self._embed_windows(waves, masks)
         out = []
         for r, (x, binary, count) in enumerate(zip(waves, binaries, counts)):
-            scores = scores_all[offsets[r] : offsets[r + 1]].double().cpu().numpy()
+            scores = scores_all[r].double().cpu().numpy()
             duration = x.shape[0] / self.sampling_rate
             if not count.any():
                 nobody = np.zeros((0, self.embedding.resnet.seg_1.out_features))
                 empty = Diarization([], duration)
                 out.append(Analysis(scores, binary, count, None, None, None, empty, Diarization([], duration), nobody))
                 continue
-            embeddings = np.stack([e for e, o in zip(embedded, owner) if o == r])
-            out.append(self._finish(scores, binary, count, embeddings, duration, num, lo, hi))
+            out.append(self._finish(scores, binary, count, embedded[r], duration, num, lo, hi))
         return out
 
     def _finish(self, scores, binary, count, embeddings, duration, num, lo, hi) -> Analysis:

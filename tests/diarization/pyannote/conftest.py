@@ -210,7 +210,10 @@ def build_pipeline_dir(root, seed: int = 0) -> None:
 
 @pytest.fixture(scope="module")
 def pyannote_dir(tmp_path_factory):
-    pytest.importorskip("pyannote.audio", reason="pyannote.audio is not installed (see .ci/run)")
+    pytest.importorskip("pyannote.audio", reason="pyannote.audio is not installed (see .ci/run)", exc_type=ImportError)
+    from pyannote.audio.telemetry import set_telemetry_metrics
+
+    set_telemetry_metrics(False)  # pyannote counts model loads for otel.pyannote.ai by default
     root = tmp_path_factory.mktemp("pyannote-pipeline")
     build_pipeline_dir(root)
     return root

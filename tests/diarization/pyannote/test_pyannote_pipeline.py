@@ -121,7 +121,8 @@ def test_segmentation_equals_pyannote(oasr_pipelines, oasr_runs, reference, clip
     rf = ref_model.receptive_field
     assert (mine.frames.start, mine.frames.duration, mine.frames.step) == (rf.start, rf.duration, rf.step)
     for clip, audio in clips.items():
-        windows = mine._windows(torch.from_numpy(audio))
+        x = torch.from_numpy(audio)
+        windows = torch.stack([mine.window(x, c) for c in range(mine.num_windows(len(x)))])
         with torch.inference_mode():
             expected = ref_model(windows[:, None]).numpy()
         got = oasr_runs["config.yaml"][clip].scores
@@ -184,11 +185,19 @@ def test_segments_equal_pyannote(config, oasr_runs, reference, clips):
         np.testing.assert_allclose(mine.speaker_embeddings, output.speaker_embeddings[rows], rtol=1e-6, atol=1e-7)
 
 
-@pytest.mark.parametrize("bounds", [{"num_speakers": 3}, {"max_speakers": 1}])
-def test_speaker_count_bounds_equal_pyannote(bounds, oasr_pipelines, reference, clips):
-    """Forcing the count: VBx's k-means fallback (pyannote's scikit-learn call) and the capped count."""
+@pytest.mark.parametrize(
+    "config, bounds",
+    [
+        ("config.yaml", {"num_speakers": 3}),
+        ("config.yaml", {"max_speakers": 1}),
+        ("config-ahc.yaml", {"num_speakers": 2}),
+    ],
+)
+def test_speaker_count_bounds_equal_pyannote(config, bounds, oasr_pipelines, reference, clips):
+    """Forcing the count: VBx's k-means fallback (pyannote's scikit-learn call), the capped count, and
+    the agglomerative dendrogram walk to the cut with the requested number of clusters."""
     pipelines, runs = reference
-    pipeline = pipelines["config.yaml"]
+    pipeline = pipelines[config]
     file = {"waveform": torch.from_numpy(clips["synthetic"])[None], "sample_rate": SR, "uri": "synthetic"}
     stages = runs["config.yaml", "synthetic"][1]
     file["training_cache/segmentation"] = stages["segmentation"]
@@ -196,7 +205,7 @@ def test_speaker_count_bounds_equal_pyannote(bounds, oasr_pipelines, reference, 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         expected = pipeline(file, **bounds)
-    got = oasr_pipelines["config.yaml"].diarize([clips["synthetic"]], **bounds)[0]
+    got = oasr_pipelines[config].diarize([clips["synthetic"]], **bounds)[0]
     exp = _turns(expected.speaker_diarization)
     assert [t.speaker for t in got.turns] == [t[2] for t in exp]
     np.testing.assert_allclose([(t.start, t.end) for t in got.turns], [t[:2] for t in exp], rtol=0, atol=1e-9)
@@ -253,11 +262,28 @@ def test_bad_input_and_config(oasr_pipelines, pyannote_dir, tmp_path):
         load(tmp_path)
 
 
-def test_checkpoint_reader_refuses_foreign_code(tmp_path):
-    import pickle
+class _Payload:
+    """What a hostile checkpoint could hold: unpickling it would run ``os.system``."""
+
+    def __init__(self, flag):
+        self.flag = flag
+
+    def __reduce__(self):
+        import os
+
+        return os.system, (f"touch {self.flag}",)
+
+
+def test_checkpoint_reader_runs_no_foreign_code(pyannote_dir, tmp_path):
+    from lightning.fabric.utilities.data import AttributeDict
 
     from oasr.diarization.pyannote.checkpoint import read_model_checkpoint
 
-    torch.save({"state_dict": {}, "pyannote.audio": {"x": pickle.Unpickler}}, tmp_path / "pytorch_model.bin")
-    with pytest.raises(pickle.UnpicklingError, match="should not name"):
-        read_model_checkpoint(tmp_path)
+    checkpoint = torch.load(pyannote_dir / "segmentation" / "pytorch_model.bin", weights_only=False)
+    checkpoint["callbacks"] = {"x": _Payload(tmp_path / "ran")}
+    checkpoint["hyper_parameters"] = AttributeDict(checkpoint["hyper_parameters"])  # as a trainer may save them
+    torch.save(checkpoint, tmp_path / "pytorch_model.bin")
+    ckpt = read_model_checkpoint(tmp_path)
+    assert not (tmp_path / "ran").exists()
+    assert ckpt.class_name == "PyanNet" and len(ckpt.state_dict) == 38
+    assert ckpt.hyper_parameters["lstm"]["hidden_size"] == 16
