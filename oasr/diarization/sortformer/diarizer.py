@@ -8,10 +8,14 @@ and ``sortformer_modules.hidden_to_spks``, which NeMo's forward never uses).
 
 ``diarize`` runs what NeMo's ``diarize()`` runs: for an offline archive, each waveform scaled by
 ``1 / (max + eps)`` (NeMo scales by the whole batch's maximum; oasr by each row's, which is what
-NeMo gives a row alone), the mel front end, the offline forward (a streaming archive is refused
-for now); then the post-processing (``postprocess.py``) per speaker slot. Slots are named ``SPEAKER_00``...
+NeMo gives a row alone), the mel front end, the offline forward; for a streaming archive
+(``streaming_mode: true``), the unscaled waveform and the streaming forward (``streaming.py``);
+then the post-processing (``postprocess.py``) per speaker slot. Slots are named ``SPEAKER_00``...
 in order of their first turn; ``num_speakers`` / ``max_speakers`` keep the slots that speak
 longest.
+
+``stream(mode)`` / ``open_stream(**settings)`` (streaming archives) return a live
+``SortformerStream`` (``stream.py``): audio in, speaker-turn events out.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import torch
 from oasr.diarization.sortformer.config import TARGET, SortformerConfig, StreamingParams, config_from_nemo
 from oasr.diarization.sortformer.model import SortformerModel
 from oasr.diarization.sortformer.postprocess import PostProcessing, speech_segments
+from oasr.diarization.sortformer.streaming import streaming_forward
 from oasr.diarization.types import Diarization, SpeakerTurn, speaker_label
 from oasr.models.base import FULL_PRECISION, LoadError, parse_dtype
 from oasr.models.formats.nemo import (
@@ -38,6 +43,20 @@ from oasr.models.formats.nemo import (
     rename,
 )
 from oasr.models.parakeet.features import ParakeetFrontend
+
+# The live streams' settings by name (``SortformerDiarizer.stream(mode)``): the archive's own, and
+# those of NeMo's voice-agent streaming diarizer (``nemo.agents.voice_agent``'s ``DiarizationConfig``:
+# 0.48 s chunks with 0.56 s of look-ahead, a 188-frame FIFO and speaker cache).
+STREAMING_MODES: dict[str, dict[str, int]] = {
+    "archive": {},
+    "voice_agent": {
+        "chunk_len": 6,
+        "chunk_left_context": 1,
+        "chunk_right_context": 7,
+        "fifo_len": 188,
+        "spkcache_len": 188,
+    },
+}
 
 # Checkpoint tensors the model does not hold: the mel filterbank / window (computed) and the
 # two-layer head NeMo builds but never runs (``hidden_to_spks``).
@@ -77,8 +96,6 @@ def load(
     path = Path(path)
     ckpt = read_nemo(path)
     config, features = config_from_nemo(ckpt.config, str(path))
-    if config.streaming_mode:
-        raise LoadError(f"{path}: a streaming Sortformer (streaming_mode: true) is not implemented by oasr yet")
     if streaming:
         params = config.streaming.replace(**dict(streaming))
         params.check(config.num_speakers)
@@ -172,7 +189,10 @@ class SortformerDiarizer:
             return []
         feats, lens = self.frontend.compute_batch(rows)
         feats, lens = feats.to(self.device), lens.to(self.device)
-        probs, n = self.model(feats, lens)
+        if self.config.streaming_mode:
+            probs, n = streaming_forward(self.model, self.config.streaming, feats, lens)
+        else:
+            probs, n = self.model(feats, lens)
         return [probs[i, : int(n[i])].double().cpu().numpy() for i in range(len(rows))]
 
     def segments(self, probs: np.ndarray) -> list[list[tuple[float, float]]]:
@@ -226,3 +246,33 @@ class SortformerDiarizer:
         names = {s: speaker_label(i) for i, s in enumerate(order)}
         turns = [SpeakerTurn(b, e, names[s]) for s in slots for b, e in segments[s]]
         return Diarization(turns, duration, [names[s] for s in order])
+
+    @property
+    def stream(self):
+        """``stream(mode=None) -> SortformerStream`` for a streaming archive (``mode``: a name of
+        ``STREAMING_MODES``; None: the archive's settings); None for an offline archive, which the
+        live surfaces read as "does not stream"."""
+        return self._stream if self.config.streaming_mode else None
+
+    def _stream(self, mode: str | None = None):
+        if mode is not None and mode not in STREAMING_MODES:
+            raise ValueError(f"unknown streaming mode {mode!r}; a Sortformer has {sorted(STREAMING_MODES)}")
+        return self.open_stream(**STREAMING_MODES.get(mode or "archive", {}))
+
+    def open_stream(self, **streaming: Any):
+        """A live stream (``stream.SortformerStream``) of a streaming archive; ``streaming``
+        changes its settings (``StreamingParams`` names) for this stream only.
+
+        Raises:
+            ValueError: an offline archive, or a bad setting.
+        """
+        from oasr.diarization.sortformer.stream import SortformerStream
+
+        if not self.config.streaming_mode:
+            raise ValueError(
+                f"{self.source or 'this Sortformer'} is an offline archive (streaming_mode is off); "
+                "diarize it offline, or load a streaming Sortformer"
+            )
+        params = self.config.streaming.replace(**streaming) if streaming else self.config.streaming
+        params.check(self.config.num_speakers)
+        return SortformerStream(self, params)

@@ -150,37 +150,72 @@ def speech_segments(probs: np.ndarray, unit: int, params: PostProcessing) -> lis
 
 
 class LiveSegmenter:
-    """``speech_segments`` of every speaker over probabilities that arrive in pieces: ``push``
-    returns each segment once nothing later can change it (the next segment can no longer
-    overlap it after padding nor be within ``min_duration_off`` of it), ``finish`` the rest.
-    The segments of all calls together are those ``speech_segments`` gives the whole sequence.
+    """``speech_segments`` of every speaker over probabilities that arrive in pieces, as events.
+
+    A turn is announced open (``("opened", slot, start, start)``) as soon as it is certain to be one:
+    its speech has lasted ``min_duration_on`` (at once with NeMo's default of 0); it is closed
+    (``("closed", slot, start, end)``) once nothing later can change it: the next segment can no
+    longer overlap it after padding nor come within ``min_duration_off`` of it. The closed turns
+    of all calls together are those ``speech_segments`` gives the whole sequence, and every
+    closed turn was opened first, at its start.
     """
 
     def __init__(self, num_speakers: int, unit: int, params: PostProcessing) -> None:
         self.params = params
         self.binarizers = [_Binarizer(unit, params) for _ in range(num_speakers)]
         self.pending: list[list[tuple[float, float]]] = [[] for _ in range(num_speakers)]
+        self.opened: list[float | None] = [None] * num_speakers
 
-    def push(self, probs: np.ndarray) -> list[tuple[int, float, float]]:
-        """(speaker slot, start, end) of the segments that became final; ``probs`` is (n, S)."""
+    def push(self, probs: np.ndarray) -> list[tuple[str, int, float, float]]:
+        """The events of the next frames (``probs``: (n, S))."""
         probs = np.asarray(probs, dtype=np.float64)
         out = []
         for spk, binarizer in enumerate(self.binarizers):
             self.pending[spk] += binarizer.push(probs[:, spk])
-            out += [(spk, s, e) for s, e in self._final(spk, binarizer.next_start())]
+            out += self._events(spk, binarizer.next_start())
         return out
 
-    def finish(self) -> list[tuple[int, float, float]]:
+    def finish(self) -> list[tuple[str, int, float, float]]:
+        """The events of the end: every turn closed."""
         out = []
         for spk, binarizer in enumerate(self.binarizers):
             self.pending[spk] += binarizer.finish()
-            out += [(spk, s, e) for s, e in self._final(spk, float("inf"))]
+            out += self._events(spk, float("inf"))
         return out
 
-    def _final(self, spk: int, boundary: float) -> list[tuple[float, float]]:
-        merged = _filter(_merge_overlaps(self.pending[spk]), self.params)
-        done = [(s, e) for s, e in merged if boundary > e and boundary - e >= self.params.min_duration_off]
+    def _events(self, spk: int, boundary: float) -> list[tuple[str, int, float, float]]:
+        """The events of one slot; ``boundary``: the earliest padded start the binarizer can
+        still give a segment (infinite at the end)."""
+        p, out = self.params, []
+        pending = self.pending[spk]
+        done = []
+        groups = _merge_overlaps(pending)
+        for s, e in _filter(groups, p):
+            # A segment still to come, or a group too short now that a segment still to come can
+            # join (its end reaches the boundary), must stay clear of this turn for it to be final.
+            nearest = min([boundary, *(gs for gs, ge in groups if gs > e and ge >= boundary)])
+            if not (nearest > e and nearest - e >= p.min_duration_off):
+                break
+            done.append((s, e))
         if done:
             last = done[-1][1]
-            self.pending[spk] = [(s, e) for s, e in self.pending[spk] if s > last]
-        return _rounded(done)
+            self.pending[spk] = pending = [(s, e) for s, e in pending if s > last]
+        for s, e in _rounded(done):
+            if self.opened[spk] is None:
+                out.append(("opened", spk, s, s))
+            out.append(("closed", spk, s, e))
+            self.opened[spk] = None
+        if self.opened[spk] is None and boundary != float("inf"):
+            binarizer = self.binarizers[spk]
+            now = list(pending)
+            if binarizer.speech:  # the segment under way, as short as it can still end (the stream ending now)
+                now.append((boundary, (binarizer.frames * binarizer.unit - 1) * FRAME_S + p.pad_offset))
+            for s, e in _merge_overlaps(now):
+                if e - s >= p.min_duration_on and e > s:
+                    # Sure to be a turn; its start is sure once no earlier short segment can join it.
+                    if all(ge < boundary for gs, ge in _merge_overlaps(pending) if gs < s):
+                        start = round(float(np.float32(s)), 2)
+                        self.opened[spk] = start
+                        out.append(("opened", spk, start, start))
+                    break
+        return out

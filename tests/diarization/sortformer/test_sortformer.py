@@ -13,6 +13,7 @@ segments with NeMo's ``diarize()`` post-processing, and the live stream with bot
 
 from __future__ import annotations
 
+import io
 import tarfile
 import warnings
 
@@ -23,6 +24,7 @@ import torch
 from oasr.diarization import Diarizer
 from oasr.diarization.sortformer import PostProcessing, detect, load
 from oasr.diarization.sortformer.postprocess import speech_segments
+from oasr.models.base import LoadError
 
 CLIPS = ("jfk.wav", "bambatse_15_haggard_0247.wav")
 
@@ -73,7 +75,7 @@ def refs(tmp_path_factory, manifest):
     out = {}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        for name, streaming, normalize in (("offline", False, "per_feature"),):
+        for name, streaming, normalize in (("offline", False, "per_feature"), ("streaming", True, "NA")):
             path, model = nemo_reference.build(root, streaming, audios[0], normalize=normalize)
             lines32 = model.diarize(audios, sample_rate=16000, batch_size=1, num_workers=0, verbose=False)
             model = _exact_filters(model.double().eval().requires_grad_(False))
@@ -104,7 +106,7 @@ def diarizers(refs):
 
 def test_detect_reads_the_archive_and_its_unpacked_directory(refs, tmp_path):
     path = refs["offline"]["path"]
-    assert detect(path)
+    assert detect(path) and detect(refs["streaming"]["path"])
     unpacked = tmp_path / "unpacked"
     with tarfile.open(path) as tar:
         tar.extractall(unpacked, filter="data")
@@ -144,7 +146,7 @@ def test_offline_stages_match_nemo_in_float64(refs, diarizers):
     assert cos > 1 - 1e-12 and err < 1e-12, ("transformer", cos, err)
 
 
-@pytest.mark.parametrize("name", ["offline"])
+@pytest.mark.parametrize("name", ["offline", "streaming"])
 def test_probabilities_match_nemo_forward_and_rows_are_independent(refs, diarizers, name):
     """The offline forward, and the streaming one chunk by chunk with its speaker cache and FIFO,
     equal NeMo's ``forward`` in float64; a padded batch gives each row what it gets alone."""
@@ -156,6 +158,35 @@ def test_probabilities_match_nemo_forward_and_rows_are_independent(refs, diarize
         assert cos > 1 - 1e-12 and err < 1e-6, (name, len(audio), cos, err)
         alone = d.speaker_probabilities([audio])[0]
         assert np.abs(alone - got).max() < 1e-12
+
+
+def test_streaming_archive_compresses_its_speaker_cache(refs, diarizers):
+    """The fixture exercises what it claims: the 6 s clip overflows the FIFO and the cache, and
+    some frames count as silence."""
+    from oasr.diarization.sortformer.streaming import chunk_bounds
+
+    d = diarizers["streaming"]
+    p = d.config.streaming
+    frames = len(refs["streaming"]["audios"][0]) // 160 // 8
+    assert frames > 3 * (p.spkcache_len + p.fifo_len)
+    assert len(list(chunk_bounds(len(refs["streaming"]["audios"][0]) // 160, p, 8))) > 10
+    probs = refs["streaming"]["probs64"][0]
+    assert (probs.sum(axis=1) < p.sil_threshold).any() and (probs > 0.5).any()
+
+
+@pytest.mark.parametrize("name", ["offline", "streaming"])
+def test_segments_match_nemo_diarize(refs, diarizers, name):
+    """NeMo's default post-processing (onset 0.5, offset 0.5, no padding, no minimum durations):
+    the float64 segments equal NeMo's on NeMo's float64 probabilities, and float32 end to end
+    equals NeMo's own ``diarize()``."""
+    case = refs[name]
+    d64 = diarizers[name]
+    for audio, want in zip(case["audios"], case["lines64"]):
+        assert _lines(d64.segments(d64.speaker_probabilities([audio])[0])) == want
+    d32 = load(case["path"])
+    got = [_lines(d32.segments(p)) for p in d32.speaker_probabilities(case["audios"])]
+    assert got == case["lines32"]
+    assert any(case["lines32"])
 
 
 def test_postprocessing_parameters_match_nemo():
@@ -185,6 +216,95 @@ def test_postprocessing_parameters_match_nemo():
             assert got == pytest.approx([x for seg in want for x in seg], abs=1e-6), params
 
 
+def _check_events(events, turns) -> None:
+    """Every closed turn was opened first, at its start, and nothing stays open."""
+    open_at: dict[str, float] = {}
+    closed = []
+    for e in events:
+        if e.type == "turn_opened":
+            assert e.speaker not in open_at and e.time == e.start
+            open_at[e.speaker] = e.start
+        else:
+            assert open_at.pop(e.speaker) == e.start
+            closed.append(e.turn)
+    assert not open_at
+    assert sorted(closed, key=lambda t: (t.start, t.end, t.speaker)) == turns
+
+
+def test_stream_equals_the_streaming_forward_and_nemo(refs, diarizers):
+    """Audio fed in uneven pieces: each chunk's probabilities are NeMo's (the archive does not
+    normalise its features, so the live front end is the offline one), and the turns closed are
+    those ``diarize`` gives, each opened first."""
+    d, case = diarizers["streaming"], refs["streaming"]
+    audio, want = case["audios"][0], case["probs64"][0]
+    stream = d.stream()
+    updates = []
+    for piece in np.array_split(audio, [1000, 1001, 7000, 30000, 30123, 61000]):
+        updates += stream.push(piece)
+    assert len(updates) > 5  # chunks ran while audio was still arriving
+    updates += stream.finish()
+    probs = np.concatenate([u.probs for u in updates])
+    cos, err = _cos_err(probs, want)
+    assert probs.shape == want.shape and cos > 1 - 1e-12 and err < 1e-6, (cos, err)
+    assert [u.start for u in updates] == pytest.approx([i * 6 * 0.08 for i in range(len(updates))])
+    offline = d.diarize([audio])[0]
+    assert stream.diarization().turns == offline.turns and len(offline.turns) > 3
+    _check_events([e for u in updates for e in u.events], stream.diarization().turns)
+    live = [e for u in updates[: len(updates) // 2] for e in u.events]  # events come while the audio does
+    assert {"turn_opened", "turn_closed"} <= {e.type for e in live}
+    with pytest.raises(RuntimeError):
+        stream.push(audio[:100])
+
+
+def test_stream_modes_settings_and_padding(refs, diarizers):
+    """The surfaces' interface (``stream(mode)``, ``feed`` / ``close`` -> events); settings changed
+    per stream (as the model cards set them per latency) run as an archive saved with them; with
+    padding and minimum durations a stream's turns are still ``diarize``'s."""
+    d = diarizers["streaming"]
+    audio = refs["streaming"]["audios"][0]
+    changes = dict(chunk_len=4, chunk_right_context=1, fifo_len=5, spkcache_update_period=3)
+    post = {"pad_onset": 0.1, "pad_offset": 0.2, "min_duration_on": 0.3, "min_duration_off": 0.25}
+    other = load(refs["streaming"]["path"], dtype=torch.float64, streaming=changes, postprocessing=post)
+    stream = d.open_stream(**changes)
+    for piece in np.array_split(audio, 9):
+        stream.push(piece)
+    stream.finish()
+    assert np.abs(stream.speaker_probabilities() - other.speaker_probabilities([audio])[0]).max() < 1e-12
+    padded = other.stream()
+    assert padded.latency_s == pytest.approx(5 * 0.08)
+    events = [e for piece in np.array_split(audio, 5) for e in padded.feed(piece)] + padded.close()
+    turns = other.diarize([audio])[0].turns
+    assert turns and padded.diarization().turns == turns
+    _check_events(events, turns)
+    assert all(set(e.to_dict()) == {"type", "speaker", "time", "start"} for e in events)
+    assert d.stream("voice_agent").params.chunk_right_context == 7
+    with pytest.raises(ValueError, match="unknown streaming mode"):
+        d.stream("fast")
+    with pytest.raises(ValueError, match="spkcache_len"):
+        d.open_stream(spkcache_len=3)
+    with pytest.raises(ValueError, match="unknown streaming"):
+        d.open_stream(chunk_size=3)
+
+
+def test_running_normalisation_is_the_whole_recordings_once_all_frames_are_in(diarizers, refs):
+    from oasr.diarization.sortformer.stream import _RunningNorm
+    from oasr.models.parakeet.features import ParakeetFrontend
+
+    fe = diarizers["offline"].frontend
+    raw = ParakeetFrontend(
+        **{k: getattr(fe, k) for k in ("hop_length", "n_fft", "win_length", "preemphasis")},
+        feature_size=fe.n_features,
+        normalize=False,
+        dtype=torch.float64,
+    )
+    audio = torch.from_numpy(refs["offline"]["audios"][0])
+    frames = raw(audio)
+    norm = _RunningNorm(fe.n_features)
+    for part in torch.split(frames, 37):
+        norm.update(part)
+    assert (norm(frames) - fe(audio)).abs().max() < 1e-9
+
+
 def test_the_diarizer_contract(refs, diarizers):
     d = diarizers["offline"]
     assert isinstance(d, Diarizer) and d.sampling_rate == 16000 and d.max_speakers == 4
@@ -208,4 +328,34 @@ def test_the_diarizer_contract(refs, diarizers):
         d.diarize([np.full(1600, np.nan, np.float32)])
     with pytest.raises(ValueError, match="empty"):
         d.diarize([np.zeros(0, np.float32)])
+    assert d.stream is None  # an offline archive does not stream
+    with pytest.raises(ValueError, match="offline archive"):
+        d.open_stream()
     assert d.diarize([]) == []
+
+
+def test_unimplemented_configs_are_refused(refs, tmp_path):
+    """A config value oasr does not implement is named, not run differently."""
+    import yaml
+
+    with tarfile.open(refs["streaming"]["path"]) as tar:
+        cfg = yaml.safe_load(tar.extractfile("./model_config.yaml").read())
+        weights = tar.extractfile("./model_weights.ckpt").read()
+    for key, value, message in (
+        ("async_streaming", True, "async_streaming"),
+        ("transformer_encoder", {**cfg["transformer_encoder"], "mask_future": True}, "mask_future"),
+    ):
+        bad = tmp_path / key
+        bad.mkdir()
+        (bad / "model_config.yaml").write_text(yaml.safe_dump({**cfg, key: value}))
+        (bad / "model_weights.ckpt").write_bytes(weights)
+        with pytest.raises(LoadError, match=message):
+            load(bad)
+    state = torch.load(io.BytesIO(weights))
+    del state["sortformer_modules.first_hidden_to_hidden.bias"]
+    short = tmp_path / "short"
+    short.mkdir()
+    (short / "model_config.yaml").write_text(yaml.safe_dump(cfg))
+    torch.save(state, short / "model_weights.ckpt")
+    with pytest.raises(LoadError, match="first_hidden_to_hidden"):
+        load(short)
