@@ -33,7 +33,7 @@ from oasr.diarization.sortformer.model import SortformerModel
 from oasr.diarization.sortformer.postprocess import PostProcessing, speech_segments
 from oasr.diarization.sortformer.streaming import streaming_forward
 from oasr.diarization.types import Diarization, SpeakerTurn, speaker_label
-from oasr.models.base import FULL_PRECISION, LoadError, parse_dtype
+from oasr.models.base import FULL_PRECISION, FeatureSpec, LoadError, parse_dtype
 from oasr.models.formats.nemo import (
     NEMO_COMPUTED_PREFIXES,
     NEMO_ENCODER_RENAMES,
@@ -117,7 +117,6 @@ def load(
             raise LoadError(f"{path}: {name} is {tuple(tensor.shape)} in the checkpoint, {tuple(own[name].shape)} here")
     model.load_state_dict({k: v for k, v in state.items() if k in own})
     model = model.to(device=device, dtype=dtype).eval().requires_grad_(False)
-    frontend = ParakeetFrontend.from_spec(features, dtype=dtype)
     if postprocessing is None:
         post = PostProcessing()
     elif isinstance(postprocessing, PostProcessing):
@@ -126,7 +125,7 @@ def load(
         post = PostProcessing.from_mapping(postprocessing)
     else:
         post = PostProcessing.from_yaml(postprocessing)
-    return SortformerDiarizer(model, frontend, post, source=str(path))
+    return SortformerDiarizer(model, features, post, dtype=dtype, source=str(path))
 
 
 class SortformerDiarizer:
@@ -139,16 +138,22 @@ class SortformerDiarizer:
     """
 
     def __init__(
-        self, model: SortformerModel, frontend: ParakeetFrontend, postprocessing: PostProcessing, source: str = ""
+        self,
+        model: SortformerModel,
+        features: FeatureSpec,
+        postprocessing: PostProcessing,
+        dtype: torch.dtype = torch.float32,
+        source: str = "",
     ) -> None:
         self.model = model
-        self.frontend = frontend
+        self.feature_spec = features
+        self.frontend = ParakeetFrontend.from_spec(features, dtype=dtype)
         self.postprocessing = postprocessing
         self.source = source
         self.config = model.config
-        self.sampling_rate = frontend.sampling_rate
+        self.sampling_rate = self.frontend.sampling_rate
         self.max_speakers: int | None = model.config.num_speakers
-        self.frame_s = frontend.frame_shift_s * model.subsampling_factor
+        self.frame_s = self.frontend.frame_shift_s * model.subsampling_factor
 
     @property
     def streaming(self) -> StreamingParams | None:

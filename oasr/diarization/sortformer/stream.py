@@ -29,7 +29,7 @@ first turn, as ``diarize`` does.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import torch
@@ -102,16 +102,8 @@ class SortformerStream:
         self.factor = self.model.subsampling_factor
         self.frame_s = diarizer.frame_s
         fe = diarizer.frontend
-        self.raw = ParakeetFrontend(
-            feature_size=fe.n_features,
-            sampling_rate=fe.sampling_rate,
-            hop_length=fe.hop_length,
-            n_fft=fe.n_fft,
-            win_length=fe.win_length,
-            preemphasis=fe.preemphasis,
-            normalize=False,
-            dtype=fe.dtype,
-        )
+        spec = diarizer.feature_spec  # the same mel frames, unnormalised: each as soon as its samples are in
+        self.raw = ParakeetFrontend.from_spec(replace(spec, params={**spec.params, "normalize": False}), fe.dtype)
         self.norm = _RunningNorm(fe.n_features) if fe.normalize else None
         self.features = FeatureStream(self.raw)
         self.frames = torch.zeros(0, fe.n_features, dtype=fe.dtype)  # raw mel frames not yet dropped
