@@ -120,6 +120,9 @@ class SortformerConfig:
         transformer: the transformer encoder (its width is ``tf_d_model``).
         num_speakers: output slots (``max_num_of_spks``), ordered by arrival.
         streaming_mode: the archive runs streaming (NeMo's ``forward`` then goes chunk by chunk).
+        async_streaming: NeMo's asynchronous streaming update (for rows of unequal lengths): the
+            speaker cache keeps each frame's probabilities from the step that moved it there,
+            where the synchronous update re-scores the uncompressed cache at its first compression.
         streaming: the chunk, FIFO and speaker-cache settings.
         eps: the offline peak normalisation's guard (``audio / (max + eps)``).
     """
@@ -128,6 +131,7 @@ class SortformerConfig:
     transformer: TransformerConfig
     num_speakers: int = 4
     streaming_mode: bool = False
+    async_streaming: bool = False
     streaming: StreamingParams = field(default_factory=StreamingParams)
     eps: float = 1e-3
 
@@ -183,11 +187,6 @@ def config_from_nemo(cfg: Mapping[str, Any], where: str) -> tuple[SortformerConf
     target = cfg.get("target")
     if target is not None and str(target).rsplit(".", 1)[-1] != TARGET:
         raise LoadError(f"{where}: target={target!r} is not NeMo's {TARGET}")
-    if cfg.get("async_streaming", False):
-        raise LoadError(
-            f"{where}: async_streaming=True is not implemented by oasr (NeMo's synchronous streaming update is; "
-            "it is what NeMo's forward runs for a streaming archive unless async_streaming is set)"
-        )
     features = mel_from_nemo(_section(cfg, "preprocessor", where), "preprocessor")
     enc_section = _section(cfg, "encoder", where)
     fields = encoder_fields_from_nemo(enc_section, int(features.params["feature_size"]), "encoder")
@@ -215,6 +214,7 @@ def config_from_nemo(cfg: Mapping[str, Any], where: str) -> tuple[SortformerConf
             transformer=transformer,
             num_speakers=num_speakers,
             streaming_mode=bool(cfg.get("streaming_mode", False)),
+            async_streaming=bool(cfg.get("async_streaming", False)),
             streaming=streaming,
             eps=float(cfg.get("eps", 1e-3)),
         )

@@ -109,8 +109,9 @@ class SortformerStream:
         self.frames = torch.zeros(0, fe.n_features, dtype=fe.dtype)  # raw mel frames not yet dropped
         self.frames_start = 0  # feature-frame index of self.frames[0]
         self.next_start = 0  # feature frame where the next chunk starts
+        config = self.model.config
         self.state = StreamState.initial(
-            1, self.model.config.encoder.hidden_size, self.model.config.num_speakers, diarizer.device, fe.dtype
+            1, config.encoder.hidden_size, config.num_speakers, diarizer.device, fe.dtype, config.async_streaming
         )
         self.segmenter = LiveSegmenter(self.model.config.num_speakers, self.factor, diarizer.postprocessing)
         self.names: dict[int, str] = {}

@@ -1,6 +1,8 @@
 """Sortformer's streaming forward: chunk by chunk with a FIFO of the latest frames and a speaker
 cache compressed to the frames that best represent each speaker (NeMo's ``forward_streaming``
-with the synchronous ``SortformerModules.streaming_update``).
+with ``SortformerModules.streaming_update``, or ``streaming_update_async`` where the archive sets
+``async_streaming``: the two differ only in which step's probabilities the uncompressed cache
+frames carry into their first compression, ``StreamState.spkcache_preds``).
 
 Each step takes the features of one chunk of ``chunk_len`` encoder frames with up to
 ``chunk_left_context`` frames before and ``chunk_right_context`` after (in feature frames: 8x
@@ -21,8 +23,8 @@ mean silence embedding.
 The state is explicit (``StreamState``): ``step(model, params, state, chunk_feats, lc, rc)``
 returns the chunk's probabilities and changes nothing else. The rows of a batch share one step
 when their chunks have the same sizes (all rows but those on their last, shorter chunk); every
-operation is per row, so a row gets what it gets alone (NeMo's synchronous update gives that only
-for equal lengths; oasr runs a row of NeMo as a batch of one).
+operation is per row, so a row gets what it gets alone (what NeMo gives a row run as a batch of
+one; its synchronous update mixes rows of unequal lengths).
 """
 
 from __future__ import annotations
@@ -45,8 +47,9 @@ class StreamState:
 
     Attributes:
         spkcache: (B, n_cache, D) pre-encoded frames of the speaker cache.
-        spkcache_preds: (B, n_cache, S) their probabilities, or None before the first compression
-            (the cache then holds plain frames, re-scored at every step).
+        spkcache_preds: (B, n_cache, S) their probabilities; None before the first compression
+            in the synchronous update (the plain frames of the cache are then scored by the step
+            that first compresses it), each frame's from the step that moved it in the asynchronous one.
         fifo: (B, n_fifo, D) the latest pre-encoded frames.
         fifo_preds: (B, n_fifo, S).
         mean_sil_emb: (B, D) mean embedding of the frames predicted silent.
@@ -61,11 +64,14 @@ class StreamState:
     n_sil_frames: torch.Tensor
 
     @classmethod
-    def initial(cls, batch: int, dim: int, speakers: int, device: torch.device, dtype: torch.dtype) -> StreamState:
+    def initial(
+        cls, batch: int, dim: int, speakers: int, device: torch.device, dtype: torch.dtype, async_update: bool = False
+    ) -> StreamState:
+        """The state before the first chunk (``async_update``: NeMo's ``async_streaming``)."""
         empty = torch.zeros(batch, 0, dim, device=device, dtype=dtype)
         return cls(
             spkcache=empty,
-            spkcache_preds=None,
+            spkcache_preds=torch.zeros(batch, 0, speakers, device=device, dtype=dtype) if async_update else None,
             fifo=empty,
             fifo_preds=torch.zeros(batch, 0, speakers, device=device, dtype=dtype),
             mean_sil_emb=torch.zeros(batch, dim, device=device, dtype=dtype),
@@ -245,7 +251,8 @@ def streaming_forward(
     factor = model.subsampling_factor
     b, n_spk = feats.shape[0], model.config.num_speakers
     dim = model.config.encoder.hidden_size
-    states = [StreamState.initial(1, dim, n_spk, feats.device, feats.dtype) for _ in range(b)]
+    async_update = model.config.async_streaming
+    states = [StreamState.initial(1, dim, n_spk, feats.device, feats.dtype, async_update) for _ in range(b)]
     outputs: list[list[torch.Tensor]] = [[] for _ in range(b)]
     bounds = [list(chunk_bounds(int(n), params, factor)) for n in feat_lens]
     for k in range(max((len(c) for c in bounds), default=0)):

@@ -38,7 +38,7 @@ STREAMING = {
 }
 
 
-def model_config(streaming: bool, normalize: str = "per_feature") -> dict[str, Any]:
+def model_config(streaming: bool, normalize: str = "per_feature", async_streaming: bool = False) -> dict[str, Any]:
     """The ``model`` section of a release-shaped Sortformer config, shrunk."""
     pre = preprocessor_config(FEATURES)
     pre["normalize"] = normalize
@@ -95,6 +95,8 @@ def model_config(streaming: bool, normalize: str = "per_feature") -> dict[str, A
     }
     if streaming:
         cfg["streaming_mode"] = True
+    if async_streaming:
+        cfg["async_streaming"] = True
     return cfg
 
 
@@ -121,7 +123,14 @@ def calibrate(model, audio: np.ndarray) -> None:
         head.bias.copy_(torch.tensor(SLOT_MEANS) - logits.mean(dim=0) * scale)
 
 
-def build(directory: Path, streaming: bool, calibration: np.ndarray, seed: int = 0, normalize: str = "per_feature"):
+def build(
+    directory: Path,
+    streaming: bool,
+    calibration: np.ndarray,
+    seed: int = 0,
+    normalize: str = "per_feature",
+    async_streaming: bool = False,
+):
     """Build a tiny random ``SortformerEncLabelModel`` (its head calibrated on ``calibration``, see
     ``calibrate``), save it to ``directory`` and return (path of the .nemo archive, the NeMo model
     in eval mode)."""
@@ -130,12 +139,12 @@ def build(directory: Path, streaming: bool, calibration: np.ndarray, seed: int =
 
     directory.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(seed)
-    model = SortformerEncLabelModel(cfg=OmegaConf.create(model_config(streaming, normalize)))
+    model = SortformerEncLabelModel(cfg=OmegaConf.create(model_config(streaming, normalize, async_streaming)))
     with torch.no_grad():
         randomize(model, torch.Generator().manual_seed(seed))
     model.eval()
     calibrate(model, calibration)
-    name = "streaming" if streaming else "offline"
+    name = ("async_" if async_streaming else "") + ("streaming" if streaming else "offline")
     path = directory / f"sortformer_{name}_{normalize}.nemo"
     model.save_to(str(path))
     model.eval()
