@@ -62,14 +62,6 @@ class StreamUpdate:
     def end(self) -> float:
         return self.start + self.probs.shape[0] * self.frame_s
 
-    def to_dict(self) -> dict:
-        return {
-            "start": self.start,
-            "end": self.end,
-            "probs": self.probs.tolist(),
-            "events": [e.to_dict() for e in self.events],
-        }
-
 
 class _RunningNorm:
     """NeMo's per-feature normalisation with the statistics of every frame so far."""

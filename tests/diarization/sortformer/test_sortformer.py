@@ -310,22 +310,32 @@ def test_stream_modes_settings_and_padding(refs, diarizers):
 
 
 def test_running_normalisation_is_the_whole_recordings_once_all_frames_are_in(diarizers, refs):
-    from oasr.diarization.sortformer.stream import _RunningNorm
-    from oasr.models.parakeet.features import ParakeetFrontend
+    """A live stream of a ``per_feature`` archive normalises with the frames so far: a recording of
+    one chunk, whose only step sees every frame, gets exactly what ``diarize`` gives it."""
+    from dataclasses import replace
 
-    fe = diarizers["offline"].frontend
-    raw = ParakeetFrontend(
-        **{k: getattr(fe, k) for k in ("hop_length", "n_fft", "win_length", "preemphasis")},
-        feature_size=fe.n_features,
-        normalize=False,
-        dtype=torch.float64,
+    from oasr.diarization.sortformer import SortformerDiarizer
+    from oasr.diarization.sortformer.stream import _RunningNorm
+
+    d = diarizers["streaming"]
+    spec = d.feature_spec
+    normalising = SortformerDiarizer(
+        d.model, replace(spec, params={**spec.params, "normalize": True}), d.postprocessing, dtype=torch.float64
     )
-    audio = torch.from_numpy(refs["offline"]["audios"][0])
-    frames = raw(audio)
-    norm = _RunningNorm(fe.n_features)
+    audio = refs["streaming"]["audios"][0]
+    short = audio[16000 : 16000 + 6400]  # 40 mel frames: 5 encoder frames, one chunk
+    stream = normalising.stream()
+    stream.push(short[:3000])
+    stream.push(short[3000:])
+    stream.finish()
+    assert np.abs(stream.speaker_probabilities() - normalising.speaker_probabilities([short])[0]).max() < 1e-12
+
+    raw = d.frontend  # the archive's front end does not normalise
+    frames = raw(torch.from_numpy(audio))
+    norm = _RunningNorm(raw.n_features)
     for part in torch.split(frames, 37):
         norm.update(part)
-    assert (norm(frames) - fe(audio)).abs().max() < 1e-9
+    assert (norm(frames) - normalising.frontend(torch.from_numpy(audio))).abs().max() < 1e-9
 
 
 def test_the_diarizer_contract(refs, diarizers):
