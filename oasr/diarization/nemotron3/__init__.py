@@ -11,7 +11,7 @@ __all__ = ["DiarizationStream", "Nemotron3Diarizer", "SpeakerEvent", "detect", "
 
 _MODULES = {
     "DiarizationStream": "oasr.diarization.nemotron3.stream",
-    "SpeakerEvent": "oasr.diarization.nemotron3.stream",
+    "SpeakerEvent": "oasr.diarization.types",
     "Nemotron3Diarizer": "oasr.diarization.nemotron3.diarizer",
     "detect": "oasr.diarization.nemotron3.diarizer",
     "load": "oasr.diarization.nemotron3.diarizer",

@@ -30,35 +30,7 @@ import torch
 
 from oasr.audio.streaming import FeatureStream
 from oasr.diarization.nemotron3.model import CacheState
-from oasr.diarization.types import SpeakerTurn, speaker_label
-
-TURN_OPENED = "turn_opened"
-TURN_CLOSED = "turn_closed"
-
-
-@dataclass(frozen=True)
-class SpeakerEvent:
-    """A speaker starting or stopping.
-
-    Attributes:
-        type: ``"turn_opened"`` or ``"turn_closed"``.
-        speaker: the speaker's label (``SPEAKER_00``, ... in order of first turn).
-        time: when, in seconds from the start of the stream (the turn's start or end).
-        start: the turn's start (equal to ``time`` for ``turn_opened``).
-    """
-
-    type: str
-    speaker: str
-    time: float
-    start: float
-
-    @property
-    def turn(self) -> SpeakerTurn | None:
-        """The finished turn of a ``turn_closed`` event (None for ``turn_opened``)."""
-        return SpeakerTurn(self.start, self.time, self.speaker) if self.type == TURN_CLOSED else None
-
-    def to_dict(self) -> dict:
-        return {"type": self.type, "speaker": self.speaker, "time": self.time, "start": self.start}
+from oasr.diarization.types import TURN_CLOSED, TURN_OPENED, SpeakerEvent, speaker_label
 
 
 @dataclass(frozen=True)
