@@ -27,7 +27,7 @@ import torch
 
 from oasr.alignment.spans import AlignedWord, word_spans
 from oasr.alignment.text import PreparedText, prepare_text
-from oasr.alignment.viterbi import forced_align
+from oasr.alignment.viterbi import AlignmentError, check_inputs, forced_align
 from oasr.audio.frontends import build_frontend, pad_features
 
 WINDOW_S = 30.0
@@ -181,31 +181,56 @@ class CtcAligner:
         words = self.align_pieces([Piece(np.asarray(a, dtype=np.float32), t) for a, t in zip(audios, texts)])
         return words[0] if single else words
 
-    def align_pieces(self, pieces: Sequence[Piece]) -> list[list[AlignedWord]]:
-        """Each piece's words with their times (``offset`` added), in one batched pass."""
+    def align_pieces(self, pieces: Sequence[Piece], *, return_exceptions: bool = False) -> list:
+        """Each piece's words with their times (``offset`` added), in one batched pass.
+
+        Args:
+            return_exceptions: give a piece that cannot be aligned (an ``AlignmentError``: its text
+                needs more frames than its audio has) its exception in place of its words, and
+                align the others; otherwise raise it.
+
+        Returns:
+            an ``AlignedWord`` list per piece (or its exception); a text with no word to align
+            (empty, punctuation alone) gives its words at ``offset`` with score 0.
+        """
         prepared = [self.prepare(p.text) for p in pieces]
+        results: list = [
+            [AlignedWord(p.offset, p.offset, w, 0.0, 0.0) for w in pt.words] for p, pt in zip(pieces, prepared)
+        ]
         todo = [k for k, pt in enumerate(prepared) if pt.units and len(pieces[k].audio)]
-        results = [[AlignedWord(p.offset, p.offset, w, 0.0, 0.0) for w in pt.words] for p, pt in zip(pieces, prepared)]
-        post = self.posteriors([pieces[k].audio for k in todo])
-        rows = sorted(range(len(todo)), key=lambda j: post[j][0].shape[0])  # similar lengths share a batch
+        post = dict(zip(todo, self.posteriors([pieces[k].audio for k in todo])))
+        for k in todo:
+            frames = post[k][0].shape[0]
+            labels = torch.tensor([prepared[k].labels])
+            try:
+                check_inputs(
+                    torch.empty(1, frames, self.n_classes + 1),
+                    labels,
+                    torch.tensor([frames]),
+                    torch.tensor([labels.shape[1]]),
+                    self.blank_id,
+                )
+            except AlignmentError as e:
+                if not return_exceptions:
+                    raise AlignmentError(f"{pieces[k].text[:40]!r}: {str(e).split(': ', 1)[1]}") from None
+                results[k] = e
+        rows = sorted((k for k in todo if not isinstance(results[k], Exception)), key=lambda k: post[k][0].shape[0])
         start = 0
-        while start < len(rows):
+        while start < len(rows):  # similar lengths share a batch, of at most MAX_BATCH_CELLS cells
             stop, cells = start, 0
             while stop < len(rows):
-                j = rows[stop]
-                t, s = post[j][0].shape[0], 2 * len(prepared[todo[j]].labels) + 1
+                k = rows[stop]
+                t, s = post[k][0].shape[0], 2 * len(prepared[k].labels) + 1
                 if stop > start and (stop - start + 1) * max(cells, t * s) > MAX_BATCH_CELLS:
                     break
                 cells, stop = max(cells, t * s), stop + 1
             batch = rows[start:stop]
             start = stop
-            words = self._viterbi([post[j] for j in batch], [prepared[todo[j]] for j in batch])
-            for j, w in zip(batch, words):
-                offset = pieces[todo[j]].offset
-                for word in w:
-                    word.start += offset
-                    word.end += offset
-                results[todo[j]] = w
+            for k, words in zip(batch, self._viterbi([post[k] for k in batch], [prepared[k] for k in batch])):
+                for word in words:
+                    word.start += pieces[k].offset
+                    word.end += pieces[k].offset
+                results[k] = words
         return results
 
     def _viterbi(

@@ -95,6 +95,10 @@ class EngineConfig:
             finishes. None: no punctuation restoration.
         punc_always: with ``punc_model``, punctuate transcripts that already have punctuation
             marks too (by default they are left as the model wrote them).
+        align_model: a CTC model (a directory ``load_pretrained`` reads: the wav2vec2 family, ...)
+            whose forced alignment replaces every transcript's word times, each segment's text
+            aligned within its span (``oasr.engine.aligning``); also what ``ASREngine.align`` uses.
+            None: the family's own word times, and ``align`` needs the engine's model to be CTC.
     """
 
     device: str = "cpu"
@@ -121,6 +125,7 @@ class EngineConfig:
     att_context_size: tuple[int, int] | None = None
     punc_model: str | None = None
     punc_always: bool = False
+    align_model: str | None = None
 
     def __post_init__(self) -> None:
         if self.punc_always and self.punc_model is None:
