@@ -230,6 +230,13 @@ def add_model_engine_options(g) -> None:
         default=None,
         help="with --punctuate: punctuate transcripts that already have punctuation too",
     )
+    g.add_argument(
+        "--align-model",
+        default=None,
+        metavar="DIR",
+        help="word times by CTC forced alignment with this model (wav2vec2 family), each segment's text within its "
+        "span, replacing the model's own (implies --word-timestamps' output)",
+    )
 
 
 def add_search_flags(g: argparse._ArgumentGroup, *, every_request: bool = False) -> None:
@@ -651,6 +658,7 @@ def engine_extras(args: argparse.Namespace) -> dict[str, Any]:
         ("window_seconds", "ctc_window_s"),
         ("punctuate", "punc_model"),
         ("punctuate_always", "punc_always"),
+        ("align_model", "align_model"),
     ):
         value = getattr(args, arg, None)
         if value is not None:
