@@ -20,7 +20,10 @@ in pieces (``oasr.alignment.aligner`` aligns within segments).
 
 from __future__ import annotations
 
+import numpy as np
 import torch
+
+from oasr.models.decoders.threads import one_intra_op_thread
 
 NEG_INF = float("-inf")
 
@@ -116,39 +119,51 @@ def forced_align(
         target_lengths = torch.full((b,), targets.shape[1], dtype=torch.long)
     input_lengths = input_lengths.to("cpu", torch.long)
     target_lengths = target_lengths.to("cpu", torch.long)
-    check_inputs(log_probs, targets.cpu(), input_lengths, target_lengths, blank)
-    dtype = torch.float64 if log_probs.dtype == torch.float64 else torch.float32
+    # a frame's work is a few small ops: waking a CPU thread pool for each costs more than it saves
+    with one_intra_op_thread(device):
+        check_inputs(log_probs, targets.cpu(), input_lengths, target_lengths, blank)
+        return _forward(log_probs, targets, input_lengths, target_lengths, blank)
+
+
+def _forward(
+    log_probs: torch.Tensor,
+    targets: torch.Tensor,
+    input_lengths: torch.Tensor,
+    target_lengths: torch.Tensor,
+    blank: int,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The recursion over every row at once, then the backtrack (``forced_align``'s arguments,
+    checked). NumPy on the CPU: a frame is a dozen small array ops, where each torch op's dispatch
+    would cost more than its work (and on a GPU as much in kernel launches)."""
+    b, t_max, v = log_probs.shape
+    dtype = np.float64 if log_probs.dtype == torch.float64 else np.float32
+    lp = log_probs.detach().to("cpu").numpy().astype(dtype, copy=False)
     n_states = 2 * targets.shape[1] + 1
-    ext = torch.full((b, n_states), blank, dtype=torch.long, device=device)  # (B, S) each state's label
-    in_target = torch.arange(targets.shape[1], device=device)[None, :] < target_lengths.to(device)[:, None]
-    ext[:, 1::2] = torch.where(in_target, targets, blank)
-    skip = torch.full((b, n_states), NEG_INF, dtype=dtype, device=device)  # 0 where the skip is allowed
+    ext = np.full((b, n_states), blank, dtype=np.int64)  # (B, S) each state's label
+    in_target = np.arange(targets.shape[1])[None, :] < target_lengths.numpy()[:, None]
+    ext[:, 1::2] = np.where(in_target, targets.cpu().numpy(), blank)
+    skip = np.full((b, n_states), NEG_INF, dtype=dtype)  # 0 where the skip is allowed
     if n_states > 3:
-        allowed = ext[:, 3::2] != ext[:, 1:-2:2]
-        skip[:, 3::2] = torch.where(allowed, 0.0, NEG_INF)
+        skip[:, 3::2] = np.where(ext[:, 3::2] != ext[:, 1:-2:2], 0.0, NEG_INF)
+    flat = ext + (np.arange(b) * v)[:, None]  # (B, S) into a frame's (B * V) log-probs
     # alpha with two -inf states in front: the advance and skip candidates are shifted views of it
-    alpha = torch.full((b, n_states + 2), NEG_INF, dtype=dtype, device=device)
-    emit = log_probs[:, 0].to(dtype).gather(1, ext)  # (B, S)
-    alpha[:, 2:4] = emit[:, :2]
-    back = torch.zeros((b, t_max, n_states), dtype=torch.int8, device=device)  # 0 stay, 1 advance, 2 skip
-    final = alpha[:, 2:].clone()  # each row's alphas at its last frame
+    alpha = np.full((b, n_states + 2), NEG_INF, dtype=dtype)
+    alpha[:, 2:4] = lp[:, 0].reshape(-1)[flat[:, :2]]
+    back = np.zeros((b, t_max, n_states), dtype=np.int8)  # 0 stay, 1 advance, 2 skip
+    final = alpha[:, 2:].copy()  # each row's alphas at its last frame
     last = (input_lengths - 1).tolist()
     ends: dict[int, list[int]] = {}
     for row, t_end in enumerate(last):
         ends.setdefault(t_end, []).append(row)
-    candidates = torch.empty((b, 3, n_states), dtype=dtype, device=device)
     for t in range(1, max(last, default=0) + 1):
-        candidates[:, 0] = alpha[:, 2:]
-        candidates[:, 1] = alpha[:, 1:-1]
-        torch.add(alpha[:, :-2], skip, out=candidates[:, 2])
-        best, choice = candidates.max(dim=1)  # ties: the first (stay, then advance)
-        # torchaudio's kernel moves only to a strict maximum: advance tied with skip above stay stays
-        tied = (candidates[:, 1] == candidates[:, 2]) & (choice > 0)
-        choice.masked_fill_(tied, 0)
-        best = torch.where(tied, candidates[:, 0], best)
-        back[:, t] = choice
-        emit = log_probs[:, t].to(dtype).gather(1, ext)
-        torch.add(best, emit, out=alpha[:, 2:])
+        stay, advance, across = alpha[:, 2:], alpha[:, 1:-1], alpha[:, :-2] + skip
+        # torchaudio's kernel moves only to a strict maximum of the three, else it stays
+        adv = (advance > stay) & (advance > across)
+        skp = (across > advance) & (across > stay)
+        best = np.where(skp, across, np.where(adv, advance, stay))
+        np.add(adv, skp, out=back[:, t], dtype=np.int8, casting="unsafe")
+        back[:, t] += skp
+        np.add(best, lp[:, t].reshape(-1)[flat], out=alpha[:, 2:])
         rows = ends.get(t)
         if rows is not None:
             final[rows] = alpha[rows, 2:]
@@ -157,34 +172,33 @@ def forced_align(
 
 def _backtrack(
     log_probs: torch.Tensor,
-    final: torch.Tensor,
-    back: torch.Tensor,
-    ext: torch.Tensor,
+    final: np.ndarray,
+    back: np.ndarray,
+    ext: np.ndarray,
     input_lengths: torch.Tensor,
     target_lengths: torch.Tensor,
     blank: int,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Each row's path from its better end state back to frame 0 (on the CPU: one short step a frame)."""
     b, t_max, _ = log_probs.shape
-    final, back, ext = final.cpu(), back.cpu(), ext.cpu()
-    rows = torch.arange(b)
-    end_blank = 2 * target_lengths
-    end_label = (end_blank - 1).clamp(min=0)
+    rows = np.arange(b)
+    lengths = target_lengths.numpy()
+    end_blank = 2 * lengths
+    end_label = np.maximum(end_blank - 1, 0)
     a_blank, a_label = final[rows, end_blank], final[rows, end_label]
-    state = torch.where((target_lengths == 0) | (a_blank > a_label), end_blank, end_label)
-    dead = (torch.maximum(a_blank, a_label) == NEG_INF) & (input_lengths > 0)
-    if bool(dead.any()):
-        r = int(dead.nonzero()[0])
+    state = np.where((lengths == 0) | (a_blank > a_label), end_blank, end_label)
+    dead = (np.maximum(a_blank, a_label) == NEG_INF) & (input_lengths.numpy() > 0)
+    if dead.any():
+        r = int(np.flatnonzero(dead)[0])
         raise AlignmentError(f"row {r}: every path of its target crosses a frame of probability 0 (log-prob -inf)")
     paths = torch.full((b, t_max), blank, dtype=torch.long)
+    paths_np = paths.numpy()
+    for row, n in enumerate(input_lengths.tolist()):  # scalar steps: cheaper than a batched gather a frame
+        s, back_row, ext_row, path_row = int(state[row]), back[row], ext[row], paths_np[row]
+        for t in range(n - 1, -1, -1):
+            path_row[t] = ext_row[s]
+            s -= int(back_row[t, s])
     live = torch.arange(t_max)[None, :] < input_lengths[:, None]  # (B, T)
-    back_np, ext_np, state_np = back.numpy(), ext.numpy(), state.numpy().copy()
-    paths_np, live_np = paths.numpy(), live.numpy()
-    row_ids = rows.numpy()
-    for t in range(t_max - 1, -1, -1):
-        on = live_np[:, t]
-        paths_np[on, t] = ext_np[row_ids[on], state_np[on]]
-        state_np[on] -= back_np[row_ids[on], t, state_np[on]]
     scores = log_probs.detach().cpu().gather(2, paths[..., None])[..., 0]
     scores = torch.where(live, scores, torch.zeros((), dtype=scores.dtype))
     return paths.to(log_probs.device), scores.to(log_probs.device)

@@ -1,0 +1,48 @@
+"""Fixtures of the alignment tests: a tiny random wav2vec2 CTC checkpoint saved by transformers'
+own classes (the wav2vec2 family's fixture builder), loaded as an aligner, and a short clip."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.conftest import AUDIO_DIR
+
+CLIP = "jfk.wav"
+CLIP_S = 6.0
+TEXT = "And so, my fellow Americans: ask not what your country can do for you."
+
+
+@pytest.fixture(scope="package", autouse=True)
+def _one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="package")
+def w2v_dir(tmp_path_factory) -> Path:
+    pytest.importorskip("transformers")
+    from tests.models.wav2vec2 import _reference as ref
+
+    return ref.build_random(tmp_path_factory.mktemp("aligner"), "wav2vec2_group", seed=3)
+
+
+@pytest.fixture(scope="package")
+def loaded(w2v_dir):
+    import oasr
+
+    return oasr.load_pretrained(w2v_dir)
+
+
+@pytest.fixture(scope="package")
+def clip():
+    from oasr.audio import load_audio
+
+    path = AUDIO_DIR / CLIP
+    if not path.is_file():
+        pytest.skip(f"{path} not found")
+    return load_audio(str(path))[: int(CLIP_S * 16000)]
