@@ -26,6 +26,7 @@ import torch
 from oasr.models.decoders.threads import one_intra_op_thread
 
 NEG_INF = float("-inf")
+EMIT_CHUNK = 64  # frames whose emissions are gathered at once
 
 
 class AlignmentError(ValueError):
@@ -135,7 +136,7 @@ def _forward(
     """The recursion over every row at once, then the backtrack (``forced_align``'s arguments,
     checked). NumPy on the CPU: a frame is a dozen small array ops, where each torch op's dispatch
     would cost more than its work (and on a GPU as much in kernel launches)."""
-    b, t_max, v = log_probs.shape
+    b, t_max, _ = log_probs.shape
     dtype = np.float64 if log_probs.dtype == torch.float64 else np.float32
     lp = log_probs.detach().to("cpu").numpy().astype(dtype, copy=False)
     n_states = 2 * targets.shape[1] + 1
@@ -145,25 +146,29 @@ def _forward(
     skip = np.full((b, n_states), NEG_INF, dtype=dtype)  # 0 where the skip is allowed
     if n_states > 3:
         skip[:, 3::2] = np.where(ext[:, 3::2] != ext[:, 1:-2:2], 0.0, NEG_INF)
-    flat = ext + (np.arange(b) * v)[:, None]  # (B, S) into a frame's (B * V) log-probs
     # alpha with two -inf states in front: the advance and skip candidates are shifted views of it
     alpha = np.full((b, n_states + 2), NEG_INF, dtype=dtype)
-    alpha[:, 2:4] = lp[:, 0].reshape(-1)[flat[:, :2]]
+    alpha[:, 2:4] = np.take_along_axis(lp[:, 0], ext[:, :2], axis=1)
     back = np.zeros((b, t_max, n_states), dtype=np.int8)  # 0 stay, 1 advance, 2 skip
     final = alpha[:, 2:].copy()  # each row's alphas at its last frame
     last = (input_lengths - 1).tolist()
     ends: dict[int, list[int]] = {}
     for row, t_end in enumerate(last):
         ends.setdefault(t_end, []).append(row)
+    emit = np.empty((b, 0, n_states), dtype=dtype)
     for t in range(1, max(last, default=0) + 1):
+        if (t - 1) % EMIT_CHUNK == 0:  # each state's emission, a chunk of frames at a time
+            emit = np.take_along_axis(lp[:, t : t + EMIT_CHUNK], ext[:, None, :], axis=2)  # (B, chunk, S)
         stay, advance, across = alpha[:, 2:], alpha[:, 1:-1], alpha[:, :-2] + skip
-        # torchaudio's kernel moves only to a strict maximum of the three, else it stays
-        adv = (advance > stay) & (advance > across)
-        skp = (across > advance) & (across > stay)
-        best = np.where(skp, across, np.where(adv, advance, stay))
-        np.add(adv, skp, out=back[:, t], dtype=np.int8, casting="unsafe")
-        back[:, t] += skp
-        np.add(best, lp[:, t].reshape(-1)[flat], out=alpha[:, 2:])
+        # torchaudio's kernel moves only to a strict maximum of the three: advance tied with skip stays
+        top = np.maximum(advance, across)
+        move = top > stay
+        move &= advance != across
+        jump = across > advance
+        jump &= move
+        best = np.where(move, top, stay)
+        np.add(move, jump, out=back[:, t], dtype=np.int8, casting="unsafe")  # 0 stay, 1 advance, 2 skip
+        np.add(best, emit[:, (t - 1) % EMIT_CHUNK], out=alpha[:, 2:])
         rows = ends.get(t)
         if rows is not None:
             final[rows] = alpha[rows, 2:]
