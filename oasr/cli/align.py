@@ -24,7 +24,7 @@ import json
 import sys
 from pathlib import Path
 
-from oasr.cli.common import CliError, add_model_flags, positive_int, resolve_device
+from oasr.cli.common import CliError, add_model_flags, model_load_errors, positive_int, resolve_device
 
 NAME = "align"
 FORMATS = ("json", "verbose_json", "srt", "vtt", "tsv", "text")
@@ -111,7 +111,6 @@ def run(args: argparse.Namespace) -> int:
     from oasr.alignment import AlignmentError, CtcAligner
     from oasr.audio import AudioDecodeError, load_audio
     from oasr.formatting import SubtitleLayout, format_output
-    from oasr.models.loaders import ModelNotFoundError
 
     if args.model is None:
         args.parser.error("-m/--model: give a CTC model directory to align with (the wav2vec2 family)")
@@ -123,7 +122,7 @@ def run(args: argparse.Namespace) -> int:
         import torch
 
         torch.set_num_threads(args.threads)
-    try:
+    with model_load_errors(f"aligner {args.model}"):
         aligner = CtcAligner.from_pretrained(
             args.model,
             device=resolve_device(args.device),
@@ -132,10 +131,6 @@ def run(args: argparse.Namespace) -> int:
             star=args.star,
             max_batch_size=args.batch_size,
         )
-    except ModelNotFoundError as e:
-        raise CliError(str(e), exit_code=2) from None
-    except (ValueError, OSError, RuntimeError) as e:
-        raise CliError(f"could not load aligner {args.model}: {e}", exit_code=2) from None
     source = sys.stdin.buffer.read() if args.audio == "-" else args.audio
     try:
         audio = load_audio(source, aligner.sampling_rate)

@@ -18,10 +18,10 @@ it (``segments_unaligned``). A failure of the aligner itself fails the step's fi
 
 from __future__ import annotations
 
-from collections import defaultdict
 from typing import TYPE_CHECKING, Any
 
 from oasr.engine.decode.base import Request, StepEvent
+from oasr.engine.holding import HoldingDriver
 from oasr.engine.outputs import RequestOutput, Word
 
 if TYPE_CHECKING:
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 _AUDIO = "aligning.audio"  # Request.metadata key of the decoded samples, from prepare to add_request
 
 
-class Aligning:
+class Aligning(HoldingDriver):
     """The engines' strategy driver with forced-aligned word times (module docstring).
 
     Args:
@@ -40,24 +40,12 @@ class Aligning:
     """
 
     def __init__(self, inner: Any, aligner: CtcAligner, max_audio_s: float | None = None) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.aligner = aligner
         self.max_audio_s = max_audio_s
-        self.held: dict[str, list[StepEvent]] = defaultdict(list)
         self.audio: dict[str, Any] = {}
         self.aligned = 0
         self.unaligned = 0
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
-
-    @property
-    def streams_text(self) -> bool:
-        return self.inner.streams_text
-
-    @property
-    def prompt_option(self) -> str | None:
-        return self.inner.prompt_option
 
     def prepare(self, request: Request) -> Request:
         from oasr.audio import load_audio
@@ -73,28 +61,16 @@ class Aligning:
         self.inner.add_request(request)
         self.audio[request.request_id] = request.metadata.pop(_AUDIO, None)
 
-    def abort(self, request_id: str) -> bool:
-        self.held.pop(request_id, None)
+    def forget(self, request_id: str) -> None:
+        super().forget(request_id)
         self.audio.pop(request_id, None)
-        return self.inner.abort(request_id)
 
     def stats(self) -> dict[str, float]:
         return {**self.inner.stats(), "segments_aligned": self.aligned, "segments_unaligned": self.unaligned}
 
     def step(self) -> list[StepEvent]:
         """One step of the inner driver; the transcripts finished in it aligned in one batch."""
-        events: list[StepEvent] = []
-        finished: list[StepEvent] = []
-        for event in self.inner.step():
-            if event.kind in ("segment", "delta"):
-                self.held[event.request_id].append(event)
-            elif event.kind == "finished" and event.output is not None:
-                finished.append(event)
-            else:
-                if event.kind == "error":
-                    self.held.pop(event.request_id, None)
-                    self.audio.pop(event.request_id, None)
-                events.append(event)
+        events, finished = self.take_step()
         if not finished:
             return events
         failed: Exception | None = None
@@ -105,11 +81,7 @@ class Aligning:
         for event in finished:
             held = self.held.pop(event.request_id, [])
             self.audio.pop(event.request_id, None)
-            if failed is not None:
-                events.append(StepEvent(event.request_id, "error", error=failed))
-                continue
-            events += held
-            events.append(event)
+            events += [StepEvent(event.request_id, "error", error=failed)] if failed is not None else [*held, event]
         return events
 
     def _align(self, outputs: list[tuple[RequestOutput, Any]]) -> None:

@@ -6,21 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import torch
 
 from tests.conftest import AUDIO_DIR
 
 CLIP = "jfk.wav"
 CLIP_S = 6.0
 TEXT = "And so, my fellow Americans: ask not what your country can do for you."
-
-
-@pytest.fixture(scope="package", autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="package")
