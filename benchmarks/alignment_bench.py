@@ -3,6 +3,7 @@ ships it, and word-boundary agreement on the shared corpus.
 
     python benchmarks/alignment_bench.py speed [--rounds 5]
     python benchmarks/alignment_bench.py quality [--clips 24] [--threads 2]
+    python benchmarks/alignment_bench.py long [--seconds 300 600]
 
 ``speed``: the Viterbi of one row (oasr's ``forced_align`` against ctc-forced-aligner's
 ``align_sequences``, torchaudio's CPU kernel; torchaudio's own compiled kernel does not load beside
@@ -10,6 +11,8 @@ torch 2.13), a batch of 16 rows, and the word spans (oasr's ``word_spans`` again
 ctc-forced-aligner's ``get_spans`` + ``postprocess_results``) on random posteriors of 5 / 30 / 60 s
 (50 frames a second, 32 classes, 13 characters a second as English speech has);
 rounds interleaved, medians.
+
+``long``: one long row each side in a fresh process: time and peak RSS above the inputs'.
 
 ``quality``: no reference word alignments exist in the corpus and no real CTC weights are on
 PyPI, so this measures what can be measured honestly: on English clips <= 30 s, the agreement of
@@ -91,6 +94,41 @@ def speed(rounds: int) -> None:
             f"| {seconds:g} s | {lp.shape[0]} x {len(tg)} | {med['ref']:.1f} ms | {med['one']:.1f} ms | "
             f"{med['b16']:.1f} ms | {med['spans_ref']:.1f} ms | {med['spans']:.1f} ms |"
         )
+
+
+_LONG_CHILD = """
+import resource, sys, time, torch
+side, seconds = sys.argv[1], float(sys.argv[2])
+torch.set_num_threads(2)
+g = torch.Generator().manual_seed(0)
+lp = (2 * torch.randn(int(50 * seconds), 32, generator=g)).log_softmax(-1)
+tg = torch.randint(1, 32, (int(13 * seconds),), generator=g)
+base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+t = time.perf_counter()
+if side == "cfa":
+    from ctc_forced_aligner.ctc_aligner import align_sequences
+    align_sequences(lp[None].numpy(), tg[None].numpy(), 0)
+else:
+    from oasr.alignment.viterbi import forced_align
+    forced_align(lp[None], tg[None])
+print(time.perf_counter() - t, (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base) / 1024)
+"""
+
+
+def long_rows(seconds: list[float]) -> None:
+    import subprocess
+
+    print("| audio | ctc-forced-aligner | oasr |")
+    print("|---|---|---|")
+    for s in seconds:
+        cells = []
+        for side in ("cfa", "oasr"):
+            out = subprocess.run(
+                [sys.executable, "-c", _LONG_CHILD, side, str(s)], cwd=ROOT, capture_output=True, text=True, check=True
+            )
+            dt, mib = map(float, out.stdout.split())
+            cells.append(f"{dt:.2f} s, +{mib:.0f} MiB")
+        print(f"| {s:g} s ({int(50 * s)} x {int(13 * s)}) | {cells[0]} | {cells[1]} |")
 
 
 def _cfa_segments(path):
@@ -189,13 +227,16 @@ def quality(n_clips: int, threads: int) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("what", choices=("speed", "quality"))
+    parser.add_argument("what", choices=("speed", "quality", "long"))
+    parser.add_argument("--seconds", type=float, nargs="+", default=[300.0, 600.0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--clips", type=int, default=24)
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
     if args.what == "speed":
         speed(args.rounds)
+    elif args.what == "long":
+        long_rows(args.seconds)
     else:
         if not (SHARED / "manifest.jsonl").is_file():
             raise SystemExit(f"no corpus at {SHARED}")
