@@ -84,10 +84,10 @@ class CtcAligner:
             if token is not None and len(token) == 1:
                 vocab[token] = i
         letters = sum(c.isalpha() for c in vocab)
-        if letters < 10:
+        if letters < 10 or len(vocab) < 0.5 * tokenizer.vocab_size:  # a sub-word vocabulary has few 1-char pieces
             raise ValueError(
-                f"{loaded.name}: an aligner needs a character vocabulary (a wav2vec2 vocab.json); this one has "
-                f"{letters} single-letter tokens of {tokenizer.vocab_size}"
+                f"{loaded.name}: an aligner needs a character vocabulary (a wav2vec2 vocab.json); "
+                f"{len(vocab)} of its {tokenizer.vocab_size} tokens are single characters, {letters} of them letters"
             )
         self.loaded = loaded
         self.model = model

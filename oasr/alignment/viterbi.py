@@ -13,7 +13,7 @@ the last label.
 
 Rows are independent: a padded batch gives each row, with its own frame count and target, exactly
 what it gets alone. The recursion runs frame by frame over every row's states at once
-(``(B, S)`` tensors; each frame's emissions gathered when it is reached), so the work is
+(``(B, S)`` NumPy arrays; the states' emissions gathered 64 frames at a time), so the work is
 ``O(T * S)`` per row and the memory the ``(B, T, S)`` one-byte back-pointers: align long audio
 in pieces (``oasr.alignment.aligner`` aligns within segments).
 """
@@ -137,8 +137,9 @@ def _forward(
     checked). NumPy on the CPU: a frame is a dozen small array ops, where each torch op's dispatch
     would cost more than its work (and on a GPU as much in kernel launches)."""
     b, t_max, _ = log_probs.shape
-    dtype = np.float64 if log_probs.dtype == torch.float64 else np.float32
-    lp = log_probs.detach().to("cpu").numpy().astype(dtype, copy=False)
+    wide = log_probs.dtype == torch.float64
+    dtype = np.float64 if wide else np.float32
+    lp = log_probs.detach().to("cpu", torch.float64 if wide else torch.float32).numpy()
     n_states = 2 * targets.shape[1] + 1
     ext = np.full((b, n_states), blank, dtype=np.int64)  # (B, S) each state's label
     in_target = np.arange(targets.shape[1])[None, :] < target_lengths.numpy()[:, None]

@@ -10,7 +10,7 @@ import pytest
 from tests.conftest import AUDIO_DIR
 
 CLIP = "jfk.wav"
-CLIP_S = 6.0
+CLIP_S = 3.0
 TEXT = "And so, my fellow Americans: ask not what your country can do for you."
 
 
@@ -37,3 +37,19 @@ def clip():
     if not path.is_file():
         pytest.skip(f"{path} not found")
     return load_audio(str(path))[: int(CLIP_S * 16000)]
+
+
+@pytest.fixture(scope="package")
+def clip_path(clip, tmp_path_factory) -> str:
+    """The clip as a 16-bit WAV file, for the command line."""
+    import wave
+
+    import numpy as np
+
+    path = tmp_path_factory.mktemp("clip") / "clip.wav"
+    with wave.open(str(path), "wb") as f:
+        f.setnchannels(1)
+        f.setsampwidth(2)
+        f.setframerate(16000)
+        f.writeframes((np.clip(clip, -1, 1) * 32767).astype("<i2").tobytes())
+    return str(path)

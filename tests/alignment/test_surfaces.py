@@ -10,8 +10,7 @@ import pytest
 
 from oasr.alignment import CtcAligner, Piece
 from oasr.cli.main import main
-from tests.alignment.conftest import CLIP, TEXT
-from tests.conftest import AUDIO_DIR
+from tests.alignment.conftest import TEXT
 
 
 @pytest.fixture(scope="module")
@@ -56,8 +55,8 @@ def test_align_model_replaces_the_word_times_of_each_segment(engine, loaded, cli
     assert engine.splitter.stats()["segments_aligned"] >= len(segments)
 
 
-def test_oasr_align_writes_json_with_scores_and_subtitles(w2v_dir, capsys, tmp_path):
-    path = str(AUDIO_DIR / CLIP)
+def test_oasr_align_writes_json_with_scores_and_subtitles(w2v_dir, clip_path, capsys, tmp_path):
+    path = clip_path
     assert main(["align", path, "-m", str(w2v_dir), "--text", "and so my fellow"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert [w["word"] for w in doc["words"]] == ["and", "so", "my", "fellow"]
@@ -72,8 +71,8 @@ def test_oasr_align_writes_json_with_scores_and_subtitles(w2v_dir, capsys, tmp_p
     assert capsys.readouterr().out.startswith("WEBVTT")
 
 
-def test_oasr_align_refuses_a_text_too_long_and_a_missing_model(w2v_dir, capsys):
-    path = str(AUDIO_DIR / CLIP)
+def test_oasr_align_refuses_a_text_too_long_and_a_missing_model(w2v_dir, clip_path, capsys):
+    path = clip_path
     assert main(["align", path, "-m", str(w2v_dir), "--text", "abc " * 300]) == 1
     assert "too long for the audio" in capsys.readouterr().err
     with pytest.raises(SystemExit) as e:
@@ -81,8 +80,8 @@ def test_oasr_align_refuses_a_text_too_long_and_a_missing_model(w2v_dir, capsys)
     assert e.value.code == 2
 
 
-def test_transcribe_with_align_model_writes_aligned_words(w2v_dir, capsys):
-    path = str(AUDIO_DIR / CLIP)
+def test_transcribe_with_align_model_writes_aligned_words(w2v_dir, clip_path, capsys):
+    path = clip_path
     args = ["transcribe", path, "-m", str(w2v_dir), "--align-model", str(w2v_dir), "-f", "verbose_json", "-q"]
     assert main([*args, "--threads", "1"]) == 0
     doc = json.loads(capsys.readouterr().out)
