@@ -14,6 +14,17 @@ CLIP_S = 3.0
 TEXT = "And so, my fellow Americans: ask not what your country can do for you."
 
 
+@pytest.fixture(scope="package", autouse=True)
+def _one_thread():
+    """Tiny models on a small shared machine: one intra-op thread (restored afterwards)."""
+    import torch
+
+    from oasr.models.decoders.threads import one_intra_op_thread
+
+    with one_intra_op_thread(torch.device("cpu")):
+        yield
+
+
 @pytest.fixture(scope="package")
 def w2v_dir(tmp_path_factory) -> Path:
     pytest.importorskip("transformers")
