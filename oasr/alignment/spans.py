@@ -12,7 +12,9 @@ indices* as ctc-forced-aligner writes them (``start`` and inclusive ``end`` fram
 the frame duration: so a word ends at the start of its last frame, not its end); its ``score`` is
 the sum of the path's log-probabilities over frames ``[start, end)`` of the span (ctc-forced-
 aligner's ``score``). ``probability`` is torchaudio's tutorial's word score: each of its labels'
-mean frame probability (``merge_tokens``' ``TokenSpan.score``), averaged weighted by frames.
+mean frame probability (``merge_tokens``' ``TokenSpan.score``), averaged weighted by frames; 0 for
+a word aligned as a star alone (the star matches any audio: its times are where the audio between
+its neighbours lies, not a recognition).
 """
 
 from __future__ import annotations
@@ -103,6 +105,8 @@ def word_spans(
         label_frames = [(r.start, r.end + 1) for r in runs[a : b + 1] if r.label != blank_id]
         n_frames = sum(e - s for s, e in label_frames)
         probability = sum(float(probs[s:e].sum()) for s, e in label_frames) / n_frames
+        if unit.labels == (text.star_id,):  # nothing of it was recognised: the star matches any audio
+            probability = 0.0
         timed[unit.word] = AlignedWord(
             start=float(frame_times[first]),
             end=float(frame_times[final]),

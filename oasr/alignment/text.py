@@ -136,7 +136,7 @@ def prepare_text(
         labels, missing = _labels(norm, vocab, skip)
         if missing and romanize_missing:
             labels, _ = _labels(_normalize(romanize(norm), vocab), vocab, skip)
-        if star == "segment" or (star == "edges" and index == 0):
+        if star == "segment" or (star == "edges" and not units):
             units.append(Unit((star_id,)))
         elif units and delimiter_id is not None:
             units.append(Unit((delimiter_id,)))
