@@ -4,16 +4,17 @@ The life of an alignment: each piece of audio (a whole input, or one transcript 
 of it) goes through the model's front end and ``forward_offline`` in padded batches (audio longer
 than ``window_s`` in windows of whole frames, their posteriors joined); the posteriors get the
 star column where the text needs one (``text.py``); every piece's labels are aligned to its
-frames in one batched Viterbi pass (``viterbi.forced_align``, rows of at most ``max_batch_cells``
-frame x state cells at a time, so memory stays bounded however many pieces come); the paths become
+frames in one batched Viterbi pass (``viterbi.forced_align``, batches of at most ``MAX_BATCH_CELLS``
+frame x state cells, so memory stays bounded however many pieces come); the paths become
 word times (``spans.word_spans``) on the audio's timeline.
 
 The model is any CTC family oasr loads (the wav2vec2 family: wav2vec2, HuBERT, data2vec, WavLM,
-MMS; Parakeet CTC, ...) whose tokenizer spells words with single characters (a wav2vec2 ``vocab.json``):
+MMS) whose tokenizer spells words with single characters (a wav2vec2 ``vocab.json``):
 a sub-word vocabulary is refused. A piece's memory is its frames x (2 x labels + 1) bytes of
 back-pointers: a segment of 30 s and 500 characters, 1.5 MB; a whole hour with its transcript in
-one piece would be quadratic, so ``align_segments`` aligns each segment of a transcript within its
-own span (how ``EngineConfig.align_model`` times any family's words).
+one piece would be quadratic (a piece past ``MAX_ROW_CELLS`` is refused): a transcript's segments
+are aligned each within its own span, as pieces (how ``EngineConfig.align_model`` times any family's
+words).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from oasr.audio.frontends import build_frontend, pad_features
 
 WINDOW_S = 30.0
 MAX_BATCH_CELLS = 1 << 26  # frame x state cells of one Viterbi batch: 64 MiB of back-pointers
+MAX_ROW_CELLS = 1 << 30  # one piece's cells at most (1 GiB of back-pointers: ~12 min of speech and its text)
 
 
 @dataclass(frozen=True)
@@ -210,6 +212,13 @@ class CtcAligner:
                     torch.tensor([labels.shape[1]]),
                     self.blank_id,
                 )
+                cells = frames * (2 * labels.shape[1] + 1)
+                if cells > MAX_ROW_CELLS:
+                    raise AlignmentError(
+                        f"row 0: {frames} frames x {2 * labels.shape[1] + 1} states would need {cells / 2**30:.1f} GiB "
+                        f"of back-pointers (at most {MAX_ROW_CELLS / 2**30:.0f}): align long audio a segment at a time "
+                        f"(transcribe with an align model does)"
+                    )
             except AlignmentError as e:
                 if not return_exceptions:
                     raise AlignmentError(f"{pieces[k].text[:40]!r}: {str(e).split(': ', 1)[1]}") from None
@@ -257,4 +266,4 @@ class CtcAligner:
         ]
 
 
-__all__ = ["CtcAligner", "MAX_BATCH_CELLS", "Piece", "WINDOW_S"]
+__all__ = ["CtcAligner", "MAX_BATCH_CELLS", "MAX_ROW_CELLS", "Piece", "WINDOW_S"]

@@ -81,8 +81,14 @@ def test_long_audio_goes_through_the_model_in_windows(loaded, clip):
     assert all(a.end <= b.start for a, b in zip(words, words[1:]))
 
 
-def test_a_text_too_long_for_the_audio_is_a_clear_error(loaded, clip):
+def test_a_text_too_long_for_the_audio_is_a_clear_error(loaded, clip, monkeypatch):
+    from oasr.alignment import aligner as aligner_mod
+
     aligner = CtcAligner(loaded)
+    monkeypatch.setattr(aligner_mod, "MAX_ROW_CELLS", 1000)  # past it, a piece is refused, not allocated
+    with pytest.raises(AlignmentError, match="GiB of back-pointers .* a segment at a time"):
+        aligner.align(clip, "and so")
+    monkeypatch.undo()
     with pytest.raises(AlignmentError, match="need at least .* frames, and the row has"):
         aligner.align(clip[:8000], TEXT)
     from oasr.alignment import Piece
