@@ -4,10 +4,11 @@ running a batch of files so that one bad file does not stop the others."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import glob
 import math
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -229,6 +230,13 @@ def add_model_engine_options(g) -> None:
         action="store_true",
         default=None,
         help="with --punctuate: punctuate transcripts that already have punctuation too",
+    )
+    g.add_argument(
+        "--align-model",
+        default=None,
+        metavar="DIR",
+        help="word times by CTC forced alignment with this model (wav2vec2 family), each segment's text within its "
+        "span, replacing the model's own (implies --word-timestamps' output)",
     )
 
 
@@ -663,6 +671,7 @@ def engine_extras(args: argparse.Namespace) -> dict[str, Any]:
         ("punctuate", "punc_model"),
         ("punctuate_always", "punc_always"),
         ("diarize_model", "diarize_model"),
+        ("align_model", "align_model"),
     ):
         value = getattr(args, arg, None)
         if value is not None:
@@ -681,10 +690,9 @@ def load_engine(args: argparse.Namespace, **config: Any):
         CliError: (exit code 2) no model is available, or the model cannot be loaded.
     """
     from oasr.engine import ASREngine
-    from oasr.models.loaders import ModelNotFoundError
 
     device = resolve_device(args.device)
-    try:
+    with model_load_errors(f"model {args.model or '(default)'}"):
         return ASREngine(
             args.model,
             device=device,
@@ -694,10 +702,20 @@ def load_engine(args: argparse.Namespace, **config: Any):
             **engine_extras(args),
             **config,
         )
+
+
+@contextlib.contextmanager
+def model_load_errors(what: str) -> Iterator[None]:
+    """A model load's failures as usage errors (exit code 2): no such model (its own message), or one
+    that does not load (``could not load <what>: <why>``)."""
+    from oasr.models.loaders import ModelNotFoundError
+
+    try:
+        yield
     except ModelNotFoundError as e:
         raise CliError(str(e), exit_code=2) from None
     except (ValueError, OSError, RuntimeError) as e:
-        raise CliError(f"could not load model {args.model or '(default)'}: {e}", exit_code=2) from None
+        raise CliError(f"could not load {what}: {e}", exit_code=2) from None
 
 
 # ---------------------------------------------------------------------------

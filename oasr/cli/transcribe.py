@@ -291,7 +291,7 @@ def _layout(args: argparse.Namespace, parser: argparse.ArgumentParser, options: 
     from oasr.formatting import SubtitleLayout
 
     given = [name for name in _SUBTITLE_OPTIONS if getattr(args, name)]
-    if given and not options.get("word_timestamps"):
+    if given and not (options.get("word_timestamps") or args.align_model):
         flag = "--" + given[0].replace("_", "-")
         parser.error(f"{flag} needs --word-timestamps (subtitle cues are laid out from word times)")
     if args.max_line_count and not args.max_line_width:
@@ -348,7 +348,7 @@ def run(args: argparse.Namespace) -> int:
         live = args.verbose or (not args.quiet and _isatty(sys.stderr))
     live_file = sys.stdout if live_is_output else sys.stderr
     progress = AudioProgress(sources, enabled=not (args.no_progress or args.quiet) and _isatty(sys.stderr))
-    words = bool(options.get("word_timestamps"))
+    words = bool(options.get("word_timestamps") or args.align_model)
     pending: dict[int, str] = {}  # stdout documents waiting for the ones before them
     next_to_print = 0
     failed: set[int] = set()

@@ -98,6 +98,10 @@ class EngineConfig:
         diarize_model: a diarization model (``oasr.diarization.loader.load_diarizer``: a
             directory or ``.nemo`` archive) run on every request's audio, batched across requests
             (``oasr.engine.diarizing``): words and segments get speakers. None: no diarization.
+        align_model: a CTC model (a directory ``load_pretrained`` reads: the wav2vec2 family, ...)
+            whose forced alignment replaces every transcript's word times, each segment's text
+            aligned within its span (``oasr.engine.aligning``); also what ``ASREngine.align`` uses.
+            None: the family's own word times, and ``align`` needs the engine's model to be CTC.
     """
 
     device: str = "cpu"
@@ -125,6 +129,7 @@ class EngineConfig:
     punc_model: str | None = None
     punc_always: bool = False
     diarize_model: str | None = None
+    align_model: str | None = None
 
     def __post_init__(self) -> None:
         if self.punc_always and self.punc_model is None:

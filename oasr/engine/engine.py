@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from oasr.engine.aligning import Aligning
 from oasr.engine.chunking import VadSplitter
 from oasr.engine.config import EngineConfig, TranscribeOptions
 from oasr.engine.decode.base import (
@@ -127,6 +128,11 @@ class EngineCore:
 
             diarizer = load_diarizer(config.diarize_model, device=config.device, dtype=config.dtype)
             self.diarization = DiarizationService(diarizer, batch_size=config.max_batch_size)
+        self._aligner = None
+        if config.align_model is not None:
+            from oasr.alignment.aligner import CtcAligner
+
+            self._aligner = CtcAligner.from_pretrained(config.align_model, device=config.device)
         self.splitter = self.new_splitter()
         self._ids = itertools.count()
 
@@ -134,15 +140,35 @@ class EngineCore:
         """A new decode strategy over the loaded model (checks the model's capability)."""
         return with_faults(build_decode_strategy(self.loaded, self.config))
 
-    def new_splitter(self) -> VadSplitter | Punctuating | Diarizing:
+    def new_splitter(self) -> VadSplitter | Punctuating | Aligning | Diarizing:
         """What the engines drive over ``self.strategy``: the VAD splitter, behind punctuation
-        restoration when ``punc_model`` is set, behind diarization when ``diarize_model`` is."""
-        splitter: VadSplitter | Punctuating | Diarizing = VadSplitter(self.strategy, self.sampling_rate)
+        restoration when ``punc_model`` is set, behind forced alignment when ``align_model`` is,
+        behind diarization when ``diarize_model`` is (speakers are assigned to the aligned words)."""
+        splitter: VadSplitter | Punctuating | Aligning | Diarizing = VadSplitter(self.strategy, self.sampling_rate)
         if self.punctuator is not None:
             splitter = Punctuating(splitter, self.punctuator, always=self.config.punc_always)
+        if self._aligner is not None:
+            splitter = Aligning(splitter, self._aligner, max_audio_s=self.config.max_audio_s)
         if self.diarization is not None:
             splitter = Diarizing(splitter, self.diarization, self.sampling_rate, self.config.max_audio_s)
         return splitter
+
+    @property
+    def aligner(self):
+        """The ``CtcAligner`` of ``align_model``, else one over the engine's own model (built on
+        first use; a CTC family with a character vocabulary).
+
+        Raises:
+            ValueError: no ``align_model`` and the engine's model cannot align.
+        """
+        if self._aligner is None:
+            from oasr.alignment.aligner import CtcAligner
+
+            try:
+                self._aligner = CtcAligner(self.loaded)
+            except ValueError as e:
+                raise ValueError(f"{e}; set EngineConfig.align_model to a CTC model to align with") from None
+        return self._aligner
 
     @property
     def model(self):
@@ -213,6 +239,34 @@ class ASREngine(StreamingEngineMixin, EngineCore):
         for index, output in self.transcribe_iter(inputs, on_token=per_input, **options):
             results[index] = output
         return results[0] if single else results  # type: ignore[return-value]
+
+    def align(self, audio: AudioInput | Sequence[AudioInput], text: str | Sequence[str]) -> list:
+        """Word times of known ``text`` in ``audio`` by CTC forced alignment (``EngineCore.aligner``:
+        ``align_model``, else the engine's own CTC model); lists of both align pairwise, batched.
+
+        Returns:
+            a list of ``oasr.alignment.AlignedWord`` (start, end, word as written, score: summed
+            log-probability, probability), or one such list per input.
+
+        Raises:
+            ValueError: bad audio (``AudioDecodeError``), a text too long for its audio
+                (``oasr.alignment.AlignmentError``), or no model to align with.
+
+        The whole text is one Viterbi row (memory: frames x (2 x characters + 1) bytes): align long
+        recordings a segment at a time, or transcribe them with ``align_model`` set.
+        """
+        from oasr.audio import load_audio
+
+        aligner = self.aligner
+        single = isinstance(text, str)
+        audios = [audio] if single else list(audio)  # type: ignore[arg-type]
+        texts = [text] if single else list(text)
+        if single is isinstance(audio, (list, tuple)) or len(audios) != len(texts):
+            raise ValueError("align takes one audio and one text, or lists of both of the same length")
+        sr = aligner.sampling_rate
+        waves = [load_audio(a, sr, max_duration_s=self.config.max_audio_s) for a in audios]
+        words = aligner.align(waves, texts)
+        return words[0] if single else words
 
     def transcribe_stream(self, audio: AudioInput, **options: Any) -> SegmentStream:
         """Transcribe one input lazily: iterate the result to get each ``Segment`` as soon as

@@ -28,11 +28,10 @@ and capitals; it keeps its leading space). Token ids and times do not change.
 
 from __future__ import annotations
 
-from collections import defaultdict
 from typing import TYPE_CHECKING
 
-from oasr.engine.chunking import DriverWrapper
-from oasr.engine.decode.base import Request, StepEvent
+from oasr.engine.decode.base import StepEvent
+from oasr.engine.holding import HoldingDriver
 from oasr.engine.outputs import RequestOutput, Segment, Word
 
 if TYPE_CHECKING:
@@ -140,7 +139,7 @@ def punctuate_finals(punctuator: Punctuator, always: bool, events: list) -> set[
     return set()
 
 
-class Punctuating(DriverWrapper):
+class Punctuating(HoldingDriver):
     """The engines' strategy driver with punctuation: ``VadSplitter``'s calls, its events held
     per request until the request finishes, its transcripts punctuated as they finish.
 
@@ -151,35 +150,17 @@ class Punctuating(DriverWrapper):
     """
 
     def __init__(self, inner: VadSplitter, punctuator: Punctuator, always: bool = False) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.punctuator = punctuator
         self.always = always
-        self.held: dict[str, list[StepEvent]] = defaultdict(list)
         self.punctuated = 0
-
-    def add_request(self, request: Request) -> None:
-        self.inner.add_request(request)
-
-    def abort(self, request_id: str) -> bool:
-        self.held.pop(request_id, None)
-        return self.inner.abort(request_id)
 
     def stats(self) -> dict[str, float]:
         return {**self.inner.stats(), "transcripts_punctuated": self.punctuated}
 
     def step(self) -> list[StepEvent]:
         """One step of the splitter; the transcripts finished in it punctuated in one batch."""
-        events: list[StepEvent] = []
-        finished: list[StepEvent] = []
-        for event in self.inner.step():
-            if event.kind in ("segment", "delta"):
-                self.held[event.request_id].append(event)
-            elif event.kind == "finished" and event.output is not None:
-                finished.append(event)
-            else:
-                if event.kind == "error":
-                    self.held.pop(event.request_id, None)
-                events.append(event)
+        events, finished = self.take_step()
         if not finished:
             return events
         todo = [e for e in finished if wanted(self.punctuator, self.always, e.output.text)]  # type: ignore[union-attr]
