@@ -413,3 +413,21 @@ __all__ = [
     "parse_language",
     "resolve_language",
 ]
+
+
+# Scripts written without spaces between words: each character is a word.
+_NO_SPACE_RANGES = (
+    (0x3000, 0x303F),  # CJK symbols and punctuation
+    (0x3040, 0x30FF),  # hiragana, katakana
+    (0x3400, 0x4DBF),  # CJK extension A
+    (0x4E00, 0x9FFF),  # CJK unified ideographs
+    (0xF900, 0xFAFF),  # CJK compatibility ideographs
+    (0xFF00, 0xFFEF),  # half- and full-width forms
+    (0x20000, 0x2FA1F),  # CJK extensions B.. and compatibility supplement
+)
+
+
+def is_no_space_char(ch: str) -> bool:
+    """Whether ``ch`` belongs to a script written without spaces (CJK)."""
+    cp = ord(ch)
+    return any(lo <= cp <= hi for lo, hi in _NO_SPACE_RANGES)

@@ -1,6 +1,8 @@
 """A transcript made into the aligner's labels, its original words kept for the output.
 
-The text is split at whitespace into words; each word is normalised as ``ctc-forced-aligner``
+The text is split at whitespace into words, and each character of a script written without
+spaces (Chinese, Japanese: ``oasr.languages.is_no_space_char``) is a word of its own, as Whisper and
+oasr's CTC decoding time such scripts; each word is normalised as ``ctc-forced-aligner``
 does before it aligns (Unicode NFKC, lower case, punctuation and symbols dropped: Unicode
 categories P* and S*, except characters the vocabulary itself has, such as the apostrophe), then
 each character is looked up in the vocabulary (as written, or upper-cased for an upper-case
@@ -26,6 +28,8 @@ import functools
 import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+
+from oasr.languages import is_no_space_char
 
 STAR = "<star>"
 STAR_MODES = ("none", "segment", "edges")
@@ -97,6 +101,25 @@ def _labels(chars: str, vocab: Mapping[str, int], skip: frozenset[int]) -> tuple
     return out, missing
 
 
+def split_words(text: str) -> list[str]:
+    """``text``'s words: whitespace-separated pieces, each character of a script written
+    without spaces a word of its own (``"我们 go"`` -> ``["我", "们", "go"]``)."""
+    words: list[str] = []
+    for piece in text.split():
+        run = ""
+        for ch in piece:
+            if is_no_space_char(ch):
+                if run:
+                    words.append(run)
+                words.append(ch)
+                run = ""
+            else:
+                run += ch
+        if run:
+            words.append(run)
+    return words
+
+
 def prepare_text(
     text: str,
     vocab: Mapping[str, int],
@@ -126,7 +149,7 @@ def prepare_text(
     if star not in STAR_MODES:
         raise ValueError(f"star={star!r}: expected one of {STAR_MODES}")
     skip = frozenset(special_ids) | {blank_id} | ({delimiter_id} if delimiter_id is not None else set())
-    words = text.split()
+    words = split_words(text)
     units: list[Unit] = []
     used_star = star != "none" and bool(words)
     for index, word in enumerate(words):

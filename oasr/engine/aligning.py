@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from oasr.engine.decode.base import Request, StepEvent
 from oasr.engine.holding import HoldingDriver
 from oasr.engine.outputs import RequestOutput, Word
+from oasr.languages import is_no_space_char
 
 if TYPE_CHECKING:
     from oasr.alignment.aligner import CtcAligner
@@ -103,8 +104,17 @@ class Aligning(HoldingDriver):
             if isinstance(words, Exception):
                 self.unaligned += 1
                 continue
-            segment.words = [Word(w.start, w.end, " " + w.word, w.probability) for w in words]
+            segment.words = [
+                Word(w.start, w.end, _space(words[i - 1].word if i else "", w.word) + w.word, w.probability)
+                for i, w in enumerate(words)
+            ]
             self.aligned += 1
+
+
+def _space(before: str, word: str) -> str:
+    """A word's leading space: none between two characters of a script written without spaces
+    (each is a word of its own there), one otherwise."""
+    return "" if before and is_no_space_char(before[-1]) and is_no_space_char(word[0]) else " "
 
 
 __all__ = ["Aligning"]

@@ -58,8 +58,8 @@ from oasr.audio.vad import (
 )
 from oasr.engine.config import TranscribeOptions, is_set
 from oasr.engine.decode.base import DecodeStrategy, Request, StepEvent
-from oasr.engine.decode.words import is_no_space_char
 from oasr.engine.outputs import RequestOutput, Segment, Word
+from oasr.languages import is_no_space_char
 
 FRAMES_PER_SECOND = 100  # Segment.seek counts 10 ms feature frames
 TAIL_S = 2.0  # a chunk whose segments end this much before it does has its tail decoded again

@@ -146,3 +146,10 @@ def test_punctuation_alone_takes_the_end_of_the_word_before(loaded, clip):
     words = CtcAligner(loaded).align(clip, "and so — my 42")
     assert words[2].start == words[2].end == words[1].end and words[2].probability == 0.0
     assert words[4].word == "42" and words[4].start >= words[3].end and words[4].probability == 0.0  # a star
+
+
+def test_words_of_scripts_without_spaces_are_characters():
+    from oasr.alignment.text import split_words
+
+    assert split_words("我们 go home。好") == ["我", "们", "go", "home", "。", "好"]
+    assert split_words("  naïve  café ") == ["naïve", "café"]

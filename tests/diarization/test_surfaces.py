@@ -200,3 +200,20 @@ def test_server_diarized_json(paraformer_dir, tone_dir, plain, wav, two_speakers
         )
         error = r.json()["error"]
         assert r.status_code == 400 and error["param"] == "response_format" and "--diarize-model" in error["message"]
+
+
+def test_speakers_go_to_the_aligners_words(paraformer_dir, tone_dir, two_speakers, tmp_path_factory):
+    """``align_model`` and ``diarize_model`` together: the aligner rewrites the words first, the
+    speakers are assigned to its words (what the engine with the aligner alone gives, plus the
+    overlap rule over the diarization)."""
+    pytest.importorskip("transformers")
+    from tests.models.wav2vec2 import _reference as ref
+
+    aligner = str(ref.build_random(tmp_path_factory.mktemp("aligner"), "wav2vec2_group", seed=3))
+    aligned = oasr.ASREngine(str(paraformer_dir), align_model=aligner).transcribe(two_speakers, word_timestamps=True)
+    both = oasr.ASREngine(str(paraformer_dir), align_model=aligner, diarize_model=str(tone_dir))
+    out = both.transcribe(two_speakers, word_timestamps=True)
+    want = assign_speakers(aligned, load_diarizer(tone_dir).diarize([two_speakers])[0])
+    got = [(w.word, w.start, w.end, w.speaker) for s in out.segments for w in s.words]
+    assert got == [(w.word, w.start, w.end, w.speaker) for s in want.segments for w in s.words]
+    assert got and {"SPEAKER_00", "SPEAKER_01"} <= {w[3] for w in got}
