@@ -6,21 +6,17 @@ from __future__ import annotations
 
 import torch
 
+from tests.models.bench_peer import transformers_child
 from tests.models.voxtral_realtime.conftest import CLIPS
 
 
 def test_transformers_child_batch_equals_each_clip_alone(tiny_voxtral_realtime, audio_dir):
-    from oasr.cli import bench
     from oasr.engine import ASREngine
 
     fx = tiny_voxtral_realtime
     paths = [str(audio_dir / name) for name in CLIPS]
     spec = {"files": paths, "warmup": paths[1], "threads": 1, "batch_size": 2, "model_dir": str(fx.path)}
-    threads = torch.get_num_threads()
-    try:
-        result = bench._transformers_child(spec)
-    finally:
-        torch.set_num_threads(threads)
+    result = transformers_child(spec)
     alone = []
     model = fx.model.float()
     for wave in fx.clips:
