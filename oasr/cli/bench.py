@@ -68,8 +68,10 @@ threads, the reference in float32 whatever oasr's ``--compute-type``; no ``long`
 
 * ``transformers`` (Hugging Face CTC: wav2vec2, HuBERT, WavLM, data2vec-audio, MMS, Granite Speech 5):
   ``AutoProcessor`` pads each batch of B files (in the given order, with an attention mask where
-  the feature extractor asks for one), ``AutoModelForCTC``, argmax, ``batch_decode``; Moonshine:
-  greedy ``generate`` with its card's ``max_length`` (6.5 per second of the batch's longest clip);
+  the feature extractor asks for one), ``AutoModelForCTC``, argmax, ``batch_decode``; Moonshine
+  and Moonshine Streaming: greedy ``generate`` with the card's ``max_length`` (6.5 per second of
+  the batch's longest clip); Voxtral, Voxtral Realtime (offline) and Granite Speech: their model
+  card's ``generate`` on padded batches (``GENERATE_CHILDREN``);
 * ``funasr`` (FunASR directories: SenseVoiceSmall, Paraformer): ``funasr.AutoModel(model=dir)
   .generate(input=paths, batch_size=B)``, texts through ``rich_transcription_postprocess``.
 
@@ -453,11 +455,15 @@ def _oasr_child(spec: dict) -> dict:
     if spec.get("vad"):
         options["vad_filter"] = True
 
+    finished: list[str] = []  # "stop" / "length" per file of the timed run
+
     def run(paths: list[str]) -> list[tuple[str, int]]:
         outputs = engine.transcribe(paths, **options)  # one batched call: what is timed
+        finished.extend(o.finish_reason for o in outputs)
         return [(o.text.strip(), sum(len(s.tokens) for s in o.segments)) for o in outputs]
 
     result = _timed(spec, (t0, t1, t2), lambda path: engine.transcribe(path, **options), run)
+    result["finish_reasons"] = finished
     if spec["workload"] == "short" and not spec.get("family_defaults"):  # once more, streamed: first text
         first: list[float] = []
         t4 = time.perf_counter()
@@ -616,11 +622,11 @@ def _transformers_child(spec: dict) -> dict:
     """transformers on ``spec["model_dir"]`` as its model cards show: ``AutoProcessor`` pads each
     batch of ``batch_size`` files (in the given order; with an attention mask where the feature
     extractor asks for one), ``AutoModelForCTC``, argmax, then ``batch_decode`` of each row cut to
-    its own frames (the padding's frames would decode to extra text). A Voxtral directory goes to
-    ``_transformers_voxtral_child``."""
+    its own frames (the padding's frames would decode to extra text). A speech-LLM or streaming
+    directory goes to its ``GENERATE_CHILDREN`` entry."""
     config = json.loads((Path(spec["model_dir"]) / "config.json").read_text(encoding="utf-8"))
-    if config.get("model_type") == "voxtral":
-        return _transformers_voxtral_child(spec)
+    if config.get("model_type") in GENERATE_CHILDREN:
+        return GENERATE_CHILDREN[config["model_type"]](spec)
     t0 = time.perf_counter()
     import torch
     from transformers import AutoModelForCTC, AutoProcessor
@@ -742,6 +748,120 @@ def _moonshine_generate(spec: dict, times: tuple[float, float], processor) -> di
         return [out for i in range(0, len(paths), b) for out in batch(paths[i : i + b])]
 
     return _timed(spec, (*times, t2), lambda path: batch([path]), every)
+
+
+def _transformers_moonshine_streaming_child(spec: dict) -> dict:
+    """Moonshine Streaming's offline decode as ``_moonshine_generate`` runs Moonshine's (its card's
+    budget, which oasr's default follows), through ``MoonshineStreamingProcessor`` (samples
+    zero-padded to a multiple of 80, with their mask); transformers maps no auto processor to it."""
+    t0 = time.perf_counter()
+    import torch
+    from transformers import AutoFeatureExtractor, MoonshineStreamingProcessor, PreTrainedTokenizerFast
+
+    t1 = time.perf_counter()
+    torch.set_num_threads(spec["threads"])
+    directory = Path(spec["model_dir"])
+    tokenizer = PreTrainedTokenizerFast(tokenizer_file=str(directory / "tokenizer.json"))
+    processor = MoonshineStreamingProcessor(AutoFeatureExtractor.from_pretrained(directory), tokenizer)
+    return _moonshine_generate(spec, (t0, t1), processor)
+
+
+def _transformers_voxtral_realtime_child(spec: dict) -> dict:
+    """Voxtral Realtime's offline decode as its model card runs it: ``VoxtralRealtimeProcessor``
+    (mistral-common's transcription request over ``tekken.json``) on a batch, ``generate`` at its
+    default length (the batch's audio tokens), each row cut to the tokens of its own audio (what it
+    gives alone: the padding's positions would decode to extra text) and up to its end id."""
+    t0 = time.perf_counter()
+    import math
+
+    import torch
+    from transformers import (
+        MistralCommonBackend,
+        VoxtralRealtimeFeatureExtractor,
+        VoxtralRealtimeForConditionalGeneration,
+        VoxtralRealtimeProcessor,
+    )
+
+    t1 = time.perf_counter()
+    torch.set_num_threads(spec["threads"])
+    directory = Path(spec["model_dir"])
+    model = VoxtralRealtimeForConditionalGeneration.from_pretrained(directory).eval()
+    tokenizer = MistralCommonBackend(tokenizer_path=str(directory / "tekken.json"))
+    processor = VoxtralRealtimeProcessor(VoxtralRealtimeFeatureExtractor.from_pretrained(directory), tokenizer)
+    t2 = time.perf_counter()
+    eos = model.generation_config.eos_token_id
+
+    def batch(paths: list[str]) -> list[tuple[str, int]]:
+        audio = [_decode_16k(path) for path in paths]
+        inputs = processor(audio, return_tensors="pt")
+        prompt = inputs["input_ids"].shape[1]
+        frames = [processor(a, return_tensors="pt")["input_features"].shape[-1] for a in audio]  # each alone
+        with torch.inference_mode():
+            out = model.generate(**inputs)
+        rows = []
+        for row, n in zip(out[:, prompt:].tolist(), frames):
+            row = row[: math.ceil(n / model.config.audio_length_per_tok) - prompt]
+            rows.append(row[: row.index(eos)] if eos in row else row)
+        return [(processor.decode(row, skip_special_tokens=True).strip(), len(row)) for row in rows]
+
+    def every(paths: list[str]) -> list[tuple[str, int]]:
+        b = spec["batch_size"]
+        return [out for i in range(0, len(paths), b) for out in batch(paths[i : i + b])]
+
+    return _timed(spec, (t0, t1, t2), lambda path: batch([path]), every)
+
+
+def _transformers_granite_speech_child(spec: dict) -> dict:
+    """Granite Speech as its model card transcribes: the chat template over a user turn
+    ``<|audio|>can you transcribe the speech into a written format?``, ``GraniteSpeechProcessor``
+    on a left-padded batch, greedy ``generate`` with the LoRA adapter ``from_pretrained`` loaded
+    (the checkpoint's generation config: its budget), rows up to their end id, decoded without
+    special tokens. ``GraniteSpeechForConditionalGeneration.generate`` only enables that adapter
+    before ``GenerationMixin.generate`` (through peft >= 0.22); it is checked enabled here and the
+    latter called."""
+    t0 = time.perf_counter()
+    import torch
+    from peft.tuners.lora import LoraLayer
+    from transformers import AutoProcessor, GenerationMixin, GraniteSpeechForConditionalGeneration
+
+    t1 = time.perf_counter()
+    torch.set_num_threads(spec["threads"])
+    model = GraniteSpeechForConditionalGeneration.from_pretrained(spec["model_dir"]).eval()
+    lora = [m for m in model.modules() if isinstance(m, LoraLayer)]
+    if model.config.has_lora_adapter and (not lora or any(m.disable_adapters for m in lora)):
+        raise RuntimeError("transformers did not load the checkpoint's LoRA adapter")
+    processor = AutoProcessor.from_pretrained(spec["model_dir"])
+    processor.tokenizer.padding_side = "left"
+    t2 = time.perf_counter()
+    chat = [{"role": "user", "content": "<|audio|>can you transcribe the speech into a written format?"}]
+    prompt = processor.tokenizer.apply_chat_template(chat, add_generation_prompt=True, tokenize=False)
+    eos = model.generation_config.eos_token_id
+    stops = set(eos if isinstance(eos, list) else [eos])
+
+    def batch(paths: list[str]) -> list[tuple[str, int]]:
+        audio = [torch.from_numpy(_decode_16k(path)) for path in paths]
+        inputs = processor(text=[prompt] * len(audio), audio=audio, padding=True, return_tensors="pt")
+        with torch.inference_mode():
+            out = GenerationMixin.generate(model, **inputs, do_sample=False)
+        t = inputs["input_ids"].shape[1]
+        rows = [row[: next((i for i, x in enumerate(row) if x in stops), len(row))] for row in out[:, t:].tolist()]
+        texts = processor.tokenizer.batch_decode(rows, skip_special_tokens=True)
+        return [(text.strip(), len(row)) for text, row in zip(texts, rows)]
+
+    def every(paths: list[str]) -> list[tuple[str, int]]:
+        b = spec["batch_size"]
+        return [out for i in range(0, len(paths), b) for out in batch(paths[i : i + b])]
+
+    return _timed(spec, (t0, t1, t2), lambda path: batch([path]), every)
+
+
+# transformers' generate-based children, by the directory's config.json model_type.
+GENERATE_CHILDREN: dict[str, Callable[[dict], dict]] = {
+    "voxtral": _transformers_voxtral_child,
+    "voxtral_realtime": _transformers_voxtral_realtime_child,
+    "granite_speech": _transformers_granite_speech_child,
+    "moonshine_streaming": _transformers_moonshine_streaming_child,
+}
 
 
 def _funasr_child(spec: dict) -> dict:

@@ -32,6 +32,7 @@ from torch import nn
 
 from oasr.languages import resolve_language
 from oasr.layers import Embedding, Linear, LinearActivation, NeoxRotaryEmbedding, RMSNorm, attention
+from oasr.layers.embedding import table_logits
 from oasr.models.configs import ModelConfig
 from oasr.models.decoders.base import RowPoolDecoder
 from oasr.models.decoders.kv_pool import DecoderState, KVPool, PoolExhausted, RowGroups
@@ -285,6 +286,8 @@ class CausalLm(RowPoolDecoder):
             if self.tied_head is not None:
                 return self.tied_head(hidden)
             return self.embed_tokens.logits(hidden)
+        if type(self.lm_head) is Linear:  # float: the few-rows form; an int8 head runs its own kernel
+            return table_logits(hidden, self.lm_head.weight)
         return self.lm_head(hidden)
 
     def _logits_out(self, hidden: torch.Tensor) -> torch.Tensor:

@@ -10,21 +10,17 @@ import pytest
 import torch
 
 from tests.conftest import AUDIO_DIR
+from tests.models.bench_peer import transformers_child
 
 
 def test_transformers_child_runs_the_model_card(hf_dir, processor, hf_model):
-    from oasr.cli import bench
     from oasr.engine import ASREngine
 
     paths = [str(AUDIO_DIR / n) for n in ("jaufry_03_lafon_0298.wav", "roots_38_morris_0130.wav", "jfk.wav")]
     if not all(AUDIO_DIR.joinpath(p).is_file() for p in paths):
         pytest.skip(f"data/audio not found at {AUDIO_DIR}")
     spec = {"files": paths, "warmup": paths[0], "threads": 1, "batch_size": 3, "model_dir": str(hf_dir)}
-    threads = torch.get_num_threads()
-    try:
-        result = bench._transformers_child(spec)
-    finally:
-        torch.set_num_threads(threads)
+    result = transformers_child(spec)
     from oasr.audio import load_audio
 
     hf32 = copy.deepcopy(hf_model).float()  # the child runs float32

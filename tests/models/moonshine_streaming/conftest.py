@@ -72,7 +72,9 @@ def train_tokenizer(vocab_size: int = 300):
     return tok
 
 
-def save_checkpoint(path: Path, seed: int = 0) -> Reference:
+def save_checkpoint(path: Path, seed: int = 0, shape: dict | None = None) -> Reference:
+    """Save a random checkpoint of ``TINY``'s shape (``shape``: ``MoonshineStreamingConfig``
+    fields in its place, e.g. ``{}`` for the config's defaults, for benchmarks) into ``path``."""
     from transformers import (
         MoonshineStreamingConfig,
         MoonshineStreamingForConditionalGeneration,
@@ -81,7 +83,10 @@ def save_checkpoint(path: Path, seed: int = 0) -> Reference:
 
     tokenizer = train_tokenizer()
     config = MoonshineStreamingConfig(
-        **TINY, vocab_size=tokenizer.get_vocab_size(), decoder_start_token_id=1, pad_token_id=0
+        **(TINY if shape is None else shape),
+        vocab_size=tokenizer.get_vocab_size(),
+        decoder_start_token_id=1,
+        pad_token_id=0,
     )
     torch.manual_seed(seed)
     model = MoonshineStreamingForConditionalGeneration(config).eval()

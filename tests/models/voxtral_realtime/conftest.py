@@ -119,8 +119,10 @@ class TinyVoxtralRealtime:
     clips: list[np.ndarray]  # 16-kHz float32 mono
 
 
-@pytest.fixture(scope="session")
-def tiny_voxtral_realtime(tmp_path_factory, audio_dir) -> TinyVoxtralRealtime:
+def save_checkpoint(path: Path, audio: dict = TINY_AUDIO, text: dict = TINY_TEXT):
+    """Save a random checkpoint of the ``audio`` / ``text`` config shapes (the tiny ones, or a
+    larger one for benchmarks) into ``path`` in the release's layout.
+    -> (transformers model, float32, eval; its processor)"""
     from transformers import (
         MistralCommonBackend,
         VoxtralRealtimeConfig,
@@ -129,14 +131,11 @@ def tiny_voxtral_realtime(tmp_path_factory, audio_dir) -> TinyVoxtralRealtime:
         VoxtralRealtimeProcessor,
     )
 
-    from oasr.audio import load_audio
-
-    path = tmp_path_factory.mktemp("voxtral-realtime-tiny")
     write_tekken(path / "tekken.json")
     tokenizer = MistralCommonBackend(tokenizer_path=str(path / "tekken.json"))
     special = {t["token_str"]: t["rank"] for t in _special_tokens()}
-    text = dict(TINY_TEXT, bos_token_id=special["<s>"], eos_token_id=special["</s>"], pad_token_id=special["<pad>"])
-    config = VoxtralRealtimeConfig(audio_config=TINY_AUDIO, text_config=text)
+    text = dict(text, bos_token_id=special["<s>"], eos_token_id=special["</s>"], pad_token_id=special["<pad>"])
+    config = VoxtralRealtimeConfig(audio_config=audio, text_config=text)
     torch.manual_seed(0)
     model = VoxtralRealtimeForConditionalGeneration(config)
     with torch.no_grad():  # larger than the init's 0.02 so that greedy picks vary with the audio
@@ -147,6 +146,14 @@ def tiny_voxtral_realtime(tmp_path_factory, audio_dir) -> TinyVoxtralRealtime:
     model.save_pretrained(path)
     extractor = VoxtralRealtimeFeatureExtractor()
     extractor.save_pretrained(path)
-    processor = VoxtralRealtimeProcessor(extractor, tokenizer)
+    return model, VoxtralRealtimeProcessor(extractor, tokenizer)
+
+
+@pytest.fixture(scope="session")
+def tiny_voxtral_realtime(tmp_path_factory, audio_dir) -> TinyVoxtralRealtime:
+    from oasr.audio import load_audio
+
+    path = tmp_path_factory.mktemp("voxtral-realtime-tiny")
+    model, processor = save_checkpoint(path)
     clips = [load_audio(str(audio_dir / name), 16000) for name in CLIPS]
     return TinyVoxtralRealtime(path, model.double(), processor, clips)
