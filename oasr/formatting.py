@@ -35,6 +35,17 @@ Choices:
   cues are laid out from the words, as openai-whisper's subtitle writers do: a cue
   spans its first word's start to its last word's end, and a ``SubtitleLayout`` may
   cut and wrap them (see its docstring). Without words, a cue is a segment.
+* Speakers (a transcript diarized: ``Segment.speaker`` / ``Word.speaker`` set,
+  ``oasr.diarization.assign``): ``verbose_json`` segments and words carry ``"speaker"``; subtitle
+  cues never mix speakers (word-laid cues are cut where the speaker changes) and are labelled as
+  WhisperX's writers label them in SRT, ``[SPEAKER_00]: text``, and with WebVTT's voice span in
+  WebVTT, ``<v SPEAKER_00>text``, which browser players (``<track>``) read as the cue's speaker.
+  ``diarized_json`` is OpenAI's ``TranscriptionDiarized``: ``task``, ``duration``, ``text``,
+  ``segments`` of ``{"type": "transcript.text.segment", "id", "start", "end", "text",
+  "speaker"}``, each segment one speaker's (``speaker_runs``: the engine's segments cut where
+  the speaker changes between words), ids ``seg_0``, ``seg_1``, ...; speakers named as OpenAI
+  names them, ``A``, ``B``, ... in order of first appearance, except known speakers, who keep
+  their names. Undiarized segments in it have speaker ``null``.
 * TSV is openai-whisper's: a ``start<TAB>end<TAB>text`` header, then one line per
   segment with the times in integer milliseconds (tabs in the text become spaces).
 * ``txt`` is another name for ``text`` (``FORMAT_ALIASES``), and ``all`` stands for
@@ -68,6 +79,8 @@ __all__ = [
     "json_line",
     "language_name",
     "output_formats",
+    "diarized_json_dict",
+    "to_diarized_json",
     "to_json",
     "to_srt",
     "subtitle_cues",
@@ -78,7 +91,7 @@ __all__ = [
     "verbose_json_dict",
 ]
 
-FORMATS: tuple[str, ...] = ("text", "json", "verbose_json", "srt", "vtt", "tsv")
+FORMATS: tuple[str, ...] = ("text", "json", "verbose_json", "srt", "vtt", "tsv", "diarized_json")
 """The output formats, by the names OpenAI's ``response_format`` uses (and openai-whisper's ``tsv``)."""
 
 EXTENSIONS: dict[str, str] = {
@@ -88,6 +101,7 @@ EXTENSIONS: dict[str, str] = {
     "srt": "srt",
     "vtt": "vtt",
     "tsv": "tsv",
+    "diarized_json": "diarized.json",
 }
 """File extension (without the dot) written for each format."""
 
@@ -187,7 +201,7 @@ def _clamp(seconds: float, duration: float) -> float:
     return min(seconds, duration) if duration > 0 else seconds
 
 
-def _segment_cues(out: RequestOutput, escape) -> list[tuple[float, float, str]]:
+def _segment_cues(out: RequestOutput, escape, label) -> list[tuple[float, float, str]]:
     cues = []
     duration = float(out.duration)
     for seg in out.segments:
@@ -195,8 +209,12 @@ def _segment_cues(out: RequestOutput, escape) -> list[tuple[float, float, str]]:
         if not text:
             continue
         start = _clamp(seg.start, duration)
-        cues.append((start, max(start, _clamp(seg.end, duration)), escape(text)))
+        cues.append((start, max(start, _clamp(seg.end, duration)), label(seg.speaker, escape(text))))
     return cues
+
+
+def _unlabelled(speaker: str | None, text: str) -> str:
+    return text
 
 
 def _has_words(out: RequestOutput) -> bool:
@@ -204,15 +222,17 @@ def _has_words(out: RequestOutput) -> bool:
     return bool(texts) and all(seg.words for seg in texts)
 
 
-def _word_lines(out: RequestOutput, layout: SubtitleLayout) -> list[list[tuple[float, float, str]]]:
-    """The words of ``out`` grouped into cues; a word's text starts with ``\n`` where it
-    begins a new line of its cue (and is stripped where it begins a line)."""
+def _word_lines(out: RequestOutput, layout: SubtitleLayout) -> list[list[tuple[float, float, str, str | None]]]:
+    """The words of ``out`` grouped into cues (with their speakers; a change of speaker starts
+    a cue); a word's text starts with ``\n`` where it begins a new line of its cue (and is
+    stripped where it begins a line)."""
     width = layout.max_line_width or math.inf
     run = layout.max_words_per_line or math.inf
     count = layout.max_line_count
     follow_segments = layout.max_line_width is None or count is None
-    cues: list[list[tuple[float, float, str]]] = []
-    cue: list[tuple[float, float, str]] = []
+    cues: list[list[tuple[float, float, str, str | None]]] = []
+    cue: list[tuple[float, float, str, str | None]] = []
+    speaker: str | None = None
     line_len, lines = 0, 1
     words = [w for seg in out.segments for w in seg.words or ()]
     last_start = words[0].start if words else 0.0
@@ -221,6 +241,9 @@ def _word_lines(out: RequestOutput, layout: SubtitleLayout) -> list[list[tuple[f
             text = _LINE_BREAKS.sub(" ", w.word)
             pause = not follow_segments and w.start - last_start > PAUSE_S
             new_cue_here = follow_segments and k % run == 0 and bool(cue)
+            if w.speaker is not None and speaker is not None and w.speaker != speaker and cue:
+                new_cue_here = True
+            speaker = w.speaker if w.speaker is not None else speaker
             if line_len > 0 and line_len + len(text) <= width and not pause and not new_cue_here:
                 line_len += len(text)
             else:
@@ -232,7 +255,7 @@ def _word_lines(out: RequestOutput, layout: SubtitleLayout) -> list[list[tuple[f
                     lines += 1
                     text = "\n" + text
                 line_len = len(text.strip())
-            cue.append((float(w.start), float(w.end), text))
+            cue.append((float(w.start), float(w.end), text, w.speaker))
             last_start = w.start
     if cue:
         cues.append(cue)
@@ -240,7 +263,7 @@ def _word_lines(out: RequestOutput, layout: SubtitleLayout) -> list[list[tuple[f
 
 
 def subtitle_cues(
-    out: RequestOutput, layout: SubtitleLayout | None = None, *, escape=lambda text: text
+    out: RequestOutput, layout: SubtitleLayout | None = None, *, escape=lambda text: text, label=_unlabelled
 ) -> list[tuple[float, float, str]]:
     """The ``(start, end, text)`` cues SRT and WebVTT write for ``out`` (see the module notes).
 
@@ -248,28 +271,32 @@ def subtitle_cues(
         layout: how word-timed cues are cut and wrapped (None: one cue per segment's words).
         escape: applied to each piece of cue text (WebVTT escapes ``&<>``) before the
             highlight tags are added.
+        label: ``label(speaker, text)``, the text of a cue said by ``speaker`` (None where the
+            transcript has no speakers).
     """
     layout = layout or SubtitleLayout()
     if not _has_words(out):
-        return _segment_cues(out, escape)
+        return _segment_cues(out, escape, label)
     duration = float(out.duration)
     cues = []
     for words in _word_lines(out, layout):
-        pieces = [escape(text) for _, _, text in words]
+        pieces = [escape(text) for _, _, text, _ in words]
         text = "".join(pieces)
         if not text.strip():
             continue
+        speaker = next((s for *_, s in words if s is not None), None)
         start, end = _clamp(words[0][0], duration), _clamp(words[-1][1], duration)
         if not layout.highlight_words:
-            cues.append((start, max(start, end), text))
+            cues.append((start, max(start, end), label(speaker, text)))
             continue
         shown = start
-        for i, (w_start, w_end, _) in enumerate(words):
+        for i, (w_start, w_end, _, _) in enumerate(words):
             w_start, w_end = _clamp(w_start, duration), _clamp(w_end, duration)
             if round(shown * 1000) != round(w_start * 1000):
-                cues.append((shown, max(shown, w_start), text))
+                cues.append((shown, max(shown, w_start), label(speaker, text)))
             marked = re.sub(r"^(\s*)(.*)$", r"\1<u>\2</u>", pieces[i], flags=re.DOTALL)
-            cues.append((w_start, max(w_start, w_end), "".join(pieces[:i]) + marked + "".join(pieces[i + 1 :])))
+            highlighted = "".join(pieces[:i]) + marked + "".join(pieces[i + 1 :])
+            cues.append((w_start, max(w_start, w_end), label(speaker, highlighted)))
             shown = w_end
     return cues
 
@@ -308,6 +335,7 @@ def json_line(out: RequestOutput, fmt: str, file: str, *, words: bool | None = N
 
 
 def _segment_dict(index: int, seg: Segment) -> dict[str, Any]:
+    speaker = {} if seg.speaker is None else {"speaker": seg.speaker}
     return {
         "id": index,
         "seek": int(seg.seek),
@@ -319,6 +347,7 @@ def _segment_dict(index: int, seg: Segment) -> dict[str, Any]:
         "avg_logprob": float(seg.avg_logprob),
         "compression_ratio": float(seg.compression_ratio),
         "no_speech_prob": float(seg.no_speech_prob),
+        **speaker,
     }
 
 
@@ -341,6 +370,7 @@ def verbose_json_dict(out: RequestOutput, words: bool = False) -> dict[str, Any]
     if words:
         doc["words"] = [
             {"word": w.word.strip(), "start": _ms(w.start), "end": _ms(w.end)}
+            | ({} if w.speaker is None else {"speaker": w.speaker})
             for seg in out.segments
             for w in seg.words or ()
         ]
@@ -355,11 +385,58 @@ def to_verbose_json(out: RequestOutput, words: bool = False) -> str:
     return text + "\n"
 
 
+def diarized_json_dict(out: RequestOutput, known: tuple[str, ...] = ()) -> dict[str, Any]:
+    """OpenAI's ``diarized_json`` document (``TranscriptionDiarized``; see the module notes).
+
+    Args:
+        out: a diarized transcript.
+        known: the known speakers' names (kept as they are; the others become ``A``, ``B``, ...).
+    """
+    from oasr.diarization.assign import SpeakerIndex, letter_labels, speaker_runs
+
+    runs = [run for run in speaker_runs(out.segments) if run.text.strip()]
+    if out.diarization is not None:  # every OpenAI segment names a speaker: the nearest turn's
+        index = SpeakerIndex(out.diarization.turns)
+        for run in runs:
+            if run.speaker is None:
+                run.speaker = index.speaker(run.start, run.end, fill_nearest=True)
+    names = letter_labels([run.speaker for run in runs], known)
+    return {
+        "task": "transcribe",
+        "duration": _ms(out.duration),
+        "text": out.text.strip(),
+        "segments": [
+            {
+                "type": "transcript.text.segment",
+                "id": f"seg_{i}",
+                "start": _ms(run.start),
+                "end": _ms(run.end),
+                "text": _LINE_BREAKS.sub(" ", run.text).strip(),
+                "speaker": None if run.speaker is None else names[run.speaker],
+            }
+            for i, run in enumerate(runs)
+        ],
+    }
+
+
+def to_diarized_json(out: RequestOutput) -> str:
+    """``diarized_json_dict`` serialised with a two-space indent."""
+    return json.dumps(diarized_json_dict(out), ensure_ascii=False, indent=2) + "\n"
+
+
+def _srt_label(speaker: str | None, text: str) -> str:
+    return text if speaker is None else f"[{speaker}]: {text}"
+
+
+def _vtt_label(speaker: str | None, text: str) -> str:
+    return text if speaker is None else f"<v {_vtt_escape(speaker)}>{text}"
+
+
 def to_srt(out: RequestOutput, layout: SubtitleLayout | None = None) -> str:
     """SubRip subtitles: one cue per segment, or laid out from the words (``subtitle_cues``)."""
     blocks = [
         f"{n}\n{format_timestamp(start)} --> {format_timestamp(end)}\n{text}\n"
-        for n, (start, end, text) in enumerate(subtitle_cues(out, layout), start=1)
+        for n, (start, end, text) in enumerate(subtitle_cues(out, layout, label=_srt_label), start=1)
     ]
     return "\n".join(blocks)
 
@@ -371,7 +448,7 @@ def _vtt_escape(text: str) -> str:
 def to_vtt(out: RequestOutput, layout: SubtitleLayout | None = None) -> str:
     """WebVTT subtitles: one cue per segment, or laid out from the words (``subtitle_cues``)."""
     blocks = ["WEBVTT\n"]
-    for start, end, text in subtitle_cues(out, layout, escape=_vtt_escape):
+    for start, end, text in subtitle_cues(out, layout, escape=_vtt_escape, label=_vtt_label):
         a = format_timestamp(start, decimal_marker=".")
         b = format_timestamp(end, decimal_marker=".")
         blocks.append(f"{a} --> {b}\n{text}\n")
@@ -419,4 +496,6 @@ def format_output(
         return to_vtt(out, layout)
     if fmt == "tsv":
         return to_tsv(out)
+    if fmt == "diarized_json":
+        return to_diarized_json(out)
     raise ValueError(f"unknown output format {fmt!r}; expected one of {', '.join(FORMATS)}")

@@ -299,6 +299,14 @@ LANGUAGE_HELP = (
 )
 
 
+def add_speaker_count_flags(g: argparse._ArgumentGroup) -> None:
+    """``--num-speakers`` / ``--min-speakers`` / ``--max-speakers`` (``oasr transcribe --diarize``,
+    ``oasr diarize``): None set, the diarizer decides."""
+    g.add_argument("--num-speakers", type=positive_int, default=None, metavar="N", help="the number of speakers")
+    g.add_argument("--min-speakers", type=positive_int, default=None, metavar="N", help="at least N speakers")
+    g.add_argument("--max-speakers", type=positive_int, default=None, metavar="N", help="at most N speakers")
+
+
 def add_transcription_options(parser: argparse.ArgumentParser, *, language: bool = True, task: bool = True) -> None:
     """What every command that transcribes takes: the decode options, then the model and
     engine options (``language`` / ``task``: whether it offers ``-l`` and ``--task``)."""
@@ -444,6 +452,9 @@ _OPTION_NAMES = (
     "target_language",
     "punctuation",
     "itn",
+    "num_speakers",
+    "min_speakers",
+    "max_speakers",
 )
 
 
@@ -651,6 +662,7 @@ def engine_extras(args: argparse.Namespace) -> dict[str, Any]:
         ("window_seconds", "ctc_window_s"),
         ("punctuate", "punc_model"),
         ("punctuate_always", "punc_always"),
+        ("diarize_model", "diarize_model"),
     ):
         value = getattr(args, arg, None)
         if value is not None:

@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from oasr.cli.common import CliError
 
 # module under oasr.cli -> its register(subparsers); in the order `oasr --help` lists them
-SUBCOMMANDS: tuple[str, ...] = ("transcribe", "stream", "evaluate", "models", "serve", "bench")
+SUBCOMMANDS: tuple[str, ...] = ("transcribe", "diarize", "stream", "evaluate", "models", "serve", "bench")
 
 
 class _Parser(argparse.ArgumentParser):

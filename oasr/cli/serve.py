@@ -112,6 +112,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
 
     add_model_engine_options(g)
+    g.add_argument(
+        "--diarize-model",
+        default=None,
+        metavar="DIR",
+        help="a diarization model (directory or .nemo archive, as oasr diarize reads): response_format="
+        "diarized_json, known speakers, and speakers in verbose_json / srt / vtt transcriptions",
+    )
 
     s = p.add_argument_group("server")
     s.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")

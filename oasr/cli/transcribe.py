@@ -57,6 +57,7 @@ import sys
 from oasr.cli.common import (
     CUT_WARNING,
     add_output_flags,
+    add_speaker_count_flags,
     add_transcription_options,
     decode_kwargs,
     load_engine,
@@ -140,6 +141,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     g.add_argument(
         "--highlight-words", action="store_true", help="a cue per word too, with the word underlined (<u>...</u>)"
     )
+    g = p.add_argument_group("speakers")
+    g.add_argument(
+        "--diarize",
+        dest="diarize_model",
+        default=None,
+        metavar="MODEL",
+        help="find who spoke when with this diarization model (a directory or .nemo archive; oasr diarize reads "
+        "the same): segments and words get speakers (verbose_json, diarized_json; srt [SPEAKER_00]: and vtt <v> "
+        "labels), by WhisperX's overlap rule",
+    )
+    add_speaker_count_flags(g)
     add_transcription_options(p)
     add_ray_transcribe_options(p)
     p.set_defaults(func=run, parser=p)
@@ -203,6 +215,8 @@ def segment_line(segment, label: str | None = None) -> str:
     a = format_timestamp(segment.start, decimal_marker=".", always_include_hours=False)
     b = format_timestamp(segment.end, decimal_marker=".", always_include_hours=False)
     text = " ".join(segment.text.split())
+    if segment.speaker is not None:
+        text = f"[{segment.speaker}]: {text}"
     return f"{label} [{a} --> {b}] {text}" if label else f"[{a} --> {b}] {text}"
 
 
@@ -301,8 +315,13 @@ def run(args: argparse.Namespace) -> int:
     layout = _layout(args, parser, options)
     if args.min_duration < 0:
         parser.error(f"argument --min-duration: must be >= 0, got {args.min_duration:g}")
+    counts = [f"--{n.replace('_', '-')}" for n in ("num_speakers", "min_speakers", "max_speakers") if n in options]
+    if counts and args.diarize_model is None:
+        parser.error(f"{counts[0]} needs --diarize MODEL (the diarization model)")
     plan = plan_files(args, args.recursive)
     files, targets, fmt = plan.files, plan.targets, plan.formats[0]
+    if "diarized_json" in plan.formats and args.diarize_model is None:
+        parser.error("-f diarized_json needs --diarize MODEL (the diarization model)")
 
     sources = _sources(files)
     engine = load_engine(args)

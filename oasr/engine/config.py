@@ -95,6 +95,9 @@ class EngineConfig:
             finishes. None: no punctuation restoration.
         punc_always: with ``punc_model``, punctuate transcripts that already have punctuation
             marks too (by default they are left as the model wrote them).
+        diarize_model: a diarization model (``oasr.diarization.loader.load_diarizer``: a
+            directory or ``.nemo`` archive) run on every request's audio, batched across requests
+            (``oasr.engine.diarizing``): words and segments get speakers. None: no diarization.
     """
 
     device: str = "cpu"
@@ -121,6 +124,7 @@ class EngineConfig:
     att_context_size: tuple[int, int] | None = None
     punc_model: str | None = None
     punc_always: bool = False
+    diarize_model: str | None = None
 
     def __post_init__(self) -> None:
         if self.punc_always and self.punc_model is None:
@@ -209,6 +213,13 @@ class CommonOptions:
         vad_parameters: ``oasr.audio.vad.VadOptions`` fields (threshold,
             min_speech_duration_ms, max_speech_duration_s, min_silence_duration_ms,
             speech_pad_ms) overriding its defaults; needs ``vad_filter``.
+        diarize: who spoke when (``EngineConfig.diarize_model``, ``oasr.engine.diarizing``): None
+            diarizes when the engine has a diarizer; True needs one; False skips it.
+        num_speakers / min_speakers / max_speakers: the number of speakers, or bounds on it
+            (None: the diarizer decides); need a diarizer.
+        known_speakers: ``{name: reference audio}`` (a path, bytes or a 16 kHz waveform, 2 to 10 s
+            each, at most 4): found speakers whose voice matches a reference are named after it
+            (``oasr.diarization.service``); needs a diarizer that embeds voices.
     """
 
     language: str | None = None
@@ -218,6 +229,11 @@ class CommonOptions:
     clip_timestamps: str | tuple[float, ...] = "0"
     vad_filter: bool = False
     vad_parameters: dict[str, float] | VadOptions | None = None
+    diarize: bool | None = None
+    num_speakers: int | None = None
+    min_speakers: int | None = None
+    max_speakers: int | None = None
+    known_speakers: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,7 @@ from oasr.engine.decode.base import (
     RequestCancelled,
     build_decode_strategy,
 )
+from oasr.engine.diarizing import Diarizing, check_speaker_options
 from oasr.engine.faults import with_faults
 from oasr.engine.outputs import RequestOutput, Segment
 from oasr.engine.punctuating import Punctuating
@@ -77,6 +78,8 @@ class EngineCore:
         splitter: what the engines drive: the strategy, with ``vad_filter`` requests
             cut into VAD chunks (and, with ``punc_model``, finished transcripts punctuated).
         punctuator: the loaded ``punc_model`` (``oasr.postprocess.punctuation.Punctuator``), or None.
+        diarization: the loaded ``diarize_model`` behind its batching service
+            (``oasr.diarization.service.DiarizationService``), or None.
     """
 
     def __init__(
@@ -117,6 +120,13 @@ class EngineCore:
             from oasr.postprocess.punctuation import load_punctuator
 
             self.punctuator = load_punctuator(config.punc_model, device=config.device)
+        self.diarization = None
+        if config.diarize_model is not None:
+            from oasr.diarization.loader import load_diarizer
+            from oasr.diarization.service import DiarizationService
+
+            diarizer = load_diarizer(config.diarize_model, device=config.device, dtype=config.dtype)
+            self.diarization = DiarizationService(diarizer, batch_size=config.max_batch_size)
         self.splitter = self.new_splitter()
         self._ids = itertools.count()
 
@@ -124,13 +134,15 @@ class EngineCore:
         """A new decode strategy over the loaded model (checks the model's capability)."""
         return with_faults(build_decode_strategy(self.loaded, self.config))
 
-    def new_splitter(self) -> VadSplitter | Punctuating:
+    def new_splitter(self) -> VadSplitter | Punctuating | Diarizing:
         """What the engines drive over ``self.strategy``: the VAD splitter, behind punctuation
-        restoration when ``punc_model`` is set."""
-        splitter = VadSplitter(self.strategy, self.sampling_rate)
-        if self.punctuator is None:
-            return splitter
-        return Punctuating(splitter, self.punctuator, always=self.config.punc_always)
+        restoration when ``punc_model`` is set, behind diarization when ``diarize_model`` is."""
+        splitter: VadSplitter | Punctuating | Diarizing = VadSplitter(self.strategy, self.sampling_rate)
+        if self.punctuator is not None:
+            splitter = Punctuating(splitter, self.punctuator, always=self.config.punc_always)
+        if self.diarization is not None:
+            splitter = Diarizing(splitter, self.diarization, self.sampling_rate, self.config.max_audio_s)
+        return splitter
 
     @property
     def model(self):
@@ -149,7 +161,7 @@ class EngineCore:
             ValueError: a bad value, or one the strategy cannot honour.
             ImportError: ``vad_filter=True`` without the silero-vad package.
         """
-        return self.splitter.validate(TranscribeOptions.from_kwargs(**options))
+        return check_speaker_options(self.splitter.validate(TranscribeOptions.from_kwargs(**options)), self.diarization)
 
     def new_request_id(self) -> str:
         return f"req-{next(self._ids)}"

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import zlib
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from oasr.diarization.types import Diarization
 
 FinishReason = Literal["stop", "length"]
 
@@ -17,12 +20,14 @@ class Word:
         start, end: seconds.
         word: the word's text, with its leading space if it has one.
         probability: the mean probability of its tokens.
+        speaker: who said it, with a diarizer (``oasr.diarization.assign``), else None.
     """
 
     start: float
     end: float
     word: str
     probability: float
+    speaker: str | None = None
 
 
 @dataclass
@@ -43,6 +48,7 @@ class Segment:
         token_times: ``(start, end)`` seconds of each of ``tokens``, where the decoder times its
             tokens (CTC and transducer: around each token's spike frame; Paraformer: from the
             CIF fires, as funasr's ``timestamp``); None where it does not (Whisper, speech-LLMs).
+        speaker: who said most of it, with a diarizer (``oasr.diarization.assign``), else None.
     """
 
     id: int
@@ -57,6 +63,7 @@ class Segment:
     no_speech_prob: float = 0.0
     words: list[Word] | None = None
     token_times: list[tuple[float, float]] | None = None
+    speaker: str | None = None
 
 
 @dataclass
@@ -79,6 +86,8 @@ class RequestOutput:
             or the end of the audio: every CTC, transducer and Paraformer result); "length" when
             a token budget cut it (a speech-LLM's ``max_new_tokens``, or a Whisper window whose
             decode reached its length limit), so part of the transcript may be missing.
+        diarization: who spoke when, with a diarizer (its turns; ``Segment.speaker`` and
+            ``Word.speaker`` are read from it), else None.
     """
 
     request_id: str
@@ -92,6 +101,7 @@ class RequestOutput:
     finish_reason: FinishReason = "stop"
     emotion: str | None = None
     audio_events: list[str] | None = None
+    diarization: Diarization | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

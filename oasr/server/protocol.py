@@ -10,8 +10,10 @@ Form-field policy (one rule for both audio routes):
 * ``chunking_strategy`` (transcriptions) is ``auto`` or a ``server_vad`` object, sent as
   JSON text (``{"type": "server_vad", "threshold": 0.5}``) or, as the official client
   sends it, as fields ``chunking_strategy[type]``, ``chunking_strategy[threshold]``, ...
+* ``known_speaker_names[]`` / ``known_speaker_references[]`` (transcriptions): as many names as
+  references (at most 4), each reference an audio data URL (``data:audio/wav;base64,...``).
 * An OpenAI-defined field that oasr does not implement (``include``, ``keywords``,
-  ``known_speaker_names``, ``known_speaker_references``, ``languages``; and on
+  ``languages``; and on
   ``/v1/audio/translations`` the transcription-only ``language``, ``stream``,
   ``timestamp_granularities`` and ``chunking_strategy``) is refused with 400,
   ``code="unsupported_parameter"``, ``param`` naming it.
@@ -46,13 +48,11 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.datastructures import FormData, UploadFile
 
-ResponseFormat = Literal["json", "text", "srt", "verbose_json", "vtt"]
+ResponseFormat = Literal["json", "text", "srt", "verbose_json", "vtt", "diarized_json"]
 Granularity = Literal["segment", "word"]
 
 # OpenAI-defined transcription fields that oasr does not implement.
-UNSUPPORTED_OPENAI_FIELDS: frozenset[str] = frozenset(
-    {"include", "keywords", "known_speaker_names", "known_speaker_references", "languages"}
-)
+UNSUPPORTED_OPENAI_FIELDS: frozenset[str] = frozenset({"include", "keywords", "languages"})
 
 
 # ---------------------------------------------------------------------------
@@ -118,6 +118,8 @@ class TranscriptionRequest(TranslationRequest):
     timestamp_granularities: list[Granularity] = Field(default_factory=list)
     stream: bool = False
     chunking_strategy: Literal["auto"] | ServerVad | None = None
+    known_speaker_names: list[str] = Field(default_factory=list, max_length=4)
+    known_speaker_references: list[str] = Field(default_factory=list, max_length=4)
 
     @property
     def granularities(self) -> tuple[str, ...]:
@@ -136,7 +138,7 @@ class FormError(ValueError):
         self.message, self.param, self.code = message, param, code
 
 
-_LIST_FIELDS = frozenset({"timestamp_granularities"})
+_LIST_FIELDS = frozenset({"timestamp_granularities", "known_speaker_names", "known_speaker_references"})
 _OBJECT_FIELDS = frozenset({"chunking_strategy"})  # a string, JSON object text, or name[key] fields
 _OPTIONAL_TEXT = frozenset({"language", "prompt"})
 _SUBFIELD = re.compile(r"(\w+)\[(\w+)\]")
@@ -343,11 +345,35 @@ class TranscriptionVerboseResponse(BaseModel):
     usage: UsageDuration | None = None
 
 
+class DiarizedSegment(BaseModel):
+    """One speaker's stretch of a ``diarized_json`` transcript (OpenAI's
+    ``TranscriptionDiarizedSegment``); also the stream event ``transcript.text.segment``."""
+
+    type: Literal["transcript.text.segment"] = "transcript.text.segment"
+    id: str
+    start: float
+    end: float
+    text: str
+    speaker: str | None
+
+
+class TranscriptionDiarizedResponse(BaseModel):
+    """``response_format=diarized_json`` (OpenAI's ``TranscriptionDiarized``)."""
+
+    task: Literal["transcribe"] = "transcribe"
+    duration: float
+    text: str
+    segments: list[DiarizedSegment]
+    usage: UsageDuration | None = None
+
+
 class TranscriptTextDelta(BaseModel):
-    """A stream event: more text (the deltas of a stream concatenate to the final text)."""
+    """A stream event: more text (the deltas of a stream concatenate to the final text; in a
+    ``diarized_json`` stream each names the ``transcript.text.segment`` it belongs to)."""
 
     type: Literal["transcript.text.delta"] = "transcript.text.delta"
     delta: str
+    segment_id: str | None = None
 
 
 class TranscriptTextDone(BaseModel):

@@ -36,13 +36,29 @@ Decoding policy:
 * ``timestamp_granularities[]`` needs ``response_format=verbose_json`` (as OpenAI;
   anything else is 400). None given: segments only. ``word`` turns on word timing;
   ``verbose_json`` then has ``words``, plus ``segments`` when ``segment`` is also given.
-* ``stream=true`` needs ``response_format`` json or text (else 400): the answer is
+* Speakers (``oasr serve --diarize-model DIR``, ``oasr.engine.diarizing``): ``response_format=
+  diarized_json`` is OpenAI's ``TranscriptionDiarized`` (``oasr.formatting.diarized_json_dict``:
+  segments of one speaker each, ``A``, ``B``, ... or the known speakers' names); the request is
+  decoded with word timestamps where the model times words, so that segments are cut where the
+  speaker changes. ``verbose_json``, ``srt`` and ``vtt`` transcriptions on such a server carry
+  speakers too; ``json`` and ``text`` are not diarized (they could not show it). Without a
+  diarizer, ``diarized_json`` and known speakers are 400 ``unsupported_value``.
+  ``known_speaker_names[]`` + ``known_speaker_references[]`` (``diarized_json`` only; data URLs,
+  2 to 10 s each, at most 4) name the found speakers whose voices match (``oasr.diarization.
+  service``: cosine similarity of the diarizer's speaker embeddings); a diarizer that does not
+  embed voices (only pyannote's pipeline does) answers 400. ``chunking_strategy`` is not required
+  for long audio as OpenAI requires it for diarization (oasr transcribes any length); given, it
+  chunks the transcription at speech as for any format, while the diarizer always hears the
+  whole recording.
+* ``stream=true`` needs ``response_format`` json, text or diarized_json (else 400): the answer is
   ``text/event-stream`` with ``transcript.text.delta`` events as the text is decoded
   (a strategy that streams text, ``DecodeStrategy.streams_text``: Whisper, a speech-LLM,
   sends pieces as its tokens are decoded, see ``oasr.engine.decode.aed.strategy``; the
   others one per decoded segment; leading / trailing whitespace held back so that the
   deltas concatenate exactly to the final text), then ``transcript.text.done`` with the
-  whole text, then ``data: [DONE]``.
+  whole text, then ``data: [DONE]``. A ``diarized_json`` stream sends, for each decoded stretch
+  of one speaker, a ``transcript.text.delta`` with its ``segment_id`` then the
+  ``transcript.text.segment`` event itself, as OpenAI's diarizing model does.
   Errors found before the first event (bad audio, a full queue) are ordinary 4xx
   answers; later ones are sent as a ``data: {"error": {...}}`` event before ``[DONE]``.
 
@@ -66,6 +82,8 @@ cannot finish before its graceful shutdown ends gets 503 (``oasr.server.lifecycl
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import contextlib
 import json
 import logging
@@ -84,13 +102,15 @@ from oasr.engine.config import TranscribeOptions
 from oasr.engine.decode.base import EngineOverloaded, StepEvent
 from oasr.engine.decode.deltas import TranscriptDeltas
 from oasr.engine.outputs import RequestOutput
-from oasr.formatting import format_output, json_dict, verbose_json_dict
+from oasr.formatting import diarized_json_dict, format_output, json_dict, verbose_json_dict
 from oasr.languages import LanguageError
 from oasr.server.errors import CLIENT_CLOSED_REQUEST, APIError, bad_request
 from oasr.server.lifecycle import Drain, ShuttingDown
 from oasr.server.metrics import ServerMetrics
 from oasr.server.protocol import (
+    DiarizedSegment,
     ServerVad,
+    TranscriptionDiarizedResponse,
     TranscriptionResponse,
     TranscriptionVerboseResponse,
     TranscriptTextDelta,
@@ -107,6 +127,7 @@ EXTENSION_FIELDS = ("max_new_tokens", "repetition_penalty", "seed", "target_lang
 """Form fields beyond OpenAI's that set the ``TranscribeOptions`` field of the same name."""
 CLIENT_GONE = "oasr.client_gone"  # scope key set when the client disconnected mid-request
 _TEXT_MEDIA = {"text": "text/plain", "srt": "text/plain", "vtt": "text/vtt"}
+_SPEAKER_FORMATS = ("diarized_json", "verbose_json", "srt", "vtt")  # what a diarizing server diarizes
 
 
 class ClientGone(Exception):
@@ -164,11 +185,36 @@ class OpenAIServingSpeechToText:
             raise bad_request(
                 "timestamp_granularities requires response_format=verbose_json", param="timestamp_granularities"
             )
-        if req.streaming and req.response_format not in ("json", "text"):
+        if req.streaming and req.response_format not in ("json", "text", "diarized_json"):
             raise bad_request(
-                f"stream=true is available with response_format json or text, not {req.response_format!r}",
+                f"stream=true is available with response_format json, text or diarized_json, not "
+                f"{req.response_format!r}",
                 param="stream",
             )
+        names = getattr(req, "known_speaker_names", [])
+        references = getattr(req, "known_speaker_references", [])
+        if req.response_format == "diarized_json" or names or references:
+            param = "response_format" if req.response_format == "diarized_json" else "known_speaker_names"
+            if self.task != "transcribe":
+                raise bad_request("diarized_json is a transcription format", param=param, code="unsupported_value")
+            if getattr(self.engine, "diarization", None) is None:
+                raise bad_request(
+                    "speakers need a diarization model: this server has none (start oasr serve with "
+                    "--diarize-model DIR)",
+                    param=param,
+                    code="unsupported_value",
+                )
+        if names or references:
+            if req.response_format != "diarized_json":
+                raise bad_request("known speakers need response_format=diarized_json", param="known_speaker_names")
+            if len(names) != len(references):
+                raise bad_request(
+                    f"{len(names)} known_speaker_names and {len(references)} known_speaker_references: give one "
+                    f"reference per name",
+                    param="known_speaker_references",
+                )
+            if len(set(names)) != len(names):
+                raise bad_request("known_speaker_names must be different", param="known_speaker_names")
 
     def build_options(self, req: TranslationRequest) -> TranscribeOptions:
         """The engine options for ``req``; a value the engine refuses is a 400 naming its field."""
@@ -186,6 +232,13 @@ class OpenAIServingSpeechToText:
         chunking = getattr(req, "chunking_strategy", None)
         if chunking is not None:
             steps.append(("chunking_strategy", {"vad_filter": True, "vad_parameters": _vad_parameters(chunking)}))
+        if getattr(self.engine, "diarization", None) is not None:
+            diarize = self.task == "transcribe" and req.response_format in _SPEAKER_FORMATS
+            steps.append(("response_format", {"diarize": diarize}))
+            names = getattr(req, "known_speaker_names", [])
+            if names:
+                known = {name: _data_url_audio(url) for name, url in zip(names, req.known_speaker_references)}
+                steps.append(("known_speaker_references", {"known_speakers": known}))
         for field_name in EXTENSION_FIELDS:  # oasr's extensions: the option of the same name
             value = getattr(req, field_name)
             if value is not None:
@@ -204,6 +257,11 @@ class OpenAIServingSpeechToText:
             except ImportError as e:  # VAD asked for, silero-vad not installed on the server
                 raise bad_request(str(e), param=param, code="unsupported_value") from None
         assert options is not None
+        if req.response_format == "diarized_json" and not options.word_timestamps:
+            try:  # words cut segments where the speaker changes; a model that times none keeps its segments
+                options = self.engine.make_options(**kwargs, word_timestamps=True)
+            except (TypeError, ValueError):
+                pass
         return options
 
     # -- running ---------------------------------------------------------------------------------
@@ -274,6 +332,10 @@ class OpenAIServingSpeechToText:
 
     def render(self, out: RequestOutput, req: TranslationRequest) -> Response:
         fmt = req.response_format
+        if fmt == "diarized_json":
+            doc = diarized_json_dict(out, known=tuple(getattr(req, "known_speaker_names", ())))
+            doc["usage"] = UsageDuration(seconds=round(out.duration, 3)).model_dump()
+            return JSONResponse(TranscriptionDiarizedResponse.model_validate(doc).model_dump())
         if fmt == "json":
             body = self._json(out).model_dump(exclude_none=True)
             body.setdefault("language", None)  # null when nothing was decoded (VAD found no speech)
@@ -311,7 +373,29 @@ class OpenAIServingSpeechToText:
         stream = _TranscriptStream(
             self, first, events, filename, self.drain, streams_text=self.engine.splitter.streams_text
         )
+        if req.response_format == "diarized_json":
+            stream = _DiarizedStream(
+                self, first, events, filename, self.drain, known=tuple(getattr(req, "known_speaker_names", ()))
+            )
         return _SSEResponse(stream, raw_request)
+
+
+def _data_url_audio(url: str) -> bytes:
+    """The bytes of a ``data:[<type>][;base64],<data>`` URL (a known speaker's reference)."""
+    head, comma, data = url.partition(",")
+    if not head.startswith("data:") or not comma:
+        raise bad_request(
+            "a known speaker reference must be a data URL (data:audio/wav;base64,...)",
+            param="known_speaker_references",
+        )
+    if not head.endswith(";base64"):
+        from urllib.parse import unquote_to_bytes
+
+        return unquote_to_bytes(data)
+    try:
+        return base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError):
+        raise bad_request("a known speaker reference is not valid base64", param="known_speaker_references") from None
 
 
 def _vad_parameters(chunking: str | ServerVad) -> dict[str, float] | None:
@@ -396,7 +480,7 @@ class _TranscriptStream:
                     raw += piece
                     delta = deltas.extend(raw.strip())
                     if delta:
-                        yield _sse(TranscriptTextDelta(delta=delta).model_dump())
+                        yield _sse(TranscriptTextDelta(delta=delta).model_dump(exclude_none=True))
                 elif event.kind == "finished" and event.output is not None:
                     out = event.output
                     done = TranscriptTextDone(text=json_dict(out)["text"], finish_reason=out.finish_reason)
@@ -423,6 +507,64 @@ class _TranscriptStream:
         if not self.completed:
             scope[CLIENT_GONE] = True
             self.serving.metrics.cancelled.inc()
+
+
+class _DiarizedStream(_TranscriptStream):
+    """The SSE events of a ``diarized_json`` stream: per decoded stretch of one speaker, a
+    ``transcript.text.delta`` with its ``segment_id`` and a ``transcript.text.segment``; then
+    ``transcript.text.done``. Speakers are named as in ``diarized_json`` (``A``, ``B``, ... in
+    order of appearance, known speakers by name) consistently across the stream."""
+
+    def __init__(self, *args, known: tuple[str, ...] = (), **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.known = known
+        self.names: dict[str, str] = {}
+        self.sent = 0  # segments of the request turned into events
+        self.count = 0  # transcript.text.segment events sent
+
+    def _segments(self, segments) -> list[bytes]:
+        from oasr.diarization.assign import letter_labels, speaker_runs
+
+        out = []
+        for run in speaker_runs(segments):
+            text = " ".join(run.text.split())
+            if not text:
+                continue
+            if run.speaker is not None and run.speaker not in self.names:
+                labels = letter_labels([*self.names, run.speaker], self.known)
+                self.names[run.speaker] = labels[run.speaker]
+            sid = f"seg_{self.count}"
+            self.count += 1
+            speaker = None if run.speaker is None else self.names[run.speaker]
+            delta = TranscriptTextDelta(delta=text if sid == "seg_0" else " " + text, segment_id=sid)
+            out.append(_sse(delta.model_dump()))
+            seg = DiarizedSegment(id=sid, start=round(run.start, 3), end=round(run.end, 3), text=text, speaker=speaker)
+            out.append(_sse(seg.model_dump()))
+        return out
+
+    async def body(self) -> AsyncIterator[bytes]:
+        event: StepEvent | None = self.first
+        try:
+            while event is not None:
+                if event.kind == "segment" and event.segment is not None:
+                    self.sent += 1
+                    for chunk in self._segments([event.segment]):
+                        yield chunk
+                elif event.kind == "finished" and event.output is not None:
+                    out = event.output
+                    for chunk in self._segments(out.segments[self.sent :]):  # reported only at the end (llm)
+                        yield chunk
+                    done = TranscriptTextDone(text=json_dict(out)["text"], finish_reason=out.finish_reason)
+                    yield _sse(done.model_dump())
+                    self.completed = True
+                    break
+                event = await self._next_event()
+        except StopAsyncIteration:
+            pass
+        except Exception as e:  # after the headers: report in the stream
+            self.completed = True
+            yield _sse(self.serving.engine_error(e, self.filename).body())
+        yield _sse("[DONE]")
 
 
 class _SSEResponse(StreamingResponse):
