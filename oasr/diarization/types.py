@@ -97,6 +97,35 @@ class Diarization:
         return asdict(self)
 
 
+TURN_OPENED = "turn_opened"
+TURN_CLOSED = "turn_closed"
+
+
+@dataclass(frozen=True)
+class SpeakerEvent:
+    """What a live diarization stream reports: a speaker starting or stopping.
+
+    Attributes:
+        type: ``"turn_opened"`` or ``"turn_closed"``.
+        speaker: the speaker's label (``SPEAKER_00``, ... in order of first turn).
+        time: when, in seconds from the start of the stream (the turn's start or end).
+        start: the turn's start (equal to ``time`` for ``turn_opened``).
+    """
+
+    type: str
+    speaker: str
+    time: float
+    start: float
+
+    @property
+    def turn(self) -> SpeakerTurn | None:
+        """The finished turn of a ``turn_closed`` event (None for ``turn_opened``)."""
+        return SpeakerTurn(self.start, self.time, self.speaker) if self.type == TURN_CLOSED else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": self.type, "speaker": self.speaker, "time": self.time, "start": self.start}
+
+
 @runtime_checkable
 class Diarizer(Protocol):
     """A loaded diarization model.
