@@ -208,6 +208,74 @@ def random_nemotron3(directory: Path) -> str:
     return str(directory)
 
 
+def _named(turns: list[tuple[float, float, str]], duration: float) -> Diarization:
+    """A reference's turns with its labels renamed by first turn (oasr's convention)."""
+    names: dict[str, str] = {}
+    for _, _, label in sorted(turns):
+        names.setdefault(label, speaker_label(len(names)))
+    return Diarization([SpeakerTurn(a, b, names[label]) for a, b, label in turns], duration)
+
+
+def pyannote_audio(directory: str) -> Callable[[Sequence[np.ndarray]], list[Diarization]]:
+    """pyannote.audio's ``Pipeline.from_pretrained(directory)``, one recording a call (it batches
+    windows within a recording, not recordings); its regular (overlapping) diarization."""
+    import torch
+    from pyannote.audio import Pipeline
+    from pyannote.audio.telemetry import set_telemetry_metrics
+
+    set_telemetry_metrics(False)
+    pipeline = Pipeline.from_pretrained(directory)
+
+    def run(audios: Sequence[np.ndarray]) -> list[Diarization]:
+        out = []
+        for audio in audios:
+            result = pipeline({"waveform": torch.from_numpy(audio)[None], "sample_rate": 16000})
+            turns = [(s.start, s.end, label) for s, _, label in result.speaker_diarization.itertracks(yield_label=True)]
+            out.append(_named(turns, len(audio) / 16000))
+        return out
+
+    return run
+
+
+def nemo_sortformer(path: str) -> Callable[[Sequence[np.ndarray]], list[Diarization]]:
+    """NeMo's ``SortformerEncLabelModel.restore_from(path).diarize`` (its default post-processing)."""
+    from nemo.collections.asr.models import SortformerEncLabelModel
+
+    model = SortformerEncLabelModel.restore_from(path, map_location="cpu").eval()
+
+    def run(audios: Sequence[np.ndarray]) -> list[Diarization]:
+        lines = model.diarize(list(audios), sample_rate=16000, batch_size=len(audios), num_workers=0, verbose=False)
+        out = []
+        for audio, rows in zip(audios, lines):
+            turns = [(float(a), float(b), k) for a, b, k in (line.split() for line in rows)]
+            out.append(_named(turns, len(audio) / 16000))
+        return out
+
+    return run
+
+
+def tiny_pyannote(root: Path) -> str:
+    """The pyannote helper's test pipeline (tests/diarization/pyannote/conftest.py), built once."""
+    if not (root / "config.yaml").is_file():
+        from tests.diarization.pyannote.conftest import build_pipeline_dir
+
+        root.mkdir(parents=True, exist_ok=True)
+        build_pipeline_dir(root)
+    return str(root)
+
+
+def tiny_sortformer(root: Path, calibration: np.ndarray) -> str:
+    """The Sortformer helper's test archive (tests/diarization/sortformer/nemo_reference.py, offline,
+    its head calibrated on ``calibration``), built once."""
+    found = sorted(root.glob("sortformer_offline_*.nemo"))
+    if found:
+        return str(found[0])
+    from tests.diarization.sortformer.nemo_reference import build
+
+    path, _ = build(root, False, calibration)
+    return str(path)
+
+
 def oasr_diarizer(path: str) -> Callable[[Sequence[np.ndarray]], list[Diarization]]:
     from oasr.diarization.loader import load_diarizer
 
@@ -222,6 +290,12 @@ def systems(args: argparse.Namespace, baseline: ResemblyzerBaseline | None) -> l
     if args.nemotron3:
         out.append(System("oasr nemotron3", oasr_diarizer(args.nemotron3)))
         out.append(System("transformers nemotron3", transformers_nemotron3(args.nemotron3), "oasr nemotron3"))
+    if args.pyannote:
+        out.append(System("oasr pyannote", oasr_diarizer(args.pyannote)))
+        out.append(System("pyannote.audio", pyannote_audio(args.pyannote), "oasr pyannote"))
+    if args.sortformer:
+        out.append(System("oasr sortformer", oasr_diarizer(args.sortformer)))
+        out.append(System("nemo sortformer", nemo_sortformer(args.sortformer), "oasr sortformer"))
     return out
 
 
@@ -269,6 +343,8 @@ def main() -> int:
     p.add_argument(
         "--nemotron3", default=None, metavar="DIR", help="a save_pretrained directory, or 'random' (built in --set-dir)"
     )
+    p.add_argument("--pyannote", default=None, metavar="DIR", help="a pipeline directory, or 'tiny' (the test one)")
+    p.add_argument("--sortformer", default=None, metavar="FILE", help="a .nemo archive, or 'tiny' (the test one)")
     p.add_argument("--asr", default=None, metavar="MODEL", help="score cpWER with this ASR model's words")
     p.add_argument("--no-baseline", action="store_true")
     p.add_argument("--threads", type=int, default=2)
@@ -295,6 +371,10 @@ def main() -> int:
 
     if args.nemotron3 == "random":
         args.nemotron3 = random_nemotron3(args.set_dir / "nemotron3-random")
+    if args.pyannote == "tiny":
+        args.pyannote = tiny_pyannote(args.set_dir / "pyannote-tiny")
+    if args.sortformer == "tiny":
+        args.sortformer = tiny_sortformer(args.set_dir / "sortformer-tiny", audios[0])
     baseline = None if args.no_baseline else ResemblyzerBaseline()
     timed = systems(args, baseline)
     for s in timed:  # warm-up
@@ -421,7 +501,7 @@ def markdown(report: dict) -> str:
             "|---|---|---|---|---|",
         ]
         for name, v in pairs:
-            der = "-" if v["der_against_reference"] is None else f"{v['der_against_reference']:.2%}"
+            der = "-" if v["der_against_reference"] is None else f"{v['der_against_reference']:.3%}"
             lines.append(
                 f"| {name} | {v['reference']} | {der} | {v['same_turns']}/{v['files']} | {v['speedup']:.2f}x |"
             )
