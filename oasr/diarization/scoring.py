@@ -72,6 +72,11 @@ def to_annotation(diarization: Diarization, uri: str = "audio"):
     return annotation
 
 
+def _rounded(score: Any) -> dict[str, Any]:
+    """A score's fields, floats to 6 decimals (for JSON reports)."""
+    return {k: (round(v, 6) if isinstance(v, float) else v) for k, v in score.__dict__.items()}
+
+
 @dataclass(frozen=True)
 class DiarizationScore:
     """DER and JER over a set of files, and DER's parts in seconds.
@@ -96,7 +101,7 @@ class DiarizationScore:
     skip_overlap: bool
 
     def to_dict(self) -> dict[str, Any]:
-        return {k: (round(v, 6) if isinstance(v, float) else v) for k, v in self.__dict__.items()}
+        return _rounded(self)
 
 
 def score_diarization(
@@ -169,7 +174,7 @@ class CpWerScore:
     files: int
 
     def to_dict(self) -> dict[str, Any]:
-        return {k: (round(v, 6) if isinstance(v, float) else v) for k, v in self.__dict__.items()}
+        return _rounded(self)
 
 
 def speaker_texts(segments: Iterable[Any]) -> dict[str, str]:
