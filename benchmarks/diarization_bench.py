@@ -264,6 +264,32 @@ def tiny_pyannote(root: Path) -> str:
     return str(root)
 
 
+def full_pyannote(root: Path) -> str:
+    """The same pipeline at the released models' sizes: PyanNet's and WeSpeakerResNet34's defaults
+    (LSTM 128 x 4, 80 mel bins), 10-s segmentation windows every 1 s (the released step, 0.1), fitted
+    as the test one is; built once."""
+    if not (root / "config.yaml").is_file():
+        import pyannote.audio.models.embedding as embedding
+        import pyannote.audio.models.segmentation as segmentation
+        import yaml
+
+        from tests.diarization.pyannote import conftest
+
+        small_seg, small_emb = segmentation.PyanNet, embedding.WeSpeakerResNet34
+        segmentation.PyanNet = lambda **_: small_seg()
+        embedding.WeSpeakerResNet34 = lambda **_: small_emb()
+        conftest.CHUNK_S = 10.0
+        try:
+            root.mkdir(parents=True, exist_ok=True)
+            conftest.build_pipeline_dir(root)
+        finally:
+            segmentation.PyanNet, embedding.WeSpeakerResNet34, conftest.CHUNK_S = small_seg, small_emb, 2.0
+        config = yaml.safe_load((root / "config.yaml").read_text())
+        config["pipeline"]["params"]["segmentation_step"] = 0.1
+        (root / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    return str(root)
+
+
 def tiny_sortformer(root: Path, calibration: np.ndarray) -> str:
     """The Sortformer helper's test archive (tests/diarization/sortformer/nemo_reference.py, offline,
     its head calibrated on ``calibration``), built once."""
@@ -343,7 +369,12 @@ def main() -> int:
     p.add_argument(
         "--nemotron3", default=None, metavar="DIR", help="a save_pretrained directory, or 'random' (built in --set-dir)"
     )
-    p.add_argument("--pyannote", default=None, metavar="DIR", help="a pipeline directory, or 'tiny' (the test one)")
+    p.add_argument(
+        "--pyannote",
+        default=None,
+        metavar="DIR",
+        help="a pipeline directory, 'tiny' (the test one) or 'full' (the same at the released sizes)",
+    )
     p.add_argument("--sortformer", default=None, metavar="FILE", help="a .nemo archive, or 'tiny' (the test one)")
     p.add_argument("--asr", default=None, metavar="MODEL", help="score cpWER with this ASR model's words")
     p.add_argument("--no-baseline", action="store_true")
@@ -373,6 +404,8 @@ def main() -> int:
         args.nemotron3 = random_nemotron3(args.set_dir / "nemotron3-random")
     if args.pyannote == "tiny":
         args.pyannote = tiny_pyannote(args.set_dir / "pyannote-tiny")
+    elif args.pyannote == "full":
+        args.pyannote = full_pyannote(args.set_dir / "pyannote-full")
     if args.sortformer == "tiny":
         args.sortformer = tiny_sortformer(args.set_dir / "sortformer-tiny", audios[0])
     baseline = None if args.no_baseline else ResemblyzerBaseline()
