@@ -23,6 +23,7 @@ import torch.nn.functional as F
 
 from oasr.audio.fbank import kaldi_fbank
 from oasr.diarization.pyannote.checkpoint import ModelCheckpoint
+from oasr.models.base import ComputeDtypeModule
 
 
 class BasicBlock(nn.Module):
@@ -115,7 +116,7 @@ class WeSpeakerResNet(nn.Module):
         return self.seg_1(stats_pool(frames, weights))
 
 
-class WeSpeakerEmbedding(nn.Module):
+class WeSpeakerEmbedding(ComputeDtypeModule):
     """Fbank front end + ResNet: ``forward(waveforms, weights)`` -> (B, K, 256)."""
 
     def __init__(self, resnet: WeSpeakerResNet, fbank: dict, sample_rate: int) -> None:
@@ -131,8 +132,7 @@ class WeSpeakerEmbedding(nn.Module):
 
     def features(self, waveforms: torch.Tensor) -> torch.Tensor:
         """(B, S) -> (B, T, mels) mean-normalised fbank in the model's dtype"""
-        dtype = self.resnet.conv1.weight.dtype
-        feats = torch.stack([kaldi_fbank(w, dtype=dtype, **self.fbank) for w in waveforms])
+        feats = torch.stack([kaldi_fbank(w, dtype=self.compute_dtype, **self.fbank) for w in waveforms])
         return feats - feats.mean(dim=1, keepdim=True)
 
     def forward(self, waveforms: torch.Tensor, weights: torch.Tensor | None = None) -> torch.Tensor:
