@@ -1353,32 +1353,15 @@ def run_diarization_benchmark(args: argparse.Namespace, kind: str) -> dict:
         "workloads": {w.name: {"audio_s": w.audio_s, "files": [Path(p).name for p in w.paths]} for w in workloads},
         "results": [],
     }
-    timed = functools.partial(run_child, timeout_s=args.timeout)
     for threads in thread_counts:
         for workload in workloads:
             for batch_size in args.batch_sizes if workload.name == "corpus" else [args.batch_size]:
                 runs: dict[str, list[dict]] = {OASR: [], DIARIZER_REFERENCE: []}
                 for k in range(args.rounds):
                     for system in list(runs) if k % 2 == 0 else list(runs)[::-1]:
-                        spec = {
-                            "system": system,
-                            "diarizer": kind,
-                            "workload": workload.name,
-                            "model": args.model,
-                            "files": workload.paths,
-                            "warmup": warmup,
-                            "batch_size": batch_size,
-                            "threads": threads,
-                        }
-                        result = bench_contention.run_contended(args, spec, timed, child_command(spec))
-                        runs[system].append(result)
-                        print(
-                            f"oasr {NAME}: {kind} {threads} thr {workload.name} batch {batch_size} round "
-                            f"{k + 1}/{args.rounds} {system}: {result['wall_s']:.2f} s ({result['cpu_s']:.2f} CPU s), "
-                            f"{result['peak_rss_mb']:.0f} MiB",
-                            file=sys.stderr,
-                            flush=True,
-                        )
+                        spec = {**_child_spec(args, system, workload, warmup, batch_size, threads), "diarizer": kind}
+                        cell = f"{kind} {threads} thr {workload.name} batch {batch_size}"
+                        runs[system].append(_run_timed(args, spec, f"{cell} round {k + 1}/{args.rounds}"))
                 stats = {s: _diarization_stats(r, workload.audio_s) for s, r in runs.items()}
                 turns = {
                     s: [
@@ -1741,6 +1724,36 @@ def _result(
     return result
 
 
+def _child_spec(
+    args: argparse.Namespace, system: str, workload: Workload, warmup: str, batch_size: int, threads: int
+) -> dict[str, Any]:
+    """What every timed child reads: its system, the model, the workload's files, the warm-up clip."""
+    return {
+        "system": system,
+        "workload": workload.name,
+        "model": args.model,
+        "files": workload.paths,
+        "warmup": warmup,
+        "batch_size": batch_size,
+        "threads": threads,
+    }
+
+
+def _run_timed(args: argparse.Namespace, spec: dict, cell: str) -> dict:
+    """One timed child as ``--contention`` asks; its wall and CPU seconds, RTFx and peak RSS on stderr."""
+    from oasr.cli import bench_contention  # each child quiet, then beside competitors (--contention)
+
+    timed = functools.partial(run_child, timeout_s=args.timeout)
+    result = bench_contention.run_contended(args, spec, timed, child_command(spec))
+    print(
+        f"oasr {NAME}: {cell} {spec['system']}: {result['wall_s']:.2f} s ({result.get('cpu_s', float('nan')):.2f} "
+        f"CPU s), {result['peak_rss_mb']:.0f} MiB",
+        file=sys.stderr,
+        flush=True,
+    )
+    return result
+
+
 def _inputs(args: argparse.Namespace) -> tuple[Path, str | None, list[Workload], str]:
     """The cache folder, the language (None: auto), the workloads asked for and the warm-up clip."""
     audio_dir = args.audio_dir or default_audio_dir()
@@ -1801,13 +1814,7 @@ def run_benchmark(args: argparse.Namespace) -> dict:
                         for system, peer in systems:
                             spec = {
                                 **weights.get(peer, {}),
-                                "system": system,
-                                "workload": workload.name,
-                                "model": args.model,
-                                "files": workload.paths,
-                                "warmup": warmup,
-                                "batch_size": batch_size,
-                                "threads": threads,
+                                **_child_spec(args, system, workload, warmup, batch_size, threads),
                                 "compute_type": compute_type,
                                 "beam_size": args.beam_size,
                                 "language": language,
@@ -1815,16 +1822,8 @@ def run_benchmark(args: argparse.Namespace) -> dict:
                                 "vad": args.vad,
                                 "family_defaults": any(p in REFERENCES for p in _peers(args)),
                             }
-                            timed = functools.partial(run_child, timeout_s=args.timeout)
-                            result = bench_contention.run_contended(args, spec, timed, child_command(spec))
-                            runs[system].append(result)
-                            print(
-                                f"oasr {NAME}: {compute_type} {threads} thr {workload.name} batch {batch_size} "
-                                f"round {k + 1}/{args.rounds} {system}: {result['wall_s']:.2f} s, "
-                                f"RTFx {workload.audio_s / result['wall_s']:.1f}, {result['peak_rss_mb']:.0f} MiB",
-                                file=sys.stderr,
-                                flush=True,
-                            )
+                            cell = f"{compute_type} {threads} thr {workload.name} batch {batch_size}"
+                            runs[system].append(_run_timed(args, spec, f"{cell} round {k + 1}/{args.rounds}"))
                     stats = {s: summarize(r, workload.audio_s) for s, r in runs.items()}
                     for system, peer in systems:
                         cell = {
