@@ -59,6 +59,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from oasr.diarization import Diarization, SpeakerTurn, speaker_label  # noqa: E402
+from oasr.diarization.references import REFERENCES, agreement, in_batches  # noqa: E402
 from oasr.diarization.scoring import score_cpwer, score_diarization, speaker_texts  # noqa: E402
 
 COLLARS = ((0.0, False), (0.5, True))  # full scoring; NIST-style forgiving: +-0.25 s, overlap skipped
@@ -161,31 +162,7 @@ class ResemblyzerBaseline:
         return out
 
 
-# --- the references --------------------------------------------------------------------------------
-
-
-def transformers_nemotron3(directory: str) -> Callable[[Sequence[np.ndarray]], list[Diarization]]:
-    """transformers' model and processor, as its model card runs them (float32)."""
-    import torch
-    from transformers import AutoProcessor, Nemotron3DiarizationForAudioFrameClassification
-
-    model = Nemotron3DiarizationForAudioFrameClassification.from_pretrained(directory).eval()
-    processor = AutoProcessor.from_pretrained(directory)
-
-    def run(audios: Sequence[np.ndarray]) -> list[Diarization]:
-        inputs = processor(list(audios), sampling_rate=16000)
-        with torch.no_grad():
-            logits = model(input_features=inputs["input_features"], attention_mask=inputs["attention_mask"]).logits
-        out = []
-        for audio, segs in zip(audios, processor.extract_speaker_dict(logits, inputs["attention_mask"])):
-            names: dict[int, str] = {}
-            for seg in sorted(segs, key=lambda s: (s["Start"], s["Speaker"])):
-                names.setdefault(seg["Speaker"], speaker_label(len(names)))
-            turns = [SpeakerTurn(s["Start"], s["End"], names[s["Speaker"]]) for s in segs]
-            out.append(Diarization(turns, len(audio) / 16000))
-        return out
-
-    return run
+# --- the references' weights (their runners: oasr.diarization.references) -------------------------------
 
 
 def random_nemotron3(directory: Path) -> str:
@@ -206,52 +183,6 @@ def random_nemotron3(directory: Path) -> str:
         extractor = NemotronAsrStreamingFeatureExtractor(feature_size=config.audio_config.num_mel_bins)
         Nemotron3DiarizationProcessor(extractor).save_pretrained(directory)
     return str(directory)
-
-
-def _named(turns: list[tuple[float, float, str]], duration: float) -> Diarization:
-    """A reference's turns with its labels renamed by first turn (oasr's convention)."""
-    names: dict[str, str] = {}
-    for _, _, label in sorted(turns):
-        names.setdefault(label, speaker_label(len(names)))
-    return Diarization([SpeakerTurn(a, b, names[label]) for a, b, label in turns], duration)
-
-
-def pyannote_audio(directory: str) -> Callable[[Sequence[np.ndarray]], list[Diarization]]:
-    """pyannote.audio's ``Pipeline.from_pretrained(directory)``, one recording a call (it batches
-    windows within a recording, not recordings); its regular (overlapping) diarization."""
-    import torch
-    from pyannote.audio import Pipeline
-    from pyannote.audio.telemetry import set_telemetry_metrics
-
-    set_telemetry_metrics(False)
-    pipeline = Pipeline.from_pretrained(directory)
-
-    def run(audios: Sequence[np.ndarray]) -> list[Diarization]:
-        out = []
-        for audio in audios:
-            result = pipeline({"waveform": torch.from_numpy(audio)[None], "sample_rate": 16000})
-            turns = [(s.start, s.end, label) for s, _, label in result.speaker_diarization.itertracks(yield_label=True)]
-            out.append(_named(turns, len(audio) / 16000))
-        return out
-
-    return run
-
-
-def nemo_sortformer(path: str) -> Callable[[Sequence[np.ndarray]], list[Diarization]]:
-    """NeMo's ``SortformerEncLabelModel.restore_from(path).diarize`` (its default post-processing)."""
-    from nemo.collections.asr.models import SortformerEncLabelModel
-
-    model = SortformerEncLabelModel.restore_from(path, map_location="cpu").eval()
-
-    def run(audios: Sequence[np.ndarray]) -> list[Diarization]:
-        lines = model.diarize(list(audios), sample_rate=16000, batch_size=len(audios), num_workers=0, verbose=False)
-        out = []
-        for audio, rows in zip(audios, lines):
-            turns = [(float(a), float(b), k) for a, b, k in (line.split() for line in rows)]
-            out.append(_named(turns, len(audio) / 16000))
-        return out
-
-    return run
 
 
 def tiny_pyannote(root: Path) -> str:
@@ -315,24 +246,17 @@ def systems(args: argparse.Namespace, baseline: ResemblyzerBaseline | None) -> l
         out.append(System("vad+resemblyzer", baseline.diarize))
     if args.nemotron3:
         out.append(System("oasr nemotron3", oasr_diarizer(args.nemotron3)))
-        out.append(System("transformers nemotron3", transformers_nemotron3(args.nemotron3), "oasr nemotron3"))
+        out.append(System("transformers nemotron3", REFERENCES["nemotron3"].load(args.nemotron3), "oasr nemotron3"))
     if args.pyannote:
         out.append(System("oasr pyannote", oasr_diarizer(args.pyannote)))
-        out.append(System("pyannote.audio", pyannote_audio(args.pyannote), "oasr pyannote"))
+        out.append(System("pyannote.audio", REFERENCES["pyannote"].load(args.pyannote), "oasr pyannote"))
     if args.sortformer:
         out.append(System("oasr sortformer", oasr_diarizer(args.sortformer)))
-        out.append(System("nemo sortformer", nemo_sortformer(args.sortformer), "oasr sortformer"))
+        out.append(System("nemo sortformer", REFERENCES["sortformer"].load(args.sortformer), "oasr sortformer"))
     return out
 
 
 # --- the run ---------------------------------------------------------------------------------------
-
-
-def in_batches(diarize, audios: Sequence[np.ndarray], batch: int) -> list[Diarization]:
-    out: list[Diarization] = []
-    for i in range(0, len(audios), batch):
-        out += diarize(audios[i : i + batch])
-    return out
 
 
 def scores(truths: Sequence[Diarization], hyps: Sequence[Diarization]) -> dict:
@@ -468,15 +392,12 @@ def main() -> int:
     for s in timed:
         if s.reference_of:
             mine, ref = results[s.reference_of], results[s.name]
+            agree = agreement(mine, ref)  # oasr.diarization.references: the same figures as `oasr bench`
             report["systems"][s.reference_of]["vs_reference"] = {
                 "reference": s.name,
-                "der_against_reference": score_diarization(
-                    [(r, m) for r, m in zip(ref, mine) if r.turns], collar=0.0
-                ).der
-                if any(r.turns for r in ref)
-                else None,
-                "same_turns": sum(timelines(a) == timelines(b) for a, b in zip(mine, ref)),
-                "files": len(rows),
+                "der_against_reference": agree["der"],
+                "same_turns": agree["same_turns"],
+                "files": agree["files"],
                 "speedup": statistics.median(walls[s.name]) / statistics.median(walls[s.reference_of]),
                 "speedup_cpu_s": statistics.median(cpus[s.name]) / statistics.median(cpus[s.reference_of]),
             }
@@ -487,12 +408,6 @@ def main() -> int:
         args.out.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n")
         args.out.with_suffix(".md").write_text(text)
     return 0
-
-
-def timelines(diarization: Diarization) -> list[tuple[tuple[float, float], ...]]:
-    """Each speaker's turn times, whatever the labels (two speakers starting together are named in
-    either order by different systems)."""
-    return sorted(tuple((t.start, t.end) for t in diarization.turns if t.speaker == s) for s in diarization.speakers)
 
 
 def overlap_share(truths: Sequence[Diarization]) -> float:

@@ -75,6 +75,15 @@ threads, the reference in float32 whatever oasr's ``--compute-type``; no ``long`
 * ``funasr`` (FunASR directories: SenseVoiceSmall, Paraformer): ``funasr.AutoModel(model=dir)
   .generate(input=paths, batch_size=B)``, texts through ``rich_transcription_postprocess``.
 
+A diarizer (``--model``: any path ``oasr.load_diarizer`` reads) against its own reference on the same
+path, ``--peer reference`` (``oasr.diarization.references``: transformers' ``nemotron3_diarization``,
+pyannote.audio's pipeline, NeMo's Sortformer): the same clips, workloads, children and rounds, the two
+sides' order reversed every other round; each child decodes the clips with oasr before the clock (both
+import oasr: the references take arrays) and diarizes ``--batch-size`` of them a call
+(``--batch-sizes`` for ``corpus``) at its defaults in float32, no speaker count given. Reported: wall
+and CPU seconds, RTFx, peak RSS, oasr's lead, and the DER of oasr's turns with the reference's as the
+truth (collar 0, overlap scored) with the files whose turns are the same.
+
 A peer's row also says how far its transcripts are oasr's (files with the same text, share of
 characters matched): with the same weights and greedy decodes, the parity of the two at full size.
 ``--random-weights`` (a real model's shape with random weights, for timing) drops the WER, which
@@ -131,6 +140,7 @@ SHERPA_MAX_S = 29.5  # sherpa-onnx's Whisper takes the first 2950 frames of a ca
 TRANSFORMERS = "transformers"  # AutoModelForCTC on a Hugging Face CTC directory (wav2vec2, HuBERT, WavLM, ...)
 FUNASR = "funasr"  # funasr.AutoModel(model=dir).generate on a FunASR directory (SenseVoice, Paraformer)
 REFERENCES = (TRANSFORMERS, FUNASR)  # a family's own reference implementation, on the same directory
+DIARIZER_REFERENCE = "reference"  # a diarizer's own (oasr.diarization.references), on the same path
 RESULT_MARKER = "OASR_BENCH_RESULT "
 METRICS = ("wall_s", "rtfx", "tokens_per_s", "peak_rss_mb", "load_s")
 THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
@@ -986,7 +996,7 @@ CHILDREN: dict[str, Callable[[dict], dict]] = {
 def child_main() -> int:
     """Entry of a timed child: a JSON spec on stdin, one ``RESULT_MARKER`` JSON line on stdout."""
     spec = json.loads(sys.stdin.read())
-    result = CHILDREN[spec["system"]](spec)
+    result = (_diarization_child if "diarizer" in spec else CHILDREN[spec["system"]])(spec)
     result["peak_rss_mb"] = _peak_rss_mb()
     result["load_average_1m"] = os.getloadavg()[0]  # other work on the machine skews the timing
     print(RESULT_MARKER + json.dumps(result), flush=True)
@@ -1224,6 +1234,202 @@ def plot_rtfx(report: dict, path: Path) -> bool:
 
 
 # ---------------------------------------------------------------------------
+# A diarizer against its reference (--peer reference)
+
+
+def _diarization_child(spec: dict) -> dict:
+    """oasr's ``load_diarizer(spec["model"])`` (system ``oasr``) or its reference (``REFERENCES`` of
+    ``oasr.diarization.references``, by ``spec["diarizer"]``) on ``spec["files"]``, ``batch_size``
+    recordings a call, after one call on the warm-up clip. Both sides get the same arrays, decoded
+    by oasr before the clock (the references take arrays); no speaker count is given. Both import
+    oasr before torch, so both run with the OpenMP spin count oasr sets (``oasr/__init__.py``)."""
+    t0 = time.perf_counter()
+    from oasr.audio import load_audio
+    from oasr.diarization.loader import load_diarizer
+    from oasr.diarization.references import REFERENCES, in_batches
+
+    t1 = time.perf_counter()
+    import torch  # loaded by oasr.audio already
+
+    torch.set_num_threads(spec["threads"])
+    if spec["system"] == OASR:
+        diarizer = load_diarizer(spec["model"])
+
+        def diarize(audios):
+            return diarizer.diarize(list(audios))
+    else:
+        diarize = REFERENCES[spec["diarizer"]].load(spec["model"])
+    t2 = time.perf_counter()
+    audios = [load_audio(path) for path in spec["files"]]
+    diarize([load_audio(spec["warmup"])])
+    t3, c3 = time.perf_counter(), time.process_time()
+    out = in_batches(diarize, audios, spec["batch_size"])
+    return {
+        "import_s": t1 - t0,
+        "load_s": t2 - t1,
+        "warmup_s": t3 - t2,
+        "wall_s": time.perf_counter() - t3,
+        "cpu_s": time.process_time() - c3,
+        "diarizations": [d.to_dict() for d in out],
+    }
+
+
+def check_diarizer_reference(args: argparse.Namespace) -> str:
+    """What ``--peer reference`` cannot run: other peers beside it, decode options, a plot, a model
+    that is not a diarizer, its reference's package missing. Returns the diarization package's name.
+
+    Raises:
+        CliError: (exit code 2) naming the option and the reason or the fix.
+    """
+    flag = f"--peer {DIARIZER_REFERENCE}"
+    if len(_peers(args)) > 1:
+        raise _error(f"{flag}: a diarizer's own reference, alone", 2)
+    changed = [
+        option
+        for option, on in (
+            ("--beam-size", args.beam_size != 1),
+            ("--timestamps", args.timestamps),
+            ("--vad", args.vad),
+            ("--compute-type int8", "int8" in args.compute_type),
+        )
+        if on
+    ]
+    if changed:
+        raise _error(f"{flag}: both sides diarize at their defaults in float32; drop {' '.join(changed)}", 2)
+    if args.plot is not None:
+        raise _error(f"{flag}: no plot (the table and --json hold the figures); drop --plot", 2)
+    from oasr.diarization.loader import PACKAGES, detect_diarizer
+    from oasr.diarization.references import REFERENCES
+
+    kind = detect_diarizer(args.model) if Path(args.model).exists() else None
+    if kind is None:
+        layouts = "; ".join(f"{name}: {layout}" for name, (_, layout) in PACKAGES.items())
+        raise _error(f"{flag}: --model {args.model} is not a diarizer oasr.load_diarizer reads ({layouts})", 2)
+    if kind not in REFERENCES:
+        raise _error(f"{flag}: oasr knows no reference for {kind} diarizers", 2)
+    reference = REFERENCES[kind]
+    if not reference.available():
+        raise _error(
+            f"{flag}: a {kind} diarizer's reference is {reference.name}, which needs {reference.module}: "
+            f"pip install torch=={_torch_version()} {reference.install}",
+            2,
+        )
+    return kind
+
+
+def _diarization_stats(runs: Sequence[dict], audio_s: float) -> dict[str, dict[str, float]]:
+    """Median / min / max over the rounds of wall and CPU seconds, RTFx, peak RSS and load time."""
+    per_run = [
+        {**{m: r[m] for m in ("wall_s", "cpu_s", "peak_rss_mb", "load_s")}, "rtfx": audio_s / r["wall_s"]} for r in runs
+    ]
+    return {m: spread([p[m] for p in per_run]) for m in per_run[0]}
+
+
+def run_diarization_benchmark(args: argparse.Namespace, kind: str) -> dict:
+    """oasr's diarizer (``kind``: its ``oasr.diarization.loader`` package) against its reference, both
+    on ``args.model``: for each thread count, workload and batch size, ``--rounds`` rounds of one fresh
+    child each, the order reversed every other round (A/B, B/A); the turns' agreement from the first
+    round's. Returns the report (settings, workloads, results)."""
+    from oasr.cli import bench_contention
+    from oasr.diarization import Diarization, SpeakerTurn
+    from oasr.diarization.references import REFERENCES, agreement
+
+    _, _, workloads, warmup = _inputs(args)
+    reference = REFERENCES[kind].name
+    thread_counts = list(dict.fromkeys(t or _all_cores() for t in args.threads))
+    report: dict[str, Any] = {
+        "settings": {
+            "model": args.model,
+            "diarizer": kind,
+            "reference": reference,
+            "thread_counts": thread_counts,
+            "rounds": args.rounds,
+            "batch_size": args.batch_size,
+            "batch_sizes": args.batch_sizes,
+            "warmup": Path(warmup).name,
+            **bench_contention.settings(args),
+        },
+        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
+        "workloads": {w.name: {"audio_s": w.audio_s, "files": [Path(p).name for p in w.paths]} for w in workloads},
+        "results": [],
+    }
+    for threads in thread_counts:
+        for workload in workloads:
+            for batch_size in args.batch_sizes if workload.name == "corpus" else [args.batch_size]:
+                runs: dict[str, list[dict]] = {OASR: [], DIARIZER_REFERENCE: []}
+                for k in range(args.rounds):
+                    for system in list(runs) if k % 2 == 0 else list(runs)[::-1]:
+                        spec = {**_child_spec(args, system, workload, warmup, batch_size, threads), "diarizer": kind}
+                        cell = f"{kind} {threads} thr {workload.name} batch {batch_size}"
+                        runs[system].append(_run_timed(args, spec, f"{cell} round {k + 1}/{args.rounds}"))
+                stats = {s: _diarization_stats(r, workload.audio_s) for s, r in runs.items()}
+                turns = {
+                    s: [
+                        Diarization([SpeakerTurn(**t) for t in d["turns"]], d["duration"]) for d in r[0]["diarizations"]
+                    ]
+                    for s, r in runs.items()
+                }
+                for system, mine in runs.items():
+                    peer = system != OASR
+                    report["results"].append(
+                        {
+                            "compute_type": "float32",
+                            "threads": threads,
+                            "workload": workload.name,
+                            "batch_size": batch_size,
+                            "system": reference if peer else OASR,
+                            "audio_s": workload.audio_s,
+                            "files": len(workload.clips),
+                            "stats": stats[system],
+                            "vs_oasr": ratios(stats[OASR], stats[system]) if peer else None,
+                            "agreement": agreement(turns[OASR], turns[system]) if peer else None,
+                            "speakers": [len(d.speakers) for d in turns[system]],
+                            "runs": [{k: v for k, v in r.items() if k != "diarizations"} for r in mine],
+                        }
+                    )
+    return report
+
+
+def diarization_table(report: dict) -> str:
+    """``run_diarization_benchmark``'s report as a markdown table, a row per cell and side (median
+    [min–max] over the rounds); the reference's row ends with oasr's lead (its wall / oasr's, its
+    CPU seconds / oasr's, oasr's RSS / its) and the DER of oasr's turns against its turns."""
+    lines = [
+        "| threads | workload | audio s | batch | system | wall s | CPU s | RTFx | peak RSS MiB | load s "
+        "| oasr ahead by (ref wall / oasr wall) | oasr ahead in CPU s | oasr/ref RSS "
+        "| DER of oasr vs the reference's turns | same turns (files) |",
+        "|---:|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in report["results"]:
+        st, vs, agree = r["stats"], r["vs_oasr"], r["agreement"]
+        lead = (
+            "- | - | -"
+            if vs is None
+            else f"{1 / vs['wall_s']:.2f}× | {1 / vs['cpu_s']:.2f}× | {vs['peak_rss_mb']:.2f}×"
+        )
+        if agree is None:
+            same = "- | -"
+        else:
+            der = "-" if agree["der"] is None else f"{100 * agree['der']:.2f}%"
+            same = f"{der} | {agree['same_turns']}/{agree['files']}"
+        lines.append(
+            f"| {r['threads']} | {r['workload']} | {r['audio_s']:.1f} | {r['batch_size']} | {r['system']} "
+            f"| {_cell(st['wall_s'], '.2f')} | {_cell(st['cpu_s'], '.2f')} | {_cell(st['rtfx'], '.1f')} "
+            f"| {st['peak_rss_mb']['median']:.0f} | {st['load_s']['median']:.2f} | {lead} | {same} |"
+        )
+    s = report["settings"]
+    lines += [
+        "",
+        f"{s['model']} (oasr's {s['diarizer']} diarizer) against {s['reference']} on the same weights, both in "
+        f"float32 at their defaults, no speaker count given; {s['rounds']} rounds, one fresh process per run, the "
+        "two sides' order reversed every other round (median [min–max]); the audio decoded by oasr before the "
+        "clock on both sides; DER at collar 0 with overlap scored, the reference's turns as the truth, over the "
+        f"files where it found speech; {report['machine']['cpus']} CPUs, {report['machine']['platform']}.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------------------
 # The command
 
 
@@ -1247,9 +1453,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--peer",
         nargs="+",
-        choices=(*PEERS, "none"),
+        choices=(*PEERS, DIARIZER_REFERENCE, "none"),
         default=[FW],
-        help="the systems to compare with, each timed in every cell (default %(default)s; none: oasr alone)",
+        help="the systems to compare with, each timed in every cell (default %(default)s; none: oasr alone; "
+        f"{DIARIZER_REFERENCE}: --model is a diarizer, timed against its reference: transformers, pyannote.audio "
+        "or NeMo)",
     )
     p.add_argument("--rounds", type=positive_int, default=3, metavar="K", help="timed runs per system (default 3)")
     p.add_argument(
@@ -1280,7 +1488,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         nargs="+",
         default="whisper-base",
         help="bundled name or CTranslate2 directory (with --peer transformers / funasr: the family's "
-        "checkpoint directory); streaming: one or more models (a family each)",
+        "checkpoint directory; with --peer reference: a diarizer, any path oasr.load_diarizer reads); "
+        "streaming: one or more models (a family each)",
     )
     g.add_argument(
         "--compute-type",
@@ -1515,11 +1724,38 @@ def _result(
     return result
 
 
-def run_benchmark(args: argparse.Namespace) -> dict:
-    """Run every planned child, cell by cell (compute type x threads x workload x batch size) and round
-    by round within a cell, and return the report (settings, workloads, results)."""
+def _child_spec(
+    args: argparse.Namespace, system: str, workload: Workload, warmup: str, batch_size: int, threads: int
+) -> dict[str, Any]:
+    """What every timed child reads: its system, the model, the workload's files, the warm-up clip."""
+    return {
+        "system": system,
+        "workload": workload.name,
+        "model": args.model,
+        "files": workload.paths,
+        "warmup": warmup,
+        "batch_size": batch_size,
+        "threads": threads,
+    }
+
+
+def _run_timed(args: argparse.Namespace, spec: dict, cell: str) -> dict:
+    """One timed child as ``--contention`` asks; its wall and CPU seconds, RTFx and peak RSS on stderr."""
     from oasr.cli import bench_contention  # each child quiet, then beside competitors (--contention)
 
+    timed = functools.partial(run_child, timeout_s=args.timeout)
+    result = bench_contention.run_contended(args, spec, timed, child_command(spec))
+    print(
+        f"oasr {NAME}: {cell} {spec['system']}: {result['wall_s']:.2f} s ({result.get('cpu_s', float('nan')):.2f} "
+        f"CPU s), {result['peak_rss_mb']:.0f} MiB",
+        file=sys.stderr,
+        flush=True,
+    )
+    return result
+
+
+def _inputs(args: argparse.Namespace) -> tuple[Path, str | None, list[Workload], str]:
+    """The cache folder, the language (None: auto), the workloads asked for and the warm-up clip."""
     audio_dir = args.audio_dir or default_audio_dir()
     if audio_dir is None or not (audio_dir / "manifest.jsonl").is_file():
         raise _error("no benchmark audio: give --audio-dir DIR (a folder with manifest.jsonl)", 2)
@@ -1528,8 +1764,15 @@ def run_benchmark(args: argparse.Namespace) -> dict:
     rows = read_manifest(audio_dir, language)
     if not rows:
         raise _error(f"no clips of language {args.language} in {audio_dir / 'manifest.jsonl'}", 2)
-    workloads = _workloads(args, rows, cache_dir)
-    warmup = short_workload(rows, args.short_clip).paths[0]
+    return cache_dir, language, _workloads(args, rows, cache_dir), short_workload(rows, args.short_clip).paths[0]
+
+
+def run_benchmark(args: argparse.Namespace) -> dict:
+    """Run every planned child, cell by cell (compute type x threads x workload x batch size) and round
+    by round within a cell, and return the report (settings, workloads, results)."""
+    from oasr.cli import bench_contention  # each child quiet, then beside competitors (--contention)
+
+    cache_dir, language, workloads, warmup = _inputs(args)
     thread_counts = list(dict.fromkeys(t or _all_cores() for t in args.threads))
     compute_types = list(dict.fromkeys(args.compute_type))
     settings = {
@@ -1571,13 +1814,7 @@ def run_benchmark(args: argparse.Namespace) -> dict:
                         for system, peer in systems:
                             spec = {
                                 **weights.get(peer, {}),
-                                "system": system,
-                                "workload": workload.name,
-                                "model": args.model,
-                                "files": workload.paths,
-                                "warmup": warmup,
-                                "batch_size": batch_size,
-                                "threads": threads,
+                                **_child_spec(args, system, workload, warmup, batch_size, threads),
                                 "compute_type": compute_type,
                                 "beam_size": args.beam_size,
                                 "language": language,
@@ -1585,16 +1822,8 @@ def run_benchmark(args: argparse.Namespace) -> dict:
                                 "vad": args.vad,
                                 "family_defaults": any(p in REFERENCES for p in _peers(args)),
                             }
-                            timed = functools.partial(run_child, timeout_s=args.timeout)
-                            result = bench_contention.run_contended(args, spec, timed, child_command(spec))
-                            runs[system].append(result)
-                            print(
-                                f"oasr {NAME}: {compute_type} {threads} thr {workload.name} batch {batch_size} "
-                                f"round {k + 1}/{args.rounds} {system}: {result['wall_s']:.2f} s, "
-                                f"RTFx {workload.audio_s / result['wall_s']:.1f}, {result['peak_rss_mb']:.0f} MiB",
-                                file=sys.stderr,
-                                flush=True,
-                            )
+                            cell = f"{compute_type} {threads} thr {workload.name} batch {batch_size}"
+                            runs[system].append(_run_timed(args, spec, f"{cell} round {k + 1}/{args.rounds}"))
                     stats = {s: summarize(r, workload.audio_s) for s, r in runs.items()}
                     for system, peer in systems:
                         cell = {
@@ -1619,11 +1848,16 @@ def run(args: argparse.Namespace) -> int:
         if len(args.model) > 1:
             raise _error(f"--model: one model for --workload {args.workload} (several only with streaming)", 2)
         args.model = args.model[0]
-    check_requirements(args)
-    report = run_benchmark(args)
+    if DIARIZER_REFERENCE in args.peer:
+        report = run_diarization_benchmark(args, check_diarizer_reference(args))
+        table = diarization_table(report)
+    else:
+        check_requirements(args)
+        report = run_benchmark(args)
+        table = markdown_table(report)
     from oasr.cli.bench_contention import slowdown_table
 
-    table = markdown_table(report) + slowdown_table(report)
+    table += slowdown_table(report)
     print(table)
     if args.json is not None:
         args.json.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
