@@ -281,7 +281,7 @@ def test_reference_peer_reads_the_same_directory_at_the_familys_defaults(audio_d
     monkeypatch.setattr(bench, "run_child", fake_child)
     argv = ["bench", "--model", str(tmp_path), "--peer", "transformers", "--rounds", "1", "--batch-size", "1"]
     argv += ["--batch-sizes", "1", "--corpus-limit", "2", "--compute-type", "int8", "--random-weights"]
-    args = build_parser().parse_args([*argv, "--audio-dir", str(audio_dir), "--cache-dir", "c"])
+    args = build_parser().parse_args([*argv, "--audio-dir", str(audio_dir), "--cache-dir", str(tmp_path / "cache")])
     args.model = args.model[0]  # as run() leaves it
     report = bench.run_benchmark(args)
     ref = str(tmp_path.resolve())
