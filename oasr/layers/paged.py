@@ -48,7 +48,9 @@ def read_paged(pool: torch.Tensor, rows: torch.Tensor, valid: torch.Tensor) -> t
     """
     flat = pool.reshape(-1, pool.shape[-2], pool.shape[-1])
     out = flat.index_select(0, rows.reshape(-1)).view(*rows.shape, pool.shape[-2], pool.shape[-1])
-    return out * valid[..., None, None].to(out.dtype)
+    # where, not a product: an invalid row points at pool memory no stream wrote (the pool is
+    # allocated unwritten), which may hold NaN.
+    return torch.where(valid[..., None, None], out, torch.zeros((), dtype=out.dtype, device=out.device))
 
 
 def write_paged(pool: torch.Tensor, rows: torch.Tensor, valid: torch.Tensor, values: torch.Tensor) -> None:

@@ -112,17 +112,21 @@ def test_pool_block_size_does_not_change_the_output(loaded, reference, block_siz
     assert np.abs(got.numpy() - reference["encoder_out_chunk4_left2_cached"]).max() <= 1e-5
 
 
-@pytest.mark.parametrize(("chunk", "left"), [(4, -1), (4, 2)])
-def test_streams_at_different_cache_lengths_share_a_batch(loaded, reference, chunk, left):
+@pytest.mark.parametrize(("chunk", "left", "unwritten"), [(4, -1, 0.0), (4, 2, 0.0), (4, -1, float("nan"))])
+def test_streams_at_different_cache_lengths_share_a_batch(loaded, reference, chunk, left, unwritten):
     """Three streams of different lengths joining at different steps (so one batch holds
     rows at different cache lengths, and short final windows beside full ones) each get
-    what they get alone."""
+    what they get alone. The pool is allocated unwritten (its pages commit as streams fill
+    blocks): NaN in it before any stream writes (what an allocator may hand over) changes
+    nothing, though shorter rows point at pool memory no stream wrote."""
     fbank = torch.from_numpy(reference["fbank"])
     clips = [fbank, fbank[37:530], fbank[200:433]]  # 708, 493 and 233 frames: different final windows
     joins = [0, 3, 7]  # the step each stream starts at
     alone = [_stream_alone(_runtime(loaded.model, chunk, left), c) for c in clips]
 
     runtime = _runtime(loaded.model, chunk, left, max_streams=3)
+    runtime.k.fill_(unwritten)
+    runtime.v.fill_(unwritten)
     plan = runtime.plan
     cuts = [_windows(plan, c.shape[0]) for c in clips]
     slots: dict[int, int] = {}
