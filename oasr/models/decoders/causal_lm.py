@@ -273,11 +273,16 @@ class CausalLm(RowPoolDecoder):
         self.rotary = NeoxRotaryEmbedding(cfg.resolved_head_dim, cfg.rope_theta)
         # An int8 copy of the tied embedding for ``logits``, set by int8 quantization.
         self.tied_head: nn.Module | None = None
+        # An id embedded as id 0's row wherever it appears, generated tokens included (Granite
+        # Speech's ``<|audio|>``, as transformers embeds it); None: every id its own row.
+        self.embed_as_zero: int | None = None
 
     # -- pieces ---------------------------------------------------------------------
 
     def embed(self, ids: torch.Tensor) -> torch.Tensor:
         """Token embeddings. (B, T) -> (B, T, D)"""
+        if self.embed_as_zero is not None:
+            ids = ids.masked_fill(ids == self.embed_as_zero, 0)
         return self.embed_tokens(ids)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:

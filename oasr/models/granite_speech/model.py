@@ -327,6 +327,9 @@ class GraniteSpeechModel(PromptTokenizerMixin, BaseAsrModel):
         super().__init__(config)
         self.encoder = GraniteSpeechAudio(self.config)
         self.decoder = CausalLm(self.config.text)
+        # transformers embeds every ``<|audio|>`` id as id 0 (a generated one too; the prompt's
+        # are then overwritten by the audio states).
+        self.decoder.embed_as_zero = self.config.audio_token_id
 
     def encode_offline(self, feats: torch.Tensor, feat_lens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Audio states at the LM width, ready to splice into the prompt.

@@ -71,6 +71,26 @@ def test_every_stage_matches_in_float64(model64, hf_model64, proc, clips):
         h.remove()
 
 
+@torch.no_grad()
+def test_a_generated_audio_token_is_embedded_as_transformers_embeds_it(model64, hf_model64, proc, clips):
+    """A model may generate ``<|audio|>`` (random weights often do): transformers embeds that id as
+    id 0 at every step, never with its own row, so the logits after it must follow."""
+    from oasr.audio.frontends import pad_features
+    from oasr.models.granite_speech.features import GraniteSpeechFrontend
+
+    feats, lens = pad_features([GraniteSpeechFrontend(dtype=torch.float64)(clips[2])])
+    prompt = _hf_inputs(proc, clips[2])["input_ids"]
+    audio_id = model64.config.audio_token_id
+    cont = torch.tensor([[audio_id, 17, audio_id]])  # generated after the prompt, one step each
+    first = hf_model64(input_ids=prompt, input_features=feats, use_cache=True)
+    want = hf_model64(input_ids=cont, cache=first.cache).logits[0]
+    states, n_audio = model64.encode_offline(feats, lens)
+    x = model64.embed_prompt(prompt, torch.ones_like(prompt, dtype=torch.bool), states, n_audio)
+    x = torch.cat([x, model64.decoder.embed(cont)], dim=1)
+    got = model64.decoder(x, torch.ones(x.shape[:2], dtype=torch.bool))[0, -3:]
+    ref.assert_parity(got, want, "logits after generated <|audio|> ids", max_abs=1e-5)
+
+
 def _hf_greedy(hf_model, proc, clip, text=None) -> list[int]:
     inputs = _hf_inputs(proc, clip, text)
     gen = ref.generate_with_adapter(hf_model, **inputs, max_new_tokens=MAX_NEW, do_sample=False)
