@@ -38,7 +38,15 @@ class TekkenTokenizer(Tokenizer):
         return list(self.tok.encode(text, bos=False, eos=False))
 
     def decode(self, ids: Sequence[int]) -> str:
-        return self.decode_bytes(ids).decode("utf-8", "replace")
+        """The text of the pieces, each run between control tokens decoded on its own (bytes
+        never join across a dropped control token), as ``Tekkenizer.decode`` does."""
+        runs: list[list[int]] = [[]]
+        for i in ids:
+            if int(i) in self._special:
+                runs.append([])
+            else:
+                runs[-1].append(int(i))
+        return "".join(self.decode_bytes(run).decode("utf-8", "replace") for run in runs if run)
 
     def decode_bytes(self, ids: Sequence[int]) -> bytes:
         from mistral_common.tokens.tokenizers.base import SpecialTokenPolicy
