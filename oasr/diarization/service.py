@@ -26,41 +26,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from oasr.diarization.types import Diarization, Diarizer, SpeakerTurn
+from oasr.diarization.types import Diarization, Diarizer, SpeakerConstraints, SpeakerTurn
 
 MAX_KNOWN_SPEAKERS = 4  # OpenAI's limit
 KNOWN_SPEAKER_MIN_S = 2.0  # OpenAI's bounds on a reference clip
 KNOWN_SPEAKER_MAX_S = 10.0
 CLUSTER_AUDIO_S = 10.0  # of a found speaker's speech embedded to compare with the references
 MIN_SIMILARITY = 0.25  # cosine similarity below which a speaker is not taken for a known one
-
-
-@dataclass(frozen=True)
-class SpeakerConstraints:
-    """How many speakers a recording has (None: the model decides)."""
-
-    num_speakers: int | None = None
-    min_speakers: int | None = None
-    max_speakers: int | None = None
-
-    def __post_init__(self) -> None:
-        for name in ("num_speakers", "min_speakers", "max_speakers"):
-            value = getattr(self, name)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
-        lo, hi, n = self.min_speakers, self.max_speakers, self.num_speakers
-        if lo is not None and hi is not None and lo > hi:
-            raise ValueError(f"min_speakers={lo} is more than max_speakers={hi}")
-        if n is not None and ((lo is not None and n < lo) or (hi is not None and n > hi)):
-            raise ValueError(f"num_speakers={n} is outside min_speakers..max_speakers ({lo}..{hi})")
-
-    def check(self, diarizer: Diarizer) -> None:
-        """Refuse a count the model cannot give (its ``max_speakers``)."""
-        most = diarizer.max_speakers
-        for name in ("num_speakers", "min_speakers"):
-            value = getattr(self, name)
-            if most is not None and value is not None and value > most:
-                raise ValueError(f"{name}={value}: the diarization model finds at most {most} speakers")
 
 
 @dataclass

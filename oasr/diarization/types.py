@@ -126,6 +126,50 @@ class SpeakerEvent:
         return {"type": self.type, "speaker": self.speaker, "time": self.time, "start": self.start}
 
 
+@dataclass(frozen=True)
+class SpeakerConstraints:
+    """How many speakers a recording has (None: the model decides), checked once for every
+    diarizer: each an integer >= 1, ``min_speakers <= num_speakers <= max_speakers``. Against a
+    model that tracks at most N speakers, ``num_speakers`` / ``min_speakers`` above N are refused
+    (it cannot give them) and ``max_speakers`` above N is met as it stands."""
+
+    num_speakers: int | None = None
+    min_speakers: int | None = None
+    max_speakers: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("num_speakers", "min_speakers", "max_speakers"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1):
+                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+        lo, hi, n = self.min_speakers, self.max_speakers, self.num_speakers
+        if lo is not None and hi is not None and lo > hi:
+            raise ValueError(f"min_speakers={lo} is more than max_speakers={hi}")
+        if n is not None and ((lo is not None and n < lo) or (hi is not None and n > hi)):
+            raise ValueError(f"num_speakers={n} is outside min_speakers..max_speakers ({lo}..{hi})")
+
+    def check(self, diarizer: Diarizer) -> None:
+        """Refuse a count the model cannot give (its ``max_speakers``)."""
+        self.kept(diarizer.max_speakers)
+
+    def kept(self, most: int | None) -> int | None:
+        """How many speakers an end-to-end model with ``most`` output slots keeps (its most active
+        ones): ``num_speakers``, else ``max_speakers`` when below ``most``, else None (all).
+
+        Raises:
+            ValueError: ``num_speakers`` or ``min_speakers`` above ``most``.
+        """
+        for name in ("num_speakers", "min_speakers"):
+            value = getattr(self, name)
+            if most is not None and value is not None and value > most:
+                raise ValueError(f"{name}={value}: the diarization model finds at most {most} speakers")
+        if self.num_speakers is not None:
+            return int(self.num_speakers)
+        if self.max_speakers is not None and (most is None or self.max_speakers < most):
+            return int(self.max_speakers)
+        return None
+
+
 @runtime_checkable
 class Diarizer(Protocol):
     """A loaded diarization model.

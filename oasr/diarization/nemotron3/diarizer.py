@@ -26,7 +26,7 @@ import torch
 from oasr.audio.io import AudioDecodeError
 from oasr.diarization.nemotron3.config import Checkpoint, is_checkpoint, read_checkpoint
 from oasr.diarization.nemotron3.model import Nemotron3DiarizationModel
-from oasr.diarization.types import Diarization, SpeakerTurn, speaker_label
+from oasr.diarization.types import Diarization, SpeakerConstraints, SpeakerTurn, speaker_label
 from oasr.models.base import LoadError, LoadReport, parse_dtype
 from oasr.models.formats.hf import load_hf_weights
 from oasr.models.parakeet.features import ParakeetFrontend
@@ -63,19 +63,9 @@ def choose_slots(
     tie). An end-to-end model cannot split a voice, so ``min_speakers`` only bounds what is asked.
 
     Raises:
-        ValueError: a constraint below 1, above the model's ``slots``, or bounds that contradict.
+        ValueError: constraints ``SpeakerConstraints`` refuses for a model of ``slots`` speakers.
     """
-    for name, value in (("num_speakers", num_speakers), ("min_speakers", min_speakers), ("max_speakers", max_speakers)):
-        if value is not None and not 1 <= value <= slots:
-            raise ValueError(f"{name}={value}: this diarizer tracks 1 to {slots} speakers")
-    if min_speakers is not None and max_speakers is not None and min_speakers > max_speakers:
-        raise ValueError(f"min_speakers={min_speakers} is above max_speakers={max_speakers}")
-    if num_speakers is not None and (
-        (min_speakers is not None and num_speakers < min_speakers)
-        or (max_speakers is not None and num_speakers > max_speakers)
-    ):
-        raise ValueError(f"num_speakers={num_speakers} is outside min_speakers / max_speakers")
-    keep = num_speakers if num_speakers is not None else max_speakers
+    keep = SpeakerConstraints(num_speakers, min_speakers, max_speakers).kept(slots)
     if keep is None:
         return None
     frames = np.zeros(slots, dtype=np.int64)

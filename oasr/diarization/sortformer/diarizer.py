@@ -32,7 +32,7 @@ from oasr.diarization.sortformer.config import TARGET, SortformerConfig, Streami
 from oasr.diarization.sortformer.model import SortformerModel
 from oasr.diarization.sortformer.postprocess import PostProcessing, speech_segments
 from oasr.diarization.sortformer.streaming import streaming_forward
-from oasr.diarization.types import Diarization, SpeakerTurn, speaker_label
+from oasr.diarization.types import Diarization, SpeakerConstraints, SpeakerTurn, speaker_label
 from oasr.models.base import FULL_PRECISION, FeatureSpec, LoadError, parse_dtype
 from oasr.models.formats.nemo import (
     NEMO_COMPUTED_PREFIXES,
@@ -214,28 +214,11 @@ class SortformerDiarizer:
         max_speakers: int | None = None,
     ) -> list[Diarization]:
         """Who spoke when in each recording (16 kHz mono float32 waveforms)."""
-        keep = self._speaker_limit(num_speakers, min_speakers, max_speakers)
+        keep = SpeakerConstraints(num_speakers, min_speakers, max_speakers).kept(self.config.num_speakers)
         out = []
         for audio, probs in zip(audios, self.speaker_probabilities(audios)):
             out.append(self.to_diarization(self.segments(probs), len(audio) / self.sampling_rate, keep))
         return out
-
-    def _speaker_limit(self, num: int | None, low: int | None, high: int | None) -> int | None:
-        n_slots = self.config.num_speakers
-        for name, value in (("num_speakers", num), ("min_speakers", low), ("max_speakers", high)):
-            if value is None:
-                continue
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
-            if name != "max_speakers" and value > n_slots:
-                raise ValueError(f"{name}={value}: this Sortformer has {n_slots} speaker slots")
-        if low is not None and high is not None and low > high:
-            raise ValueError(f"min_speakers={low} is more than max_speakers={high}")
-        if num is not None:
-            if (low is not None and num < low) or (high is not None and num > high):
-                raise ValueError(f"num_speakers={num} is outside min_speakers..max_speakers")
-            return num
-        return high
 
     @staticmethod
     def to_diarization(

@@ -354,7 +354,8 @@ def test_the_diarizer_contract(refs, diarizers):
         (t.start, t.end) for t in full.turns if t.speaker == longest
     ]
     assert d.diarize([audio], max_speakers=4)[0].turns == full.turns
-    for bad in (dict(num_speakers=5), dict(num_speakers=0), dict(min_speakers=3, max_speakers=2)):
+    assert d.diarize([audio], max_speakers=6)[0].turns == full.turns  # above its 4 slots: met as it stands
+    for bad in (dict(num_speakers=5), dict(min_speakers=5), dict(num_speakers=0), dict(min_speakers=3, max_speakers=2)):
         with pytest.raises(ValueError):
             d.diarize([audio], **bad)
     with pytest.raises(ValueError, match="NaN"):
