@@ -56,8 +56,9 @@ Option semantics:
   (``OptionNotTaken``): one hypothesis is decoded per request.
 
 Streaming (``oasr.engine.decode.deltas.TextStream``): after each token the request's
-accumulated ids are turned into bytes (``tokenizer.decode_bytes``) and only complete UTF-8
-characters are decoded; the
+accumulated ids are turned into bytes (``tokenizer.decode_bytes``; without the tokenizer's special
+ids for a model whose ``text_skips_special_tokens`` is True, as its reference's
+``skip_special_tokens=True``) and only complete UTF-8 characters are decoded; the
 transcript so far (``model.parse_output``) is sent as ``StepEvent(kind="delta")``
 when it extends what was sent. With no forced language the model writes a language
 preamble first, so nothing is sent until ``parse_output`` reports the detected
@@ -70,6 +71,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -189,6 +191,11 @@ class LlmDecodeStrategy(RequestTable[_Req]):
         if config.max_audio_s is not None:
             self.max_audio_s = min(self.max_audio_s, config.max_audio_s)
         self.stop_ids = frozenset(int(t) for t in model.stop_ids)
+        # A family whose reference decodes with ``skip_special_tokens=True`` drops a special token the
+        # model writes (a role marker, say) from its text; the ids stay in the segment's tokens.
+        self.text_skip_ids = (
+            frozenset(tokenizer.special_ids) if getattr(model, "text_skips_special_tokens", False) else frozenset()
+        )
         self.context_len = int(getattr(self.decoder.cfg, "max_position_embeddings", 32768))
         self.max_rows = config.max_batch_size
         self.device = model.device
@@ -264,12 +271,17 @@ class LlmDecodeStrategy(RequestTable[_Req]):
         params, generator = self._sampling(opts)
         max_new = self.token_budget(opts, request.duration)
         stream = TextStream(
-            self.tokenizer.decode_bytes,
+            self._text_bytes,
             self.model.parse_output,
             # A model that writes no language preamble (``writes_language`` False) has nothing to wait for.
             hold_until_language=opts.language is None and getattr(self.model, "writes_language", True),
         )
         return _Req(request, opts, params, generator, max_new, feats, int(n_frames), stream)
+
+    def _text_bytes(self, ids: Sequence[int]) -> bytes:
+        if self.text_skip_ids:
+            ids = [i for i in ids if i not in self.text_skip_ids]
+        return self.tokenizer.decode_bytes(ids)
 
     def _enqueue(self, req: _Req) -> None:
         self.batch.waiting.append(req)

@@ -320,6 +320,7 @@ class GraniteSpeechModel(PromptTokenizerMixin, BaseAsrModel):
     unsafe_dtype_reason = "its checkpoint is bfloat16 and its language model's activations overflow float16's range"
     supports_translation = True
     writes_language = False  # no language preamble: streamed text is sent as it is decoded
+    text_skips_special_tokens = True  # its model card decodes with skip_special_tokens=True
 
     config_class = GraniteSpeechConfig
 

@@ -259,6 +259,7 @@ class Qwen3AsrModel(PromptTokenizerMixin, BaseAsrModel):
     """
 
     family = "Qwen3-ASR"
+    text_skips_special_tokens = True  # its reference decodes with skip_special_tokens=True, then parses
     architecture = "qwen3_asr"
     # The release is bfloat16; in float16 its LM's activations overflow (only the tower clamps).
     safe_dtypes = (torch.bfloat16, torch.float32)

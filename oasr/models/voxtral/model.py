@@ -125,6 +125,7 @@ class VoxtralModel(PromptTokenizerMixin, BaseAsrModel):
     architecture = "voxtral"
     safe_dtypes = (torch.bfloat16, torch.float16, torch.float32)  # the release's dtype first
     writes_language = False  # the transcript carries no language tag: stream it from the first token
+    text_skips_special_tokens = True  # its model card decodes with skip_special_tokens=True
 
     config_class = VoxtralConfig
 

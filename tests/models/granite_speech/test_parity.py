@@ -7,6 +7,7 @@ lets a short row's encoder read the padding)."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -89,6 +90,20 @@ def test_a_generated_audio_token_is_embedded_as_transformers_embeds_it(model64, 
     x = torch.cat([x, model64.decoder.embed(cont)], dim=1)
     got = model64.decoder(x, torch.ones(x.shape[:2], dtype=torch.bool))[0, -3:]
     ref.assert_parity(got, want, "logits after generated <|audio|> ids", max_abs=1e-5)
+
+
+def test_text_drops_special_tokens_as_the_model_card_decodes(engine, proc):
+    """A model may write a special token mid-text (a role marker; random weights often do): the
+    text is the card's ``decode(..., skip_special_tokens=True)``, the ids stay in the tokens."""
+    rng = np.random.default_rng(0)
+    specials = sorted(engine.loaded.tokenizer.special_ids)
+    assert specials
+    for _ in range(20):
+        ids = [int(i) for i in rng.integers(0, min(specials), 16)]
+        for k in rng.integers(0, 16, 3):
+            ids[int(k)] = int(rng.choice(specials))
+        got = engine.strategy._text_bytes(ids).decode("utf-8", "replace")
+        assert got == proc.tokenizer.decode(ids, skip_special_tokens=True)
 
 
 def _hf_greedy(hf_model, proc, clip, text=None) -> list[int]:
