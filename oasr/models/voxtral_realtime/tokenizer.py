@@ -40,20 +40,22 @@ class TekkenTokenizer(Tokenizer):
     def decode(self, ids: Sequence[int]) -> str:
         """The text of the pieces, each run between control tokens decoded on its own (bytes
         never join across a dropped control token), as ``Tekkenizer.decode`` does."""
-        runs: list[list[int]] = [[]]
-        for i in ids:
-            if int(i) in self._special:
-                runs.append([])
-            else:
-                runs[-1].append(int(i))
-        return "".join(self.decode_bytes(run).decode("utf-8", "replace") for run in runs if run)
+        return self.decode_bytes(ids).decode("utf-8", "replace")
 
     def decode_bytes(self, ids: Sequence[int]) -> bytes:
+        """``decode``'s text as UTF-8, but for the bytes after the last control token, left raw (a
+        stream may have cut them mid-character): every run a control token closes is decoded on
+        its own, with replacement characters where its bytes are not UTF-8."""
         from mistral_common.tokens.tokenizers.base import SpecialTokenPolicy
 
-        return b"".join(
-            self.tok.id_to_byte_piece(int(i), SpecialTokenPolicy.IGNORE) for i in ids if int(i) not in self._special
-        )
+        runs: list[bytes] = [b""]
+        for i in ids:
+            if int(i) in self._special:
+                runs.append(b"")
+            else:
+                runs[-1] += self.tok.id_to_byte_piece(int(i), SpecialTokenPolicy.IGNORE)
+        closed = "".join(run.decode("utf-8", "replace") for run in runs[:-1])
+        return closed.encode("utf-8") + runs[-1]
 
     def token_to_id(self, token: str) -> int | None:
         try:
