@@ -133,3 +133,15 @@ def sherpa_onnx_tiny_en(tmp_path_factory):
     if bundled_path("tiny.en") is None:
         pytest.skip("tiny.en is not installed (oasr's whisper-tiny-en extra)")
     return export_sherpa_onnx("tiny.en", tmp_path_factory.mktemp("sherpa_onnx_tiny_en"))
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    """The test process's peak resident memory, in the summary: CI's machine has 24 GiB, and a
+    suite that grows towards it is killed without a word (exit 137)."""
+    try:
+        status = Path("/proc/self/status").read_text()
+    except OSError:  # not Linux
+        return
+    for line in status.splitlines():
+        if line.startswith("VmHWM:"):
+            terminalreporter.write_line(f"peak RSS of the test process: {int(line.split()[1]) / 2**20:.1f} GiB")
