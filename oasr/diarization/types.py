@@ -170,6 +170,14 @@ class SpeakerConstraints:
         return None
 
 
+def most_active_slots(activity: dict[int, float], keep: int | None) -> set[int] | None:
+    """The ``keep`` output slots of an end-to-end model with the most activity (frames or seconds;
+    ties: the earlier slot), of those ``activity`` names; None (``keep`` None): every slot."""
+    if keep is None:
+        return None
+    return set(sorted(activity, key=lambda s: (-activity[s], s))[:keep])
+
+
 @runtime_checkable
 class Diarizer(Protocol):
     """A loaded diarization model.

@@ -48,8 +48,8 @@ def read_paged(pool: torch.Tensor, rows: torch.Tensor, valid: torch.Tensor) -> t
     """
     flat = pool.reshape(-1, pool.shape[-2], pool.shape[-1])
     out = flat.index_select(0, rows.reshape(-1)).view(*rows.shape, pool.shape[-2], pool.shape[-1])
-    # where, not a product: an invalid row points at pool memory no stream wrote (the pool is
-    # allocated unwritten), which may hold NaN.
+    # where, not a product: an invalid row reads pool row 0 (``paged_rows``), and the pool is
+    # allocated unwritten, so whatever it holds (NaN included) must not reach attention.
     return torch.where(valid[..., None, None], out, torch.zeros((), dtype=out.dtype, device=out.device))
 
 

@@ -118,7 +118,7 @@ def test_streams_at_different_cache_lengths_share_a_batch(loaded, reference, chu
     rows at different cache lengths, and short final windows beside full ones) each get
     what they get alone. The pool is allocated unwritten (its pages commit as streams fill
     blocks): NaN in it before any stream writes (what an allocator may hand over) changes
-    nothing, though shorter rows point at pool memory no stream wrote."""
+    nothing."""
     fbank = torch.from_numpy(reference["fbank"])
     clips = [fbank, fbank[37:530], fbank[200:433]]  # 708, 493 and 233 frames: different final windows
     joins = [0, 3, 7]  # the step each stream starts at

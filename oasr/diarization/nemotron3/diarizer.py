@@ -26,7 +26,7 @@ import torch
 from oasr.audio.io import AudioDecodeError
 from oasr.diarization.nemotron3.config import Checkpoint, is_checkpoint, read_checkpoint
 from oasr.diarization.nemotron3.model import Nemotron3DiarizationModel
-from oasr.diarization.types import Diarization, SpeakerConstraints, SpeakerTurn, speaker_label
+from oasr.diarization.types import Diarization, SpeakerConstraints, SpeakerTurn, most_active_slots, speaker_label
 from oasr.models.base import LoadError, LoadReport, parse_dtype
 from oasr.models.formats.hf import load_hf_weights
 from oasr.models.parakeet.features import ParakeetFrontend
@@ -50,29 +50,14 @@ def activity_runs(probs: np.ndarray, threshold: float) -> list[tuple[int, int, i
     return sorted(runs, key=lambda r: (r[0], r[2]))
 
 
-def choose_slots(
-    runs: list[tuple[int, int, int]],
-    slots: int,
-    *,
-    num_speakers: int | None,
-    min_speakers: int | None,
-    max_speakers: int | None,
-) -> set[int] | None:
-    """The slots kept under the speaker-count constraints (None: all): ``num_speakers`` /
-    ``max_speakers`` keep that many most active slots (most active frames; the earlier slot on a
-    tie). An end-to-end model cannot split a voice, so ``min_speakers`` only bounds what is asked.
-
-    Raises:
-        ValueError: constraints ``SpeakerConstraints`` refuses for a model of ``slots`` speakers.
-    """
-    keep = SpeakerConstraints(num_speakers, min_speakers, max_speakers).kept(slots)
-    if keep is None:
-        return None
-    frames = np.zeros(slots, dtype=np.int64)
+def choose_slots(runs: list[tuple[int, int, int]], slots: int, keep: int | None) -> set[int] | None:
+    """The ``keep`` slots with the most active frames (``SpeakerConstraints.kept``'s count; the
+    earlier slot on a tie), None: all. An end-to-end model cannot split a voice, so
+    ``min_speakers`` only bounds what is asked."""
+    frames = dict.fromkeys(range(slots), 0)
     for start, end, slot in runs:
         frames[slot] += end - start
-    order = sorted(range(slots), key=lambda s: (-frames[s], s))
-    return set(order[:keep])
+    return most_active_slots(frames, keep)
 
 
 def turns_from_runs(
@@ -162,13 +147,11 @@ class Nemotron3Diarizer:
     ) -> list[Diarization]:
         """Speaker turns of each recording (see ``Diarizer.diarize``)."""
         slots = self.checkpoint.model.num_speakers
-        choose_slots([], slots, num_speakers=num_speakers, min_speakers=min_speakers, max_speakers=max_speakers)
+        count = SpeakerConstraints(num_speakers, min_speakers, max_speakers).kept(slots)  # refused before any work
         results = []
         for audio, probs in zip(audios, self.speaker_probabilities(audios), strict=True):
             runs = activity_runs(probs, self.threshold)
-            keep = choose_slots(
-                runs, slots, num_speakers=num_speakers, min_speakers=min_speakers, max_speakers=max_speakers
-            )
+            keep = choose_slots(runs, slots, count)
             duration = len(audio) / self.sampling_rate
             results.append(Diarization(turns_from_runs(runs, self.frame_s, keep), duration))
         return results

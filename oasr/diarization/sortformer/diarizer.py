@@ -32,7 +32,7 @@ from oasr.diarization.sortformer.config import TARGET, SortformerConfig, Streami
 from oasr.diarization.sortformer.model import SortformerModel
 from oasr.diarization.sortformer.postprocess import PostProcessing, speech_segments
 from oasr.diarization.sortformer.streaming import streaming_forward
-from oasr.diarization.types import Diarization, SpeakerConstraints, SpeakerTurn, speaker_label
+from oasr.diarization.types import Diarization, SpeakerConstraints, SpeakerTurn, most_active_slots, speaker_label
 from oasr.models.base import FULL_PRECISION, FeatureSpec, LoadError, parse_dtype
 from oasr.models.formats.nemo import (
     NEMO_COMPUTED_PREFIXES,
@@ -227,9 +227,9 @@ class SortformerDiarizer:
         """Turns of each slot's segments, slots named by first turn; with ``keep``, only the
         ``keep`` slots that speak longest (ties: the earlier slot)."""
         slots = [s for s in range(len(segments)) if segments[s]]
-        if keep is not None and len(slots) > keep:
-            talk = {s: sum(e - b for b, e in segments[s]) for s in slots}
-            slots = sorted(sorted(slots, key=lambda s: -talk[s])[:keep])
+        kept = most_active_slots({s: sum(e - b for b, e in segments[s]) for s in slots}, keep)
+        if kept is not None:
+            slots = [s for s in slots if s in kept]
         order = sorted(slots, key=lambda s: (segments[s][0][0], s))
         names = {s: speaker_label(i) for i, s in enumerate(order)}
         turns = [SpeakerTurn(b, e, names[s]) for s in slots for b, e in segments[s]]

@@ -281,8 +281,8 @@ class PagedRuntime(EncoderRuntime):
         self.block_bytes = block_bytes
         self.window_blocks = need
         shape = (spec.n_layers, self.n_blocks, self.block_size, spec.n_kv_heads, spec.head_dim)
-        # Left unwritten (``read_paged`` reads only frames a stream wrote): the pages of a pool
-        # sized for hours of audio are committed as streams fill its blocks, not all at once.
+        # Left unwritten (``read_paged`` masks every frame a stream has not written): the pages of a
+        # pool sized for hours of audio are committed as streams fill its blocks, not all at once.
         self.k = torch.empty(shape, dtype=self.dtype, device=self.device)
         self.v = torch.empty(shape, dtype=self.dtype, device=self.device)
         self.conv = (
